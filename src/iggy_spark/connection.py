@@ -1,0 +1,79 @@
+"""One SDK client per Python worker process and URL, driven by a private asyncio loop.
+
+The ``apache-iggy`` SDK is asynchronous; Spark calls the writer synchronously, once per task, in
+worker processes that are reused across tasks and micro-batches. Connecting and logging in for
+every task would cost a round trip or three per batch, so each process keeps one connected
+client per URL on a daemon thread's event loop and tasks submit coroutines to it.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import threading
+from collections.abc import Coroutine
+from concurrent.futures import Future
+from typing import TYPE_CHECKING, Any, TypeVar
+
+from iggy_spark.iggy_url import IggyUrl
+
+if TYPE_CHECKING:
+    import apache_iggy
+
+__all__ = ["IggyConnection"]
+
+T = TypeVar("T")
+
+
+class IggyConnection:
+    """A connected, logged-in ``IggyClient`` plus the event loop it runs on."""
+
+    _pool: dict[IggyUrl, IggyConnection] = {}
+    _pool_lock = threading.Lock()
+
+    def __init__(self, url: IggyUrl) -> None:
+        self.url = url
+        self._loop = asyncio.new_event_loop()
+        self._thread = threading.Thread(
+            target=self._loop.run_forever, name=f"iggy-{url.server_address}", daemon=True
+        )
+        self._thread.start()
+        self._client: apache_iggy.IggyClient | None = None
+
+    @classmethod
+    def shared(cls, url: IggyUrl) -> IggyConnection:
+        """The process-wide connection for ``url``, created on first use."""
+        with cls._pool_lock:
+            conn = cls._pool.get(url)
+            if conn is None:
+                conn = cls._pool[url] = cls(url)
+            return conn
+
+    @classmethod
+    def discard(cls, url: IggyUrl) -> None:
+        """Forget a connection that failed, so the next task starts a fresh one."""
+        with cls._pool_lock:
+            conn = cls._pool.pop(url, None)
+        if conn is not None:
+            conn._loop.call_soon_threadsafe(conn._loop.stop)
+
+    async def client(self) -> apache_iggy.IggyClient:
+        """The client, connecting and logging in on first use (on the loop's thread)."""
+        if self._client is None:
+            import apache_iggy
+
+            client = apache_iggy.IggyClient(self.url.to_tcp_config())
+            await client.connect()
+            await client.login_user(self.url.username, self.url.password)
+            self._client = client
+        return self._client
+
+    def submit(self, coro: Coroutine[Any, Any, T]) -> Future[T]:
+        """Schedule ``coro`` on this connection's loop."""
+        return asyncio.run_coroutine_threadsafe(coro, self._loop)
+
+    def run(self, coro: Coroutine[Any, Any, T], timeout: float | None = None) -> T:
+        """Run ``coro`` on this connection's loop and wait for its result."""
+        return self.submit(coro).result(timeout)
+
+    def __repr__(self) -> str:
+        return f"IggyConnection({self.url})"

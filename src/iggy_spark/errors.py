@@ -1,0 +1,128 @@
+"""The exceptions of the ``iggy_routed`` sink: one small hierarchy, catchable as a whole.
+
+Two constraints shape every class here:
+
+* Spark moves exceptions between processes (executor to driver, Python worker to JVM) by
+  pickling them or by printing them inside ``[PYTHON_EXCEPTION] ... ValueError: <message>``.
+  So every exception keeps its constructor arguments in ``args`` (the default pickle protocol
+  rebuilds it with ``cls(*args)``) and renders a message that reads well on its own line,
+  naming the option, destination or column at fault and what to do about it.
+* Values that come from rows (stream and topic names) can be anything: long, multi-line,
+  hostile. They are shown through :func:`_show`, quoted and truncated.
+"""
+
+from __future__ import annotations
+
+__all__ = [
+    "AdmissionError",
+    "ConfigError",
+    "DestinationError",
+    "EncodingError",
+    "IggySparkError",
+    "SendError",
+]
+
+_SHOW_LIMIT = 80
+
+
+def _show(value: object) -> str:
+    """A row-supplied value, quoted and cut short so it cannot flood or forge log lines."""
+    text = repr(value)
+    return text if len(text) <= _SHOW_LIMIT else text[: _SHOW_LIMIT - 3] + "..."
+
+
+def _destination(stream: str | None, topic: str | None) -> str:
+    return f"{_show(stream)}/{_show(topic)}"
+
+
+class IggySparkError(Exception):
+    """Base class of every error the sink raises on purpose."""
+
+    def __str__(self) -> str:
+        # Subclasses keep structured ``args``; the message is rendered from them, never stored,
+        # so a pickled copy renders exactly the same text.
+        return self._message()
+
+    def _message(self) -> str:
+        return " ".join(str(arg) for arg in self.args)
+
+
+class ConfigError(IggySparkError, ValueError):
+    """An option is missing, malformed or contradicts another; raised before any data moves.
+
+    ``option`` is the (lower-case) option name to fix, so callers and tests can match on it.
+    """
+
+    def __init__(self, option: str, problem: str) -> None:
+        super().__init__(option, problem)
+        self.option = option
+        self.problem = problem
+
+    def _message(self) -> str:
+        return f"option '{self.option}': {self.problem}"
+
+
+class AdmissionError(IggySparkError):
+    """A row was refused a destination while the policy says to fail the query.
+
+    ``reason`` is the counted rejection reason (``denylist``, ``cap``, ``missing_destination``
+    ...); ``advice`` tells the user which option changes the outcome.
+    """
+
+    def __init__(self, stream: str | None, topic: str | None, reason: str, advice: str) -> None:
+        super().__init__(stream, topic, reason, advice)
+        self.stream = stream
+        self.topic = topic
+        self.reason = reason
+        self.advice = advice
+
+    def _message(self) -> str:
+        where = _destination(self.stream, self.topic)
+        return f"row refused for destination {where} (reason: {self.reason}): {self.advice}"
+
+
+class EncodingError(IggySparkError, ValueError):
+    """A row's data cannot become an Iggy message (bad id, key, header or payload).
+
+    ``column`` names the DataFrame column at fault; ``row`` is the row's index in its Arrow
+    batch, or ``None`` when the whole column is unusable (for example its type).
+    """
+
+    def __init__(self, column: str, row: int | None, problem: str) -> None:
+        super().__init__(column, row, problem)
+        self.column = column
+        self.row = row
+        self.problem = problem
+
+    def _message(self) -> str:
+        where = f"column '{self.column}'" if self.row is None else (
+            f"column '{self.column}', row {self.row} of the batch"
+        )
+        return f"{where}: {self.problem}"
+
+
+class _DestinationFailure(IggySparkError):
+    """An operation on one destination failed; subclasses say which operation."""
+
+    _doing = "using"
+
+    def __init__(self, stream: str, topic: str, detail: str) -> None:
+        super().__init__(stream, topic, detail)
+        self.stream = stream
+        self.topic = topic
+        self.detail = detail
+
+    def _message(self) -> str:
+        return f"{self._doing} destination {_destination(self.stream, self.topic)}: {self.detail}"
+
+
+class DestinationError(_DestinationFailure):
+    """Creating or describing a stream or topic failed (permissions, server limits...)."""
+
+    _doing = "creating or looking up"
+
+
+class SendError(_DestinationFailure):
+    """Sending a group of messages to a destination failed."""
+
+    _doing = "sending to"

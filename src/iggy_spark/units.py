@@ -1,0 +1,90 @@
+"""Scalar grammars shared by the sink's options and its ``iggy://`` URL query parameters.
+
+One spelling per kind of value, so ``30s`` or ``8MB`` means the same thing wherever a user
+types it. Every parser raises a plain :class:`ValueError` describing the expected form; the
+caller knows which option (or URL parameter) it was parsing and wraps that into a
+:class:`~iggy_spark.errors.ConfigError` naming it.
+
+Sizes use binary multiples (``1MB`` = ``1MiB`` = 1,048,576 bytes), as Spark's own size options
+and the ``pg_cdc`` source do.
+"""
+
+from __future__ import annotations
+
+import re
+from datetime import timedelta
+from decimal import Decimal
+
+__all__ = ["parse_bool", "parse_byte_size", "parse_duration", "parse_int"]
+
+_DURATION = re.compile(r"(\d+(?:\.\d+)?)\s*(ms|s|m|h|d)?", re.IGNORECASE)
+_MICROS_PER_UNIT = {
+    "ms": 1_000,
+    "s": 1_000_000,
+    None: 1_000_000,
+    "m": 60_000_000,
+    "h": 3_600_000_000,
+    "d": 86_400_000_000,
+}
+_SIZE = re.compile(r"(\d+)\s*(b|k|kb|kib|m|mb|mib|g|gb|gib|t|tb|tib)?", re.IGNORECASE)
+_BYTES_PER_UNIT = {None: 1, "b": 1} | {
+    spelling: 1 << (10 * power)
+    for power, letter in enumerate("kmgt", start=1)
+    for spelling in (letter, f"{letter}b", f"{letter}ib")
+}
+_INT = re.compile(r"\d+")
+_BOOLS = {"true": True, "false": False}
+
+
+def _quote(text: str) -> str:
+    return repr(text) if len(text) <= 60 else repr(text[:57] + "...")
+
+
+def parse_bool(text: str) -> bool:
+    """``true`` or ``false`` in any case: what Spark writes for ``.option(key, True)``."""
+    try:
+        return _BOOLS[text.strip().lower()]
+    except KeyError:
+        raise ValueError(f"expected true or false, got {_quote(text)}") from None
+
+
+def parse_int(text: str, *, minimum: int, maximum: int | None = None) -> int:
+    """A decimal integer within ``[minimum, maximum]``; no signs, spaces inside or underscores."""
+    stripped = text.strip()
+    if not _INT.fullmatch(stripped):
+        raise ValueError(f"expected a whole number, got {_quote(text)}")
+    value = int(stripped)
+    if value < minimum or (maximum is not None and value > maximum):
+        bound = f"at least {minimum}" if maximum is None else f"between {minimum} and {maximum}"
+        raise ValueError(f"must be {bound}, got {value}")
+    return value
+
+
+def parse_duration(text: str) -> timedelta:
+    """``500ms``, ``30s``, ``2m``, ``1h``, ``7d`` or plain (possibly fractional) seconds.
+
+    Decimal arithmetic keeps ``0.1s`` exactly 100 ms; the result is at microsecond resolution.
+    """
+    match = _DURATION.fullmatch(text.strip())
+    if not match:
+        raise ValueError(
+            f"expected a duration such as 500ms, 30s, 2m, 1h, 7d or plain seconds, "
+            f"got {_quote(text)}"
+        )
+    number, unit = match.groups()
+    micros = Decimal(number) * _MICROS_PER_UNIT[unit.lower() if unit else None]
+    try:
+        return timedelta(microseconds=int(micros))
+    except OverflowError:
+        raise ValueError(f"duration {_quote(text)} is too large") from None
+
+
+def parse_byte_size(text: str) -> int:
+    """``8MB``, ``512KiB``, ``1g`` or a plain number of bytes (binary multiples)."""
+    match = _SIZE.fullmatch(text.strip())
+    if not match:
+        raise ValueError(
+            f"expected a size such as 1048576, 512KB, 8MB or 1GB, got {_quote(text)}"
+        )
+    number, unit = match.groups()
+    return int(number) * _BYTES_PER_UNIT[unit.lower() if unit else None]

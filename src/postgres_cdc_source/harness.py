@@ -1,0 +1,224 @@
+"""Throwaway PostgreSQL clusters for tests, the demo, benchmarks and notebooks.
+
+Logical decoding needs a server with ``wal_level=logical``, and the project's promise is that
+every test runs against a real server, never a mock. :class:`LocalPostgres` runs ``initdb`` in a
+temporary directory, starts the server on a free loopback port with its socket inside that
+directory, and removes everything on :meth:`LocalPostgres.stop` (or at interpreter exit).
+
+``initdb`` refuses to run as root, so when the current user is root the server binaries run as
+the ``postgres`` system user (Debian's package creates it). Set ``PG_CDC_DSN`` to use an
+external server instead (:func:`postgres`); such a server must already have
+``wal_level=logical``.
+"""
+
+from __future__ import annotations
+
+import atexit
+import contextlib
+import glob
+import os
+import pwd
+import shutil
+import socket
+import subprocess
+import tempfile
+import time
+from collections.abc import Iterator, Sequence
+from pathlib import Path
+from types import TracebackType
+
+import psycopg
+
+__all__ = ["LocalPostgres", "ExternalPostgres", "postgres", "DSN_ENV"]
+
+DSN_ENV = "PG_CDC_DSN"
+"""Environment variable naming an external server (libpq conninfo or URI) for tests and demos."""
+
+_SETTINGS: dict[str, str] = {
+    "wal_level": "logical",
+    "max_replication_slots": "32",
+    "max_wal_senders": "32",
+    "max_connections": "100",
+    "listen_addresses": "127.0.0.1",
+    # A throwaway cluster is never recovered after an OS crash, so durability is traded for
+    # speed; Postgres-level crash recovery (`pg_ctl stop -m immediate`) still works.
+    "fsync": "off",
+    "full_page_writes": "off",
+    "log_min_messages": "warning",
+    "logging_collector": "off",
+}
+
+
+def _bindir() -> Path:
+    """Where ``initdb``/``pg_ctl`` live: ``PG_BINDIR``, ``pg_config --bindir`` or Debian's path."""
+    explicit = os.environ.get("PG_BINDIR")
+    if explicit:
+        return Path(explicit)
+    candidates = sorted(glob.glob("/usr/lib/postgresql/*/bin"), key=_version_key, reverse=True)
+    if candidates:
+        return Path(candidates[0])
+    pg_config = shutil.which("pg_config")
+    if pg_config:
+        out = subprocess.run([pg_config, "--bindir"], capture_output=True, text=True, check=True)
+        return Path(out.stdout.strip())
+    raise FileNotFoundError(
+        "PostgreSQL server binaries not found: install Debian's 'postgresql' package "
+        "(./run does it) or set PG_BINDIR"
+    )
+
+
+def _version_key(path: str) -> int:
+    try:
+        return int(Path(path).parent.name)
+    except ValueError:
+        return 0
+
+
+def free_port() -> int:
+    """A TCP port on 127.0.0.1 that was free a moment ago."""
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        return int(s.getsockname()[1])
+
+
+class LocalPostgres:
+    """A real PostgreSQL server in a temporary directory, started with logical decoding on.
+
+    Use it as a context manager, or call :meth:`start` and :meth:`stop`. The port stays the same
+    across :meth:`restart`, so DSNs handed out earlier keep working.
+    """
+
+    def __init__(self, port: int = 0, settings: dict[str, str] | None = None) -> None:
+        self.port = port or free_port()
+        self._settings = {**_SETTINGS, **(settings or {})}
+        self._root: Path | None = None
+        self._bindir = _bindir()
+        self._as_postgres = os.geteuid() == 0
+
+    @property
+    def dsn(self) -> str:
+        """libpq conninfo for the superuser ``postgres`` on database ``postgres``."""
+        return f"host=127.0.0.1 port={self.port} user=postgres dbname=postgres"
+
+    @property
+    def data_dir(self) -> Path:
+        if self._root is None:
+            raise RuntimeError("LocalPostgres is not started")
+        return self._root / "data"
+
+    def start(self) -> LocalPostgres:
+        if self._root is None:
+            self._root = Path(tempfile.mkdtemp(prefix="pg-cdc-"))
+            if self._as_postgres:
+                pw = pwd.getpwnam("postgres")
+                os.chown(self._root, pw.pw_uid, pw.pw_gid)
+            self._run(
+                "initdb", "-D", str(self.data_dir), "-U", "postgres", "-A", "trust",
+                "-E", "UTF8", "--locale=C.UTF-8", "--no-sync",
+            )
+            atexit.register(self.stop)
+        self._pg_ctl_start()
+        return self
+
+    def _pg_ctl_start(self) -> None:
+        opts = " ".join(f"-c {k}={v}" for k, v in self._settings.items())
+        opts += f" -p {self.port} -k {self._root}"
+        self._run(
+            "pg_ctl", "-D", str(self.data_dir), "-o", opts, "-l", str(self._root / "server.log"),
+            "-w", "-t", "60", "start",
+        )
+
+    def restart(self, mode: str = "fast") -> None:
+        """Stop (``fast``, ``smart`` or ``immediate``: a crash) and start again on the same port."""
+        self._run("pg_ctl", "-D", str(self.data_dir), "-m", mode, "-w", "stop")
+        self._pg_ctl_start()
+
+    def stop_server(self, mode: str = "fast") -> None:
+        """Stop the server but keep its data, for outage tests; :meth:`start` brings it back."""
+        self._run("pg_ctl", "-D", str(self.data_dir), "-m", mode, "-w", "stop")
+
+    def stop(self) -> None:
+        """Stop the server and delete its directory. Idempotent."""
+        if self._root is None:
+            return
+        with contextlib.suppress(subprocess.CalledProcessError):
+            self._run("pg_ctl", "-D", str(self.data_dir), "-m", "immediate", "-w", "stop")
+        shutil.rmtree(self._root, ignore_errors=True)
+        self._root = None
+
+    def connect(self, **kwargs: object) -> psycopg.Connection[tuple[object, ...]]:
+        """An autocommit connection as the superuser, for setup SQL."""
+        return psycopg.connect(self.dsn, autocommit=True, **kwargs)  # type: ignore[arg-type]
+
+    def log_tail(self, lines: int = 50) -> str:
+        """The end of the server log, for failure messages."""
+        if self._root is None:
+            return ""
+        path = self._root / "server.log"
+        return "\n".join(path.read_text(errors="replace").splitlines()[-lines:])
+
+    def _run(self, tool: str, *args: str) -> None:
+        cmd: Sequence[str] = [str(self._bindir / tool), *args]
+        if self._as_postgres:
+            cmd = ["runuser", "-u", "postgres", "--", *cmd]
+        result = subprocess.run(cmd, capture_output=True, text=True, cwd="/")
+        if result.returncode != 0:
+            raise subprocess.CalledProcessError(
+                result.returncode, cmd, result.stdout, result.stderr + "\n" + self.log_tail()
+            )
+
+    def __enter__(self) -> LocalPostgres:
+        return self.start()
+
+    def __exit__(
+        self, et: type[BaseException] | None, ev: BaseException | None, tb: TracebackType | None
+    ) -> None:
+        self.stop()
+
+    def __repr__(self) -> str:
+        return f"LocalPostgres(port={self.port}, running={self._root is not None})"
+
+
+class ExternalPostgres:
+    """A server someone else runs (``PG_CDC_DSN``): same surface, but start/stop do nothing."""
+
+    def __init__(self, dsn: str) -> None:
+        self.dsn = dsn
+
+    def start(self) -> ExternalPostgres:
+        return self
+
+    def stop(self) -> None:
+        """Nothing to do: the server is not ours."""
+
+    def connect(self, **kwargs: object) -> psycopg.Connection[tuple[object, ...]]:
+        return psycopg.connect(self.dsn, autocommit=True, **kwargs)  # type: ignore[arg-type]
+
+    def __enter__(self) -> ExternalPostgres:
+        return self
+
+    def __exit__(
+        self, et: type[BaseException] | None, ev: BaseException | None, tb: TracebackType | None
+    ) -> None:
+        self.stop()
+
+    def __repr__(self) -> str:
+        return "ExternalPostgres(<from PG_CDC_DSN>)"
+
+
+@contextlib.contextmanager
+def postgres() -> Iterator[LocalPostgres | ExternalPostgres]:
+    """The server to use: ``PG_CDC_DSN`` when set, else a fresh :class:`LocalPostgres`."""
+    dsn = os.environ.get(DSN_ENV)
+    server: LocalPostgres | ExternalPostgres = ExternalPostgres(dsn) if dsn else LocalPostgres()
+    with server:
+        deadline = time.monotonic() + 30
+        while True:
+            try:
+                server.connect().close()
+                break
+            except psycopg.OperationalError:
+                if time.monotonic() > deadline:
+                    raise
+                time.sleep(0.2)
+        yield server

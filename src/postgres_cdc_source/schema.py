@@ -1,0 +1,36 @@
+"""The fixed output schema of ``pg_cdc``, for Spark (DDL) and for Arrow (what ``read`` yields).
+
+Spark checks Arrow batches from ``read`` against the declared schema exactly (``int`` must be
+int32, ``long`` int64), so both views are declared side by side here and nowhere else.
+"""
+
+from __future__ import annotations
+
+import pyarrow as pa
+
+__all__ = ["COLUMNS", "SPARK_SCHEMA", "ARROW_SCHEMA"]
+
+COLUMNS: tuple[tuple[str, str, pa.DataType, str], ...] = (
+    ("lsn", "string", pa.string(), "LSN Postgres reports for the change row"),
+    ("commit_lsn", "string", pa.string(), "end LSN of the transaction's commit record"),
+    ("xid", "long", pa.int64(), "transaction id"),
+    ("commit_ts", "timestamp", pa.timestamp("us", tz="UTC"), "commit time"),
+    ("seq", "int", pa.int32(), "position of the change in its transaction, from 0"),
+    ("schema", "string", pa.string(), "schema of the changed table"),
+    ("table", "string", pa.string(), "name of the changed table"),
+    ("op", "string", pa.string(), "insert, update, delete or truncate"),
+    ("key", "string", pa.string(), "JSON of the replica-identity key (update, delete)"),
+    ("before", "string", pa.string(), "JSON of the old row, where Postgres sends it "
+     "(REPLICA IDENTITY FULL)"),
+    ("after", "string", pa.string(), "JSON of the new row (insert, update)"),
+    ("unchanged", "array<string>", pa.list_(pa.string()), "columns whose unchanged TOAST value "
+     "Postgres did not send; they are absent from `after`"),
+    ("id", "string", pa.string(), "stable message id `<commit_lsn>:<seq>`, identical on replay"),
+    ("stream", "string", pa.string(), "destination stream (routing options), else null"),
+    ("topic", "string", pa.string(), "destination topic (routing options), else null"),
+    ("partition_key", "string", pa.string(), "destination partition key (routing options), "
+     "else null"),
+)
+
+SPARK_SCHEMA = ", ".join(f"`{name}` {ddl}" for name, ddl, _, _ in COLUMNS)
+ARROW_SCHEMA = pa.schema([pa.field(name, arrow) for name, _, arrow, _ in COLUMNS])

@@ -1,0 +1,264 @@
+"""Slot and publication administration, peeking and advancing: the only SQL ``pg_cdc`` runs.
+
+Identifiers (the publication, schemas, tables) are composed with :mod:`psycopg.sql`; slot names,
+LSNs and plugin options are query parameters. Nothing is string-formatted into SQL.
+
+The slot is read with ``pg_logical_slot_peek_*changes`` and moved only with
+``pg_replication_slot_advance``, never consumed with ``get_changes``: reading is repeatable, so a
+batch Spark replays after a crash decodes to exactly the same rows.
+"""
+
+from __future__ import annotations
+
+import logging
+from collections.abc import Iterator
+from dataclasses import dataclass
+
+import psycopg
+from psycopg import errors as pgerrors
+from psycopg import sql
+
+from postgres_cdc_source.decoding.test_decoding import TEST_DECODING_OPTIONS
+from postgres_cdc_source.errors import SlotError, SourceError
+from postgres_cdc_source.lsn import format_lsn
+from postgres_cdc_source.options import CdcOptions
+from postgres_cdc_source.values import SESSION_SETTINGS
+
+__all__ = [
+    "SlotState", "connect", "ensure_slot", "slot_state", "flush_lsn", "advance", "bring_to",
+    "peek", "first_commit_end", "drop_slot",
+]
+
+log = logging.getLogger(__name__)
+
+Row = tuple[int, int, "bytes | str"]
+
+
+@dataclass(frozen=True)
+class SlotState:
+    """What ``pg_replication_slots`` says about our slot."""
+
+    plugin: str
+    database: str
+    active_pid: int | None
+    restart_lsn: int
+    confirmed_flush: int
+
+
+def connect(options: CdcOptions, *, autocommit: bool = True) -> psycopg.Connection[tuple]:  # type: ignore[type-arg]
+    """A connection whose session settings make value text (dates, floats) deterministic."""
+    session = " ".join(f"-c {k}={v}" for k, v in SESSION_SETTINGS.items())
+    try:
+        return psycopg.connect(
+            options.dsn, autocommit=autocommit, options=session, application_name="pg_cdc",
+        )
+    except psycopg.OperationalError as exc:
+        raise SourceError(
+            f"cannot connect to Postgres ({options.safe_dsn}): {_scrub(str(exc), options)}"
+        ) from None
+
+
+def _scrub(message: str, options: CdcOptions) -> str:
+    """Remove the password from a server or libpq message, just in case it echoes the DSN."""
+    from psycopg.conninfo import conninfo_to_dict
+
+    password = conninfo_to_dict(options.dsn).get("password")
+    return message.replace(str(password), "***") if password else message.strip()
+
+
+def slot_state(conn: psycopg.Connection[tuple], slot: str) -> SlotState | None:  # type: ignore[type-arg]
+    row = conn.execute(
+        "SELECT plugin, slot_type, database, active_pid,"
+        " (restart_lsn - '0/0')::int8, (confirmed_flush_lsn - '0/0')::int8"
+        " FROM pg_replication_slots WHERE slot_name = %s",
+        (slot,),
+    ).fetchone()
+    if row is None:
+        return None
+    plugin, slot_type, database, active_pid, restart, confirmed = row
+    if slot_type != "logical":
+        raise SlotError(f"replication slot {slot!r} is a {slot_type} slot; pg_cdc needs a "
+                        "logical one: choose another slot name")
+    return SlotState(plugin, database, active_pid, int(restart or 0), int(confirmed or 0))
+
+
+def ensure_slot(options: CdcOptions) -> SlotState:
+    """Check the server and the slot (creating slot and publication if allowed); return its state.
+
+    Every precondition that would otherwise surface as an obscure error inside a Spark task is
+    checked here, on the driver, with a message that says what to do.
+    """
+    with connect(options) as conn:
+        wal_level = conn.execute("SHOW wal_level").fetchone()
+        if wal_level is None or wal_level[0] != "logical":
+            raise SlotError(
+                f"wal_level is {wal_level[0] if wal_level else '?'!r}, logical decoding needs "
+                "'logical': set wal_level = logical in postgresql.conf and restart Postgres"
+            )
+        state = slot_state(conn, options.slot)
+        if state is None:
+            if not options.create_slot:
+                raise SlotError(f"replication slot {options.slot!r} does not exist: create it or "
+                                "set create_slot=true")
+            _create_slot(conn, options)
+            state = slot_state(conn, options.slot)
+            assert state is not None
+        database = conn.info.dbname
+        if state.plugin != options.plugin:
+            raise SlotError(f"replication slot {options.slot!r} uses plugin {state.plugin!r}, not "
+                            f"{options.plugin!r}: set plugin={state.plugin} or use another slot")
+        if state.database != database:
+            raise SlotError(f"replication slot {options.slot!r} belongs to database "
+                            f"{state.database!r}, but dsn connects to {database!r}")
+        if options.plugin == "pgoutput":
+            _ensure_publication(conn, options)
+        return state
+
+
+def _create_slot(conn: psycopg.Connection[tuple], options: CdcOptions) -> None:  # type: ignore[type-arg]
+    try:
+        conn.execute("SELECT pg_create_logical_replication_slot(%s, %s)",
+                     (options.slot, options.plugin))
+        log.info("created replication slot %s (plugin %s)", options.slot, options.plugin)
+    except pgerrors.DuplicateObject:
+        pass  # another query created it at the same moment: same outcome
+    except pgerrors.InsufficientPrivilege as exc:
+        user = conn.info.user
+        raise SlotError(f"role {user!r} may not create replication slots ({exc.diag.message_primary}):"
+                        f" ALTER ROLE {user} REPLICATION, or create slot {options.slot!r} as a "
+                        "superuser") from None
+
+
+def _ensure_publication(conn: psycopg.Connection[tuple], options: CdcOptions) -> None:  # type: ignore[type-arg]
+    name = options.publication
+    if conn.execute("SELECT 1 FROM pg_publication WHERE pubname = %s", (name,)).fetchone():
+        return
+    if not options.create_slot:
+        raise SlotError(f"publication {name!r} does not exist: CREATE PUBLICATION it or set "
+                        "create_slot=true")
+    if options.include_tables is None:
+        stmt = sql.SQL("CREATE PUBLICATION {} FOR ALL TABLES").format(sql.Identifier(name))
+    else:
+        tables = [
+            (schema, table) for schema, table in conn.execute(
+                "SELECT schemaname, tablename FROM pg_tables"
+                " WHERE schemaname NOT IN ('pg_catalog', 'information_schema')"
+                " ORDER BY 1, 2"
+            ).fetchall()
+            if options.keeps(schema, table)
+        ]
+        if not tables:
+            raise SlotError(f"include_tables matches no existing table, so publication {name!r} "
+                            "cannot be created for them: create the tables or the publication first")
+        stmt = sql.SQL("CREATE PUBLICATION {} FOR TABLE {}").format(
+            sql.Identifier(name), sql.SQL(", ").join(sql.Identifier(s, t) for s, t in tables)
+        )
+    try:
+        conn.execute(stmt)
+        log.info("created publication %s", name)
+    except pgerrors.DuplicateObject:
+        pass
+    except pgerrors.InsufficientPrivilege as exc:
+        raise SlotError(f"cannot create publication {name!r} ({exc.diag.message_primary}): create "
+                        "it as a superuser or the tables' owner") from None
+
+
+def flush_lsn(conn: psycopg.Connection[tuple]) -> int:  # type: ignore[type-arg]
+    """The server's WAL flush position: the furthest a batch may end."""
+    row = conn.execute("SELECT (pg_current_wal_flush_lsn() - '0/0')::int8").fetchone()
+    assert row is not None
+    return int(row[0])
+
+
+def advance(conn: psycopg.Connection[tuple], slot: str, lsn: int) -> None:  # type: ignore[type-arg]
+    """Move the slot's confirmed position to ``lsn`` (no-op if it is already there or beyond)."""
+    try:
+        conn.execute("SELECT pg_replication_slot_advance(%s, %s::pg_lsn)", (slot, format_lsn(lsn)))
+    except pgerrors.ObjectInUse as exc:
+        raise SlotError(_in_use(slot, exc)) from None
+
+
+def _in_use(slot: str, exc: psycopg.Error) -> str:
+    return (f"replication slot {slot!r} is in use by another session "
+            f"({exc.diag.message_primary}): stop the other consumer or use another slot")
+
+
+def bring_to(conn: psycopg.Connection[tuple], options: CdcOptions, start: int) -> None:  # type: ignore[type-arg]
+    """Put the slot exactly at a batch's ``start`` before the batch is read.
+
+    Spark plans and reads batch N only after batch N-1 (ending at ``start``) is durably
+    committed, but its ``commit`` callback is at-most-once and never runs for the final batch of
+    an ``availableNow`` run; so the slot may lag behind ``start`` here, and moving it up is safe.
+    A slot found *beyond* ``start`` has had changes consumed by someone else.
+    """
+    state = slot_state(conn, options.slot)
+    if state is None:
+        raise SlotError(f"replication slot {options.slot!r} disappeared: the stream cannot "
+                        "continue from its checkpoint (recreate the slot and start a new checkpoint)")
+    if state.confirmed_flush < start:
+        advance(conn, options.slot, start)
+    elif state.confirmed_flush > start:
+        message = (f"replication slot {options.slot!r} is at {format_lsn(state.confirmed_flush)}, "
+                   f"beyond this batch's start {format_lsn(start)}: changes in between were consumed "
+                   "elsewhere and cannot be read again")
+        if options.fail_on_data_loss:
+            raise SlotError(message + " (set fail_on_data_loss=false to skip ahead)")
+        log.warning("%s; skipping ahead because fail_on_data_loss=false", message)
+
+
+def _peek_query(options: CdcOptions) -> tuple[sql.Composable, list[str]]:
+    if options.plugin == "pgoutput":
+        func = "pg_logical_slot_peek_binary_changes"
+        plugin_options = ["proto_version", "1", "publication_names", options.publication]
+    else:
+        func = "pg_logical_slot_peek_changes"
+        plugin_options = [item for pair in TEST_DECODING_OPTIONS.items() for item in pair]
+    query = sql.SQL(
+        "SELECT (lsn - '0/0')::int8, xid::text::int8, data"
+        " FROM {}(%s, %s::pg_lsn, %s, VARIADIC %s::text[])"
+    ).format(sql.Identifier(func))
+    return query, plugin_options
+
+
+def peek(
+    conn: psycopg.Connection[tuple], options: CdcOptions, upto: int  # type: ignore[type-arg]
+) -> Iterator[Row]:
+    """Stream ``(lsn, xid, data)`` rows up to ``upto`` without consuming them.
+
+    A server-side cursor fetches ``fetch_rows`` at a time, so a transaction of a million changes
+    never sits whole in this process. ``conn`` must not be in autocommit mode.
+    """
+    query, plugin_options = _peek_query(options)
+    try:
+        with conn.cursor(name="pg_cdc_peek", binary=True) as cur:
+            cur.itersize = options.fetch_rows
+            cur.execute(query, (options.slot, format_lsn(upto), None, plugin_options))
+            yield from cur
+    except pgerrors.ObjectInUse as exc:
+        raise SlotError(_in_use(options.slot, exc)) from None
+
+
+def first_commit_end(
+    conn: psycopg.Connection[tuple], options: CdcOptions, upto: int  # type: ignore[type-arg]
+) -> int | None:
+    """End LSN of the first transaction the slot would emit, looking no further than ``upto``.
+
+    Used to stretch a byte-limited batch so it holds at least one whole transaction: otherwise a
+    transaction larger than the limit would be re-decoded from its start by every batch it spans.
+    """
+    query, plugin_options = _peek_query(options)
+    probe = sql.SQL("SELECT max(lsn) FROM ({}) AS peeked(lsn, xid, data)").format(query)
+    try:
+        row = conn.execute(probe, (options.slot, format_lsn(upto), 1, plugin_options)).fetchone()
+    except pgerrors.ObjectInUse as exc:
+        raise SlotError(_in_use(options.slot, exc)) from None
+    return None if row is None or row[0] is None else int(row[0])
+
+
+def drop_slot(options: CdcOptions) -> None:
+    """Drop the slot (and stop retaining WAL for it); for operators and tests."""
+    with connect(options) as conn:
+        conn.execute(
+            "SELECT pg_drop_replication_slot(slot_name) FROM pg_replication_slots"
+            " WHERE slot_name = %s", (options.slot,)
+        )

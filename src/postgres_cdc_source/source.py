@@ -1,0 +1,36 @@
+"""The ``pg_cdc`` data source: option validation at ``load()``, the fixed schema, the reader."""
+
+from __future__ import annotations
+
+from pyspark.sql.datasource import DataSource, DataSourceStreamReader
+from pyspark.sql.types import StructType
+
+from postgres_cdc_source.errors import ConfigError
+from postgres_cdc_source.options import CdcOptions
+from postgres_cdc_source.reader import PgCdcStreamReader
+from postgres_cdc_source.schema import SPARK_SCHEMA
+
+__all__ = ["PgCdcDataSource"]
+
+
+class PgCdcDataSource(DataSource):
+    """``spark.readStream.format("pg_cdc")``: Postgres logical-decoding changes as a stream.
+
+    Options are validated when Spark asks for the schema, which happens at ``load()`` on the
+    driver, so a bad option fails before the query starts.
+    """
+
+    @classmethod
+    def name(cls) -> str:
+        return "pg_cdc"
+
+    def schema(self) -> str:
+        CdcOptions.from_options(self.options)
+        return SPARK_SCHEMA
+
+    def streamReader(self, schema: StructType) -> DataSourceStreamReader:
+        expected = StructType.fromDDL(SPARK_SCHEMA)
+        if schema.simpleString() != expected.simpleString():
+            raise ConfigError("schema", "pg_cdc has a fixed schema; do not pass .schema(...) "
+                              f"(expected {expected.simpleString()})")
+        return PgCdcStreamReader(CdcOptions.from_options(self.options))

@@ -1,0 +1,5 @@
+"""Register-free entry point: Spark imports ``pyspark_*`` modules and registers ``DefaultSource``."""
+
+from postgres_cdc_source.source import PgCdcDataSource as DefaultSource
+
+__all__ = ["DefaultSource"]

@@ -1,0 +1,65 @@
+"""Shared fixtures: one SparkSession, one real Postgres and one local Iggy broker per session.
+
+Services are started here, never mocked. Each test gets its own slot, table and topic names, so
+tests share the servers without seeing each other's data.
+"""
+
+from __future__ import annotations
+
+import os
+import sys
+import uuid
+from collections.abc import Iterator
+from pathlib import Path
+
+import pytest
+
+from postgres_cdc_source.harness import LocalPostgres, postgres
+
+# Spark's Python workers must run this interpreter (the venv's), whatever launched pytest.
+os.environ.setdefault("PYSPARK_PYTHON", sys.executable)
+os.environ.setdefault("PYSPARK_DRIVER_PYTHON", sys.executable)
+
+
+@pytest.fixture(scope="session")
+def pg() -> Iterator[LocalPostgres]:
+    with postgres() as server:
+        yield server  # type: ignore[misc]
+
+
+@pytest.fixture(scope="session")
+def broker() -> Iterator[object]:
+    from iggy_spark.local import LocalIggy
+
+    with LocalIggy() as server:
+        yield server
+
+
+@pytest.fixture(scope="session")
+def spark() -> Iterator[object]:
+    from pyspark.sql import SparkSession
+
+    session = (
+        SparkSession.builder.master("local[2]")
+        .appName("iggy-spark-tests")
+        .config("spark.ui.enabled", "false")
+        .config("spark.sql.shuffle.partitions", "2")
+        .config("spark.sql.session.timeZone", "UTC")
+        .config("spark.driver.memory", "2g")
+        .config("spark.sql.streaming.stopTimeout", "10s")
+        .getOrCreate()
+    )
+    session.sparkContext.setLogLevel("ERROR")
+    yield session
+    session.stop()
+
+
+@pytest.fixture
+def name() -> str:
+    """A fresh lower-case identifier for a slot, table, stream or topic."""
+    return "t" + uuid.uuid4().hex[:12]
+
+
+@pytest.fixture
+def checkpoint(tmp_path: Path) -> str:
+    return str(tmp_path / "checkpoint")
