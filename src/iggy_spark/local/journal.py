@@ -45,6 +45,7 @@ class Journal:
     def __init__(self, path: Path, fd: int) -> None:
         self.path = path
         self._fd = fd
+        self._size = os.fstat(fd).st_size
 
     @classmethod
     def open(
@@ -78,9 +79,17 @@ class Journal:
             digest.update(part)
         size = sum(len(part) for part in parts)
         data = memoryview(b"".join([_RECORD.pack(size, kind, digest.intdigest()), *parts]))
-        while data:
-            data = data[os.write(self._fd, data):]
-        os.fsync(self._fd)
+        try:
+            remaining = data
+            while remaining:
+                remaining = remaining[os.write(self._fd, remaining):]
+            os.fsync(self._fd)
+        except OSError:
+            # Never leave a torn record mid-log: replay stops at the first one, which would
+            # hide every record appended after it.
+            os.ftruncate(self._fd, self._size)
+            raise
+        self._size += len(data)
 
     def close(self) -> None:
         if self._fd >= 0:

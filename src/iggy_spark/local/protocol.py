@@ -13,6 +13,7 @@ broker stores the batch bytes as received (restamped in place by :func:`stamp_ba
 from __future__ import annotations
 
 import struct
+from collections.abc import Sequence
 from dataclasses import dataclass
 from enum import IntEnum
 from typing import TypeVar
@@ -70,6 +71,7 @@ class ReadCode(IntEnum):
 class ErrorCode(IntEnum):
     """The subset of ``IggyError`` codes the broker replies with; the SDK maps them back."""
 
+    ERROR = 1
     INVALID_COMMAND = 3
     INVALID_FORMAT = 4
     FEATURE_UNAVAILABLE = 5
@@ -99,12 +101,16 @@ class EvictionReason(IntEnum):
 
 
 class PartitioningKind(IntEnum):
+    """How a send picks its partition (``[kind u8][len u8][value]`` in the request)."""
+
     BALANCED = 1
     PARTITION_ID = 2
     MESSAGES_KEY = 3
 
 
 class PollingKind(IntEnum):
+    """Where a poll starts reading."""
+
     OFFSET = 1
     TIMESTAMP = 2
     FIRST = 3
@@ -113,6 +119,8 @@ class PollingKind(IntEnum):
 
 
 class ConsumerKind(IntEnum):
+    """Whose offset a poll or offset request reads and writes."""
+
     CONSUMER = 1
     CONSUMER_GROUP = 2
 
@@ -238,7 +246,8 @@ def encode_eviction(client: int, reason: EvictionReason) -> bytes:
 
 def request_checksum_matches(header: RequestHeader, body: bytes | memoryview) -> bool:
     """A zero stamp means unstamped; otherwise it must be the XXH3-64 of the body."""
-    return header.request_checksum in (0, xxhash.xxh3_64_intdigest(body))
+    stamp = header.request_checksum
+    return stamp == 0 or stamp == xxhash.xxh3_64_intdigest(body)
 
 
 # ---------------------------------------------------------------------------------------------
@@ -250,7 +259,6 @@ Identifier = int | str
 
 _U32 = struct.Struct("<I")
 _U64 = struct.Struct("<Q")
-_U32_U64 = struct.Struct("<IQ")
 
 
 class Reader:
@@ -258,9 +266,9 @@ class Reader:
 
     __slots__ = ("_view", "pos")
 
-    def __init__(self, body: bytes | bytearray | memoryview, pos: int = 0) -> None:
+    def __init__(self, body: bytes | bytearray | memoryview) -> None:
         self._view = memoryview(body)
-        self.pos = pos
+        self.pos = 0
 
     def _take(self, size: int, what: str) -> memoryview:
         end = self.pos + size
@@ -413,7 +421,7 @@ def encode_login(username: str, password: str) -> bytes:
 
 def is_protocol_compatible(version: int) -> bool:
     """Same rule as the server: not below our minimum, major.minor not above ours."""
-    return PROTOCOL_VERSION <= version and version >> 10 <= PROTOCOL_VERSION >> 10
+    return version >= PROTOCOL_VERSION and version >> 10 <= PROTOCOL_VERSION >> 10
 
 
 @dataclass(frozen=True, slots=True)
@@ -712,6 +720,38 @@ def verify_batch(batch: memoryview, declared_count: int) -> bytes:
     if _batch_checksum(batch, joined) != batch_checksum:
         raise BrokerError(ErrorCode.INVALID_BATCH_CHECKSUM, "batch checksum does not match")
     return joined
+
+
+def encode_batch(
+    payloads: Sequence[bytes], *, first_id: int = 1, origin_timestamp: int = 0
+) -> bytes:
+    """A batch laid out as the SDK builds it, ids ``first_id, first_id + 1, ...`` and no user
+    headers. The broker never builds one; tests and benchmarks that speak raw frames do."""
+    frames: list[bytes] = []
+    for index, payload in enumerate(payloads):
+        covered = (
+            (first_id + index).to_bytes(16, "little")
+            + struct.pack("<IIIIQ", index, 0, 0, len(payload), 0) + payload
+        )
+        frames.append(_U64.pack(xxhash.xxh3_64_intdigest(covered)) + covered)
+    header = bytearray(BATCH_HEADER_SIZE)
+    _BATCH_FIELDS.pack_into(
+        header, 0, 0, 0, 0, origin_timestamp, BATCH_HEADER_SIZE + sum(map(len, frames)), 0,
+        len(frames),
+    )
+    _U64.pack_into(header, 40, _batch_checksum(header, b"".join(f[:8] for f in frames)))
+    return bytes(header) + b"".join(frames)
+
+
+def encode_send_messages(
+    stream: Identifier, topic: Identifier, partitioning: bytes, batch: bytes,
+    *, count: int | None = None,
+) -> bytes:
+    """A send_messages body for raw clients. ``partitioning`` is ``[kind u8][len u8][value]``;
+    ``count`` is the declared message count (default: the batch's own)."""
+    metadata = encode_identifier(stream) + encode_identifier(topic) + partitioning
+    declared = batch_message_count(batch) if count is None else count
+    return _U32.pack(len(metadata) + 4) + metadata + _U32.pack(declared) + batch
 
 
 def stamp_batch(

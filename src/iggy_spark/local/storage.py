@@ -37,10 +37,10 @@ from .protocol import (
     batch_location,
     batch_message_count,
     encode_name,
+    parse_options,
     partition_for_key,
     slice_batch,
     stamp_batch,
-    parse_options,
 )
 
 NEVER_EXPIRE = 2**64 - 1
@@ -120,6 +120,8 @@ class Partition:
 
 
 class Topic:
+    """A topic's settings and partitions; also the round-robin cursor for Balanced sends."""
+
     __slots__ = (
         "stream_id", "id", "name", "created_at", "options", "compression", "message_expiry",
         "max_topic_size", "partitions", "_balanced",
@@ -171,6 +173,8 @@ class Topic:
 
 
 class Stream:
+    """A named group of topics, looked up by id or by name."""
+
     __slots__ = ("id", "name", "created_at", "options", "topics", "topic_ids")
 
     def __init__(self, stream_id: int, name: str, created_at: int, options: bytes) -> None:
@@ -181,9 +185,12 @@ class Stream:
         self.topics: dict[int, Topic] = {}
         self.topic_ids: dict[str, int] = {}
 
-    def topic(self, ident: Identifier) -> Topic:
+    def find_topic(self, ident: Identifier) -> Topic | None:
         topic_id = self.topic_ids.get(ident) if isinstance(ident, str) else ident
-        topic = self.topics.get(topic_id) if topic_id is not None else None
+        return self.topics.get(topic_id) if topic_id is not None else None
+
+    def topic(self, ident: Identifier) -> Topic:
+        topic = self.find_topic(ident)
         if topic is None:
             code = (
                 ErrorCode.TOPIC_NAME_NOT_FOUND if isinstance(ident, str)
@@ -235,9 +242,16 @@ class Store:
 
     # -- lookups ------------------------------------------------------------------------------
 
-    def stream(self, ident: Identifier) -> Stream:
+    def find_stream(self, ident: Identifier) -> Stream | None:
         stream_id = self.stream_ids.get(ident) if isinstance(ident, str) else ident
-        stream = self.streams.get(stream_id) if stream_id is not None else None
+        return self.streams.get(stream_id) if stream_id is not None else None
+
+    def find_topic(self, stream: Identifier, topic: Identifier) -> Topic | None:
+        found = self.find_stream(stream)
+        return found.find_topic(topic) if found is not None else None
+
+    def stream(self, ident: Identifier) -> Stream:
+        stream = self.find_stream(ident)
         if stream is None:
             code = (
                 ErrorCode.STREAM_NAME_NOT_FOUND if isinstance(ident, str)

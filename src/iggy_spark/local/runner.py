@@ -1,0 +1,224 @@
+"""``LocalIggy``: start and stop the local broker from tests, notebooks and demos.
+
+Two ways to run it, same wire behaviour:
+
+* ``process=False`` (default) serves from a daemon thread of the calling process, with its own
+  event loop. Cheapest to start; :meth:`LocalIggy.kill` is the same as :meth:`LocalIggy.stop`.
+* ``process=True`` runs ``python -m iggy_spark.local`` as a child (``sys.executable``), so a
+  test can SIGKILL it mid-stream and start it again on the same port and data directory: the
+  fault a real deployment sees when its broker dies.
+
+The port is fixed on the first :meth:`LocalIggy.start` (``port=0`` lets the OS pick) and kept
+across restarts, so clients with reconnection enabled find the broker again.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import os
+import re
+import signal
+import subprocess
+import sys
+import tempfile
+import threading
+import time
+from pathlib import Path
+from types import TracebackType
+from typing import IO
+from urllib.parse import quote
+
+from .server import BrokerServer, run_broker
+
+PASSWORD_ENV = "IGGY_LOCAL_PASSWORD"
+"""The child reads the password from here, so it never shows up in a process listing."""
+
+START_TIMEOUT = 30.0
+STOP_TIMEOUT = 10.0
+_LISTENING = re.compile(rb"listening on (\S+):(\d+)")
+_SOURCE_ROOT = Path(__file__).resolve().parents[2]
+
+
+class LocalIggy:
+    """A local Iggy-protocol broker on ``host:port``, driven by the real ``apache-iggy`` SDK.
+
+    ``with LocalIggy() as broker:`` starts it and stops it; ``broker.address`` is what
+    ``IggyClient`` takes and ``broker.url`` what the sink's ``url`` option takes. With
+    ``data_dir`` every acknowledged write is fsynced there and survives restarts.
+    """
+
+    def __init__(
+        self,
+        host: str = "127.0.0.1",
+        port: int = 0,
+        *,
+        data_dir: str | os.PathLike[str] | None = None,
+        username: str = "iggy",
+        password: str = "iggy",
+        process: bool = False,
+    ) -> None:
+        self.host = host
+        self.port = port
+        self.data_dir = Path(data_dir) if data_dir is not None else None
+        self.username = username
+        self._password = password
+        self.process = process
+        self._thread: threading.Thread | None = None
+        self._loop: asyncio.AbstractEventLoop | None = None
+        self._stop: asyncio.Event | None = None
+        self._child: subprocess.Popen[bytes] | None = None
+        self._child_log: IO[bytes] | None = None
+
+    # -- public surface -----------------------------------------------------------------------
+
+    @property
+    def address(self) -> str:
+        """``host:port`` for ``IggyClient``; a wildcard bind is reached through loopback."""
+        host = "127.0.0.1" if self.host in ("", "0.0.0.0") else self.host
+        host = "::1" if host == "::" else host
+        return f"[{host}]:{self.port}" if ":" in host else f"{host}:{self.port}"
+
+    @property
+    def url(self) -> str:
+        """``iggy://user:password@host:port``, the form the sink's ``url`` option takes."""
+        return f"iggy://{quote(self.username, safe='')}:{quote(self._password, safe='')}@" + (
+            self.address
+        )
+
+    @property
+    def running(self) -> bool:
+        if self.process:
+            return self._child is not None and self._child.poll() is None
+        return self._thread is not None and self._thread.is_alive()
+
+    def start(self) -> LocalIggy:
+        """Start serving (no-op if already running); return once the port accepts connections."""
+        if self.running:
+            return self
+        self._reap()
+        if self.process:
+            self._start_child()
+        else:
+            self._start_thread()
+        return self
+
+    def stop(self) -> None:
+        """Stop serving and drop every client connection; idempotent."""
+        if self._child is not None:
+            self._child.send_signal(signal.SIGTERM)
+            try:
+                self._child.wait(STOP_TIMEOUT)
+            except subprocess.TimeoutExpired:
+                self._child.kill()
+        if self._thread is not None and self._loop is not None and self._stop is not None:
+            if self._thread.is_alive():
+                self._loop.call_soon_threadsafe(self._stop.set)
+            self._thread.join(STOP_TIMEOUT)
+        self._reap()
+
+    def kill(self) -> None:
+        """Crash the broker: SIGKILL in process mode (no flush, no goodbye); else :meth:`stop`."""
+        if self._child is None:
+            self.stop()
+            return
+        self._child.kill()
+        self._reap()
+
+    def __enter__(self) -> LocalIggy:
+        return self.start()
+
+    def __exit__(
+        self,
+        exc_type: type[BaseException] | None,
+        exc: BaseException | None,
+        traceback: TracebackType | None,
+    ) -> None:
+        self.stop()
+
+    def __repr__(self) -> str:
+        mode = "process" if self.process else "thread"
+        return (
+            f"LocalIggy(address={self.address!r}, mode={mode!r}, data_dir={self.data_dir!r}, "
+            f"username={self.username!r}, running={self.running})"
+        )
+
+    # -- thread mode ----------------------------------------------------------------------------
+
+    def _start_thread(self) -> None:
+        ready = threading.Event()
+        failures: list[BaseException] = []
+
+        def on_ready(server: BrokerServer) -> None:
+            self.port = server.port
+            ready.set()
+
+        async def main() -> None:
+            self._loop = asyncio.get_running_loop()
+            self._stop = asyncio.Event()
+            await run_broker(
+                data_dir=self.data_dir, host=self.host, port=self.port, username=self.username,
+                password=self._password, stop=self._stop, on_ready=on_ready,
+            )
+
+        def target() -> None:
+            try:
+                asyncio.run(main())
+            except BaseException as exc:  # reported to start(); the thread must not die silently
+                failures.append(exc)
+                ready.set()
+
+        self._thread = threading.Thread(target=target, name="local-iggy", daemon=True)
+        self._thread.start()
+        if not ready.wait(START_TIMEOUT) or failures:
+            self._thread.join(STOP_TIMEOUT)
+            self._reap()
+            raise RuntimeError(f"local Iggy broker on {self.address} did not start") from (
+                failures[0] if failures else None
+            )
+
+    # -- process mode ---------------------------------------------------------------------------
+
+    def _start_child(self) -> None:
+        command = [
+            sys.executable, "-m", "iggy_spark.local", "--host", self.host,
+            "--port", str(self.port), "--username", self.username,
+        ]
+        if self.data_dir is not None:
+            command += ["--data-dir", str(self.data_dir)]
+        python_path = os.pathsep.join(
+            filter(None, [str(_SOURCE_ROOT), os.environ.get("PYTHONPATH")])
+        )
+        env = {**os.environ, "PYTHONPATH": python_path, PASSWORD_ENV: self._password}
+        # Lives as long as the child (closed by _reap), so no context manager.
+        self._child_log = tempfile.TemporaryFile(prefix="local-iggy-")  # noqa: SIM115
+        self._child = subprocess.Popen(
+            command, env=env, stdin=subprocess.DEVNULL, stdout=subprocess.DEVNULL,
+            stderr=self._child_log,
+        )
+        deadline = time.monotonic() + START_TIMEOUT
+        while time.monotonic() < deadline:
+            match = _LISTENING.search(self._read_child_log())
+            if match:
+                self.port = int(match.group(2))
+                return
+            if self._child.poll() is not None:
+                break
+            time.sleep(0.02)
+        output = self._read_child_log().decode(errors="replace")[-4000:]
+        self.kill()
+        raise RuntimeError(f"local Iggy broker process did not start; its log:\n{output}")
+
+    def _read_child_log(self) -> bytes:
+        assert self._child_log is not None
+        self._child_log.seek(0)
+        return self._child_log.read()
+
+    def _reap(self) -> None:
+        """Forget a finished thread or child so the next start begins clean."""
+        if self._child is not None:
+            self._child.wait()
+            self._child = None
+        if self._child_log is not None:
+            self._child_log.close()
+            self._child_log = None
+        self._thread = self._loop = self._stop = None

@@ -1,0 +1,185 @@
+"""Helpers for tests that talk to the local broker: through the real SDK, or as raw frames.
+
+The SDK helpers (:func:`poll_all`, :func:`apoll_all`, :func:`connect`) read back what arrived
+over TCP exactly as any consumer would, so end-to-end tests can assert on partition, offset, id,
+payload and user headers without reaching into the broker. :class:`RawClient` is for what the
+SDK will not send: garbage, unknown operations, and the Balanced / MessagesKey partitioning
+kinds it resolves client-side (with bodies from :mod:`iggy_spark.local.protocol`'s encoders).
+"""
+
+from __future__ import annotations
+
+import asyncio
+import socket
+import struct
+from collections.abc import Coroutine
+from dataclasses import dataclass
+from typing import Any, TypeVar
+
+from apache_iggy import Consumer, IggyClient, PollingStrategy, ReceiveMessage, UserHeaders
+
+from iggy_spark.local.protocol import (
+    HEADER_SIZE,
+    Identifier,
+    Operation,
+    encode_login,
+    encode_request_header,
+)
+
+T = TypeVar("T")
+
+
+def run(coro: Coroutine[Any, Any, T]) -> T:
+    """Run one coroutine to completion from a synchronous test (no pytest-asyncio here)."""
+    return asyncio.run(coro)
+
+
+@dataclass(frozen=True)
+class Polled:
+    """One message as a consumer sees it after polling it back over TCP."""
+
+    partition: int
+    offset: int
+    id: int
+    payload: bytes
+    user_headers: UserHeaders
+    """Typed ``HeaderKey -> HeaderValue`` as the SDK decodes them; empty when none were sent."""
+    timestamp: int
+    origin_timestamp: int
+
+    @property
+    def headers(self) -> dict[Any, Any]:
+        """The same headers as plain Python scalars (``{"k": "v", "n": 5}``)."""
+        return self.user_headers.to_scalar_dict()
+
+    @classmethod
+    def from_message(cls, message: ReceiveMessage) -> Polled:
+        return cls(
+            partition=message.partition_id(),
+            offset=message.offset(),
+            id=message.id(),
+            payload=message.payload(),
+            user_headers=message.user_headers() or UserHeaders(),
+            timestamp=message.timestamp(),
+            origin_timestamp=message.origin_timestamp(),
+        )
+
+
+async def connect(address: str, username: str = "iggy", password: str = "iggy") -> IggyClient:
+    """A connected, logged-in SDK client."""
+    client = IggyClient(address)
+    await client.connect()
+    await client.login_user(username, password)
+    return client
+
+
+async def apoll_partition(
+    client: IggyClient, stream: Identifier, topic: Identifier, partition: int,
+    *, batch: int = 1000,
+) -> list[Polled]:
+    """Every message of one partition, polled by offset from 0 until a poll comes back empty."""
+    polled: list[Polled] = []
+    while True:
+        messages = await client.poll_messages(
+            stream, topic, consumer=Consumer.Single("broker-fixtures"),
+            polling_strategy=PollingStrategy.Offset(len(polled)), count=batch,
+            auto_commit=False, partition_id=partition,
+        )
+        if not messages:
+            return polled
+        polled.extend(Polled.from_message(message) for message in messages)
+
+
+async def apoll_all(
+    client: IggyClient, stream: Identifier, topic: Identifier, partition: int | None = None,
+) -> list[Polled]:
+    """Every message of a topic (or of one ``partition``), partition by partition."""
+    if partition is not None:
+        return await apoll_partition(client, stream, topic, partition)
+    details = await client.get_topic(stream, topic)
+    if details is None:
+        raise LookupError(f"topic {topic!r} not found in stream {stream!r}")
+    polled: list[Polled] = []
+    for found in details.partitions:
+        polled.extend(await apoll_partition(client, stream, topic, found.id))
+    return polled
+
+
+def poll_all(
+    address: str, stream: Identifier, topic: Identifier, partition: int | None = None,
+    *, username: str = "iggy", password: str = "iggy",
+) -> list[Polled]:
+    """Synchronous :func:`apoll_all` on a fresh connection to ``address``."""
+
+    async def main() -> list[Polled]:
+        client = await connect(address, username, password)
+        return await apoll_all(client, stream, topic, partition)
+
+    return run(main())
+
+
+# -- raw frames ---------------------------------------------------------------------------------
+
+@dataclass(frozen=True)
+class RawReply:
+    command: int
+    operation: int
+    status: int
+    body: bytes
+
+
+class RawClient:
+    """A blocking socket speaking request frames by hand, one request at a time."""
+
+    def __init__(self, address: str, *, timeout: float = 5.0) -> None:
+        host, port = address.rsplit(":", 1)
+        self.sock = socket.create_connection((host, int(port)), timeout=timeout)
+        self.client_id = 0x1234_5678_9ABC_DEF0
+        self.session = 0
+        self.request = 0
+
+    def close(self) -> None:
+        self.sock.close()
+
+    def send_raw(self, data: bytes) -> None:
+        self.sock.sendall(data)
+
+    def call(self, operation: int, body: bytes = b"", *, code: int = 0) -> RawReply:
+        self.request += 1
+        header = encode_request_header(
+            body_size=len(body), client=self.client_id, operation=operation, code=code,
+            session=self.session, request=self.request,
+        )
+        self.sock.sendall(header + body)
+        return self.read_reply()
+
+    def login(self, username: str = "iggy", password: str = "iggy") -> RawReply:
+        reply = self.call(Operation.REGISTER, encode_login(username, password))
+        if reply.command == 8 and reply.status == 0:
+            self.session = struct.unpack_from("<Q", reply.body, 8)[0]
+        return reply
+
+    def read_reply(self) -> RawReply:
+        header = self._read_exactly(HEADER_SIZE)
+        size = struct.unpack_from("<I", header, 48)[0]
+        body = self._read_exactly(size - HEADER_SIZE)
+        return RawReply(
+            command=header[60], operation=header[208],
+            status=struct.unpack_from("<I", header, 216)[0], body=body,
+        )
+
+    def at_eof(self) -> bool:
+        """Whether the broker closed the connection (waits up to the socket timeout)."""
+        try:
+            return self.sock.recv(1) == b""
+        except ConnectionResetError:
+            return True
+
+    def _read_exactly(self, size: int) -> bytes:
+        data = b""
+        while len(data) < size:
+            chunk = self.sock.recv(size - len(data))
+            if not chunk:
+                raise ConnectionError(f"closed after {len(data)} of {size} bytes")
+            data += chunk
+        return data
