@@ -51,11 +51,11 @@ from iggy_spark.local.protocol import (
     encode_request_header,
     encode_send_messages,
     parse_options,
-    partition_for_key,
     slice_batch,
     stamp_batch,
     verify_batch,
 )
+from iggy_spark.partitioning import partition_for_key
 
 SRC = Path(__file__).resolve().parents[1] / "src"
 

@@ -8,7 +8,7 @@ Two constraints shape every class here:
   rebuilds it with ``cls(*args)``) and renders a message that reads well on its own line,
   naming the option, destination or column at fault and what to do about it.
 * Values that come from rows (stream and topic names) can be anything: long, multi-line,
-  hostile. They are shown through :func:`_show`, quoted and truncated.
+  hostile. They are shown through :func:`show`, quoted and truncated.
 """
 
 from __future__ import annotations
@@ -20,19 +20,21 @@ __all__ = [
     "EncodingError",
     "IggySparkError",
     "SendError",
+    "show",
 ]
 
 _SHOW_LIMIT = 80
 
 
-def _show(value: object) -> str:
-    """A row-supplied value, quoted and cut short so it cannot flood or forge log lines."""
+def show(value: object) -> str:
+    """A user- or row-supplied value for a message: quoted (so newlines cannot forge log lines)
+    and cut short (so a megabyte of garbage cannot flood them)."""
     text = repr(value)
     return text if len(text) <= _SHOW_LIMIT else text[: _SHOW_LIMIT - 3] + "..."
 
 
 def _destination(stream: str | None, topic: str | None) -> str:
-    return f"{_show(stream)}/{_show(topic)}"
+    return f"{show(stream)}/{show(topic)}"
 
 
 class IggySparkError(Exception):

@@ -36,7 +36,7 @@ from typing import TYPE_CHECKING, Any
 from urllib.parse import SplitResult, parse_qsl, quote, unquote, urlencode, urlsplit
 
 from iggy_spark.errors import ConfigError
-from iggy_spark.units import parse_bool, parse_duration, parse_int
+from iggy_spark.units import parse_bool, parse_int, parse_positive_duration
 
 if TYPE_CHECKING:
     import apache_iggy
@@ -50,13 +50,6 @@ _EXAMPLE = "iggy://user:password@localhost:8090"
 _REDACTED = "***"
 
 
-def _positive_duration(text: str) -> timedelta:
-    value = parse_duration(text)
-    if not value:
-        raise ValueError("must be greater than zero")
-    return value
-
-
 def _retries(text: str) -> int:
     return parse_int(text, minimum=0, maximum=2**32 - 1)
 
@@ -68,8 +61,8 @@ _PARAMS: dict[str, Callable[[str], Any]] = {
     "tls_ca_file": str,
     "tls_validate_certificate": parse_bool,
     "reconnection_retries": _retries,
-    "reconnection_interval": _positive_duration,
-    "heartbeat_interval": _positive_duration,
+    "reconnection_interval": parse_positive_duration,
+    "heartbeat_interval": parse_positive_duration,
     "nodelay": parse_bool,
 }
 

@@ -15,7 +15,15 @@ import re
 from datetime import timedelta
 from decimal import Decimal
 
-__all__ = ["parse_bool", "parse_byte_size", "parse_duration", "parse_int"]
+from iggy_spark.errors import show
+
+__all__ = [
+    "parse_bool",
+    "parse_byte_size",
+    "parse_duration",
+    "parse_int",
+    "parse_positive_duration",
+]
 
 _DURATION = re.compile(r"(\d+(?:\.\d+)?)\s*(ms|s|m|h|d)?", re.IGNORECASE)
 _MICROS_PER_UNIT = {
@@ -36,23 +44,19 @@ _INT = re.compile(r"\d+")
 _BOOLS = {"true": True, "false": False}
 
 
-def _quote(text: str) -> str:
-    return repr(text) if len(text) <= 60 else repr(text[:57] + "...")
-
-
 def parse_bool(text: str) -> bool:
     """``true`` or ``false`` in any case: what Spark writes for ``.option(key, True)``."""
     try:
         return _BOOLS[text.strip().lower()]
     except KeyError:
-        raise ValueError(f"expected true or false, got {_quote(text)}") from None
+        raise ValueError(f"expected true or false, got {show(text)}") from None
 
 
 def parse_int(text: str, *, minimum: int, maximum: int | None = None) -> int:
     """A decimal integer within ``[minimum, maximum]``; no signs, spaces inside or underscores."""
     stripped = text.strip()
     if not _INT.fullmatch(stripped):
-        raise ValueError(f"expected a whole number, got {_quote(text)}")
+        raise ValueError(f"expected a whole number, got {show(text)}")
     value = int(stripped)
     if value < minimum or (maximum is not None and value > maximum):
         bound = f"at least {minimum}" if maximum is None else f"between {minimum} and {maximum}"
@@ -69,14 +73,22 @@ def parse_duration(text: str) -> timedelta:
     if not match:
         raise ValueError(
             f"expected a duration such as 500ms, 30s, 2m, 1h, 7d or plain seconds, "
-            f"got {_quote(text)}"
+            f"got {show(text)}"
         )
     number, unit = match.groups()
     micros = Decimal(number) * _MICROS_PER_UNIT[unit.lower() if unit else None]
     try:
         return timedelta(microseconds=int(micros))
     except OverflowError:
-        raise ValueError(f"duration {_quote(text)} is too large") from None
+        raise ValueError(f"duration {show(text)} is too large") from None
+
+
+def parse_positive_duration(text: str) -> timedelta:
+    """:func:`parse_duration`, refusing zero (and anything below a microsecond)."""
+    value = parse_duration(text)
+    if not value:
+        raise ValueError("must be greater than zero")
+    return value
 
 
 def parse_byte_size(text: str) -> int:
@@ -84,7 +96,7 @@ def parse_byte_size(text: str) -> int:
     match = _SIZE.fullmatch(text.strip())
     if not match:
         raise ValueError(
-            f"expected a size such as 1048576, 512KB, 8MB or 1GB, got {_quote(text)}"
+            f"expected a size such as 1048576, 512KB, 8MB or 1GB, got {show(text)}"
         )
     number, unit = match.groups()
     return int(number) * _BYTES_PER_UNIT[unit.lower() if unit else None]

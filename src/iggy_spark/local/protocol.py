@@ -380,11 +380,6 @@ def parse_options(block: bytes) -> dict[bytes, bytes]:
     return dict(zip(fields[0::2], fields[1::2], strict=True))
 
 
-def partition_for_key(key: bytes, partitions_count: int) -> int:
-    """MessagesKey partitioning exactly as the server and SDK do it: XXH32 (seed 0) mod count."""
-    return xxhash.xxh32_intdigest(key) % partitions_count
-
-
 # ---------------------------------------------------------------------------------------------
 # Requests
 # ---------------------------------------------------------------------------------------------

@@ -23,6 +23,7 @@ import time
 from bisect import bisect_left, bisect_right
 from itertools import count as counter
 
+from ..partitioning import partition_for_key
 from .journal import Journal, RecordKind
 from .protocol import (
     MAX_PARTITIONS_PER_REQUEST,
@@ -38,7 +39,6 @@ from .protocol import (
     batch_message_count,
     encode_name,
     parse_options,
-    partition_for_key,
     slice_batch,
     stamp_batch,
 )

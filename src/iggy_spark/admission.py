@@ -1,0 +1,316 @@
+"""Which destinations a row may be sent to: pure rules, no I/O, no Spark.
+
+Rows name their own destination, so a bug or a hostile value upstream could otherwise create
+streams and topics without bound. Every row's destination goes through the same sequence
+(the writer runs the steps in this order; each step is a function or class here or in
+:mod:`iggy_spark.breaker`):
+
+1. stream or topic is null → :class:`MissingDestination` applies ``on_missing_destination``
+   (fill in the defaults, drop the row, or fail);
+2. :func:`is_valid_name` on both parts → ``invalid_name``;
+3. ``admission.mode``: a denylist match → ``denylist``; no allowlist match → ``not_allowlisted``;
+4. ``admission.max_destinations``: a destination not yet admitted by the query when the cap is
+   reached → ``cap`` (the cap holds in every mode: ``open`` means "no list", not "unbounded");
+5. the destination's circuit breaker is open → ``circuit_open`` (:mod:`iggy_spark.breaker`).
+
+Steps 2-4 are :meth:`Admission.check`. Any :class:`Reason` then follows
+``on_admission_failure``. The dead-letter destination is exempt from steps 3-4 and from the cap
+count, so failures can always be parked somewhere.
+"""
+
+from __future__ import annotations
+
+import re
+from collections.abc import Iterable
+from dataclasses import dataclass, field
+from enum import StrEnum
+from typing import NamedTuple
+
+from iggy_spark.errors import AdmissionError, show
+
+__all__ = [
+    "NAME_RULE",
+    "WILDCARD",
+    "Admission",
+    "AdmissionMode",
+    "AdmissionRules",
+    "Destination",
+    "Entry",
+    "MissingDestination",
+    "MissingPolicy",
+    "Reason",
+    "check_partition_id",
+    "is_valid_name",
+    "parse_entries",
+    "rejection",
+]
+
+WILDCARD = "*"
+NAME_RULE = "1 to 255 characters from A-Z a-z 0-9 . _ -"
+_NAME = re.compile(r"[A-Za-z0-9._-]{1,255}")
+
+
+class Destination(NamedTuple):
+    """A (stream, topic) pair; a tuple so that it hashes fast and pickles small."""
+
+    stream: str
+    topic: str
+
+    def __str__(self) -> str:
+        return f"{self.stream}/{self.topic}"
+
+
+class Reason(StrEnum):
+    """Why a row was refused; the values are the ``reason`` label of the rejection counter."""
+
+    CAP = "cap"
+    DENYLIST = "denylist"
+    NOT_ALLOWLISTED = "not_allowlisted"
+    INVALID_NAME = "invalid_name"
+    CIRCUIT_OPEN = "circuit_open"
+    PARTITION_ID_OUT_OF_RANGE = "partition_id_out_of_range"
+
+
+_ADVICE = {
+    Reason.CAP: "the query already writes to admission.max_destinations destinations; raise the "
+    "cap if this destination is expected",
+    Reason.DENYLIST: "the destination matches admission.denylist",
+    Reason.NOT_ALLOWLISTED: "the destination matches no entry of admission.allowlist",
+    Reason.INVALID_NAME: f"stream and topic names must be {NAME_RULE}",
+    Reason.CIRCUIT_OPEN: "recent sends to this destination failed; its circuit breaker retries "
+    "after circuit_breaker.cool_down",
+    Reason.PARTITION_ID_OUT_OF_RANGE: "partition ids count from 0 and must be below the topic's "
+    "partition count",
+}
+
+
+def rejection(stream: str, topic: str, reason: Reason) -> AdmissionError:
+    """The error for a rejected row under ``on_admission_failure=error``."""
+    advice = f"{_ADVICE[reason]}; on_admission_failure=drop or dlq keeps the query running"
+    return AdmissionError(stream, topic, reason.value, advice)
+
+
+def is_valid_name(name: str) -> bool:
+    """Whether ``name`` may name a stream or topic created by this sink."""
+    return _NAME.fullmatch(name) is not None
+
+
+def check_partition_id(partition_id: int, partitions_count: int) -> Reason | None:
+    """Iggy partitions are numbered ``0 .. partitions_count - 1``.
+
+    A bad id is a data problem of one row, not a sign the topic is unhealthy, so the writer
+    counts this reason but does not report it to the destination's circuit breaker.
+    """
+    return None if 0 <= partition_id < partitions_count else Reason.PARTITION_ID_OUT_OF_RANGE
+
+
+class AdmissionMode(StrEnum):
+    OPEN = "open"
+    ALLOWLIST = "allowlist"
+    DENYLIST = "denylist"
+
+
+@dataclass(frozen=True)
+class Entry:
+    """One ``stream/topic`` list entry; each segment is a literal name or ``*`` on its own."""
+
+    stream: str
+    topic: str
+
+    @property
+    def matches_everything(self) -> bool:
+        return self.stream == WILDCARD and self.topic == WILDCARD
+
+    def matches(self, destination: Destination) -> bool:
+        return self.stream in (WILDCARD, destination.stream) and self.topic in (
+            WILDCARD,
+            destination.topic,
+        )
+
+    def __str__(self) -> str:
+        return f"{self.stream}/{self.topic}"
+
+
+def parse_entries(text: str) -> tuple[Entry, ...]:
+    """Parse a comma-separated ``stream/topic`` list, duplicates removed, order kept.
+
+    Deliberately narrow: no partial globs (``orders-*``), no regular expressions, so an entry
+    means exactly what it says. Raises :class:`ValueError` describing the first bad entry.
+    """
+    entries: dict[Entry, None] = {}
+    for position, raw in enumerate(text.split(","), start=1):
+        item = raw.strip()
+        segments = item.split("/")
+        if not item:
+            raise ValueError(f"entry {position} is empty; entries are comma-separated stream/topic")
+        if len(segments) != 2:
+            raise ValueError(f"entry {position} ({show(item)}) must be exactly stream/topic")
+        for segment in segments:
+            if segment != WILDCARD and not is_valid_name(segment):
+                raise ValueError(
+                    f"entry {position} ({show(item)}): each part must be a name of {NAME_RULE}, "
+                    f"or * alone (partial wildcards such as orders-* are not supported)"
+                )
+        entries[Entry(*segments)] = None
+    return tuple(entries)
+
+
+class _Matcher:
+    """Set lookups equivalent to ``any(entry.matches(d) for entry in entries)``."""
+
+    def __init__(self, entries: Iterable[Entry]) -> None:
+        self._exact: set[Destination] = set()
+        self._streams: set[str] = set()
+        self._topics: set[str] = set()
+        self._everything = False
+        for entry in entries:
+            if entry.matches_everything:
+                self._everything = True
+            elif entry.topic == WILDCARD:
+                self._streams.add(entry.stream)
+            elif entry.stream == WILDCARD:
+                self._topics.add(entry.topic)
+            else:
+                self._exact.add(Destination(entry.stream, entry.topic))
+
+    def __call__(self, destination: Destination) -> bool:
+        return (
+            self._everything
+            or destination in self._exact
+            or destination.stream in self._streams
+            or destination.topic in self._topics
+        )
+
+
+@dataclass(frozen=True)
+class AdmissionRules:
+    """The admission settings of a query, as parsed from its options (picklable).
+
+    ``entries`` is the allowlist in ``allowlist`` mode, the denylist in ``denylist`` mode and
+    empty in ``open`` mode. ``exempt`` holds the dead-letter destination, if any.
+    """
+
+    mode: AdmissionMode = AdmissionMode.OPEN
+    entries: tuple[Entry, ...] = ()
+    max_destinations: int = 256
+    exempt: frozenset[Destination] = field(default_factory=frozenset)
+
+    def list_reason(self, destination: Destination) -> Reason | None:
+        """The allow/deny verdict alone (no name check, no cap): used to vet defaults."""
+        return _list_verdict(self.mode, _Matcher(self.entries), destination)
+
+
+def _list_verdict(
+    mode: AdmissionMode, matcher: _Matcher, destination: Destination
+) -> Reason | None:
+    if mode is AdmissionMode.DENYLIST and matcher(destination):
+        return Reason.DENYLIST
+    if mode is AdmissionMode.ALLOWLIST and not matcher(destination):
+        return Reason.NOT_ALLOWLISTED
+    return None
+
+
+class Admission:
+    """Decides steps 2-4 for one writer task and remembers what it admitted.
+
+    The cap is per query, but Spark runs the writer as many tasks over many micro-batches. The
+    driver therefore keeps the query's set of admitted destinations and seeds each task with
+    it (``admitted=``); the task reads back :attr:`newly_admitted` and returns it in its commit
+    message for the driver to merge. Seeded destinations still pass the name and list checks
+    (options may have changed since they were admitted) but never count against the cap twice.
+    Tasks running at the same time can each admit up to the remaining headroom, so a burst of
+    new destinations may overshoot the cap by at most (parallel tasks - 1) x headroom before the
+    driver's merge makes it hold again.
+
+    Verdicts are memoised per destination: the admitted set only grows and the cap never
+    shrinks, so a destination's verdict cannot change during the task's lifetime. Admission is
+    not revoked when creating or sending to the destination later fails: the cap bounds the
+    destinations the query tried to use, and the circuit breaker handles the failures.
+    """
+
+    def __init__(self, rules: AdmissionRules, admitted: Iterable[Destination] = ()) -> None:
+        self._rules = rules
+        self._matcher = _Matcher(rules.entries)
+        self._seeded = frozenset(Destination(*d) for d in admitted) - rules.exempt
+        self._admitted = set(self._seeded)
+        self._verdicts: dict[Destination, Reason | None] = dict.fromkeys(rules.exempt)
+
+    @property
+    def rules(self) -> AdmissionRules:
+        return self._rules
+
+    @property
+    def admitted(self) -> frozenset[Destination]:
+        """Every destination counted against the cap: seeded plus newly admitted."""
+        return frozenset(self._admitted)
+
+    @property
+    def newly_admitted(self) -> frozenset[Destination]:
+        """Destinations this instance admitted that were not in the seed."""
+        return frozenset(self._admitted - self._seeded)
+
+    def check(self, stream: str, topic: str) -> Reason | None:
+        """``None`` if the destination is admitted (recording it), else why not."""
+        destination = Destination(stream, topic)
+        try:
+            return self._verdicts[destination]
+        except KeyError:
+            verdict = self._decide(destination)
+            self._verdicts[destination] = verdict
+            return verdict
+
+    def _decide(self, destination: Destination) -> Reason | None:
+        if not (is_valid_name(destination.stream) and is_valid_name(destination.topic)):
+            return Reason.INVALID_NAME
+        reason = _list_verdict(self._rules.mode, self._matcher, destination)
+        if reason is not None:
+            return reason
+        if destination not in self._admitted:
+            if len(self._admitted) >= self._rules.max_destinations:
+                return Reason.CAP
+            self._admitted.add(destination)
+        return None
+
+
+class MissingPolicy(StrEnum):
+    """``on_missing_destination``; the values are also the ``action`` label of its counter."""
+
+    DEFAULT = "default"
+    DROP = "drop"
+    ERROR = "error"
+
+
+@dataclass(frozen=True)
+class MissingDestination:
+    """Step 1: what a row whose stream or topic is null gets.
+
+    The defaults stand in for null parts only; they are not a fallback for rejected or
+    failing destinations, and the filled-in destination still goes through steps 2-5.
+    """
+
+    policy: MissingPolicy
+    default: Destination | None = None
+
+    def __post_init__(self) -> None:
+        if (self.policy is MissingPolicy.DEFAULT) != (self.default is not None):
+            raise ValueError("a default destination goes with policy 'default', and only with it")
+
+    def resolve(self, stream: str | None, topic: str | None) -> Destination | None:
+        """The destination to use, or ``None`` to drop the row; raises under policy ``error``.
+
+        Only call it for rows with a null part: complete destinations need no resolving.
+        """
+        if self.default is not None:
+            return Destination(
+                self.default.stream if stream is None else stream,
+                self.default.topic if topic is None else topic,
+            )
+        if self.policy is MissingPolicy.DROP:
+            return None
+        raise AdmissionError(
+            stream,
+            topic,
+            "missing_destination",
+            "the row's stream or topic is null and on_missing_destination=error; set "
+            "default_stream and default_topic, or on_missing_destination=drop",
+        )

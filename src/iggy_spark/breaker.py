@@ -1,0 +1,163 @@
+"""Per-destination circuit breakers: stop hammering a destination that keeps failing.
+
+Pure state machines driven by an injectable clock, so every transition is testable without
+waiting. The writer asks :meth:`BreakerBoard.allow` before sending a group and reports the
+outcome with :meth:`~BreakerBoard.record_success` or :meth:`~BreakerBoard.record_failure`.
+
+States (per destination)::
+
+    closed --(failure_threshold consecutive counted failures)--> open
+    open --(cool_down elapsed, next allow())--> half_open, one probe granted
+    half_open --(success)--> closed
+    half_open --(counted failure)--> open again, for a full cool_down
+    half_open --(uncounted failure)--> half_open, probe slot released
+
+* A success in ``closed`` resets the consecutive-failure count.
+* Outcomes reported while ``open`` belong to sends admitted before the breaker opened; they
+  are ignored, so the cool-down alone decides when to probe again.
+* In ``half_open`` exactly one caller is allowed through. If its outcome is never reported
+  (the task died mid-send), the probe lease expires after another ``cool_down`` and a new
+  probe is granted, so a destination cannot stay blocked forever.
+* ``record_failure(counts=False)`` is for failures that say nothing about the destination:
+  a lost connection fails every destination at once and must not trip every breaker. The
+  writer classifies errors; this module only honours the verdict.
+"""
+
+from __future__ import annotations
+
+import time
+from collections.abc import Callable
+from dataclasses import dataclass
+from enum import StrEnum
+
+from iggy_spark.admission import Destination
+
+__all__ = ["BreakerBoard", "BreakerConfig", "BreakerSnapshot", "BreakerState", "CircuitBreaker"]
+
+Clock = Callable[[], float]
+
+
+class BreakerState(StrEnum):
+    CLOSED = "closed"
+    OPEN = "open"
+    HALF_OPEN = "half_open"
+
+
+@dataclass(frozen=True)
+class BreakerConfig:
+    """``circuit_breaker.failure_threshold`` and ``circuit_breaker.cool_down`` (seconds)."""
+
+    failure_threshold: int = 5
+    cool_down: float = 30.0
+
+    def __post_init__(self) -> None:
+        if self.failure_threshold < 1 or not self.cool_down > 0:
+            raise ValueError("failure_threshold must be >= 1 and cool_down > 0")
+
+
+@dataclass(frozen=True)
+class BreakerSnapshot:
+    """One breaker, for reports: times are in the board's clock units (seconds)."""
+
+    state: BreakerState
+    consecutive_failures: int
+    opened_at: float | None
+    last_error: str | None
+
+
+class CircuitBreaker:
+    """The breaker of one destination; see the module docstring for the transitions."""
+
+    def __init__(self, config: BreakerConfig, clock: Clock) -> None:
+        self._config = config
+        self._clock = clock
+        self._state = BreakerState.CLOSED
+        self._failures = 0
+        self._opened_at: float | None = None
+        self._probe_started_at: float | None = None
+        self._last_error: str | None = None
+
+    @property
+    def state(self) -> BreakerState:
+        return self._state
+
+    def allow(self) -> bool:
+        """Whether a send may go now; in ``half_open`` a ``True`` is the (single) probe."""
+        if self._state is BreakerState.CLOSED:
+            return True
+        now = self._clock()
+        if self._state is BreakerState.OPEN:
+            assert self._opened_at is not None
+            if now - self._opened_at < self._config.cool_down:
+                return False
+            self._state = BreakerState.HALF_OPEN
+        elif self._probe_started_at is not None and (
+            now - self._probe_started_at < self._config.cool_down
+        ):
+            return False
+        self._probe_started_at = now
+        return True
+
+    def record_success(self) -> None:
+        if self._state is BreakerState.OPEN:
+            return
+        self._state = BreakerState.CLOSED
+        self._failures = 0
+        self._opened_at = self._probe_started_at = None
+
+    def record_failure(self, *, counts: bool = True, error: str | None = None) -> None:
+        """Report a failed send; ``counts=False`` leaves the failure count untouched."""
+        if error is not None:
+            self._last_error = error
+        if self._state is BreakerState.OPEN:
+            return
+        if not counts:
+            self._probe_started_at = None  # the probe proved nothing: let another one through
+            return
+        self._failures += 1
+        tripped = self._failures >= self._config.failure_threshold
+        if tripped or self._state is BreakerState.HALF_OPEN:
+            self._state = BreakerState.OPEN
+            self._opened_at = self._clock()
+            self._probe_started_at = None
+
+    def snapshot(self) -> BreakerSnapshot:
+        return BreakerSnapshot(self._state, self._failures, self._opened_at, self._last_error)
+
+
+class BreakerBoard:
+    """One :class:`CircuitBreaker` per destination, created on first use.
+
+    Memory is bounded by the admission cap: only admitted destinations are ever sent to.
+    The default clock is :func:`time.monotonic`, meaningful within one process only; pass
+    ``clock=time.time`` if snapshots must be compared across processes.
+    """
+
+    def __init__(self, config: BreakerConfig, clock: Clock = time.monotonic) -> None:
+        self._config = config
+        self._clock = clock
+        self._breakers: dict[Destination, CircuitBreaker] = {}
+
+    def _breaker(self, destination: Destination) -> CircuitBreaker:
+        breaker = self._breakers.get(destination)
+        if breaker is None:
+            breaker = self._breakers[destination] = CircuitBreaker(self._config, self._clock)
+        return breaker
+
+    def allow(self, destination: Destination) -> bool:
+        return self._breaker(destination).allow()
+
+    def record_success(self, destination: Destination) -> None:
+        self._breaker(destination).record_success()
+
+    def record_failure(
+        self, destination: Destination, *, counts: bool, error: str | None = None
+    ) -> None:
+        self._breaker(destination).record_failure(counts=counts, error=error)
+
+    def open_count(self) -> int:
+        """Breakers not closed (open or probing): the ``circuit_open`` gauge."""
+        return sum(b.state is not BreakerState.CLOSED for b in self._breakers.values())
+
+    def snapshot(self) -> dict[Destination, BreakerSnapshot]:
+        return {dest: breaker.snapshot() for dest, breaker in self._breakers.items()}
