@@ -1,0 +1,20 @@
+"""``iggy_routed``: a Spark streaming sink that sends each row to the Iggy destination it names.
+
+``df.writeStream.format("iggy_routed")`` works without registration once the package is
+installed; :func:`register` does it explicitly. :func:`destinations` shows a query's live
+destinations table, and :func:`route` fills destination columns from a JSON payload.
+"""
+
+from __future__ import annotations
+
+from iggy_spark.monitoring import destinations
+from iggy_spark.routing import route
+
+__all__ = ["register", "destinations", "route"]
+
+
+def register(spark: object) -> None:
+    """Register the ``iggy_routed`` format on a SparkSession."""
+    from iggy_spark.sink import IggyRoutedDataSource
+
+    spark.dataSource.register(IggyRoutedDataSource)  # type: ignore[attr-defined]

@@ -57,13 +57,12 @@ class IggyConnection:
             conn._loop.call_soon_threadsafe(conn._loop.stop)
 
     async def client(self) -> apache_iggy.IggyClient:
-        """The client, connecting and logging in on first use (on the loop's thread)."""
+        """The client, connected on first use; the URL's credentials log it in on every connect."""
         if self._client is None:
             import apache_iggy
 
             client = apache_iggy.IggyClient(self.url.to_tcp_config())
             await client.connect()
-            await client.login_user(self.url.username, self.url.password)
             self._client = client
         return self._client
 

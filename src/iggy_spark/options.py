@@ -129,8 +129,8 @@ OPTION_DOCS: tuple[OptionDoc, ...] = (
     OptionDoc("create_destinations", "true", "create missing streams and topics; false sends "
               "only to existing ones"),
     OptionDoc("max_concurrent_destinations", "16", "destinations a task sends to at the same time"),
-    OptionDoc("max_batch_bytes", "8MB", "payload bytes a task buffers per destination before "
-              "sending (bounds memory)"),
+    OptionDoc("max_batch_bytes", "8MB", "payload bytes a task buffers (all destinations "
+              "together) before it sends and waits for the acknowledgements: bounds memory"),
     OptionDoc("send_timeout", "60s", "how long a task keeps retrying a send while the server is "
               "unreachable before it fails (and Spark does not commit the batch)"),
     OptionDoc("json_columns", "(none)", "comma-separated string columns holding JSON text "

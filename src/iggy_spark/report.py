@@ -1,0 +1,161 @@
+"""What each write task reports, and the driver's running account of every destination.
+
+Tasks return a :class:`TaskReport` (Spark's commit message). The driver's ``commit`` folds the
+reports of a micro-batch into a :class:`Ledger` kept as JSON next to the query's checkpoint:
+per-destination message counts, breaker state and last error, rejection and missing-destination
+counters, and the set of admitted destinations that makes ``admission.max_destinations`` hold
+for the whole query. Spark may commit one batch id twice (a replay after a crash); the ledger
+remembers the last batch it applied and ignores repeats, so counts are not doubled.
+"""
+
+from __future__ import annotations
+
+import json
+import logging
+import os
+import tempfile
+from collections import Counter
+from collections.abc import Iterable
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+from urllib.parse import urlsplit
+
+from pyspark.sql.datasource import WriterCommitMessage
+
+from iggy_spark.admission import Destination
+
+__all__ = ["TaskReport", "Ledger", "ledger_path", "LEDGER_FILE"]
+
+log = logging.getLogger("iggy_spark")
+
+LEDGER_FILE = "iggy_routed/destinations.json"
+_VERSION = 1
+
+
+@dataclass
+class TaskReport(WriterCommitMessage):
+    """Counters of one write task; every key is a plain string so it pickles small."""
+
+    routed: Counter[str] = field(default_factory=Counter)  # "stream/topic" -> messages sent
+    rejected: Counter[str] = field(default_factory=Counter)  # reason -> rows
+    missing: Counter[str] = field(default_factory=Counter)  # on_missing_destination action -> rows
+    dropped: int = 0
+    dead_lettered: int = 0
+    created: list[str] = field(default_factory=list)
+    admitted: list[tuple[str, str]] = field(default_factory=list)
+    breakers: dict[str, dict[str, Any]] = field(default_factory=dict)
+    last_error: str | None = None
+
+
+def ledger_path(checkpoint_location: str | None) -> Path | None:
+    """Where the ledger lives for a checkpoint, or ``None`` if it is not on a local filesystem."""
+    if not checkpoint_location:
+        return None
+    parts = urlsplit(checkpoint_location)
+    if parts.scheme not in ("", "file"):
+        return None
+    return Path(parts.path if parts.scheme else checkpoint_location) / LEDGER_FILE
+
+
+def _destination_key(destination: Iterable[str]) -> str:
+    return "/".join(destination)
+
+
+class Ledger:
+    """The query's account of its destinations, loaded from and saved to one JSON file."""
+
+    def __init__(self, path: Path | None) -> None:
+        self.path = path
+        self.data: dict[str, Any] = {
+            "version": _VERSION, "last_batch": -1, "destinations": {}, "rejected": {},
+            "missing": {}, "dropped": 0, "dead_lettered": 0, "last_error": None,
+        }
+        if path is not None and path.exists():
+            self.data = json.loads(path.read_text())
+
+    @property
+    def admitted(self) -> frozenset[Destination]:
+        return frozenset(
+            Destination(d["stream"], d["topic"]) for d in self.data["destinations"].values()
+            if d.get("admitted")
+        )
+
+    def apply(self, batch_id: int, reports: Iterable[TaskReport | None]) -> str | None:
+        """Fold one committed batch in; returns the batch's log line (``None`` for a repeat)."""
+        if batch_id <= self.data["last_batch"]:
+            return None
+        destinations: dict[str, dict[str, Any]] = self.data["destinations"]
+        batch = TaskReport()
+        for report in reports:
+            if report is None:
+                continue
+            batch.routed.update(report.routed)
+            batch.rejected.update(report.rejected)
+            batch.missing.update(report.missing)
+            batch.dropped += report.dropped
+            batch.dead_lettered += report.dead_lettered
+            batch.created += report.created
+            batch.admitted += report.admitted
+            batch.breakers.update(report.breakers)
+            batch.last_error = report.last_error or batch.last_error
+
+        def entry(key: str) -> dict[str, Any]:
+            stream, _, topic = key.partition("/")
+            return destinations.setdefault(key, {
+                "stream": stream, "topic": topic, "messages": 0, "admitted": False,
+                "created": False, "first_batch": batch_id, "last_batch": None,
+                "breaker": "closed", "consecutive_failures": 0, "last_error": None,
+            })
+
+        for key, count in batch.routed.items():
+            e = entry(key)
+            e["messages"] += count
+            e["last_batch"] = batch_id
+        for key in batch.created:
+            entry(key)["created"] = True
+        for stream, topic in batch.admitted:
+            entry(_destination_key((stream, topic)))["admitted"] = True
+        for key, snapshot in batch.breakers.items():
+            e = entry(key)
+            e["breaker"] = snapshot["state"]
+            e["consecutive_failures"] = snapshot["consecutive_failures"]
+            e["last_error"] = snapshot.get("last_error") or e["last_error"]
+        for name, counter in (("rejected", batch.rejected), ("missing", batch.missing)):
+            totals = Counter(self.data[name])
+            totals.update(counter)
+            self.data[name] = dict(totals)
+        self.data["dropped"] += batch.dropped
+        self.data["dead_lettered"] += batch.dead_lettered
+        self.data["last_error"] = batch.last_error or self.data["last_error"]
+        self.data["last_batch"] = batch_id
+        self._save()
+        open_breakers = sum(1 for e in destinations.values() if e["breaker"] != "closed")
+        return (
+            f"iggy_routed batch {batch_id}: {sum(batch.routed.values())} messages to "
+            f"{len(batch.routed)} destinations ({len(batch.created)} created), rejected "
+            f"{dict(batch.rejected) or 0}, missing destination {dict(batch.missing) or 0}, "
+            f"dead-lettered {batch.dead_lettered}, dropped {batch.dropped}, "
+            f"open breakers {open_breakers}"
+        )
+
+    def _save(self) -> None:
+        """Replace the file atomically: a crash leaves the old or the new version, never half."""
+        if self.path is None:
+            return
+        self.path.parent.mkdir(parents=True, exist_ok=True)
+        fd, tmp = tempfile.mkstemp(dir=self.path.parent, prefix=".destinations-")
+        with os.fdopen(fd, "w") as f:
+            json.dump(self.data, f, indent=1, sort_keys=True)
+            f.flush()
+            os.fsync(f.fileno())
+        os.replace(tmp, self.path)
+        dir_fd = os.open(self.path.parent, os.O_RDONLY)
+        try:
+            os.fsync(dir_fd)
+        finally:
+            os.close(dir_fd)
+
+    def rows(self) -> list[dict[str, Any]]:
+        """One dict per destination, for :func:`iggy_spark.destinations`."""
+        return [dict(e) for _, e in sorted(self.data["destinations"].items())]

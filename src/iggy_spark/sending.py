@@ -1,0 +1,159 @@
+"""The sink's conversation with Iggy: make sure a destination exists, and send to it.
+
+The SDK reports every failure as a ``RuntimeError`` with a message; the two distinctions the
+sink needs are drawn here and nowhere else:
+
+* *already exists* on create is success: tasks racing to create one destination all win;
+* *disconnection* hits every destination at once, so it is retried until ``send_timeout`` and
+  never counted against a destination's circuit breaker.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import time
+from collections.abc import Awaitable, Callable, Sequence
+from dataclasses import dataclass
+from typing import TYPE_CHECKING, Any, TypeVar
+
+from iggy_spark.admission import Destination
+from iggy_spark.connection import IggyConnection
+from iggy_spark.errors import DestinationError, SendError
+from iggy_spark.options import TopicDefaults
+
+if TYPE_CHECKING:
+    import apache_iggy
+
+__all__ = ["Topic", "ensure_topic", "send", "is_disconnection", "Disconnected"]
+
+T = TypeVar("T")
+
+_DISCONNECTION_MARKERS = (
+    "disconnected",
+    "not connected",
+    "cannot establish connection",
+    "connection closed",
+    "connection reset",
+    "connection refused",
+    "client shutdown",
+    "due to client disconnection",
+    "broken pipe",
+)
+_RETRY_PAUSE = 0.5
+
+
+class Disconnected(Exception):
+    """The server stayed unreachable for longer than ``send_timeout``."""
+
+
+def is_disconnection(exc: BaseException) -> bool:
+    """Whether ``exc`` (or a cause of it) says the connection, not the destination, failed."""
+    while exc is not None:
+        if isinstance(exc, ConnectionError | asyncio.TimeoutError):
+            return True
+        if any(marker in str(exc).lower() for marker in _DISCONNECTION_MARKERS):
+            return True
+        exc = exc.__cause__  # type: ignore[assignment]
+    return False
+
+
+@dataclass(frozen=True)
+class Topic:
+    """What the sink needs to know about a destination topic."""
+
+    partitions_count: int
+    created: bool
+
+
+async def _retrying(
+    conn: IggyConnection, call: Callable[[apache_iggy.IggyClient], Awaitable[T]], timeout: float
+) -> T:
+    """Run ``call`` with the connection's client, retrying across disconnections."""
+    deadline = time.monotonic() + timeout
+    while True:
+        try:
+            client = await asyncio.wait_for(conn.client(), max(deadline - time.monotonic(), 0.1))
+            return await asyncio.wait_for(call(client), max(deadline - time.monotonic(), 0.1))
+        except Exception as exc:  # noqa: BLE001 - the SDK raises bare RuntimeErrors
+            if not is_disconnection(exc):
+                raise
+            if time.monotonic() >= deadline:
+                raise Disconnected(f"Iggy at {conn.url.server_address} unreachable for "
+                                   f"{timeout:g}s: {exc}") from exc
+            await asyncio.sleep(_RETRY_PAUSE)
+
+
+async def _create(call: Awaitable[Any]) -> bool:
+    """Run a create call; ``False`` if it already existed (someone else won the race)."""
+    try:
+        await call
+    except RuntimeError as exc:
+        if "already exists" in str(exc):
+            return False
+        raise
+    return True
+
+
+async def ensure_topic(
+    conn: IggyConnection,
+    destination: Destination,
+    *,
+    create: bool,
+    defaults: TopicDefaults,
+    timeout: float,
+) -> Topic:
+    """The destination's topic, created (stream first) if missing and ``create`` allows it.
+
+    Idempotent and race-free: *already exists* from a parallel task counts as success, and the
+    partition count is always read back from the server, whoever created the topic.
+    """
+    stream, topic = destination
+
+    async def attempt(client: apache_iggy.IggyClient) -> Topic:
+        details = await client.get_topic(stream, topic)
+        created = False
+        if details is None:
+            if not create:
+                raise DestinationError(stream, topic, "does not exist and create_destinations "
+                                       "is false: create it, or allow the sink to")
+            await _create(client.create_stream(stream))
+            created = await _create(
+                client.create_topic(stream, topic, **defaults.create_topic_kwargs())
+            )
+            details = await client.get_topic(stream, topic)
+            if details is None:
+                raise DestinationError(stream, topic, "was created but cannot be read back")
+        return Topic(int(details.partitions_count), created)
+
+    try:
+        return await _retrying(conn, attempt, timeout)
+    except (DestinationError, Disconnected):
+        raise
+    except Exception as exc:  # noqa: BLE001
+        raise DestinationError(stream, topic, f"could not be created or read: {exc}") from exc
+
+
+async def send(
+    conn: IggyConnection,
+    destination: Destination,
+    partition: int | None,
+    messages: Sequence[apache_iggy.SendMessage],
+    *,
+    timeout: float,
+) -> None:
+    """Send ``messages`` in order to one partition (``None``: let the server balance)."""
+    import apache_iggy
+
+    partitioning = (apache_iggy.Partitioning.balanced() if partition is None
+                    else apache_iggy.Partitioning.partition_id(partition))
+    batch = list(messages)
+
+    async def attempt(client: apache_iggy.IggyClient) -> None:
+        await client.send_messages(destination.stream, destination.topic, partitioning, batch)
+
+    try:
+        await _retrying(conn, attempt, timeout)
+    except Disconnected:
+        raise
+    except Exception as exc:  # noqa: BLE001
+        raise SendError(destination.stream, destination.topic, str(exc)) from exc

@@ -1,0 +1,31 @@
+"""The ``iggy_routed`` data source: options checked at query start, one writer per batch."""
+
+from __future__ import annotations
+
+from pyspark.sql.datasource import DataSource, DataSourceStreamWriter
+from pyspark.sql.types import StructType
+
+from iggy_spark.options import RoutedOptions
+from iggy_spark.report import Ledger, ledger_path
+from iggy_spark.writer import IggyRoutedStreamWriter
+
+__all__ = ["IggyRoutedDataSource"]
+
+
+class IggyRoutedDataSource(DataSource):
+    """``df.writeStream.format("iggy_routed")``: each row says which Iggy stream/topic it goes to.
+
+    Spark builds a writer per micro-batch on the driver; options are parsed there, before any
+    task runs, so a bad option fails the query at start naming the option. The destinations
+    this query has already admitted are read from the ledger next to the checkpoint and handed
+    to every task, which keeps ``admission.max_destinations`` a per-query cap.
+    """
+
+    @classmethod
+    def name(cls) -> str:
+        return "iggy_routed"
+
+    def streamWriter(self, schema: StructType, overwrite: bool) -> DataSourceStreamWriter:
+        options = RoutedOptions.from_options(self.options)
+        path = ledger_path(self.options.get("checkpointlocation"))
+        return IggyRoutedStreamWriter(options, Ledger(path).admitted, path)

@@ -1,0 +1,205 @@
+"""The iggy_routed writer against the local broker over TCP, without Spark.
+
+``IggyRoutedStreamWriter.write`` is called the way a Spark task calls it (an iterator of Arrow
+batches, a commit message back), and everything is read back through the real SDK.
+"""
+
+from __future__ import annotations
+
+import json
+import multiprocessing
+import time
+from collections import Counter
+from typing import Any
+
+import pyarrow as pa
+import pytest
+from broker_fixtures import poll_all
+
+from iggy_spark import writer as writer_module
+from iggy_spark.encoding import message_id
+from iggy_spark.errors import AdmissionError, DestinationError
+from iggy_spark.local import LocalIggy
+from iggy_spark.options import RoutedOptions
+from iggy_spark.partitioning import partition_for_key
+from iggy_spark.report import Ledger, TaskReport
+from iggy_spark.writer import IggyRoutedStreamWriter
+
+
+def make_writer(broker: LocalIggy, admitted: frozenset[Any] = frozenset(),
+                **options: str) -> IggyRoutedStreamWriter:
+    return IggyRoutedStreamWriter(
+        RoutedOptions.from_options({"url": broker.url, **options}), admitted, None
+    )
+
+
+def batch(**columns: list[Any]) -> pa.RecordBatch:
+    return pa.RecordBatch.from_pydict(columns)
+
+
+def test_rows_reach_the_topics_they_name(broker: LocalIggy, name: str) -> None:
+    rows = batch(stream=[name] * 6, topic=["a", "b", "c", "a", "b", "c"],
+                 n=[0, 1, 2, 3, 4, 5])
+    report = make_writer(broker).write(iter([rows]))
+    assert report.routed == {f"{name}/a": 2, f"{name}/b": 2, f"{name}/c": 2}
+    assert sorted(report.created) == [f"{name}/a", f"{name}/b", f"{name}/c"]
+    for topic, expected in (("a", [0, 3]), ("b", [1, 4]), ("c", [2, 5])):
+        got = [json.loads(m.payload)["n"] for m in poll_all(broker.address, name, topic)]
+        assert got == expected
+
+
+def test_null_topic_goes_to_the_default(broker: LocalIggy, name: str) -> None:
+    rows = batch(stream=[name, None], topic=[None, "x"], n=[1, 2])
+    report = make_writer(broker, default_stream=name, default_topic="fallback").write(iter([rows]))
+    assert report.missing == {"default": 2}
+    assert [json.loads(m.payload)["n"] for m in poll_all(broker.address, name, "fallback")] == [1]
+    assert [json.loads(m.payload)["n"] for m in poll_all(broker.address, name, "x")] == [2]
+
+
+@pytest.mark.parametrize("mode,extra", [
+    ("open", {}),
+    ("allowlist", {"admission.allowlist": "*/t1,*/t2,*/t3"}),
+    ("denylist", {"admission.denylist": "nostream/never"}),
+])
+def test_cap_holds_in_every_mode(broker: LocalIggy, name: str, mode: str,
+                                 extra: dict[str, str]) -> None:
+    rows = batch(stream=[name] * 3, topic=["t1", "t2", "t3"], n=[1, 2, 3])
+    options = {"admission.mode": mode, "admission.max_destinations": "2",
+               "on_admission_failure": "dlq", "dlq.stream": name, "dlq.topic": "dlq", **extra}
+    report = make_writer(broker, **options).write(iter([rows]))
+    assert report.rejected == {"cap": 1}
+    assert report.routed[f"{name}/t1"] == 1 and report.routed[f"{name}/t2"] == 1
+    [dead] = poll_all(broker.address, name, "dlq")
+    assert json.loads(dead.payload)["n"] == 3
+    assert dead.headers["iggy_spark.reason"] == "cap"
+    assert dead.headers["iggy_spark.topic"] == "t3"
+    failing = {k: v for k, v in options.items() if not k.startswith(("dlq", "on_admission"))}
+    with pytest.raises(AdmissionError, match="cap"):
+        make_writer(broker, **failing).write(iter([rows]))
+
+
+def test_cap_counts_destinations_admitted_by_earlier_batches(broker: LocalIggy, name: str) -> None:
+    earlier = frozenset({(name, "old1"), (name, "old2")})
+    rows = batch(stream=[name, name], topic=["old1", "new"], n=[1, 2])
+    report = make_writer(broker, earlier, **{"admission.max_destinations": "2",
+                                             "on_admission_failure": "drop"}).write(iter([rows]))
+    assert report.rejected == {"cap": 1} and report.dropped == 1
+    assert report.routed == {f"{name}/old1": 1}
+
+
+def test_hostile_destination_names_are_rejected_and_counted(broker: LocalIggy, name: str) -> None:
+    hostile = ["", "x" * 256, "a/b", "ünïcode", "with space", "'; drop table x; --"]
+    rows = batch(stream=[name] * len(hostile), topic=hostile, n=list(range(len(hostile))))
+    dlq = {"on_admission_failure": "dlq", "dlq.stream": name, "dlq.topic": "dlq"}
+    report = make_writer(broker, **dlq).write(iter([rows]))
+    assert report.rejected == {"invalid_name": len(hostile)}
+    dead = poll_all(broker.address, name, "dlq")
+    assert sorted(json.loads(m.payload)["n"] for m in dead) == list(range(len(hostile)))
+    assert {m.headers["iggy_spark.reason"] for m in dead} == {"invalid_name"}
+
+
+def test_partition_id_out_of_range_is_rejected_without_tripping_the_breaker(
+    broker: LocalIggy, name: str
+) -> None:
+    options = {"partition_key_encoding": "partition_id", "topic_defaults.partitions_count": "4",
+               "on_admission_failure": "drop"}
+    rows = batch(stream=[name] * 3, topic=["t"] * 3, partition_id=[1, 99, 3], n=[1, 2, 3])
+    report = make_writer(broker, **options).write(iter([rows]))
+    assert report.rejected == {"partition_id_out_of_range": 1}
+    assert report.breakers[f"{name}/t"] == {"state": "closed", "consecutive_failures": 0,
+                                             "last_error": None}
+    got = {m.partition: json.loads(m.payload)["n"] for m in poll_all(broker.address, name, "t")}
+    assert got == {1: 1, 3: 3}
+
+
+def test_per_key_order_and_payload_headers_id_round_trip(broker: LocalIggy, name: str) -> None:
+    keys = [f"user-{i % 7}" for i in range(700)]
+    rows = batch(stream=[name] * 700, topic=["t"] * 700, partition_key=keys,
+                 value=[f"{k}:{i}".encode() for i, k in enumerate(keys)],
+                 headers=[[("h", str(i))] for i in range(700)],
+                 id=[f"id-{i}" for i in range(700)])
+    rows = rows.set_column(4, "headers", pa.array([{"h": str(i)} for i in range(700)],
+                                                  pa.map_(pa.string(), pa.string())))
+    make_writer(broker, **{"topic_defaults.partitions_count": "3",
+                           "max_batch_bytes": "1KB"}).write(iter([rows]))
+    polled = poll_all(broker.address, name, "t")
+    assert len(polled) == 700
+    by_key: dict[str, list[int]] = {}
+    partitions: dict[str, set[int]] = {}
+    for m in polled:
+        key, i = m.payload.decode().split(":")
+        by_key.setdefault(key, []).append(int(i))
+        partitions.setdefault(key, set()).add(m.partition)
+        assert m.headers == {"h": i}
+        assert m.id == message_id(f"id-{i}")
+    assert all(seq == sorted(seq) for seq in by_key.values())
+    # the partition is the server's own rule for the key (XXH32 mod count)
+    assert partitions == {k: {partition_for_key(k.encode(), 3)} for k in by_key}
+
+
+def test_breaker_opens_after_threshold_and_half_opens_after_cool_down(
+    broker: LocalIggy, name: str
+) -> None:
+    writer_module._boards.clear()
+    options = {"create_destinations": "false", "circuit_breaker.failure_threshold": "3",
+               "circuit_breaker.cool_down": "1s", "on_admission_failure": "dlq",
+               "dlq.stream": "dlqs", "dlq.topic": "dlq"}
+    from broker_fixtures import connect, run
+
+    async def make_dlq() -> None:
+        client = await connect(broker.address)
+        await client.create_stream("dlqs")
+        await client.create_topic("dlqs", "dlq", 1)
+        await client.create_stream(name)
+
+    run(make_dlq())
+    rows = batch(stream=[name], topic=["missing"], n=[1])
+    for _ in range(3):
+        with pytest.raises(DestinationError, match="does not exist"):
+            make_writer(broker, **options).write(iter([rows]))
+    report = make_writer(broker, **options).write(iter([rows]))
+    assert report.rejected == {"circuit_open": 1} and report.dead_lettered == 1
+    assert report.breakers[f"{name}/missing"]["state"] == "open"
+
+    async def make_topic() -> None:
+        client = await connect(broker.address)
+        await client.create_topic(name, "missing", 1)
+
+    run(make_topic())
+    time.sleep(1.1)
+    report = make_writer(broker, **options).write(iter([rows]))  # the half-open probe
+    assert report.routed == {f"{name}/missing": 1}
+    assert report.breakers[f"{name}/missing"]["state"] == "closed"
+
+
+def _create_concurrently(url: str, stream: str, barrier: Any, out: Any) -> None:
+    writer = IggyRoutedStreamWriter(RoutedOptions.from_options({"url": url}), frozenset(), None)
+    barrier.wait()
+    out.put(writer.write(iter([batch(stream=[stream], topic=["shared"], n=[1])])).created)
+
+
+def test_four_tasks_creating_one_destination_at_once(broker: LocalIggy, name: str) -> None:
+    ctx = multiprocessing.get_context("spawn")
+    barrier, out = ctx.Barrier(4), ctx.Queue()
+    procs = [ctx.Process(target=_create_concurrently, args=(broker.url, name, barrier, out))
+             for _ in range(4)]
+    for p in procs:
+        p.start()
+    for p in procs:
+        p.join(60)
+    assert [p.exitcode for p in procs] == [0, 0, 0, 0]
+    created = [out.get(timeout=5) for _ in procs]
+    assert sum(len(c) for c in created) <= 1  # at most one task saw itself create it
+    assert len(poll_all(broker.address, name, "shared")) == 4
+
+
+def test_ledger_folds_reports_once_per_batch(tmp_path: Any) -> None:
+    ledger = Ledger(tmp_path / "d.json")
+    report = TaskReport(routed=Counter({"s/t": 3}), rejected=Counter({"cap": 1}),
+                        admitted=[("s", "t")], created=["s/t"])
+    assert ledger.apply(0, [report]) is not None
+    assert ledger.apply(0, [report]) is None  # Spark may commit a batch id twice
+    reloaded = Ledger(tmp_path / "d.json")
+    assert reloaded.data["destinations"]["s/t"]["messages"] == 3
+    assert reloaded.data["rejected"] == {"cap": 1}
+    assert reloaded.admitted == {("s", "t")}
