@@ -1,4 +1,4 @@
-"""Register-free entry point: Spark imports ``pyspark_*`` modules and registers ``DefaultSource``."""
+"""Register-free entry point: Spark imports ``pyspark_*`` modules, registers ``DefaultSource``."""
 
 from iggy_spark.sink import IggyRoutedDataSource as DefaultSource
 

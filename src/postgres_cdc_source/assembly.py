@@ -27,7 +27,7 @@ class Spill:
     """Chunks of changes pickled to an unnamed temporary file, read back once in order."""
 
     def __init__(self) -> None:
-        self._file: IO[bytes] = tempfile.TemporaryFile(prefix="pg-cdc-spill-")
+        self._file: IO[bytes] = tempfile.TemporaryFile(prefix="pg-cdc-spill-")  # noqa: SIM115 - closed by drain()
         self.chunks = 0
 
     def write(self, changes: list[Change]) -> None:
@@ -85,11 +85,24 @@ def record_batches(
         commit_lsn = format_lsn(commit.end_lsn)
         xid, ts = commit.xid, commit.commit_ts
         for c in changes:
-            rows.append((
-                format_lsn(c.lsn), commit_lsn, xid, ts, c.seq, c.schema, c.table, c.op, c.key,
-                c.before, c.after, list(c.unchanged), f"{commit_lsn}:{c.seq}",
-                *(route(c) if route else no_destination),
-            ))
+            rows.append(
+                (
+                    format_lsn(c.lsn),
+                    commit_lsn,
+                    xid,
+                    ts,
+                    c.seq,
+                    c.schema,
+                    c.table,
+                    c.op,
+                    c.key,
+                    c.before,
+                    c.after,
+                    list(c.unchanged),
+                    f"{commit_lsn}:{c.seq}",
+                    *(route(c) if route else no_destination),
+                )
+            )
             if len(rows) >= batch_rows:
                 yield _to_batch(rows)
                 rows = []

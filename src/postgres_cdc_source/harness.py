@@ -113,8 +113,17 @@ class LocalPostgres:
                 pw = pwd.getpwnam("postgres")
                 os.chown(self._root, pw.pw_uid, pw.pw_gid)
             self._run(
-                "initdb", "-D", str(self.data_dir), "-U", "postgres", "-A", "trust",
-                "-E", "UTF8", "--locale=C.UTF-8", "--no-sync",
+                "initdb",
+                "-D",
+                str(self.data_dir),
+                "-U",
+                "postgres",
+                "-A",
+                "trust",
+                "-E",
+                "UTF8",
+                "--locale=C.UTF-8",
+                "--no-sync",
             )
             atexit.register(self.stop)
         self._pg_ctl_start()
@@ -124,8 +133,17 @@ class LocalPostgres:
         opts = " ".join(f"-c {k}={v}" for k, v in self._settings.items())
         opts += f" -p {self.port} -k {self._root}"
         self._run(
-            "pg_ctl", "-D", str(self.data_dir), "-o", opts, "-l", str(self._root / "server.log"),
-            "-w", "-t", "60", "start",
+            "pg_ctl",
+            "-D",
+            str(self.data_dir),
+            "-o",
+            opts,
+            "-l",
+            str(self._root / "server.log"),
+            "-w",
+            "-t",
+            "60",
+            "start",
         )
 
     def restart(self, mode: str = "fast") -> None:

@@ -39,29 +39,52 @@ class OptionDoc(NamedTuple):
 
 
 OPTION_DOCS: tuple[OptionDoc, ...] = (
-    OptionDoc("dsn", "(required)", "libpq conninfo or URI of the database to capture; the "
-              "password is redacted everywhere. `sslmode` and friends pass through."),
+    OptionDoc(
+        "dsn",
+        "(required)",
+        "libpq conninfo or URI of the database to capture; the "
+        "password is redacted everywhere. `sslmode` and friends pass through.",
+    ),
     OptionDoc("slot", "(required)", "logical replication slot name: lower-case letters, digits, _"),
     OptionDoc("plugin", "pgoutput", "output plugin: `pgoutput` or `test_decoding`"),
-    OptionDoc("publication", "the slot name", "pgoutput publication; created if missing "
-              "(FOR ALL TABLES, or for the tables matching include_tables at creation)"),
+    OptionDoc(
+        "publication",
+        "the slot name",
+        "pgoutput publication; created if missing "
+        "(FOR ALL TABLES, or for the tables matching include_tables at creation)",
+    ),
     OptionDoc("create_slot", "true", "create the slot (and publication) if missing"),
     OptionDoc("include_tables", "(all)", "regular expression, full match on `schema.table`"),
     OptionDoc("exclude_tables", "(none)", "regular expression, full match on `schema.table`"),
-    OptionDoc("max_bytes_per_trigger", "(unlimited)", "WAL bytes per micro-batch (`64MB` style); "
-              "a batch always holds at least one whole transaction"),
-    OptionDoc("fail_on_data_loss", "true", "fail when the slot is found ahead of the checkpoint "
-              "(changes consumed elsewhere); false skips ahead with a warning"),
+    OptionDoc(
+        "max_bytes_per_trigger",
+        "(unlimited)",
+        "WAL bytes per micro-batch (`64MB` style); "
+        "a batch always holds at least one whole transaction",
+    ),
+    OptionDoc(
+        "fail_on_data_loss",
+        "true",
+        "fail when the slot is found ahead of the checkpoint "
+        "(changes consumed elsewhere); false skips ahead with a warning",
+    ),
     OptionDoc("topic_from", "(none)", "fill `topic`: `table`, or the name of a row column"),
     OptionDoc("stream_from", "(none)", "fill `stream`: `schema`, or the name of a row column"),
-    OptionDoc("partition_key_from", "(none)", "fill `partition_key`: `key` (the replica-identity "
-              "key JSON), or the name of a row column"),
+    OptionDoc(
+        "partition_key_from",
+        "(none)",
+        "fill `partition_key`: `key` (the replica-identity key JSON), or the name of a row column",
+    ),
     OptionDoc("default_stream", "(none)", "`stream` when stream_from gives none"),
     OptionDoc("default_topic", "(none)", "`topic` when topic_from gives none"),
     OptionDoc("fetch_rows", "10000", "rows fetched from the server per round trip"),
     OptionDoc("batch_rows", "10000", "rows per Arrow batch handed to Spark"),
-    OptionDoc("spill_rows", "20000", "changes of one open transaction kept in memory before "
-              "the rest waits on local disk for its COMMIT"),
+    OptionDoc(
+        "spill_rows",
+        "20000",
+        "changes of one open transaction kept in memory before "
+        "the rest waits on local disk for its COMMIT",
+    ),
 )
 
 _DEFAULTS = {doc.name: doc.default for doc in OPTION_DOCS if not doc.default.startswith("(")}
@@ -168,20 +191,24 @@ class CdcOptions:
         try:
             conninfo_to_dict(dsn)
         except psycopg.ProgrammingError:
-            raise ConfigError("dsn", "bad value for dsn: not a valid libpq conninfo or URI") from None
+            raise ConfigError(
+                "dsn", "bad value for dsn: not a valid libpq conninfo or URI"
+            ) from None
 
         slot = get("slot")
         if not slot:
             raise ConfigError("slot", "option 'slot' is required")
         if not _SLOT_NAME.fullmatch(slot):
             raise ConfigError(
-                "slot", f"bad value for slot: {slot!r} (Postgres allows 1-63 lower-case letters, "
-                "digits and underscores)"
+                "slot",
+                f"bad value for slot: {slot!r} (Postgres allows 1-63 lower-case letters, "
+                "digits and underscores)",
             )
         plugin = str(get("plugin"))
         if plugin not in PLUGINS:
-            raise ConfigError("plugin", f"bad value for plugin: {plugin!r} (expected one of "
-                              f"{', '.join(PLUGINS)})")
+            raise ConfigError(
+                "plugin", f"bad value for plugin: {plugin!r} (expected one of {', '.join(PLUGINS)})"
+            )
         publication = get("publication") or slot
         if "publication" in opts and plugin != "pgoutput":
             raise ConfigError("publication", "option 'publication' only applies to plugin pgoutput")
@@ -189,8 +216,11 @@ class CdcOptions:
         max_bytes = get("max_bytes_per_trigger")
         topic_from, stream_from = get("topic_from"), get("stream_from")
         key_from = get("partition_key_from")
-        for option, value in (("topic_from", topic_from), ("stream_from", stream_from),
-                              ("partition_key_from", key_from)):
+        for option, value in (
+            ("topic_from", topic_from),
+            ("stream_from", stream_from),
+            ("partition_key_from", key_from),
+        ):
             if value is not None and not value.strip():
                 raise ConfigError(option, f"bad value for {option}: empty")
         return cls(
@@ -202,8 +232,11 @@ class CdcOptions:
             include_tables=_regex("include_tables", get("include_tables")),
             exclude_tables=_regex("exclude_tables", get("exclude_tables")),
             max_bytes_per_trigger=_parsed("max_bytes_per_trigger", max_bytes, _positive_size)
-            if max_bytes is not None else None,
-            fail_on_data_loss=_parsed("fail_on_data_loss", str(get("fail_on_data_loss")), parse_bool),
+            if max_bytes is not None
+            else None,
+            fail_on_data_loss=_parsed(
+                "fail_on_data_loss", str(get("fail_on_data_loss")), parse_bool
+            ),
             topic_from=topic_from,
             stream_from=stream_from,
             partition_key_from=key_from,

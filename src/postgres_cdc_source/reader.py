@@ -94,12 +94,14 @@ class PgCdcStreamReader(DataSourceStreamReader, SupportsTriggerAvailableNow):
                 self._conn.close()
                 self._conn = None
                 if attempt == 2:
-                    raise SourceError(f"lost the connection to Postgres ({self.options.safe_dsn}): "
-                                      f"{exc.__class__.__name__}") from None
+                    raise SourceError(
+                        f"lost the connection to Postgres ({self.options.safe_dsn}): "
+                        f"{exc.__class__.__name__}"
+                    ) from None
         raise AssertionError("unreachable")
 
     def initialOffset(self) -> dict[str, str]:
-        """Where a new query starts: the slot's confirmed position (creating the slot if allowed)."""
+        """Where a new query starts: the slot's confirmed position (created if allowed)."""
         state = slot.ensure_slot(self.options)
         self._checked = True
         return _offset(state.confirmed_flush)
@@ -151,8 +153,13 @@ class PgCdcStreamReader(DataSourceStreamReader, SupportsTriggerAvailableNow):
         try:
             self._driver(lambda conn: slot.advance(conn, self.options.slot, end_lsn))
         except Exception as exc:  # noqa: BLE001 - at-most-once callback; see docstring
-            log.warning("pg_cdc: could not advance slot %s to %s (%s); it will be moved up when "
-                        "the next batch is planned", self.options.slot, format_lsn(end_lsn), exc)
+            log.warning(
+                "pg_cdc: could not advance slot %s to %s (%s); it will be moved up when "
+                "the next batch is planned",
+                self.options.slot,
+                format_lsn(end_lsn),
+                exc,
+            )
 
     def stop(self) -> None:
         if self._conn is not None:

@@ -45,17 +45,27 @@ class Router:
         self._default_topic = options.default_topic
         self._needs_row = any(
             spec not in (None, builtin)
-            for spec, builtin in ((options.stream_from, "schema"), (options.topic_from, "table"),
-                                  (options.partition_key_from, "key"))
+            for spec, builtin in (
+                (options.stream_from, "schema"),
+                (options.topic_from, "table"),
+                (options.partition_key_from, "key"),
+            )
         )
         self.active = self._needs_row or any(
-            x is not None for x in (options.stream_from, options.topic_from,
-                                    options.partition_key_from, options.default_stream,
-                                    options.default_topic)
+            x is not None
+            for x in (
+                options.stream_from,
+                options.topic_from,
+                options.partition_key_from,
+                options.default_stream,
+                options.default_topic,
+            )
         )
 
     @staticmethod
-    def _picker(spec: str | None, builtin: str, attr: Callable[[Change], str | None]) -> _Pick | None:
+    def _picker(
+        spec: str | None, builtin: str, attr: Callable[[Change], str | None]
+    ) -> _Pick | None:
         if spec is None:
             return None
         if spec == builtin:
@@ -67,5 +77,8 @@ class Router:
         stream = self._stream(change, row) if self._stream else None
         topic = self._topic(change, row) if self._topic else None
         key = self._key(change, row) if self._key else None
-        return (stream if stream is not None else self._default_stream,
-                topic if topic is not None else self._default_topic, key)
+        return (
+            stream if stream is not None else self._default_stream,
+            topic if topic is not None else self._default_topic,
+            key,
+        )

@@ -7,6 +7,16 @@ int32, ``long`` int64), so both views are declared side by side here and nowhere
 from __future__ import annotations
 
 import pyarrow as pa
+from pyspark.sql.types import (
+    ArrayType,
+    DataType,
+    IntegerType,
+    LongType,
+    StringType,
+    StructField,
+    StructType,
+    TimestampType,
+)
 
 __all__ = ["COLUMNS", "SPARK_SCHEMA", "ARROW_SCHEMA"]
 
@@ -20,17 +30,38 @@ COLUMNS: tuple[tuple[str, str, pa.DataType, str], ...] = (
     ("table", "string", pa.string(), "name of the changed table"),
     ("op", "string", pa.string(), "insert, update, delete or truncate"),
     ("key", "string", pa.string(), "JSON of the replica-identity key (update, delete)"),
-    ("before", "string", pa.string(), "JSON of the old row, where Postgres sends it "
-     "(REPLICA IDENTITY FULL)"),
+    (
+        "before",
+        "string",
+        pa.string(),
+        "JSON of the old row, where Postgres sends it (REPLICA IDENTITY FULL)",
+    ),
     ("after", "string", pa.string(), "JSON of the new row (insert, update)"),
-    ("unchanged", "array<string>", pa.list_(pa.string()), "columns whose unchanged TOAST value "
-     "Postgres did not send; they are absent from `after`"),
+    (
+        "unchanged",
+        "array<string>",
+        pa.list_(pa.string()),
+        "columns whose unchanged TOAST value Postgres did not send; they are absent from `after`",
+    ),
     ("id", "string", pa.string(), "stable message id `<commit_lsn>:<seq>`, identical on replay"),
     ("stream", "string", pa.string(), "destination stream (routing options), else null"),
     ("topic", "string", pa.string(), "destination topic (routing options), else null"),
-    ("partition_key", "string", pa.string(), "destination partition key (routing options), "
-     "else null"),
+    (
+        "partition_key",
+        "string",
+        pa.string(),
+        "destination partition key (routing options), else null",
+    ),
 )
 
-SPARK_SCHEMA = ", ".join(f"`{name}` {ddl}" for name, ddl, _, _ in COLUMNS)
+# Built from type objects, not parsed from DDL: parsing needs a SparkContext, which the
+# Python workers that call streamReader() do not have.
+_SPARK_TYPES: dict[str, DataType] = {
+    "string": StringType(),
+    "long": LongType(),
+    "int": IntegerType(),
+    "timestamp": TimestampType(),
+    "array<string>": ArrayType(StringType()),
+}
+SPARK_SCHEMA = StructType([StructField(name, _SPARK_TYPES[ddl]) for name, ddl, _, _ in COLUMNS])
 ARROW_SCHEMA = pa.schema([pa.field(name, arrow) for name, _, arrow, _ in COLUMNS])

@@ -18,15 +18,23 @@ import psycopg
 from psycopg import errors as pgerrors
 from psycopg import sql
 
-from postgres_cdc_source.decoding.test_decoding import TEST_DECODING_OPTIONS
+from postgres_cdc_source.decoding.factory import plugin_options
 from postgres_cdc_source.errors import SlotError, SourceError
 from postgres_cdc_source.lsn import format_lsn
 from postgres_cdc_source.options import CdcOptions
 from postgres_cdc_source.values import SESSION_SETTINGS
 
 __all__ = [
-    "SlotState", "connect", "ensure_slot", "slot_state", "flush_lsn", "advance", "bring_to",
-    "peek", "first_commit_end", "drop_slot",
+    "SlotState",
+    "connect",
+    "ensure_slot",
+    "slot_state",
+    "flush_lsn",
+    "advance",
+    "bring_to",
+    "peek",
+    "first_commit_end",
+    "drop_slot",
 ]
 
 log = logging.getLogger(__name__)
@@ -50,7 +58,10 @@ def connect(options: CdcOptions, *, autocommit: bool = True) -> psycopg.Connecti
     session = " ".join(f"-c {k}={v}" for k, v in SESSION_SETTINGS.items())
     try:
         return psycopg.connect(
-            options.dsn, autocommit=autocommit, options=session, application_name="pg_cdc",
+            options.dsn,
+            autocommit=autocommit,
+            options=session,
+            application_name="pg_cdc",
         )
     except psycopg.OperationalError as exc:
         raise SourceError(
@@ -77,8 +88,10 @@ def slot_state(conn: psycopg.Connection[tuple], slot: str) -> SlotState | None: 
         return None
     plugin, slot_type, database, active_pid, restart, confirmed = row
     if slot_type != "logical":
-        raise SlotError(f"replication slot {slot!r} is a {slot_type} slot; pg_cdc needs a "
-                        "logical one: choose another slot name")
+        raise SlotError(
+            f"replication slot {slot!r} is a {slot_type} slot; pg_cdc needs a "
+            "logical one: choose another slot name"
+        )
     return SlotState(plugin, database, active_pid, int(restart or 0), int(confirmed or 0))
 
 
@@ -98,18 +111,24 @@ def ensure_slot(options: CdcOptions) -> SlotState:
         state = slot_state(conn, options.slot)
         if state is None:
             if not options.create_slot:
-                raise SlotError(f"replication slot {options.slot!r} does not exist: create it or "
-                                "set create_slot=true")
+                raise SlotError(
+                    f"replication slot {options.slot!r} does not exist: create it or "
+                    "set create_slot=true"
+                )
             _create_slot(conn, options)
             state = slot_state(conn, options.slot)
             assert state is not None
         database = conn.info.dbname
         if state.plugin != options.plugin:
-            raise SlotError(f"replication slot {options.slot!r} uses plugin {state.plugin!r}, not "
-                            f"{options.plugin!r}: set plugin={state.plugin} or use another slot")
+            raise SlotError(
+                f"replication slot {options.slot!r} uses plugin {state.plugin!r}, not "
+                f"{options.plugin!r}: set plugin={state.plugin} or use another slot"
+            )
         if state.database != database:
-            raise SlotError(f"replication slot {options.slot!r} belongs to database "
-                            f"{state.database!r}, but dsn connects to {database!r}")
+            raise SlotError(
+                f"replication slot {options.slot!r} belongs to database "
+                f"{state.database!r}, but dsn connects to {database!r}"
+            )
         if options.plugin == "pgoutput":
             _ensure_publication(conn, options)
         return state
@@ -117,16 +136,19 @@ def ensure_slot(options: CdcOptions) -> SlotState:
 
 def _create_slot(conn: psycopg.Connection[tuple], options: CdcOptions) -> None:  # type: ignore[type-arg]
     try:
-        conn.execute("SELECT pg_create_logical_replication_slot(%s, %s)",
-                     (options.slot, options.plugin))
+        conn.execute(
+            "SELECT pg_create_logical_replication_slot(%s, %s)", (options.slot, options.plugin)
+        )
         log.info("created replication slot %s (plugin %s)", options.slot, options.plugin)
     except pgerrors.DuplicateObject:
         pass  # another query created it at the same moment: same outcome
     except pgerrors.InsufficientPrivilege as exc:
         user = conn.info.user
-        raise SlotError(f"role {user!r} may not create replication slots ({exc.diag.message_primary}):"
-                        f" ALTER ROLE {user} REPLICATION, or create slot {options.slot!r} as a "
-                        "superuser") from None
+        raise SlotError(
+            f"role {user!r} may not create replication slots ({exc.diag.message_primary}):"
+            f" ALTER ROLE {user} REPLICATION, or create slot {options.slot!r} as a "
+            "superuser"
+        ) from None
 
 
 def _ensure_publication(conn: psycopg.Connection[tuple], options: CdcOptions) -> None:  # type: ignore[type-arg]
@@ -134,13 +156,15 @@ def _ensure_publication(conn: psycopg.Connection[tuple], options: CdcOptions) ->
     if conn.execute("SELECT 1 FROM pg_publication WHERE pubname = %s", (name,)).fetchone():
         return
     if not options.create_slot:
-        raise SlotError(f"publication {name!r} does not exist: CREATE PUBLICATION it or set "
-                        "create_slot=true")
+        raise SlotError(
+            f"publication {name!r} does not exist: CREATE PUBLICATION it or set create_slot=true"
+        )
     if options.include_tables is None:
         stmt = sql.SQL("CREATE PUBLICATION {} FOR ALL TABLES").format(sql.Identifier(name))
     else:
         tables = [
-            (schema, table) for schema, table in conn.execute(
+            (schema, table)
+            for schema, table in conn.execute(
                 "SELECT schemaname, tablename FROM pg_tables"
                 " WHERE schemaname NOT IN ('pg_catalog', 'information_schema')"
                 " ORDER BY 1, 2"
@@ -148,8 +172,10 @@ def _ensure_publication(conn: psycopg.Connection[tuple], options: CdcOptions) ->
             if options.keeps(schema, table)
         ]
         if not tables:
-            raise SlotError(f"include_tables matches no existing table, so publication {name!r} "
-                            "cannot be created for them: create the tables or the publication first")
+            raise SlotError(
+                f"include_tables matches no existing table, so publication {name!r} "
+                "cannot be created for them: create the tables or the publication first"
+            )
         stmt = sql.SQL("CREATE PUBLICATION {} FOR TABLE {}").format(
             sql.Identifier(name), sql.SQL(", ").join(sql.Identifier(s, t) for s, t in tables)
         )
@@ -159,8 +185,10 @@ def _ensure_publication(conn: psycopg.Connection[tuple], options: CdcOptions) ->
     except pgerrors.DuplicateObject:
         pass
     except pgerrors.InsufficientPrivilege as exc:
-        raise SlotError(f"cannot create publication {name!r} ({exc.diag.message_primary}): create "
-                        "it as a superuser or the tables' owner") from None
+        raise SlotError(
+            f"cannot create publication {name!r} ({exc.diag.message_primary}): create "
+            "it as a superuser or the tables' owner"
+        ) from None
 
 
 def flush_lsn(conn: psycopg.Connection[tuple]) -> int:  # type: ignore[type-arg]
@@ -179,8 +207,10 @@ def advance(conn: psycopg.Connection[tuple], slot: str, lsn: int) -> None:  # ty
 
 
 def _in_use(slot: str, exc: psycopg.Error) -> str:
-    return (f"replication slot {slot!r} is in use by another session "
-            f"({exc.diag.message_primary}): stop the other consumer or use another slot")
+    return (
+        f"replication slot {slot!r} is in use by another session "
+        f"({exc.diag.message_primary}): stop the other consumer or use another slot"
+    )
 
 
 def bring_to(conn: psycopg.Connection[tuple], options: CdcOptions, start: int) -> None:  # type: ignore[type-arg]
@@ -193,35 +223,40 @@ def bring_to(conn: psycopg.Connection[tuple], options: CdcOptions, start: int) -
     """
     state = slot_state(conn, options.slot)
     if state is None:
-        raise SlotError(f"replication slot {options.slot!r} disappeared: the stream cannot "
-                        "continue from its checkpoint (recreate the slot and start a new checkpoint)")
+        raise SlotError(
+            f"replication slot {options.slot!r} disappeared: the stream cannot "
+            "continue from its checkpoint (recreate the slot and start a new checkpoint)"
+        )
     if state.confirmed_flush < start:
         advance(conn, options.slot, start)
     elif state.confirmed_flush > start:
-        message = (f"replication slot {options.slot!r} is at {format_lsn(state.confirmed_flush)}, "
-                   f"beyond this batch's start {format_lsn(start)}: changes in between were consumed "
-                   "elsewhere and cannot be read again")
+        message = (
+            f"replication slot {options.slot!r} is at {format_lsn(state.confirmed_flush)}, "
+            f"beyond this batch's start {format_lsn(start)}: changes in between were consumed "
+            "elsewhere and cannot be read again"
+        )
         if options.fail_on_data_loss:
             raise SlotError(message + " (set fail_on_data_loss=false to skip ahead)")
         log.warning("%s; skipping ahead because fail_on_data_loss=false", message)
 
 
 def _peek_query(options: CdcOptions) -> tuple[sql.Composable, list[str]]:
-    if options.plugin == "pgoutput":
-        func = "pg_logical_slot_peek_binary_changes"
-        plugin_options = ["proto_version", "1", "publication_names", options.publication]
-    else:
-        func = "pg_logical_slot_peek_changes"
-        plugin_options = [item for pair in TEST_DECODING_OPTIONS.items() for item in pair]
+    func = (
+        "pg_logical_slot_peek_binary_changes"
+        if options.plugin == "pgoutput"
+        else "pg_logical_slot_peek_changes"
+    )
     query = sql.SQL(
         "SELECT (lsn - '0/0')::int8, xid::text::int8, data"
         " FROM {}(%s, %s::pg_lsn, %s, VARIADIC %s::text[])"
     ).format(sql.Identifier(func))
-    return query, plugin_options
+    return query, plugin_options(options)
 
 
 def peek(
-    conn: psycopg.Connection[tuple], options: CdcOptions, upto: int  # type: ignore[type-arg]
+    conn: psycopg.Connection[tuple],
+    options: CdcOptions,
+    upto: int,  # type: ignore[type-arg]
 ) -> Iterator[Row]:
     """Stream ``(lsn, xid, data)`` rows up to ``upto`` without consuming them.
 
@@ -239,7 +274,9 @@ def peek(
 
 
 def first_commit_end(
-    conn: psycopg.Connection[tuple], options: CdcOptions, upto: int  # type: ignore[type-arg]
+    conn: psycopg.Connection[tuple],
+    options: CdcOptions,
+    upto: int,  # type: ignore[type-arg]
 ) -> int | None:
     """End LSN of the first transaction the slot would emit, looking no further than ``upto``.
 
@@ -260,5 +297,6 @@ def drop_slot(options: CdcOptions) -> None:
     with connect(options) as conn:
         conn.execute(
             "SELECT pg_drop_replication_slot(slot_name) FROM pg_replication_slots"
-            " WHERE slot_name = %s", (options.slot,)
+            " WHERE slot_name = %s",
+            (options.slot,),
         )

@@ -24,13 +24,16 @@ class PgCdcDataSource(DataSource):
     def name(cls) -> str:
         return "pg_cdc"
 
-    def schema(self) -> str:
+    def schema(self) -> StructType:
         CdcOptions.from_options(self.options)
         return SPARK_SCHEMA
 
     def streamReader(self, schema: StructType) -> DataSourceStreamReader:
-        expected = StructType.fromDDL(SPARK_SCHEMA)
+        expected = SPARK_SCHEMA
         if schema.simpleString() != expected.simpleString():
-            raise ConfigError("schema", "pg_cdc has a fixed schema; do not pass .schema(...) "
-                              f"(expected {expected.simpleString()})")
+            raise ConfigError(
+                "schema",
+                "pg_cdc has a fixed schema; do not pass .schema(...) "
+                f"(expected {expected.simpleString()})",
+            )
         return PgCdcStreamReader(CdcOptions.from_options(self.options))

@@ -1,0 +1,44 @@
+"""Pick the decoder and the peek options for the configured plugin."""
+
+from __future__ import annotations
+
+from typing import Any
+
+import psycopg
+
+from postgres_cdc_source.decoding import Decoder
+from postgres_cdc_source.decoding.pgoutput import PgOutputDecoder, pgoutput_options
+from postgres_cdc_source.decoding.test_decoding import (
+    CATALOG_QUERY,
+    TEST_DECODING_OPTIONS,
+    TableInfo,
+    TestDecodingDecoder,
+    table_info_from_rows,
+)
+from postgres_cdc_source.options import CdcOptions
+
+__all__ = ["make_decoder", "plugin_options"]
+
+
+def plugin_options(options: CdcOptions) -> list[str]:
+    """The output plugin's options as the flat name/value list the peek functions take."""
+    pairs = (pgoutput_options([options.publication]) if options.plugin == "pgoutput"
+             else TEST_DECODING_OPTIONS)
+    return [item for pair in pairs.items() for item in pair]
+
+
+def make_decoder(options: CdcOptions, conn: psycopg.Connection[Any]) -> Decoder:
+    """A fresh decoder for one peek session on ``conn``.
+
+    test_decoding prints type names but not the replica identity, so its decoder looks tables up
+    in the catalog, on the peeking connection (same ``search_path`` as the output it parses).
+    """
+    table_filter = options.keeps if options.filters_tables else None
+    if options.plugin == "pgoutput":
+        return PgOutputDecoder(table_filter)
+
+    def catalog(schema: str, table: str) -> TableInfo | None:
+        rows = conn.execute(CATALOG_QUERY, (schema, table)).fetchall()
+        return table_info_from_rows(schema, table, rows)
+
+    return TestDecodingDecoder(catalog, table_filter)
