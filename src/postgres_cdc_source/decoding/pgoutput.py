@@ -1,0 +1,269 @@
+"""Decode pgoutput's logical replication protocol (version 1, text values) into events.
+
+The reader peeks with ``pg_logical_slot_peek_binary_changes(slot, upto, NULL, VARIADIC
+options)`` and :func:`pgoutput_options`; each row's ``data`` is one protocol message:
+
+=====  ==================================================================================
+``B``  Begin: final LSN, commit timestamp, xid
+``C``  Commit: flags, commit LSN, end LSN, commit timestamp
+``R``  Relation: id, namespace, name, replica identity, then per column flags/name/type
+``I``  Insert: relation id, ``N`` + tuple
+``U``  Update: relation id, optional ``K`` (old key) or ``O`` (old row) + tuple, ``N`` + tuple
+``D``  Delete: relation id, ``K`` or ``O`` + tuple
+``T``  Truncate: relation count, flags, relation ids
+``Y``  Type, ``O`` Origin, ``M`` logical message: skipped
+=====  ==================================================================================
+
+A tuple is a count then, per column, ``n`` (NULL), ``u`` (unchanged TOAST value, not sent) or
+``t`` + length + text. Integers are big-endian. pgoutput sends a Relation message before the
+first change of each relation in a decoding session (and again after it changes), so a decoder
+built fresh for each peek always sees every relation it needs.
+
+Only tables in the publication are sent. For ``seq`` to agree with test_decoding's, the
+publication must cover every table that changes in the transaction (``FOR ALL TABLES``).
+"""
+
+from __future__ import annotations
+
+import struct
+from collections.abc import Iterable, Iterator
+from datetime import UTC, datetime, timedelta
+
+from postgres_cdc_source.decoding import (
+    DELETE,
+    INSERT,
+    TRUNCATE,
+    UNCHANGED,
+    UPDATE,
+    Begin,
+    Change,
+    Commit,
+    Event,
+    PeekRow,
+    RawValue,
+    RowShape,
+    TableFilter,
+    build_change,
+    decode_error,
+    empty_change,
+)
+from postgres_cdc_source.errors import DecodeError
+from postgres_cdc_source.values import converter_for_oid
+
+__all__ = ["PgOutputDecoder", "PGOUTPUT_OPTIONS", "pgoutput_options"]
+
+PGOUTPUT_OPTIONS: dict[str, str] = {"proto_version": "1"}
+"""Options for every pgoutput peek, besides ``publication_names`` (see :func:`pgoutput_options`).
+
+Protocol version 1 without ``binary``, ``streaming``, ``messages`` or ``two_phase``: values come
+as text, and only the messages this decoder understands are sent.
+"""
+
+_PLUGIN = "pgoutput"
+_PG_EPOCH = datetime(2000, 1, 1, tzinfo=UTC)
+
+_u16 = struct.Struct(">H").unpack_from
+_u32 = struct.Struct(">I").unpack_from
+_begin = struct.Struct(">QqI").unpack_from  # final_lsn, commit timestamp, xid
+_commit = struct.Struct(">BQQq").unpack_from  # flags, commit_lsn, end_lsn, commit timestamp
+_column = struct.Struct(">Ii").unpack_from  # type OID, type modifier
+
+
+def pgoutput_options(publications: Iterable[str]) -> dict[str, str]:
+    """The full peek options for ``publications``, quoting each name as Postgres expects.
+
+    ``publication_names`` is parsed like a list of SQL identifiers, so a name with upper-case
+    letters, commas or quotes must be double-quoted or pgoutput looks up a different name.
+    """
+    names = ",".join('"' + name.replace('"', '""') + '"' for name in publications)
+    if not names:
+        raise ValueError("pgoutput needs at least one publication name")
+    return {**PGOUTPUT_OPTIONS, "publication_names": names}
+
+
+def _timestamp(micros: int) -> datetime:
+    """A protocol timestamp (microseconds since 2000-01-01 UTC) as an aware datetime."""
+    return _PG_EPOCH + timedelta(microseconds=micros)
+
+
+def _cstring(data: bytes, pos: int) -> tuple[str, int]:
+    end = data.index(0, pos)
+    return data[pos:end].decode(), end + 1
+
+
+def _read_tuple(data: bytes, pos: int) -> tuple[list[RawValue], int, bool]:
+    """Parse TupleData at ``pos``: (column texts, position after it, any 'u' column seen).
+
+    A truncated message shows up as a final position beyond ``len(data)``, which the caller
+    checks once instead of every column checking its length.
+    """
+    count = (data[pos] << 8) | data[pos + 1]
+    pos += 2
+    values: list[RawValue] = [None] * count  # NULL unless a 't' or 'u' says otherwise
+    unchanged = False
+    for i in range(count):
+        kind = data[pos]
+        if kind == 116:  # 't': text value
+            start = pos + 5
+            pos = start + _u32(data, pos + 1)[0]
+            values[i] = data[start:pos].decode()
+        elif kind == 110:  # 'n': NULL
+            pos += 1
+        elif kind == 117:  # 'u': unchanged TOAST value, not sent
+            values[i] = UNCHANGED
+            unchanged = True
+            pos += 1
+        else:
+            raise ValueError(
+                f"unexpected column kind {chr(kind)!r} (binary values are not supported: "
+                "do not pass the 'binary' option)"
+            )
+    return values, pos, unchanged
+
+
+class PgOutputDecoder:
+    """Decoder for one pgoutput peek session; see the module docstring for the protocol.
+
+    ``table_filter(schema, table)`` is asked once per relation; changes of tables it rejects
+    still advance ``seq`` but their tuples are never parsed.
+    """
+
+    def __init__(self, table_filter: TableFilter | None = None) -> None:
+        self._filter = table_filter
+        self._relations: dict[int, RowShape] = {}
+
+    def events(self, rows: Iterable[PeekRow]) -> Iterator[Event]:
+        xid = -1  # xid of the open transaction; -1 outside one
+        seq = 0
+        for lsn, _row_xid, payload in rows:
+            if isinstance(payload, str):
+                raise decode_error(_PLUGIN, lsn, "got text, expected bytes: peek pgoutput with "
+                                   "pg_logical_slot_peek_binary_changes")
+            data = payload if type(payload) is bytes else bytes(payload)
+            try:
+                kind = data[0]
+                if kind in _CHANGE_KINDS:
+                    if xid < 0:
+                        raise ValueError(f"{chr(kind)!r} message outside a transaction")
+                    change = self._change(kind, lsn, seq, data)
+                    seq += 1
+                    if change is not None:
+                        yield change
+                elif kind == 84:  # 'T'
+                    if xid < 0:
+                        raise ValueError("'T' message outside a transaction")
+                    for change in self._truncate(lsn, seq, data):
+                        if change is not None:
+                            yield change
+                        seq += 1
+                elif kind == 66:  # 'B'
+                    _final_lsn, _ts, xid = _begin(data, 1)
+                    seq = 0
+                    yield Begin(xid, lsn)
+                elif kind == 67:  # 'C'
+                    _flags, _commit_lsn, end_lsn, micros = _commit(data, 1)
+                    if xid < 0:
+                        raise ValueError("'C' message outside a transaction")
+                    yield Commit(xid, end_lsn, _timestamp(micros))
+                    xid = -1
+                elif kind == 82:  # 'R'
+                    self._relation(data)
+                elif kind not in _SKIPPED_KINDS:
+                    raise ValueError(f"unsupported message type {chr(kind)!r} (use "
+                                     f"proto_version 1 without streaming or two_phase)")
+            except DecodeError:
+                raise
+            except (ValueError, IndexError, KeyError, struct.error) as exc:
+                raise decode_error(_PLUGIN, lsn, _describe(exc, data)) from exc
+
+    def _relation(self, data: bytes) -> None:
+        (relid,) = _u32(data, 1)
+        schema, pos = _cstring(data, 5)
+        table, pos = _cstring(data, pos)
+        (natts,) = _u16(data, pos + 1)
+        pos += 3
+        names: list[str] = []
+        types: list[int] = []
+        key: list[int] = []
+        for index in range(natts):
+            flags = data[pos]
+            name, pos = _cstring(data, pos + 1)
+            type_oid, _typmod = _column(data, pos)
+            pos += 8
+            names.append(name)
+            types.append(type_oid)
+            if flags & 1:
+                key.append(index)
+        if pos != len(data):
+            raise ValueError(f"Relation message has {len(data) - pos} unexpected trailing bytes")
+        schema = schema or "pg_catalog"  # pgoutput sends '' for pg_catalog
+        keep = self._filter is None or self._filter(schema, table)
+        shape = RowShape(schema, table, names, [converter_for_oid(t) for t in types], key, keep)
+        self._relations[relid] = shape
+
+    def _shape(self, relid: int) -> RowShape:
+        try:
+            return self._relations[relid]
+        except KeyError:
+            raise ValueError(f"no Relation message was sent for relation {relid}") from None
+
+    def _change(self, kind: int, lsn: int, seq: int, data: bytes) -> Change | None:
+        """Decode an I, U or D message; ``None`` if its table is filtered out."""
+        (relid,) = _u32(data, 1)
+        shape = self._shape(relid)
+        if not shape.keep:
+            return None
+        marker = data[5]
+        old: list[RawValue] | None = None
+        old_is_full = False
+        pos = 6
+        if marker in (75, 79):  # 'K' old key, 'O' old row
+            old, pos, _ = _read_tuple(data, pos)
+            old_is_full = marker == 79
+            self._check_width(shape, old)
+            if kind == 85:  # update: the new tuple follows
+                marker = data[pos]
+                pos += 1
+        new: list[RawValue] | None = None
+        has_unchanged = False
+        if kind != 68:  # insert or update
+            if marker != 78:  # 'N'
+                raise ValueError(f"expected 'N' (new tuple) but found {chr(marker)!r}")
+            new, pos, has_unchanged = _read_tuple(data, pos)
+            self._check_width(shape, new)
+        elif old is None:
+            raise ValueError(f"expected 'K' or 'O' (old tuple) but found {chr(marker)!r}")
+        if pos != len(data):
+            raise ValueError(f"message length {len(data)} does not match its content ({pos})")
+        op = INSERT if kind == 73 else UPDATE if kind == 85 else DELETE
+        return build_change(shape, lsn, seq, op, old, new,
+                            old_is_full=old_is_full, new_has_unchanged=has_unchanged)
+
+    @staticmethod
+    def _check_width(shape: RowShape, values: list[RawValue]) -> None:
+        if len(values) != len(shape.names):
+            raise ValueError(f"tuple has {len(values)} columns but relation "
+                             f"{shape.schema}.{shape.table} has {len(shape.names)}")
+
+    def _truncate(self, lsn: int, seq: int, data: bytes) -> Iterator[Change | None]:
+        """One change per truncated relation (``None`` for filtered ones, which count too)."""
+        (count,) = _u32(data, 1)
+        if len(data) != 6 + 4 * count:
+            raise ValueError(f"Truncate message for {count} relations has {len(data)} bytes")
+        shapes = [self._shape(_u32(data, 6 + 4 * i)[0]) for i in range(count)]
+        for offset, shape in enumerate(shapes):
+            yield (empty_change(lsn, seq + offset, shape.schema, shape.table, TRUNCATE)
+                   if shape.keep else None)
+
+
+_CHANGE_KINDS = frozenset(b"IUD")
+_SKIPPED_KINDS = frozenset(b"YOM")
+
+
+def _describe(exc: Exception, data: bytes) -> str:
+    kind = chr(data[0]) if data else "?"
+    if isinstance(exc, (IndexError, struct.error)):
+        return f"truncated {kind!r} message ({len(data)} bytes)"
+    if isinstance(exc, UnicodeDecodeError):
+        return f"{kind!r} message has text that is not UTF-8 ({exc.reason})"
+    return f"bad {kind!r} message: {exc}"

@@ -1,0 +1,454 @@
+"""Decode test_decoding's text output into the same events as :mod:`.pgoutput`.
+
+The reader peeks with ``pg_logical_slot_peek_changes(slot, upto, NULL, VARIADIC options)`` and
+:data:`TEST_DECODING_OPTIONS`, which yields lines such as::
+
+    BEGIN 731
+    table "My Schema"."T""1": UPDATE: old-key: id[integer]:1 new-tuple: id[integer]:2 d[text]:'a''b'
+    table public.t2, public.t3: TRUNCATE: (no-flags)
+    COMMIT 731 (at 2024-01-02 03:04:05.123456+00)
+
+Names are printed with ``quote_identifier`` and types with ``format_type_be``. Values are the
+type's output text, quoted with ``'`` (doubled inside) except for integers, floats and numeric
+(bare), booleans (``true``/``false``) and bit strings (``B'101'``); ``null`` is SQL NULL and
+``unchanged-toast-datum`` a TOAST value that was not logged.
+
+The text alone is not enough to match pgoutput exactly: the old tuple is labelled ``old-key:``
+both for a key-only image and for a whole REPLICA IDENTITY FULL row, NULL columns are left out of
+it, generated columns are printed (pgoutput omits them) and the key columns are not marked. So
+the decoder asks a catalog lookup for each table's :class:`TableInfo` once per peek session; the
+reader implements the lookup by running :data:`CATALOG_QUERY` and :func:`table_info_from_rows`.
+
+The catalog describes the table as it is now, while the change was written under the table's
+definition at that time. When the printed columns no longer match the catalog (the table was
+altered since), the printed columns win for ``after`` and only key/identity come from the
+catalog; when the table is gone, the old tuple of an update or delete is taken as the key.
+"""
+
+from __future__ import annotations
+
+import re
+from collections.abc import Callable, Iterable, Iterator, Sequence
+from datetime import UTC, datetime
+from typing import Any, NamedTuple
+
+from postgres_cdc_source.decoding import (
+    DELETE,
+    INSERT,
+    TRUNCATE,
+    UNCHANGED,
+    UPDATE,
+    Begin,
+    Change,
+    Commit,
+    Event,
+    PeekRow,
+    RawValue,
+    RowShape,
+    TableFilter,
+    build_change,
+    decode_error,
+    empty_change,
+)
+from postgres_cdc_source.errors import DecodeError
+from postgres_cdc_source.values import converter_for_oid, converter_for_type_name
+
+__all__ = [
+    "TEST_DECODING_OPTIONS", "CATALOG_QUERY", "ColumnInfo", "TableInfo", "CatalogLookup",
+    "table_info_from_rows", "TestDecodingDecoder",
+]
+
+TEST_DECODING_OPTIONS: dict[str, str] = {
+    "include-xids": "1",
+    "include-timestamp": "1",
+    "skip-empty-xacts": "0",
+}
+"""Options for every test_decoding peek, passed as name/value pairs in this order.
+
+xids and commit timestamps are part of the output rows; empty transactions are kept so every
+commit, even of a DDL-only transaction, is seen.
+"""
+
+CATALOG_QUERY = """\
+SELECT a.attname, quote_ident(a.attname), format_type(a.atttypid, NULL), a.atttypid::int8,
+       c.relreplident = 'f' OR coalesce(a.attnum = ANY (i.indkey), false),
+       coalesce(a.attgenerated <> '', false),
+       c.relreplident::text
+FROM pg_catalog.pg_class AS c
+JOIN pg_catalog.pg_namespace AS n ON n.oid = c.relnamespace
+LEFT JOIN pg_catalog.pg_attribute AS a
+       ON a.attrelid = c.oid AND a.attnum > 0 AND NOT a.attisdropped
+LEFT JOIN pg_catalog.pg_index AS i
+       ON i.indrelid = c.oid
+      AND CASE c.relreplident WHEN 'd' THEN i.indisprimary
+                              WHEN 'i' THEN i.indisreplident
+                              ELSE false END
+WHERE n.nspname = %s AND c.relname = %s
+ORDER BY a.attnum"""
+"""Catalog query: parameters ``(schema, table)``, rows for :func:`table_info_from_rows`.
+
+Run it in the peeking session (or one with the same ``search_path``): ``format_type`` qualifies
+type names that are not visible, exactly like test_decoding's ``format_type_be`` does there. A
+column is part of the key as pgoutput flags it: every column under REPLICA IDENTITY FULL, the
+primary key's under DEFAULT, the chosen index's under USING INDEX, none under NOTHING.
+"""
+
+
+class ColumnInfo(NamedTuple):
+    """One live column as the catalog describes it."""
+
+    name: str
+    quoted_name: str  # quote_ident(name): how test_decoding prints it
+    type_name: str  # format_type(atttypid, NULL): how test_decoding prints the type
+    type_oid: int
+    key: bool  # part of the replica identity
+    generated: bool  # GENERATED ALWAYS column: printed by test_decoding, omitted by pgoutput
+
+
+class TableInfo(NamedTuple):
+    """A table's columns (attnum order, dropped ones excluded) and replica identity."""
+
+    schema: str
+    table: str
+    replica_identity: str  # pg_class.relreplident: 'd' default, 'n' nothing, 'f' full, 'i' index
+    columns: tuple[ColumnInfo, ...]
+
+    @property
+    def key_columns(self) -> tuple[str, ...]:
+        return tuple(c.name for c in self.columns if c.key and not c.generated)
+
+
+CatalogLookup = Callable[[str, str], "TableInfo | None"]
+"""``(schema, table) -> TableInfo``, or ``None`` if the table no longer exists."""
+
+
+def table_info_from_rows(
+    schema: str, table: str, rows: Sequence[Sequence[Any]]
+) -> TableInfo | None:
+    """Build :class:`TableInfo` from :data:`CATALOG_QUERY`'s rows; ``None`` when there are none."""
+    if not rows:
+        return None
+    columns = tuple(
+        ColumnInfo(str(name), str(quoted), str(type_name), int(oid), bool(key), bool(generated))
+        for name, quoted, type_name, oid, key, generated, _ in rows
+        if name is not None  # a table without columns still yields one row, for relreplident
+    )
+    return TableInfo(schema, table, str(rows[0][6]), columns)
+
+
+_PLUGIN = "test_decoding"
+Columns = list[tuple[str, str, RawValue]]
+"""Columns as printed: ``(name, format_type name, raw value)``."""
+
+# quote_identifier's output: a double-quoted name with "" inside, or a bare one.
+_IDENT = r'(?:"(?:[^"]|"")*"|[^\s"\[\].:,]+)'
+_HEADER = re.compile(rf"table ({_IDENT})\.({_IDENT}): (INSERT|UPDATE|DELETE):")
+_TRUNCATE = re.compile(
+    rf"table ((?:{_IDENT}\.{_IDENT}, )*{_IDENT}\.{_IDENT}): TRUNCATE:"
+    r"(?: restart_seqs)?(?: cascade)?(?: \(no-flags\))?\Z"
+)
+_QUALIFIED = re.compile(rf"({_IDENT})\.({_IDENT})(?:, |\Z)")
+# ' name[type]:value'. The type ends at the first ']:' outside double quotes ('integer[]]:'),
+# a value is bare or a '-quoted string with '' inside.
+_COLUMN = re.compile(
+    rf" ({_IDENT})\[((?:[^\"\]]|\"(?:[^\"]|\"\")*\"|\](?!:))+)\]:('[^']*(?:''[^']*)*'|[^' ][^ ]*)"
+)
+_COMMIT = re.compile(r"COMMIT (\d+) \(at ([^)]+)\)\Z")
+_QUOTED = r"'([^']*(?:''[^']*)*)'"
+
+_UNQUOTED = frozenset({20, 21, 23, 26, 700, 701, 1700})  # print_literal's bare types
+_BOOL = 16
+_BITS = frozenset({1560, 1562})
+_NO_TUPLE = " (no-tuple-data)"
+
+
+def _unquote_ident(text: str) -> str:
+    return text[1:-1].replace('""', '"') if text.startswith('"') else text
+
+
+def _raw(token: str) -> RawValue:
+    """A printed value -> the type output text pgoutput would have sent (None, UNCHANGED)."""
+    first = token[0]
+    if first == "'":
+        return token[1:-1].replace("''", "'")
+    if token == "null":
+        return None
+    if token == "unchanged-toast-datum":
+        return UNCHANGED
+    if first == "B" and token[1:2] == "'":  # bit string, B'101'
+        return token[2:-1]
+    return token  # number or boolean
+
+
+def _value_pattern(type_oid: int, capture: bool) -> str:
+    """Regex for one printed value of a type: its text in a group (unless ``capture`` is off)."""
+    if type_oid in _UNQUOTED:
+        inner = r"([^ ']+)"
+    elif type_oid == _BOOL:
+        inner = r"(true|false)"
+    elif type_oid in _BITS:
+        inner = r"B'([01]*)'"
+    else:
+        inner = _QUOTED
+    if not capture:
+        inner = inner.replace("(", "(?:", 1)
+    return rf"(?:null|{inner})"
+
+
+class _Table:
+    """Per-table state of one decoder: filter verdict, catalog info and derived shapes."""
+
+    __slots__ = ("schema", "table", "keep", "loaded", "info", "shape", "full", "key_names",
+                 "generated", "printed", "fast", "quoted", "index", "shapes")
+
+    def __init__(self, schema: str, table: str, keep: bool) -> None:
+        self.schema = schema
+        self.table = table
+        self.keep = keep
+        self.loaded = False
+        self.info: TableInfo | None = None
+        self.shape: RowShape | None = None  # the catalog's published columns
+        self.full = False
+        self.key_names: frozenset[str] = frozenset()
+        self.generated: frozenset[str] = frozenset()
+        self.printed: tuple[tuple[str, str], ...] = ()  # (name, type) as the catalog predicts
+        self.fast: re.Pattern[str] | None = None  # whole new tuple as the catalog predicts
+        self.quoted: tuple[int, ...] = ()  # shape positions of '-quoted values
+        self.index: dict[str, int] = {}
+        self.shapes: dict[tuple[tuple[str, str], ...], RowShape] = {}
+
+    def load(self, info: TableInfo | None) -> None:
+        self.loaded = True
+        self.info = info
+        if info is None:
+            return
+        published = [c for c in info.columns if not c.generated]
+        self.full = info.replica_identity == "f"
+        self.key_names = frozenset(c.name for c in published if c.key)
+        self.generated = frozenset(c.name for c in info.columns if c.generated)
+        self.printed = tuple((c.name, c.type_name) for c in info.columns)
+        self.shape = RowShape(
+            self.schema, self.table, [c.name for c in published],
+            [converter_for_oid(c.type_oid) for c in published],
+            [i for i, c in enumerate(published) if c.key], True,
+        )
+        self.index = {name: i for i, name in enumerate(self.shape.names)}
+        self.fast = re.compile("".join(
+            re.escape(f" {c.quoted_name}[{c.type_name}]:")
+            + _value_pattern(c.type_oid, capture=not c.generated)
+            for c in info.columns
+        ) + r"\Z")
+        self.quoted = tuple(
+            i for i, c in enumerate(published)
+            if c.type_oid not in _UNQUOTED and c.type_oid != _BOOL and c.type_oid not in _BITS
+        )
+
+    def shape_of_old(self, columns: Columns) -> tuple[RowShape, list[RawValue]]:
+        """Shape and values of an old tuple the catalog cannot describe (the table changed or is
+        gone): its printed columns; without a catalog they are all the key."""
+        columns = [c for c in columns if c[0] not in self.generated]
+        names = [name for name, _, _ in columns]
+        key = (range(len(names)) if self.info is None
+               else [i for i, name in enumerate(names) if name in self.key_names])
+        shape = RowShape(self.schema, self.table, names,
+                         [converter_for_type_name(t) for _, t, _ in columns], key, True)
+        return shape, [value for _, _, value in columns]
+
+    def shape_with_key(self, shape: RowShape, key_names: list[str]) -> RowShape:
+        """``shape`` with ``key_names`` as its key, for tables the catalog no longer knows."""
+        return RowShape(self.schema, self.table, shape.names, shape.converters,
+                        [i for i, n in enumerate(shape.names) if n in key_names], True)
+
+    def shape_for(self, printed: tuple[tuple[str, str], ...]) -> RowShape:
+        """The shape of a tuple printed with these ``(name, type)`` columns."""
+        if printed == self.printed and self.shape is not None:
+            return self.shape
+        shape = self.shapes.get(printed)
+        if shape is None:
+            columns = [(n, t) for n, t in printed if n not in self.generated]
+            shape = RowShape(
+                self.schema, self.table, [n for n, _ in columns],
+                [converter_for_type_name(t) for _, t in columns],
+                [i for i, (n, _) in enumerate(columns) if n in self.key_names], True,
+            )
+            self.shapes[printed] = shape
+        return shape
+
+
+class TestDecodingDecoder:
+    """Decoder for one test_decoding peek session.
+
+    ``catalog(schema, table)`` is called at most once per kept table per decoder, lazily at its
+    first change; ``table_filter(schema, table)`` once per table. Changes of filtered tables
+    advance ``seq`` without their tuples being parsed or the catalog being asked.
+    """
+
+    __test__ = False  # not a pytest test class, despite the name
+
+    def __init__(self, catalog: CatalogLookup, table_filter: TableFilter | None = None) -> None:
+        self._catalog = catalog
+        self._filter = table_filter
+        self._tables: dict[tuple[str, str], _Table] = {}
+
+    def events(self, rows: Iterable[PeekRow]) -> Iterator[Event]:
+        xid = -1  # xid of the open transaction; -1 outside one
+        seq = 0
+        for lsn, _row_xid, line in rows:
+            if not isinstance(line, str):
+                raise decode_error(_PLUGIN, lsn, "got bytes, expected text: peek test_decoding "
+                                   "with pg_logical_slot_peek_changes")
+            try:
+                first = line[:1]
+                if first == "t":
+                    if xid < 0:
+                        raise ValueError("change outside a transaction")
+                    header = _HEADER.match(line)
+                    if header is not None:
+                        change = self._change(header, line, lsn, seq)
+                        seq += 1
+                        if change is not None:
+                            yield change
+                    else:
+                        for change in self._truncate(line, lsn, seq):
+                            if change is not None:
+                                yield change
+                            seq += 1
+                elif first == "B" and line.startswith("BEGIN "):
+                    xid = int(line[6:])
+                    seq = 0
+                    yield Begin(xid, lsn)
+                elif first == "C" and line.startswith("COMMIT "):
+                    yield self._commit(line, xid, lsn)
+                    xid = -1
+                elif not line.startswith("message: "):  # logical messages are not changes
+                    raise ValueError("unrecognized line (were TEST_DECODING_OPTIONS passed?)")
+            except DecodeError:
+                raise
+            except ValueError as exc:
+                raise decode_error(_PLUGIN, lsn, f"{exc}: {line[:120]!r}") from exc
+
+    @staticmethod
+    def _commit(line: str, xid: int, lsn: int) -> Commit:
+        """The commit row's own LSN is the end of the commit record, like pgoutput's end_lsn."""
+        match = _COMMIT.match(line)
+        if match is None:
+            raise ValueError("COMMIT without xid and timestamp (include-xids and "
+                             "include-timestamp must be on)")
+        if int(match[1]) != xid:
+            raise ValueError(f"COMMIT of xid {match[1]} while transaction {xid} is open")
+        commit_ts = datetime.fromisoformat(match[2]).astimezone(UTC)
+        return Commit(xid, lsn, commit_ts)
+
+    def _table(self, schema_ident: str, table_ident: str) -> _Table:
+        key = (schema_ident, table_ident)
+        table = self._tables.get(key)
+        if table is None:
+            schema, name = _unquote_ident(schema_ident), _unquote_ident(table_ident)
+            keep = self._filter is None or self._filter(schema, name)
+            table = self._tables[key] = _Table(schema, name, keep)
+        return table
+
+    def _change(self, header: re.Match[str], line: str, lsn: int, seq: int) -> Change | None:
+        """Decode an INSERT, UPDATE or DELETE line; ``None`` if its table is filtered out."""
+        table = self._table(header[1], header[2])
+        if not table.keep:
+            return None
+        if not table.loaded:
+            table.load(self._catalog(table.schema, table.table))
+        op = _OPS[header[3]]
+        pos = header.end()
+        if line.endswith(_NO_TUPLE) and pos + len(_NO_TUPLE) == len(line):
+            return empty_change(lsn, seq, table.schema, table.table, op)
+        if op == DELETE:
+            printed, pos = _columns(line, pos)
+            if pos != len(line):
+                raise ValueError(f"cannot parse the old tuple at offset {pos}")
+            old = None if table.shape is None else _align(table, table.shape, printed)
+            if old is not None and table.shape is not None:
+                shape = table.shape
+            else:
+                shape, old = table.shape_of_old(printed)
+            return build_change(shape, lsn, seq, DELETE, old, None,
+                                old_is_full=table.full, new_has_unchanged=False)
+        columns: Columns | None = None
+        if op == UPDATE and line.startswith(" old-key:", pos):
+            columns, pos = _columns(line, pos + 9)
+            if not line.startswith(" new-tuple:", pos):
+                raise ValueError(f"cannot parse the old tuple at offset {pos}")
+            pos += 11
+        shape, new, unchanged = _new_tuple(table, line, pos)
+        old = None
+        if columns is not None:
+            old = _align(table, shape, columns)
+            if old is None:
+                raise ValueError("the old tuple has a column the new tuple does not")
+            if table.info is None:  # no catalog: what Postgres logged is the key
+                shape = table.shape_with_key(shape, [n for n, _, _ in columns])
+        return build_change(shape, lsn, seq, op, old, new,
+                            old_is_full=table.full, new_has_unchanged=unchanged)
+
+    def _truncate(self, line: str, lsn: int, seq: int) -> Iterator[Change | None]:
+        """One change per truncated table (``None`` for filtered ones, which count too)."""
+        match = _TRUNCATE.match(line)
+        if match is None:
+            raise ValueError("unrecognized table line")
+        for offset, name in enumerate(_QUALIFIED.finditer(match[1])):
+            table = self._table(name[1], name[2])
+            yield (empty_change(lsn, seq + offset, table.schema, table.table, TRUNCATE)
+                   if table.keep else None)
+
+
+_OPS = {"INSERT": INSERT, "UPDATE": UPDATE, "DELETE": DELETE}
+
+
+def _columns(line: str, pos: int) -> tuple[Columns, int]:
+    """Parse printed columns from ``pos`` while they last: ``[(name, type, raw)]``, end."""
+    columns = []
+    match = _COLUMN.match(line, pos)
+    while match is not None:
+        columns.append((_unquote_ident(match[1]), match[2], _raw(match[3])))
+        pos = match.end()
+        match = _COLUMN.match(line, pos)
+    return columns, pos
+
+
+def _new_tuple(table: _Table, line: str, pos: int) -> tuple[RowShape, list[RawValue], bool]:
+    """The new tuple from ``pos`` to the end: (its shape, raw values, any UNCHANGED).
+
+    Fast path: one regex built from the catalog matches the whole tuple and captures the value
+    texts directly. It is skipped when a TOAST value is unchanged (the catalog regex does not
+    accept that marker), and fails when the table changed since the row was written; then the
+    columns are parsed one by one.
+    """
+    if table.fast is not None and "unchanged-toast-datum" not in line:
+        match = table.fast.match(line, pos)
+        if match is not None:
+            assert table.shape is not None
+            raw: list[Any] = list(match.groups())  # str, or None for null
+            if "''" in line:  # some quoted value has an escaped quote
+                for i in table.quoted:
+                    value = raw[i]
+                    if value is not None:
+                        raw[i] = value.replace("''", "'")
+            return table.shape, raw, False
+    columns, end = _columns(line, pos)
+    if end != len(line):
+        raise ValueError(f"cannot parse the new tuple at offset {end}")
+    shape = table.shape_for(tuple((name, type_name) for name, type_name, _ in columns))
+    raw = [value for name, _, value in columns if name not in table.generated]
+    return shape, raw, any(value is UNCHANGED for value in raw)
+
+
+def _align(table: _Table, shape: RowShape, columns: Columns) -> list[RawValue] | None:
+    """An old tuple (NULL columns left out) as values aligned with ``shape``, absent ones NULL;
+    ``None`` if it names a column ``shape`` does not have."""
+    index = table.index if shape is table.shape else {n: i for i, n in enumerate(shape.names)}
+    old: list[RawValue] = [None] * len(shape.names)
+    for name, _, value in columns:
+        i = index.get(name)
+        if i is None:
+            if name in table.generated:
+                continue
+            return None
+        old[i] = value
+    return old
