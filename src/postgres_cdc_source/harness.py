@@ -139,7 +139,7 @@ class LocalPostgres:
             "-o",
             opts,
             "-l",
-            str(self._root / "server.log"),
+            str(self.data_dir.parent / "server.log"),
             "-w",
             "-t",
             "60",

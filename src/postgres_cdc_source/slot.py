@@ -13,6 +13,7 @@ from __future__ import annotations
 import logging
 from collections.abc import Iterator
 from dataclasses import dataclass
+from typing import Any
 
 import psycopg
 from psycopg import errors as pgerrors
@@ -40,6 +41,7 @@ __all__ = [
 log = logging.getLogger(__name__)
 
 Row = tuple[int, int, "bytes | str"]
+Conn = psycopg.Connection[Any]
 
 
 @dataclass(frozen=True)
@@ -53,7 +55,7 @@ class SlotState:
     confirmed_flush: int
 
 
-def connect(options: CdcOptions, *, autocommit: bool = True) -> psycopg.Connection[tuple]:  # type: ignore[type-arg]
+def connect(options: CdcOptions, *, autocommit: bool = True) -> Conn:
     """A connection whose session settings make value text (dates, floats) deterministic."""
     session = " ".join(f"-c {k}={v}" for k, v in SESSION_SETTINGS.items())
     try:
@@ -77,7 +79,7 @@ def _scrub(message: str, options: CdcOptions) -> str:
     return message.replace(str(password), "***") if password else message.strip()
 
 
-def slot_state(conn: psycopg.Connection[tuple], slot: str) -> SlotState | None:  # type: ignore[type-arg]
+def slot_state(conn: Conn, slot: str) -> SlotState | None:
     row = conn.execute(
         "SELECT plugin, slot_type, database, active_pid,"
         " (restart_lsn - '0/0')::int8, (confirmed_flush_lsn - '0/0')::int8"
@@ -134,7 +136,7 @@ def ensure_slot(options: CdcOptions) -> SlotState:
         return state
 
 
-def _create_slot(conn: psycopg.Connection[tuple], options: CdcOptions) -> None:  # type: ignore[type-arg]
+def _create_slot(conn: Conn, options: CdcOptions) -> None:
     try:
         conn.execute(
             "SELECT pg_create_logical_replication_slot(%s, %s)", (options.slot, options.plugin)
@@ -151,7 +153,7 @@ def _create_slot(conn: psycopg.Connection[tuple], options: CdcOptions) -> None: 
         ) from None
 
 
-def _ensure_publication(conn: psycopg.Connection[tuple], options: CdcOptions) -> None:  # type: ignore[type-arg]
+def _ensure_publication(conn: Conn, options: CdcOptions) -> None:
     name = options.publication
     if conn.execute("SELECT 1 FROM pg_publication WHERE pubname = %s", (name,)).fetchone():
         return
@@ -191,14 +193,14 @@ def _ensure_publication(conn: psycopg.Connection[tuple], options: CdcOptions) ->
         ) from None
 
 
-def flush_lsn(conn: psycopg.Connection[tuple]) -> int:  # type: ignore[type-arg]
+def flush_lsn(conn: Conn) -> int:
     """The server's WAL flush position: the furthest a batch may end."""
     row = conn.execute("SELECT (pg_current_wal_flush_lsn() - '0/0')::int8").fetchone()
     assert row is not None
     return int(row[0])
 
 
-def advance(conn: psycopg.Connection[tuple], slot: str, lsn: int) -> None:  # type: ignore[type-arg]
+def advance(conn: Conn, slot: str, lsn: int) -> None:
     """Move the slot's confirmed position to ``lsn`` (no-op if it is already there or beyond)."""
     try:
         conn.execute("SELECT pg_replication_slot_advance(%s, %s::pg_lsn)", (slot, format_lsn(lsn)))
@@ -213,7 +215,7 @@ def _in_use(slot: str, exc: psycopg.Error) -> str:
     )
 
 
-def bring_to(conn: psycopg.Connection[tuple], options: CdcOptions, start: int) -> None:  # type: ignore[type-arg]
+def bring_to(conn: Conn, options: CdcOptions, start: int) -> None:
     """Put the slot exactly at a batch's ``start`` before the batch is read.
 
     Spark plans and reads batch N only after batch N-1 (ending at ``start``) is durably
@@ -240,7 +242,7 @@ def bring_to(conn: psycopg.Connection[tuple], options: CdcOptions, start: int) -
         log.warning("%s; skipping ahead because fail_on_data_loss=false", message)
 
 
-def _peek_query(options: CdcOptions) -> tuple[sql.Composable, list[str]]:
+def _peek_query(options: CdcOptions) -> tuple[sql.Composed, list[str]]:
     func = (
         "pg_logical_slot_peek_binary_changes"
         if options.plugin == "pgoutput"
@@ -254,9 +256,9 @@ def _peek_query(options: CdcOptions) -> tuple[sql.Composable, list[str]]:
 
 
 def peek(
-    conn: psycopg.Connection[tuple],
+    conn: Conn,
     options: CdcOptions,
-    upto: int,  # type: ignore[type-arg]
+    upto: int,
 ) -> Iterator[Row]:
     """Stream ``(lsn, xid, data)`` rows up to ``upto`` without consuming them.
 
@@ -274,9 +276,9 @@ def peek(
 
 
 def first_commit_end(
-    conn: psycopg.Connection[tuple],
+    conn: Conn,
     options: CdcOptions,
-    upto: int,  # type: ignore[type-arg]
+    upto: int,
 ) -> int | None:
     """End LSN of the first transaction the slot would emit, looking no further than ``upto``.
 

@@ -1,0 +1,290 @@
+"""pg_cdc end to end: real Spark streaming queries against a real Postgres.
+
+Every query here is a ``trigger(availableNow=True)`` run that collects its micro-batches with
+``foreachBatch``, so a test sees exactly the batches Spark committed.
+"""
+
+from __future__ import annotations
+
+import json
+from collections.abc import Callable
+from typing import Any
+
+import pyarrow as pa
+import pytest
+from chispa import assert_df_equality
+from pyspark.sql import DataFrame, Row, SparkSession
+
+from postgres_cdc_source.harness import LocalPostgres
+from postgres_cdc_source.lsn import format_lsn, parse_lsn
+from postgres_cdc_source.options import CdcOptions
+from postgres_cdc_source.reader import CdcPartition, PgCdcStreamReader
+from postgres_cdc_source.schema import SPARK_SCHEMA
+
+PLUGINS = ["pgoutput", "test_decoding"]
+
+
+def run_once(
+    spark: SparkSession, checkpoint: str, options: dict[str, str],
+    on_batch: Callable[[DataFrame, int], None] | None = None,
+) -> list[tuple[int, list[Row]]]:
+    """One availableNow run; returns ``(batch_id, rows)`` for every non-empty batch."""
+    batches: list[tuple[int, list[Row]]] = []
+
+    def collect(df: DataFrame, batch_id: int) -> None:
+        if on_batch is not None:
+            on_batch(df, batch_id)
+        rows = df.collect()
+        if rows:
+            batches.append((batch_id, rows))
+
+    query = (
+        spark.readStream.format("pg_cdc").options(**options).load()
+        .writeStream.foreachBatch(collect)
+        .option("checkpointLocation", checkpoint)
+        .trigger(availableNow=True).start()
+    )
+    query.awaitTermination()
+    if query.exception() is not None:
+        raise query.exception()  # type: ignore[misc]
+    return batches
+
+
+def rows_of(batches: list[tuple[int, list[Row]]]) -> list[Row]:
+    return [row for _, rows in batches for row in rows]
+
+
+def slot_position(pg: LocalPostgres, slot: str) -> int:
+    with pg.connect() as conn:
+        row = conn.execute("SELECT confirmed_flush_lsn::text FROM pg_replication_slots"
+                           " WHERE slot_name = %s", (slot,)).fetchone()
+    assert row is not None
+    return parse_lsn(row[0])
+
+
+def make_slot(pg: LocalPostgres, slot: str, plugin: str = "pgoutput", **extra: str) -> dict[str, str]:
+    """Create the slot now (before the changes under test) and return the reader options."""
+    options = {"dsn": pg.dsn, "slot": slot, "plugin": plugin, **extra}
+    PgCdcStreamReader(CdcOptions.from_options(options)).initialOffset()
+    return options
+
+
+@pytest.mark.parametrize("identity", ["DEFAULT", "FULL"])
+def test_both_plugins_give_identical_rows_for_every_kind_of_change(
+    spark: SparkSession, pg: LocalPostgres, name: str, tmp_path: Any, identity: str
+) -> None:
+    with pg.connect() as conn:
+        conn.execute(f"CREATE TABLE {name} (id int PRIMARY KEY, note text, amount numeric)")
+        conn.execute(f"ALTER TABLE {name} REPLICA IDENTITY {identity}")
+    options = {p: make_slot(pg, f"{name}_{p}", p, topic_from="table", partition_key_from="key")
+               for p in PLUGINS}
+    with pg.connect() as conn:
+        conn.execute(f"INSERT INTO {name} VALUES (1, 'it''s', 1.50), (2, NULL, -3)")
+        conn.execute(f"UPDATE {name} SET note = 'line\nbreak' WHERE id = 1")
+        conn.execute(f"UPDATE {name} SET id = 20 WHERE id = 2")  # primary-key change
+        conn.execute(f"DELETE FROM {name} WHERE id = 1")
+        conn.execute(f"TRUNCATE {name}")
+    got = {p: rows_of(run_once(spark, str(tmp_path / p), options[p])) for p in PLUGINS}
+
+    rows = got["pgoutput"]
+    assert [r.op for r in rows] == ["insert", "insert", "update", "update", "delete", "truncate"]
+    assert json.loads(rows[0].after) == {"id": 1, "note": "it's", "amount": "1.50"}
+    assert json.loads(rows[2].after) == {"id": 1, "note": "line\nbreak", "amount": "1.50"}
+    assert json.loads(rows[3].key) == ({"id": 2} if identity == "DEFAULT" else
+                                       {"id": 2, "note": None, "amount": "-3"})
+    assert json.loads(rows[3].after)["id"] == 20
+    if identity == "FULL":
+        assert json.loads(rows[4].before) == {"id": 1, "note": "line\nbreak", "amount": "1.50"}
+    else:
+        assert rows[4].before is None and json.loads(rows[4].key) == {"id": 1}
+    assert all(r.topic == name and r.stream is None for r in rows)
+    assert [r.id for r in rows] == [f"{r.commit_lsn}:{r.seq}" for r in rows]
+    commit_lsns = [parse_lsn(r.commit_lsn) for r in rows]
+    assert commit_lsns == sorted(commit_lsns)
+    assert_df_equality(spark.createDataFrame(got["pgoutput"], SPARK_SCHEMA),
+                       spark.createDataFrame(got["test_decoding"], SPARK_SCHEMA))
+
+
+def test_rollback_emits_nothing_and_interleaved_transactions_come_whole_in_commit_order(
+    spark: SparkSession, pg: LocalPostgres, name: str, checkpoint: str
+) -> None:
+    with pg.connect() as conn:
+        conn.execute(f"CREATE TABLE {name} (id int PRIMARY KEY, tx text)")
+    options = make_slot(pg, name)
+    with pg.connect() as a, pg.connect() as b, pg.connect() as r:
+        r.execute("BEGIN")
+        r.execute(f"INSERT INTO {name} VALUES (100, 'rolled back')")
+        a.execute("BEGIN")
+        a.execute(f"INSERT INTO {name} VALUES (1, 'A')")
+        b.execute("BEGIN")  # B starts after A ...
+        b.execute(f"INSERT INTO {name} VALUES (2, 'B')")
+        a.execute(f"INSERT INTO {name} VALUES (3, 'A')")
+        b.execute(f"INSERT INTO {name} VALUES (4, 'B')")
+        b.execute("COMMIT")  # ... and commits first
+        a.execute(f"INSERT INTO {name} VALUES (5, 'A')")
+        a.execute("COMMIT")
+        r.execute("ROLLBACK")
+    rows = rows_of(run_once(spark, checkpoint, options))
+    assert [(json.loads(r.after)["id"], r.seq) for r in rows] == [(2, 0), (4, 1), (1, 0), (3, 1),
+                                                                   (5, 2)]
+    assert len({r.commit_lsn for r in rows[:2]}) == 1 and len({r.commit_lsn for r in rows[2:]}) == 1
+
+
+def _commit_record(pg: LocalPostgres, since: int, xid: int) -> tuple[int, int]:
+    """Start and end LSN of transaction ``xid``'s commit record (pg_walinspect)."""
+    with pg.connect() as conn:
+        conn.execute("CREATE EXTENSION IF NOT EXISTS pg_walinspect")
+        row = conn.execute(
+            "SELECT start_lsn::text, end_lsn::text FROM pg_get_wal_records_info(%s::pg_lsn,"
+            " pg_current_wal_flush_lsn()) WHERE record_type = 'COMMIT' AND xid::text = %s",
+            (format_lsn(since), str(xid)),
+        ).fetchone()
+    assert row is not None
+    return parse_lsn(row[0]), parse_lsn(row[1])
+
+
+def _ids(reader: PgCdcStreamReader, start: int, end: int) -> list[int]:
+    batches = list(reader.read(CdcPartition(start, end)))
+    table = pa.Table.from_batches(batches) if batches else None
+    return [json.loads(a)["id"] for a in table.column("after").to_pylist()] if table else []
+
+
+@pytest.mark.parametrize("plugin", PLUGINS)
+def test_a_batch_holds_exactly_the_transactions_whose_commit_starts_before_its_end(
+    pg: LocalPostgres, name: str, plugin: str
+) -> None:
+    """The LSN rule, at the exact boundary: a commit record starting at ``end`` is the next
+    batch's; one starting just before ``end`` is this batch's, and advancing to ``end`` then
+    hides it from every later read."""
+    with pg.connect() as conn:
+        conn.execute(f"CREATE TABLE {name} (id int PRIMARY KEY)")
+    reader = PgCdcStreamReader(CdcOptions.from_options(
+        {"dsn": pg.dsn, "slot": name, "plugin": plugin}))
+    start = parse_lsn(reader.initialOffset()["lsn"])
+    with pg.connect() as conn:
+        conn.execute("BEGIN")
+        conn.execute(f"INSERT INTO {name} VALUES (1), (2)")
+        xid = int(conn.execute("SELECT txid_current()").fetchone()[0])  # type: ignore[index]
+        conn.execute("COMMIT")
+        conn.execute(f"INSERT INTO {name} VALUES (3)")
+    commit_start, commit_end = _commit_record(pg, start, xid)
+    with pg.connect() as conn:
+        flush = parse_lsn(conn.execute("SELECT pg_current_wal_flush_lsn()::text").fetchone()[0])  # type: ignore[index]
+
+    assert _ids(reader, start, commit_start) == []  # commit starts at `end`: not this batch
+    assert _ids(reader, start, commit_start + 1) == [1, 2]  # starts before `end`: this batch
+    assert _ids(reader, start, commit_end) == [1, 2]  # a replay yields the same rows
+    reader.commit({"lsn": format_lsn(commit_start + 1)})
+    assert slot_position(pg, name) == commit_start + 1
+    assert _ids(reader, commit_start + 1, flush) == [3]  # the next batch does not repeat it
+
+
+def test_a_transaction_larger_than_the_byte_limit_arrives_whole_in_one_batch(
+    spark: SparkSession, pg: LocalPostgres, name: str, checkpoint: str
+) -> None:
+    with pg.connect() as conn:
+        conn.execute(f"CREATE TABLE {name} (id int PRIMARY KEY, pad text)")
+    options = make_slot(pg, name, max_bytes_per_trigger="64KB", spill_rows="20000")
+    with pg.connect() as conn:
+        conn.execute(f"INSERT INTO {name} VALUES (0, 'before')")
+        conn.execute(f"INSERT INTO {name} SELECT g, md5(g::text) FROM generate_series(1, 200000) g")
+        conn.execute(f"INSERT INTO {name} VALUES (-1, 'after')")
+    seen: list[tuple[int, int, int]] = []
+
+    def count(df: DataFrame, batch_id: int) -> None:
+        for r in df.groupBy("commit_lsn").count().collect():
+            seen.append((batch_id, parse_lsn(r["commit_lsn"]), r["count"]))
+
+    query = (spark.readStream.format("pg_cdc").options(**options).load().writeStream
+             .foreachBatch(count).option("checkpointLocation", checkpoint)
+             .trigger(availableNow=True).start())
+    query.awaitTermination()
+    assert query.exception() is None
+    per_txn = sorted(seen, key=lambda s: s[1])
+    assert [c for _, _, c in per_txn] == [1, 200000, 1]
+    # whole, and in one batch: the 200,000 rows of the big transaction never split
+    assert len([s for s in seen if s[2] == 200000]) == 1
+
+
+def test_available_now_runs_back_to_back_lose_and_repeat_nothing(
+    spark: SparkSession, pg: LocalPostgres, name: str, checkpoint: str
+) -> None:
+    with pg.connect() as conn:
+        conn.execute(f"CREATE TABLE {name} (id int PRIMARY KEY)")
+    options = make_slot(pg, name)
+    ids: list[int] = []
+    for run in range(3):
+        with pg.connect() as conn:
+            conn.execute(f"INSERT INTO {name} SELECT g FROM generate_series({run * 10}, "
+                         f"{run * 10 + 9}) g")
+        ids += [json.loads(r.after)["id"] for r in rows_of(run_once(spark, checkpoint, options))]
+    assert ids == list(range(30))
+    # the final batch of an availableNow run is committed by the next run: the slot moved then
+    assert slot_position(pg, name) > 0
+
+
+def test_a_failed_batch_is_replayed_identically_after_restart(
+    spark: SparkSession, pg: LocalPostgres, name: str, checkpoint: str
+) -> None:
+    with pg.connect() as conn:
+        conn.execute(f"CREATE TABLE {name} (id int PRIMARY KEY)")
+        conn.execute(f"INSERT INTO {name} SELECT g FROM generate_series(1, 50) g")
+    options = make_slot(pg, name)
+    with pg.connect() as conn:
+        conn.execute(f"INSERT INTO {name} SELECT g FROM generate_series(51, 100) g")
+    before_crash = slot_position(pg, name)
+    attempted: list[list[tuple[Any, ...]]] = []
+
+    def crash(df: DataFrame, batch_id: int) -> None:
+        attempted.append([tuple(r) for r in df.collect()])
+        raise RuntimeError("injected crash before the batch commits")
+
+    with pytest.raises(Exception, match="injected crash"):
+        run_once(spark, checkpoint, options, on_batch=crash)
+    assert slot_position(pg, name) == before_crash  # nothing was released
+    replayed = run_once(spark, checkpoint, options)
+    assert [tuple(r) for r in rows_of(replayed)] == attempted[0]
+    assert [json.loads(r.after)["id"] for r in rows_of(replayed)] == list(range(51, 101))
+
+
+def test_a_filtered_idle_table_still_releases_wal(
+    spark: SparkSession, pg: LocalPostgres, name: str, checkpoint: str
+) -> None:
+    with pg.connect() as conn:
+        conn.execute(f"CREATE TABLE {name}_wanted (id int PRIMARY KEY)")
+        conn.execute(f"CREATE TABLE {name}_other (id int PRIMARY KEY)")
+    options = make_slot(pg, name, include_tables=rf"public\.{name}_wanted")
+    start = slot_position(pg, name)
+    for run in range(2):
+        with pg.connect() as conn:
+            conn.execute(f"INSERT INTO {name}_other SELECT g FROM generate_series({run * 1000},"
+                         f" {run * 1000 + 999}) g")
+        assert rows_of(run_once(spark, checkpoint, options)) == []
+    # the second run committed the first run's batch: the slot moved past the ignored writes
+    assert slot_position(pg, name) > start
+
+
+def test_quoted_names_with_spaces_dots_quotes_and_upper_case(
+    spark: SparkSession, pg: LocalPostgres, name: str, checkpoint: str
+) -> None:
+    schema, table, column = f'My "Schema" {name}', "Tab.le X", 'Col "1"'
+    with pg.connect() as conn:
+        from psycopg import sql
+        conn.execute(sql.SQL("CREATE SCHEMA {}").format(sql.Identifier(schema)))
+        conn.execute(sql.SQL("CREATE TABLE {} (id int PRIMARY KEY, {} text)").format(
+            sql.Identifier(schema, table), sql.Identifier(column)))
+    options = make_slot(pg, name, publication=f"Pub {name}", topic_from="table")
+    with pg.connect() as conn:
+        conn.execute(sql.SQL("INSERT INTO {} VALUES (1, 'x')").format(
+            sql.Identifier(schema, table)))
+    [row] = rows_of(run_once(spark, checkpoint, options))
+    assert (row.schema, row.table, row.topic) == (schema, table, table)
+    assert json.loads(row.after) == {"id": 1, column: "x"}
+
+
+def test_bad_options_fail_at_load_naming_the_option(spark: SparkSession, pg: LocalPostgres) -> None:
+    with pytest.raises(Exception, match="slot"):
+        spark.readStream.format("pg_cdc").option("dsn", pg.dsn).option("slot", "Bad-Name").load()
+    with pytest.raises(Exception, match="max_bytes_per_triger"):
+        (spark.readStream.format("pg_cdc").option("dsn", pg.dsn).option("slot", "ok")
+         .option("max_bytes_per_triger", "1MB").load())
