@@ -25,7 +25,9 @@ PLUGINS = ["pgoutput", "test_decoding"]
 
 
 def run_once(
-    spark: SparkSession, checkpoint: str, options: dict[str, str],
+    spark: SparkSession,
+    checkpoint: str,
+    options: dict[str, str],
     on_batch: Callable[[DataFrame, int], None] | None = None,
 ) -> list[tuple[int, list[Row]]]:
     """One availableNow run; returns ``(batch_id, rows)`` for every non-empty batch."""
@@ -39,10 +41,13 @@ def run_once(
             batches.append((batch_id, rows))
 
     query = (
-        spark.readStream.format("pg_cdc").options(**options).load()
+        spark.readStream.format("pg_cdc")
+        .options(**options)
+        .load()
         .writeStream.foreachBatch(collect)
         .option("checkpointLocation", checkpoint)
-        .trigger(availableNow=True).start()
+        .trigger(availableNow=True)
+        .start()
     )
     query.awaitTermination()
     if query.exception() is not None:
@@ -56,13 +61,17 @@ def rows_of(batches: list[tuple[int, list[Row]]]) -> list[Row]:
 
 def slot_position(pg: LocalPostgres, slot: str) -> int:
     with pg.connect() as conn:
-        row = conn.execute("SELECT confirmed_flush_lsn::text FROM pg_replication_slots"
-                           " WHERE slot_name = %s", (slot,)).fetchone()
+        row = conn.execute(
+            "SELECT confirmed_flush_lsn::text FROM pg_replication_slots WHERE slot_name = %s",
+            (slot,),
+        ).fetchone()
     assert row is not None
     return parse_lsn(row[0])
 
 
-def make_slot(pg: LocalPostgres, slot: str, plugin: str = "pgoutput", **extra: str) -> dict[str, str]:
+def make_slot(
+    pg: LocalPostgres, slot: str, plugin: str = "pgoutput", **extra: str
+) -> dict[str, str]:
     """Create the slot now (before the changes under test) and return the reader options."""
     options = {"dsn": pg.dsn, "slot": slot, "plugin": plugin, **extra}
     PgCdcStreamReader(CdcOptions.from_options(options)).initialOffset()
@@ -76,8 +85,10 @@ def test_both_plugins_give_identical_rows_for_every_kind_of_change(
     with pg.connect() as conn:
         conn.execute(f"CREATE TABLE {name} (id int PRIMARY KEY, note text, amount numeric)")
         conn.execute(f"ALTER TABLE {name} REPLICA IDENTITY {identity}")
-    options = {p: make_slot(pg, f"{name}_{p}", p, topic_from="table", partition_key_from="key")
-               for p in PLUGINS}
+    options = {
+        p: make_slot(pg, f"{name}_{p}", p, topic_from="table", partition_key_from="key")
+        for p in PLUGINS
+    }
     with pg.connect() as conn:
         conn.execute(f"INSERT INTO {name} VALUES (1, 'it''s', 1.50), (2, NULL, -3)")
         conn.execute(f"UPDATE {name} SET note = 'line\nbreak' WHERE id = 1")
@@ -90,8 +101,9 @@ def test_both_plugins_give_identical_rows_for_every_kind_of_change(
     assert [r.op for r in rows] == ["insert", "insert", "update", "update", "delete", "truncate"]
     assert json.loads(rows[0].after) == {"id": 1, "note": "it's", "amount": "1.50"}
     assert json.loads(rows[2].after) == {"id": 1, "note": "line\nbreak", "amount": "1.50"}
-    assert json.loads(rows[3].key) == ({"id": 2} if identity == "DEFAULT" else
-                                       {"id": 2, "note": None, "amount": "-3"})
+    assert json.loads(rows[3].key) == (
+        {"id": 2} if identity == "DEFAULT" else {"id": 2, "note": None, "amount": "-3"}
+    )
     assert json.loads(rows[3].after)["id"] == 20
     if identity == "FULL":
         assert json.loads(rows[4].before) == {"id": 1, "note": "line\nbreak", "amount": "1.50"}
@@ -101,8 +113,10 @@ def test_both_plugins_give_identical_rows_for_every_kind_of_change(
     assert [r.id for r in rows] == [f"{r.commit_lsn}:{r.seq}" for r in rows]
     commit_lsns = [parse_lsn(r.commit_lsn) for r in rows]
     assert commit_lsns == sorted(commit_lsns)
-    assert_df_equality(spark.createDataFrame(got["pgoutput"], SPARK_SCHEMA),
-                       spark.createDataFrame(got["test_decoding"], SPARK_SCHEMA))
+    assert_df_equality(
+        spark.createDataFrame(got["pgoutput"], SPARK_SCHEMA),
+        spark.createDataFrame(got["test_decoding"], SPARK_SCHEMA),
+    )
 
 
 def test_rollback_emits_nothing_and_interleaved_transactions_come_whole_in_commit_order(
@@ -125,8 +139,13 @@ def test_rollback_emits_nothing_and_interleaved_transactions_come_whole_in_commi
         a.execute("COMMIT")
         r.execute("ROLLBACK")
     rows = rows_of(run_once(spark, checkpoint, options))
-    assert [(json.loads(r.after)["id"], r.seq) for r in rows] == [(2, 0), (4, 1), (1, 0), (3, 1),
-                                                                   (5, 2)]
+    assert [(json.loads(r.after)["id"], r.seq) for r in rows] == [
+        (2, 0),
+        (4, 1),
+        (1, 0),
+        (3, 1),
+        (5, 2),
+    ]
     assert len({r.commit_lsn for r in rows[:2]}) == 1 and len({r.commit_lsn for r in rows[2:]}) == 1
 
 
@@ -158,8 +177,9 @@ def test_a_batch_holds_exactly_the_transactions_whose_commit_starts_before_its_e
     hides it from every later read."""
     with pg.connect() as conn:
         conn.execute(f"CREATE TABLE {name} (id int PRIMARY KEY)")
-    reader = PgCdcStreamReader(CdcOptions.from_options(
-        {"dsn": pg.dsn, "slot": name, "plugin": plugin}))
+    reader = PgCdcStreamReader(
+        CdcOptions.from_options({"dsn": pg.dsn, "slot": name, "plugin": plugin})
+    )
     start = parse_lsn(reader.initialOffset()["lsn"])
     with pg.connect() as conn:
         conn.execute("BEGIN")
@@ -195,9 +215,15 @@ def test_a_transaction_larger_than_the_byte_limit_arrives_whole_in_one_batch(
         for r in df.groupBy("commit_lsn").count().collect():
             seen.append((batch_id, parse_lsn(r["commit_lsn"]), r["count"]))
 
-    query = (spark.readStream.format("pg_cdc").options(**options).load().writeStream
-             .foreachBatch(count).option("checkpointLocation", checkpoint)
-             .trigger(availableNow=True).start())
+    query = (
+        spark.readStream.format("pg_cdc")
+        .options(**options)
+        .load()
+        .writeStream.foreachBatch(count)
+        .option("checkpointLocation", checkpoint)
+        .trigger(availableNow=True)
+        .start()
+    )
     query.awaitTermination()
     assert query.exception() is None
     per_txn = sorted(seen, key=lambda s: s[1])
@@ -215,8 +241,9 @@ def test_available_now_runs_back_to_back_lose_and_repeat_nothing(
     ids: list[int] = []
     for run in range(3):
         with pg.connect() as conn:
-            conn.execute(f"INSERT INTO {name} SELECT g FROM generate_series({run * 10}, "
-                         f"{run * 10 + 9}) g")
+            conn.execute(
+                f"INSERT INTO {name} SELECT g FROM generate_series({run * 10}, {run * 10 + 9}) g"
+            )
         ids += [json.loads(r.after)["id"] for r in rows_of(run_once(spark, checkpoint, options))]
     assert ids == list(range(30))
     # the final batch of an availableNow run is committed by the next run: the slot moved then
@@ -257,8 +284,10 @@ def test_a_filtered_idle_table_still_releases_wal(
     start = slot_position(pg, name)
     for run in range(2):
         with pg.connect() as conn:
-            conn.execute(f"INSERT INTO {name}_other SELECT g FROM generate_series({run * 1000},"
-                         f" {run * 1000 + 999}) g")
+            conn.execute(
+                f"INSERT INTO {name}_other SELECT g FROM generate_series({run * 1000},"
+                f" {run * 1000 + 999}) g"
+            )
         assert rows_of(run_once(spark, checkpoint, options)) == []
     # the second run committed the first run's batch: the slot moved past the ignored writes
     assert slot_position(pg, name) > start
@@ -270,13 +299,18 @@ def test_quoted_names_with_spaces_dots_quotes_and_upper_case(
     schema, table, column = f'My "Schema" {name}', "Tab.le X", 'Col "1"'
     with pg.connect() as conn:
         from psycopg import sql
+
         conn.execute(sql.SQL("CREATE SCHEMA {}").format(sql.Identifier(schema)))
-        conn.execute(sql.SQL("CREATE TABLE {} (id int PRIMARY KEY, {} text)").format(
-            sql.Identifier(schema, table), sql.Identifier(column)))
+        conn.execute(
+            sql.SQL("CREATE TABLE {} (id int PRIMARY KEY, {} text)").format(
+                sql.Identifier(schema, table), sql.Identifier(column)
+            )
+        )
     options = make_slot(pg, name, publication=f"Pub {name}", topic_from="table")
     with pg.connect() as conn:
-        conn.execute(sql.SQL("INSERT INTO {} VALUES (1, 'x')").format(
-            sql.Identifier(schema, table)))
+        conn.execute(
+            sql.SQL("INSERT INTO {} VALUES (1, 'x')").format(sql.Identifier(schema, table))
+        )
     [row] = rows_of(run_once(spark, checkpoint, options))
     assert (row.schema, row.table, row.topic) == (schema, table, table)
     assert json.loads(row.after) == {"id": 1, column: "x"}
@@ -286,5 +320,10 @@ def test_bad_options_fail_at_load_naming_the_option(spark: SparkSession, pg: Loc
     with pytest.raises(Exception, match="slot"):
         spark.readStream.format("pg_cdc").option("dsn", pg.dsn).option("slot", "Bad-Name").load()
     with pytest.raises(Exception, match="max_bytes_per_triger"):
-        (spark.readStream.format("pg_cdc").option("dsn", pg.dsn).option("slot", "ok")
-         .option("max_bytes_per_triger", "1MB").load())
+        (
+            spark.readStream.format("pg_cdc")
+            .option("dsn", pg.dsn)
+            .option("slot", "ok")
+            .option("max_bytes_per_triger", "1MB")
+            .load()
+        )

@@ -26,8 +26,9 @@ from iggy_spark.report import Ledger, TaskReport
 from iggy_spark.writer import IggyRoutedStreamWriter
 
 
-def make_writer(broker: LocalIggy, admitted: frozenset[Any] = frozenset(),
-                **options: str) -> IggyRoutedStreamWriter:
+def make_writer(
+    broker: LocalIggy, admitted: frozenset[Any] = frozenset(), **options: str
+) -> IggyRoutedStreamWriter:
     return IggyRoutedStreamWriter(
         RoutedOptions.from_options({"url": broker.url, **options}), admitted, None
     )
@@ -38,8 +39,7 @@ def batch(**columns: list[Any]) -> pa.RecordBatch:
 
 
 def test_rows_reach_the_topics_they_name(broker: LocalIggy, name: str) -> None:
-    rows = batch(stream=[name] * 6, topic=["a", "b", "c", "a", "b", "c"],
-                 n=[0, 1, 2, 3, 4, 5])
+    rows = batch(stream=[name] * 6, topic=["a", "b", "c", "a", "b", "c"], n=[0, 1, 2, 3, 4, 5])
     report = make_writer(broker).write(iter([rows]))
     assert report.routed == {f"{name}/a": 2, f"{name}/b": 2, f"{name}/c": 2}
     assert sorted(report.created) == [f"{name}/a", f"{name}/b", f"{name}/c"]
@@ -56,16 +56,26 @@ def test_null_topic_goes_to_the_default(broker: LocalIggy, name: str) -> None:
     assert [json.loads(m.payload)["n"] for m in poll_all(broker.address, name, "x")] == [2]
 
 
-@pytest.mark.parametrize("mode,extra", [
-    ("open", {}),
-    ("allowlist", {"admission.allowlist": "*/t1,*/t2,*/t3"}),
-    ("denylist", {"admission.denylist": "nostream/never"}),
-])
-def test_cap_holds_in_every_mode(broker: LocalIggy, name: str, mode: str,
-                                 extra: dict[str, str]) -> None:
+@pytest.mark.parametrize(
+    "mode,extra",
+    [
+        ("open", {}),
+        ("allowlist", {"admission.allowlist": "*/t1,*/t2,*/t3"}),
+        ("denylist", {"admission.denylist": "nostream/never"}),
+    ],
+)
+def test_cap_holds_in_every_mode(
+    broker: LocalIggy, name: str, mode: str, extra: dict[str, str]
+) -> None:
     rows = batch(stream=[name] * 3, topic=["t1", "t2", "t3"], n=[1, 2, 3])
-    options = {"admission.mode": mode, "admission.max_destinations": "2",
-               "on_admission_failure": "dlq", "dlq.stream": name, "dlq.topic": "dlq", **extra}
+    options = {
+        "admission.mode": mode,
+        "admission.max_destinations": "2",
+        "on_admission_failure": "dlq",
+        "dlq.stream": name,
+        "dlq.topic": "dlq",
+        **extra,
+    }
     report = make_writer(broker, **options).write(iter([rows]))
     assert report.rejected == {"cap": 1}
     assert report.routed[f"{name}/t1"] == 1 and report.routed[f"{name}/t2"] == 1
@@ -81,8 +91,9 @@ def test_cap_holds_in_every_mode(broker: LocalIggy, name: str, mode: str,
 def test_cap_counts_destinations_admitted_by_earlier_batches(broker: LocalIggy, name: str) -> None:
     earlier = frozenset({(name, "old1"), (name, "old2")})
     rows = batch(stream=[name, name], topic=["old1", "new"], n=[1, 2])
-    report = make_writer(broker, earlier, **{"admission.max_destinations": "2",
-                                             "on_admission_failure": "drop"}).write(iter([rows]))
+    report = make_writer(
+        broker, earlier, **{"admission.max_destinations": "2", "on_admission_failure": "drop"}
+    ).write(iter([rows]))
     assert report.rejected == {"cap": 1} and report.dropped == 1
     assert report.routed == {f"{name}/old1": 1}
 
@@ -101,27 +112,41 @@ def test_hostile_destination_names_are_rejected_and_counted(broker: LocalIggy, n
 def test_partition_id_out_of_range_is_rejected_without_tripping_the_breaker(
     broker: LocalIggy, name: str
 ) -> None:
-    options = {"partition_key_encoding": "partition_id", "topic_defaults.partitions_count": "4",
-               "on_admission_failure": "drop"}
+    options = {
+        "partition_key_encoding": "partition_id",
+        "topic_defaults.partitions_count": "4",
+        "on_admission_failure": "drop",
+    }
     rows = batch(stream=[name] * 3, topic=["t"] * 3, partition_id=[1, 99, 3], n=[1, 2, 3])
     report = make_writer(broker, **options).write(iter([rows]))
     assert report.rejected == {"partition_id_out_of_range": 1}
-    assert report.breakers[f"{name}/t"] == {"state": "closed", "consecutive_failures": 0,
-                                             "last_error": None}
+    assert report.breakers[f"{name}/t"] == {
+        "state": "closed",
+        "consecutive_failures": 0,
+        "last_error": None,
+    }
     got = {m.partition: json.loads(m.payload)["n"] for m in poll_all(broker.address, name, "t")}
     assert got == {1: 1, 3: 3}
 
 
 def test_per_key_order_and_payload_headers_id_round_trip(broker: LocalIggy, name: str) -> None:
     keys = [f"user-{i % 7}" for i in range(700)]
-    rows = batch(stream=[name] * 700, topic=["t"] * 700, partition_key=keys,
-                 value=[f"{k}:{i}".encode() for i, k in enumerate(keys)],
-                 headers=[[("h", str(i))] for i in range(700)],
-                 id=[f"id-{i}" for i in range(700)])
-    rows = rows.set_column(4, "headers", pa.array([{"h": str(i)} for i in range(700)],
-                                                  pa.map_(pa.string(), pa.string())))
-    make_writer(broker, **{"topic_defaults.partitions_count": "3",
-                           "max_batch_bytes": "1KB"}).write(iter([rows]))
+    rows = batch(
+        stream=[name] * 700,
+        topic=["t"] * 700,
+        partition_key=keys,
+        value=[f"{k}:{i}".encode() for i, k in enumerate(keys)],
+        headers=[[("h", str(i))] for i in range(700)],
+        id=[f"id-{i}" for i in range(700)],
+    )
+    rows = rows.set_column(
+        4,
+        "headers",
+        pa.array([{"h": str(i)} for i in range(700)], pa.map_(pa.string(), pa.string())),
+    )
+    make_writer(broker, **{"topic_defaults.partitions_count": "3", "max_batch_bytes": "1KB"}).write(
+        iter([rows])
+    )
     polled = poll_all(broker.address, name, "t")
     assert len(polled) == 700
     by_key: dict[str, list[int]] = {}
@@ -141,9 +166,14 @@ def test_breaker_opens_after_threshold_and_half_opens_after_cool_down(
     broker: LocalIggy, name: str
 ) -> None:
     writer_module._boards.clear()
-    options = {"create_destinations": "false", "circuit_breaker.failure_threshold": "3",
-               "circuit_breaker.cool_down": "1s", "on_admission_failure": "dlq",
-               "dlq.stream": "dlqs", "dlq.topic": "dlq"}
+    options = {
+        "create_destinations": "false",
+        "circuit_breaker.failure_threshold": "3",
+        "circuit_breaker.cool_down": "1s",
+        "on_admission_failure": "dlq",
+        "dlq.stream": "dlqs",
+        "dlq.topic": "dlq",
+    }
     from broker_fixtures import connect, run
 
     async def make_dlq() -> None:
@@ -181,8 +211,10 @@ def _create_concurrently(url: str, stream: str, barrier: Any, out: Any) -> None:
 def test_four_tasks_creating_one_destination_at_once(broker: LocalIggy, name: str) -> None:
     ctx = multiprocessing.get_context("spawn")
     barrier, out = ctx.Barrier(4), ctx.Queue()
-    procs = [ctx.Process(target=_create_concurrently, args=(broker.url, name, barrier, out))
-             for _ in range(4)]
+    procs = [
+        ctx.Process(target=_create_concurrently, args=(broker.url, name, barrier, out))
+        for _ in range(4)
+    ]
     for p in procs:
         p.start()
     for p in procs:
@@ -195,8 +227,12 @@ def test_four_tasks_creating_one_destination_at_once(broker: LocalIggy, name: st
 
 def test_ledger_folds_reports_once_per_batch(tmp_path: Any) -> None:
     ledger = Ledger(tmp_path / "d.json")
-    report = TaskReport(routed=Counter({"s/t": 3}), rejected=Counter({"cap": 1}),
-                        admitted=[("s", "t")], created=["s/t"])
+    report = TaskReport(
+        routed=Counter({"s/t": 3}),
+        rejected=Counter({"cap": 1}),
+        admitted=[("s", "t")],
+        created=["s/t"],
+    )
     assert ledger.apply(0, [report]) is not None
     assert ledger.apply(0, [report]) is None  # Spark may commit a batch id twice
     reloaded = Ledger(tmp_path / "d.json")

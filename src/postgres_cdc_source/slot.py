@@ -229,6 +229,11 @@ def bring_to(conn: Conn, options: CdcOptions, start: int) -> None:
             f"replication slot {options.slot!r} disappeared: the stream cannot "
             "continue from its checkpoint (recreate the slot and start a new checkpoint)"
         )
+    if state.active_pid is not None and state.active_pid != conn.info.backend_pid:
+        raise SlotError(
+            f"replication slot {options.slot!r} is in use by another session (PID "
+            f"{state.active_pid}): stop the other consumer or use another slot"
+        )
     if state.confirmed_flush < start:
         advance(conn, options.slot, start)
     elif state.confirmed_flush > start:

@@ -1,0 +1,139 @@
+"""What users hit when something is wrong around the slot: each a clear error saying what to do.
+
+These call the reader's methods directly (as Spark's driver and executors do), against real
+servers, so each failure is checked where it starts rather than through Spark's wrappers.
+"""
+
+from __future__ import annotations
+
+import subprocess
+import time
+from collections.abc import Iterator
+
+import pytest
+
+from postgres_cdc_source.errors import ConfigError, SlotError, SourceError
+from postgres_cdc_source.harness import LocalPostgres, free_port
+from postgres_cdc_source.lsn import format_lsn, parse_lsn
+from postgres_cdc_source.options import CdcOptions
+from postgres_cdc_source.reader import CdcPartition, PgCdcStreamReader
+
+
+def reader(dsn: str, slot: str, **extra: str) -> PgCdcStreamReader:
+    return PgCdcStreamReader(CdcOptions.from_options({"dsn": dsn, "slot": slot, **extra}))
+
+
+def flush(pg: LocalPostgres) -> int:
+    with pg.connect() as conn:
+        return parse_lsn(conn.execute("SELECT pg_current_wal_flush_lsn()::text").fetchone()[0])  # type: ignore[index]
+
+
+@pytest.fixture
+def busy_slot(pg: LocalPostgres, name: str) -> Iterator[tuple[str, int]]:
+    """A slot held by another consumer (pg_recvlogical streaming from it), and its position."""
+    start = parse_lsn(reader(pg.dsn, name, plugin="test_decoding").initialOffset()["lsn"])
+    proc = subprocess.Popen(
+        ["pg_recvlogical", "-d", pg.dsn, "-S", name, "--start", "-f", "/dev/null"],
+        stdout=subprocess.DEVNULL,
+        stderr=subprocess.DEVNULL,
+    )
+    deadline = time.monotonic() + 20
+    with pg.connect() as conn:
+        while not conn.execute(
+            "SELECT active FROM pg_replication_slots WHERE slot_name = %s", (name,)
+        ).fetchone()[0]:  # type: ignore[index]
+            assert time.monotonic() < deadline, "pg_recvlogical never took the slot"
+            time.sleep(0.1)
+    yield name, start
+    proc.terminate()
+    proc.wait(10)
+
+
+def test_a_slot_in_use_by_another_session(pg: LocalPostgres, busy_slot: tuple[str, int]) -> None:
+    slot, start = busy_slot
+    r = reader(pg.dsn, slot, plugin="test_decoding")
+    with pytest.raises(SlotError, match="in use by another session.*stop the other consumer"):
+        list(r.read(CdcPartition(start, flush(pg))))
+
+
+def test_a_slot_with_another_plugin(pg: LocalPostgres, name: str) -> None:
+    reader(pg.dsn, name, plugin="test_decoding").initialOffset()
+    with pytest.raises(SlotError, match="uses plugin 'test_decoding', not 'pgoutput'"):
+        reader(pg.dsn, name, plugin="pgoutput").initialOffset()
+
+
+def test_a_missing_slot_when_creation_is_off(pg: LocalPostgres, name: str) -> None:
+    with pytest.raises(SlotError, match="does not exist: create it or set create_slot=true"):
+        reader(pg.dsn, name, create_slot="false").initialOffset()
+
+
+def test_wal_level_not_logical(name: str) -> None:
+    with (
+        LocalPostgres(settings={"wal_level": "replica"}) as other,
+        pytest.raises(SlotError, match="wal_level is 'replica'.*set wal_level = logical"),
+    ):
+        reader(other.dsn, name).initialOffset()
+
+
+def test_a_role_without_replication_privileges(pg: LocalPostgres, name: str) -> None:
+    with pg.connect() as conn:
+        conn.execute(f"CREATE ROLE {name} LOGIN")
+    dsn = pg.dsn.replace("user=postgres", f"user={name}")
+    with pytest.raises(
+        SlotError,
+        match=f"role '{name}' may not create replication slots.*ALTER ROLE {name} REPLICATION",
+    ):
+        reader(dsn, name).initialOffset()
+
+
+def test_an_unreachable_server() -> None:
+    dsn = f"host=127.0.0.1 port={free_port()} user=postgres password=s3cret connect_timeout=2"
+    with pytest.raises(SourceError, match="cannot connect to Postgres") as info:
+        reader(dsn, "any").initialOffset()
+    assert "s3cret" not in str(info.value)
+
+
+def test_a_slot_moved_beyond_the_checkpoint_by_someone_else(pg: LocalPostgres, name: str) -> None:
+    start = parse_lsn(reader(pg.dsn, name).initialOffset()["lsn"])
+    with pg.connect() as conn:
+        conn.execute("CREATE TABLE IF NOT EXISTS ahead (id int PRIMARY KEY)")
+        conn.execute("INSERT INTO ahead SELECT g FROM generate_series(1, 10) g")
+        end = flush(pg)
+        conn.execute("SELECT pg_replication_slot_advance(%s, %s::pg_lsn)", (name, format_lsn(end)))
+    with pytest.raises(SlotError, match="beyond this batch's start.*fail_on_data_loss=false"):
+        list(reader(pg.dsn, name).read(CdcPartition(start, end)))
+    # explicitly accepted: the read goes on from where the slot is
+    assert (
+        list(reader(pg.dsn, name, fail_on_data_loss="false").read(CdcPartition(start, end))) == []
+    )
+
+
+@pytest.mark.parametrize(
+    "options,option",
+    [
+        ({"slot": "s"}, "dsn"),
+        ({"dsn": "host=x"}, "slot"),
+        ({"dsn": "host=x", "slot": "UPPER"}, "slot"),
+        ({"dsn": "host=x", "slot": "a" * 64}, "slot"),
+        ({"dsn": "host=x", "slot": "s", "plugin": "wal2json"}, "plugin"),
+        ({"dsn": "host=x", "slot": "s", "max_bytes_per_trigger": "lots"}, "max_bytes_per_trigger"),
+        ({"dsn": "host=x", "slot": "s", "include_tables": "("}, "include_tables"),
+        (
+            {"dsn": "host=x", "slot": "s", "plugin": "test_decoding", "publication": "p"},
+            "publication",
+        ),
+        ({"dsn": "host=x", "slot": "s", "topic_form": "table"}, "topic_form"),
+        ({"dsn": "'unterminated", "slot": "s"}, "dsn"),
+    ],
+)
+def test_bad_options_name_the_option(options: dict[str, str], option: str) -> None:
+    with pytest.raises(ConfigError) as info:
+        CdcOptions.from_options(options)
+    assert info.value.option == option
+    assert option in str(info.value)
+
+
+def test_the_password_never_shows_in_repr() -> None:
+    options = CdcOptions.from_options({"dsn": "host=x user=u password=hunter2", "slot": "s"})
+    assert "hunter2" not in repr(options) and "hunter2" not in options.safe_dsn
+    assert "hunter2" not in repr(PgCdcStreamReader(options).options)
