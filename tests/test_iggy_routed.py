@@ -1,0 +1,151 @@
+"""iggy_routed end to end: Spark streaming queries into the local broker, read back over TCP.
+
+Rows are prepared as Parquet files and streamed with ``trigger(availableNow=True)``, so each
+test controls exactly which rows each micro-batch holds.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import json
+from pathlib import Path
+from typing import Any
+
+import pytest
+from broker_fixtures import poll_all
+from pyspark.errors import StreamingQueryException
+from pyspark.sql import DataFrame, SparkSession
+from pyspark.sql.streaming import StreamingQuery
+
+import iggy_spark
+from iggy_spark.encoding import message_id
+from iggy_spark.local import LocalIggy
+
+
+class Feed:
+    """A directory of Parquet files streamed by Spark: ``add`` rows, then ``run`` a query."""
+
+    def __init__(self, spark: SparkSession, root: Path, schema: str) -> None:
+        self.spark, self.dir, self.schema = spark, root / "feed", schema
+        self.checkpoint = str(root / "checkpoint")
+        self.files = 0
+
+    def add(self, rows: list[tuple[Any, ...]], partitions: int = 1) -> None:
+        df = self.spark.createDataFrame(rows, self.schema).repartition(partitions)
+        df.write.mode("append").parquet(str(self.dir))
+        self.files += 1
+
+    def run(self, url: str, **options: str) -> StreamingQuery:
+        stream: DataFrame = self.spark.readStream.schema(self.schema).parquet(str(self.dir))
+        query = (
+            stream.writeStream.format("iggy_routed")
+            .option("url", url)
+            .option("checkpointLocation", self.checkpoint)
+            .options(**options)
+            .trigger(availableNow=True)
+            .start()
+        )
+        with contextlib.suppress(StreamingQueryException):
+            query.awaitTermination()  # a failure stays readable from query.exception()
+        return query
+
+
+SCHEMA = "stream string, topic string, partition_key string, n int"
+
+
+def test_three_event_types_reach_three_topics_and_null_goes_to_the_default(
+    spark: SparkSession, broker: LocalIggy, name: str, tmp_path: Path
+) -> None:
+    feed = Feed(spark, tmp_path, SCHEMA)
+    feed.add([(name, f"type{i % 3}", None, i) for i in range(30)] + [(name, None, None, 99)])
+    query = feed.run(broker.url, default_stream=name, default_topic="unrouted")
+    assert query.exception() is None
+    for t in range(3):
+        got = sorted(json.loads(m.payload)["n"] for m in poll_all(broker.address, name, f"type{t}"))
+        assert got == list(range(t, 30, 3))
+    [fallback] = poll_all(broker.address, name, "unrouted")
+    assert json.loads(fallback.payload) == {"n": 99}
+    table = {(r.topic, r.messages) for r in iggy_spark.destinations(feed.checkpoint).collect()}
+    assert table == {("type0", 10), ("type1", 10), ("type2", 10), ("unrouted", 1)}
+
+
+def test_the_cap_holds_across_batches_for_the_whole_query(
+    spark: SparkSession, broker: LocalIggy, name: str, tmp_path: Path
+) -> None:
+    feed = Feed(spark, tmp_path, SCHEMA)
+    options = {
+        "admission.max_destinations": "2",
+        "on_admission_failure": "dlq",
+        "dlq.stream": name,
+        "dlq.topic": "dead",
+    }
+    feed.add([(name, "a", None, 1), (name, "b", None, 2)])
+    assert feed.run(broker.url, **options).exception() is None
+    feed.add([(name, "c", None, 3), (name, "a", None, 4)])  # a later batch, a third destination
+    assert feed.run(broker.url, **options).exception() is None
+    [dead] = poll_all(broker.address, name, "dead")
+    assert json.loads(dead.payload)["n"] == 3
+    assert (dead.headers["iggy_spark.reason"], dead.headers["iggy_spark.topic"]) == ("cap", "c")
+    assert [json.loads(m.payload)["n"] for m in poll_all(broker.address, name, "a")] == [1, 4]
+
+
+@pytest.mark.parametrize(
+    "options,message",
+    [
+        ({"admission.mode": "allowlist", "admission.allowlist": "*/*"}, "admission.allowlist"),
+        ({"on_missing_destination": "default"}, "default_stream"),
+        ({"on_admission_failure": "dlq"}, "dlq.stream"),
+    ],
+)
+def test_invalid_combinations_fail_at_query_start_naming_the_option(
+    spark: SparkSession,
+    broker: LocalIggy,
+    tmp_path: Path,
+    name: str,
+    options: dict[str, str],
+    message: str,
+) -> None:
+    feed = Feed(spark, tmp_path, SCHEMA)
+    feed.add([(name, "t", None, 1)])
+    query = feed.run(broker.url, **options)
+    assert query.exception() is not None
+    assert message in str(query.exception())
+    with pytest.raises(LookupError):
+        poll_all(broker.address, name, "t")  # nothing moved
+
+
+def test_payload_headers_and_ids_round_trip_and_keys_keep_their_order(
+    spark: SparkSession, broker: LocalIggy, name: str, tmp_path: Path
+) -> None:
+    schema = (
+        "stream string, topic string, partition_key string, value binary, "
+        "headers map<string,string>, id string"
+    )
+    feed = Feed(spark, tmp_path, schema)
+    rows = [
+        (name, "t", f"k{i % 5}", f"payload-{i}".encode(), {"seq": str(i)}, f"msg-{i}")
+        for i in range(500)
+    ]
+    feed.add(rows, partitions=1)
+    assert feed.run(broker.url, **{"topic_defaults.partitions_count": "4"}).exception() is None
+    polled = poll_all(broker.address, name, "t")
+    assert sorted(m.payload for m in polled) == sorted(r[3] for r in rows)
+    per_key: dict[str, list[int]] = {}
+    for m in sorted(polled, key=lambda m: (m.partition, m.offset)):
+        i = int(m.payload.decode().split("-")[1])
+        assert m.headers == {"seq": str(i)} and m.id == message_id(f"msg-{i}")
+        per_key.setdefault(f"k{i % 5}", []).append(i)
+    assert all(seq == sorted(seq) for seq in per_key.values())
+
+
+def test_parallel_tasks_create_one_destination_once(
+    spark: SparkSession, broker: LocalIggy, name: str, tmp_path: Path
+) -> None:
+    feed = Feed(spark, tmp_path, SCHEMA)
+    feed.add([(name, "shared", None, i) for i in range(40)], partitions=4)
+    assert feed.run(broker.url).exception() is None
+    assert sorted(
+        json.loads(m.payload)["n"] for m in poll_all(broker.address, name, "shared")
+    ) == list(range(40))
+    [row] = iggy_spark.destinations(feed.checkpoint).collect()
+    assert (row.messages, row.created) == (40, True)
