@@ -19,6 +19,7 @@ or ``python -m iggy_spark.pipeline ...`` with pyspark installed. The job runs un
 from __future__ import annotations
 
 import argparse
+import os
 import signal
 import sys
 from collections.abc import Mapping, Sequence
@@ -96,6 +97,9 @@ def _parser() -> argparse.ArgumentParser:
 def main(argv: Sequence[str] | None = None) -> int:
     args = _parser().parse_args(argv)
     from pyspark.sql import SparkSession
+
+    # Spark's Python workers must run this interpreter (where the connectors are installed).
+    os.environ.setdefault("PYSPARK_PYTHON", sys.executable)
 
     builder = SparkSession.builder.appName(f"iggy-spark-pipeline-{args.slot}")
     if args.master:

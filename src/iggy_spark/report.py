@@ -82,7 +82,7 @@ class Ledger:
         )
 
     def apply(self, batch_id: int, reports: Iterable[TaskReport | None]) -> str | None:
-        """Fold one committed batch in; returns the batch's log line (``None`` for a repeat)."""
+        """Fold one committed batch in; returns its log line (``None``: a repeat, or idle)."""
         if batch_id <= self.data["last_batch"]:
             return None
         destinations: dict[str, dict[str, Any]] = self.data["destinations"]
@@ -130,6 +130,8 @@ class Ledger:
         self.data["last_error"] = batch.last_error or self.data["last_error"]
         self.data["last_batch"] = batch_id
         self._save()
+        if not (batch.routed or batch.rejected or batch.missing or batch.dropped):
+            return None  # an idle batch: saved, but not worth a log line
         open_breakers = sum(1 for e in destinations.values() if e["breaker"] != "closed")
         return (
             f"iggy_routed batch {batch_id}: {sum(batch.routed.values())} messages to "

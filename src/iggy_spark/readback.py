@@ -1,0 +1,94 @@
+"""Read what arrived in Iggy, as any consumer would: over TCP with the SDK, by offset.
+
+For the demo's verification, notebooks and the consistency oracle: every message of a topic,
+partition by partition from offset 0, without consumer groups or stored offsets, so reading
+changes nothing on the server.
+"""
+
+from __future__ import annotations
+
+import asyncio
+from dataclasses import dataclass
+from typing import TYPE_CHECKING, Any
+
+from iggy_spark.iggy_url import IggyUrl
+
+if TYPE_CHECKING:
+    import apache_iggy
+
+__all__ = ["Delivered", "connect", "read_topic", "aread_topic", "topics_of"]
+
+_POLL_BATCH = 1000
+
+
+@dataclass(frozen=True)
+class Delivered:
+    """One message as a consumer sees it."""
+
+    partition: int
+    offset: int
+    id: int
+    payload: bytes
+    headers: dict[Any, Any]
+
+
+async def connect(url: str | IggyUrl) -> apache_iggy.IggyClient:
+    """A connected client, logged in with the URL's credentials."""
+    import apache_iggy
+
+    parsed = url if isinstance(url, IggyUrl) else IggyUrl.parse(url)
+    client = apache_iggy.IggyClient(parsed.to_tcp_config())
+    await client.connect()
+    return client
+
+
+async def aread_topic(
+    client: apache_iggy.IggyClient, stream: str, topic: str
+) -> list[Delivered]:
+    """Every message of ``stream/topic``, partition by partition, in offset order."""
+    import apache_iggy
+
+    details = await client.get_topic(stream, topic)
+    if details is None:
+        raise LookupError(f"topic {topic!r} not found in stream {stream!r}")
+    consumer = apache_iggy.Consumer.Single("iggy-spark-readback")
+    delivered: list[Delivered] = []
+    for partition in details.partitions:
+        offset = 0
+        while True:
+            messages = await client.poll_messages(
+                stream, topic, consumer=consumer, count=_POLL_BATCH, auto_commit=False,
+                polling_strategy=apache_iggy.PollingStrategy.Offset(offset),
+                partition_id=partition.id,
+            )
+            if not messages:
+                break
+            for m in messages:
+                headers = m.user_headers()
+                delivered.append(Delivered(
+                    partition.id, m.offset(), m.id(), m.payload(),
+                    headers.to_scalar_dict() if headers else {},
+                ))
+            offset = delivered[-1].offset + 1
+    return delivered
+
+
+def read_topic(url: str | IggyUrl, stream: str, topic: str) -> list[Delivered]:
+    """Synchronous :func:`aread_topic` on a fresh connection."""
+
+    async def main() -> list[Delivered]:
+        return await aread_topic(await connect(url), stream, topic)
+
+    return asyncio.run(main())
+
+
+def topics_of(url: str | IggyUrl, stream: str) -> list[str]:
+    """Names of the topics in ``stream`` (empty if the stream does not exist)."""
+
+    async def main() -> list[str]:
+        client = await connect(url)
+        if await client.get_stream(stream) is None:
+            return []
+        return sorted(t.name for t in await client.get_topics(stream))
+
+    return asyncio.run(main())
