@@ -36,6 +36,8 @@ def _parser() -> argparse.ArgumentParser:
     p.add_argument("--events", type=int, default=100_000, help="rows to write (default 100000)")
     p.add_argument("--rows-per-transaction", type=int, default=100)
     p.add_argument("--seed", type=int, default=7)
+    p.add_argument("--max-bytes-per-trigger", default="4MB",
+                   help="WAL per micro-batch (default 4MB): smaller batches, more progress lines")
     p.add_argument("--timeout", type=float, default=900, help="seconds before giving up")
     return p
 
@@ -107,7 +109,7 @@ def main(argv: list[str] | None = None) -> int:
             spark, dsn=pg.dsn, slot=slot, url=url, checkpoint=os.path.join(work, "checkpoint"),
             source={"topic_from": "event_type", "default_stream": STREAM,
                     "partition_key_from": "tenant", "include_tables": rf"public\.{table}",
-                    "publication": slot},
+                    "publication": slot, "max_bytes_per_trigger": args.max_bytes_per_trigger},
             sink={"topic_defaults.partitions_count": "3"},
             trigger={"processingTime": "1 second"},
         )
@@ -120,7 +122,7 @@ def main(argv: list[str] | None = None) -> int:
             pg.dsn, table, args.events, args.rows_per_transaction, args.seed, written))
         started = time.monotonic()
         writer.start()
-        _watch(query, pg, slot, writer, written, args.events)
+        _watch(query, pg, slot, writer, written, args.events, args.timeout)
         query.processAllAvailable()
         elapsed = time.monotonic() - started
         query.stop()
@@ -132,12 +134,13 @@ def main(argv: list[str] | None = None) -> int:
 
 
 def _watch(query: Any, pg: Any, slot: str, writer: threading.Thread, written: list[int],
-           total: int) -> None:
-    """Print progress every two seconds while the workload runs: rows per batch, lag."""
+           total: int, timeout: float) -> None:
+    """Print progress every second until the query has streamed every row written."""
     seen_batch, processed = -1, 0
+    deadline = time.monotonic() + timeout
     with pg.connect() as conn:
-        while writer.is_alive():
-            time.sleep(2)
+        while writer.is_alive() or processed < written[0]:
+            time.sleep(1)
             for progress in query.recentProgress:
                 if progress["batchId"] > seen_batch:
                     seen_batch = progress["batchId"]
@@ -148,6 +151,8 @@ def _watch(query: Any, pg: Any, slot: str, writer: threading.Thread, written: li
                   f"slot lag {_lag(conn, slot) / 1024:,.0f} KiB", flush=True)
             if query.exception() is not None:
                 raise SystemExit(f"[demo] the query failed: {query.exception()}")
+            if time.monotonic() > deadline:
+                raise SystemExit(f"[demo] gave up after {timeout:.0f} s")
     writer.join()
 
 
