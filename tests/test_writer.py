@@ -16,7 +16,9 @@ import pyarrow as pa
 import pytest
 from broker_fixtures import poll_all
 
+from iggy_spark import sending
 from iggy_spark import writer as writer_module
+from iggy_spark.admission import Destination
 from iggy_spark.encoding import message_id
 from iggy_spark.errors import AdmissionError, DestinationError
 from iggy_spark.local import LocalIggy
@@ -239,3 +241,20 @@ def test_ledger_folds_reports_once_per_batch(tmp_path: Any) -> None:
     assert reloaded.data["destinations"]["s/t"]["messages"] == 3
     assert reloaded.data["rejected"] == {"cap": 1}
     assert reloaded.admitted == {("s", "t")}
+
+
+def test_an_unreachable_server_fails_the_task_without_tripping_breakers(name: str) -> None:
+    writer_module._boards.clear()
+    with LocalIggy(process=True) as down:
+        writer = make_writer(down, send_timeout="2s",
+                             **{"circuit_breaker.failure_threshold": "1"})
+        writer.write(iter([batch(stream=[name], topic=["t"], n=[1])]))  # topic now exists
+        down.stop()
+        for _ in range(2):
+            with pytest.raises(sending.Disconnected, match="unreachable for 2s"):
+                writer.write(iter([batch(stream=[name], topic=["t"], n=[2])]))
+        board = writer_module._board(writer.options)
+        assert board.allow(Destination(name, "t"))  # still closed: not the destination's fault
+        down.start()
+        report = writer.write(iter([batch(stream=[name], topic=["t"], n=[3])]))
+        assert report.routed == {f"{name}/t": 1}
