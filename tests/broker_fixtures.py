@@ -1,10 +1,11 @@
 """Helpers for tests that talk to the local broker: through the real SDK, or as raw frames.
 
 The SDK helpers (:func:`poll_all`, :func:`apoll_all`, :func:`connect`) read back what arrived
-over TCP exactly as any consumer would, so end-to-end tests can assert on partition, offset, id,
-payload and user headers without reaching into the broker. :class:`RawClient` is for what the
-SDK will not send: garbage, unknown operations, and the Balanced / MessagesKey partitioning
-kinds it resolves client-side (with bodies from :mod:`iggy_spark.local.protocol`'s encoders).
+over TCP exactly as any consumer would (polling with :mod:`iggy_spark.readback`, like the demo
+and the oracle), so end-to-end tests can assert on partition, offset, id, payload and user
+headers without reaching into the broker. :class:`RawClient` is for what the SDK will not send:
+garbage, unknown operations, and the Balanced / MessagesKey partitioning kinds it resolves
+client-side (with bodies from :mod:`iggy_spark.local.protocol`'s encoders).
 """
 
 from __future__ import annotations
@@ -16,8 +17,9 @@ from collections.abc import Coroutine
 from dataclasses import dataclass
 from typing import Any, TypeVar
 
-from apache_iggy import Consumer, IggyClient, PollingStrategy, ReceiveMessage, UserHeaders
+from apache_iggy import IggyClient, ReceiveMessage, UserHeaders
 
+from iggy_spark import readback
 from iggy_spark.local.protocol import (
     HEADER_SIZE,
     Identifier,
@@ -75,19 +77,10 @@ async def connect(address: str, username: str = "iggy", password: str = "iggy") 
 
 async def apoll_partition(
     client: IggyClient, stream: Identifier, topic: Identifier, partition: int,
-    *, batch: int = 1000,
 ) -> list[Polled]:
     """Every message of one partition, polled by offset from 0 until a poll comes back empty."""
-    polled: list[Polled] = []
-    while True:
-        messages = await client.poll_messages(
-            stream, topic, consumer=Consumer.Single("broker-fixtures"),
-            polling_strategy=PollingStrategy.Offset(len(polled)), count=batch,
-            auto_commit=False, partition_id=partition,
-        )
-        if not messages:
-            return polled
-        polled.extend(Polled.from_message(message) for message in messages)
+    messages = await readback.apoll_partition(client, stream, topic, partition)
+    return [Polled.from_message(message) for message in messages]
 
 
 async def apoll_all(

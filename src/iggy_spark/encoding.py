@@ -59,9 +59,12 @@ from xxhash import xxh3_128_digest, xxh3_128_intdigest
 from iggy_spark.errors import EncodingError
 from iggy_spark.options import ColumnNames, KeyEncoding, RoutedOptions
 
-__all__ = ["MAX_KEY_BYTES", "EncodedBatch", "encode_batch", "message_id"]
+__all__ = ["MAX_KEY_BYTES", "MAX_PAYLOAD_BYTES", "EncodedBatch", "encode_batch", "message_id"]
 
 MAX_KEY_BYTES = 255  # Iggy's limit for partition keys, header keys and header values
+MAX_PAYLOAD_BYTES = 64_000_000
+"""Iggy's limit for one message's payload. The SDK refuses a larger one with a bare
+``ValueError: Too big message payload``; checking here names the row, its size and the limit."""
 _MAX_U32 = 2**32 - 1
 _TIMESPEC = {"s": "seconds", "ms": "milliseconds", "us": "microseconds"}
 _NON_FINITE = {math.inf: "Infinity", -math.inf: "-Infinity"}
@@ -204,7 +207,11 @@ def _payloads(
 ) -> list[bytes]:
     value = _column(batch, columns.value)
     if value is None:
-        return _json_payloads(batch, columns.routing, json_columns, rows)
+        payloads = _json_payloads(batch, columns.routing, json_columns, rows)
+        for row, payload in enumerate(payloads):
+            if len(payload) > MAX_PAYLOAD_BYTES:
+                raise EncodingError("(the row as JSON)", row, _too_big(len(payload)))
+        return payloads
     if not (_is_text(value.type) or _is_binary(value.type)):
         raise EncodingError(columns.value, None, f"must be string or binary, found "
                             f"{value.type}; use to_json(...) or drop the column to send the "
@@ -214,7 +221,17 @@ def _payloads(
         row = pc.index(empty, True).as_py()
         raise EncodingError(columns.value, row, "is null or empty; Iggy messages need "
                             "a payload (filter such rows out first)")
+    lengths = pc.binary_length(value)
+    too_big = pc.greater(lengths, MAX_PAYLOAD_BYTES)
+    if pc.any(too_big).as_py():
+        row = pc.index(too_big, True).as_py()
+        raise EncodingError(columns.value, row, _too_big(lengths[row].as_py()))
     return cast(list[bytes], _bytes(value))  # no nulls: checked above
+
+
+def _too_big(size: int) -> str:
+    return (f"payload of {size:,} bytes is over Iggy's limit of {MAX_PAYLOAD_BYTES:,} bytes per "
+            "message; shrink or split such rows, or filter them out")
 
 
 def _json_payloads(

@@ -19,9 +19,11 @@ or ``python -m iggy_spark.pipeline ...`` with pyspark installed. The job runs un
 from __future__ import annotations
 
 import argparse
+import contextlib
 import os
 import signal
 import sys
+import threading
 from collections.abc import Mapping, Sequence
 from typing import TYPE_CHECKING, Any
 
@@ -96,6 +98,7 @@ def _parser() -> argparse.ArgumentParser:
 
 def main(argv: Sequence[str] | None = None) -> int:
     args = _parser().parse_args(argv)
+    from pyspark.errors import StreamingQueryException
     from pyspark.sql import SparkSession
 
     # Spark's Python workers must run this interpreter (where the connectors are installed).
@@ -115,8 +118,14 @@ def main(argv: Sequence[str] | None = None) -> int:
         source=_pairs(args.source, "--source"), sink=_pairs(args.sink, "--sink"),
         trigger=trigger,
     )
-    signal.signal(signal.SIGTERM, lambda *_: query.stop())
-    query.awaitTermination()
+    # The handler only raises a flag: calling query.stop() inside it would re-enter the py4j
+    # connection the main thread is blocked on in awaitTermination and break both calls.
+    stopping = threading.Event()
+    signal.signal(signal.SIGTERM, lambda *_: stopping.set())
+    with contextlib.suppress(StreamingQueryException):  # a failed query is reported below
+        while not stopping.is_set() and not query.awaitTermination(1):
+            pass
+    query.stop()
     error = query.exception()
     if error is not None:
         print(f"pipeline failed: {error}", file=sys.stderr)

@@ -16,7 +16,9 @@ from iggy_spark.iggy_url import IggyUrl
 if TYPE_CHECKING:
     import apache_iggy
 
-__all__ = ["Delivered", "connect", "read_topic", "aread_topic", "topics_of"]
+__all__ = [
+    "Delivered", "connect", "read_topic", "aread_topic", "apoll_partition", "topics_of",
+]
 
 _POLL_BATCH = 1000
 
@@ -42,34 +44,42 @@ async def connect(url: str | IggyUrl) -> apache_iggy.IggyClient:
     return client
 
 
+async def apoll_partition(
+    client: apache_iggy.IggyClient, stream: str | int, topic: str | int, partition: int,
+) -> list[apache_iggy.ReceiveMessage]:
+    """Every message of one partition, polled by offset from 0 until a poll comes back empty."""
+    import apache_iggy
+
+    consumer = apache_iggy.Consumer.Single("iggy-spark-readback")
+    polled: list[apache_iggy.ReceiveMessage] = []
+    while True:
+        messages = await client.poll_messages(
+            stream, topic, consumer=consumer, count=_POLL_BATCH, auto_commit=False,
+            polling_strategy=apache_iggy.PollingStrategy.Offset(
+                polled[-1].offset() + 1 if polled else 0
+            ),
+            partition_id=partition,
+        )
+        if not messages:
+            return polled
+        polled.extend(messages)
+
+
 async def aread_topic(
     client: apache_iggy.IggyClient, stream: str, topic: str
 ) -> list[Delivered]:
     """Every message of ``stream/topic``, partition by partition, in offset order."""
-    import apache_iggy
-
     details = await client.get_topic(stream, topic)
     if details is None:
         raise LookupError(f"topic {topic!r} not found in stream {stream!r}")
-    consumer = apache_iggy.Consumer.Single("iggy-spark-readback")
     delivered: list[Delivered] = []
     for partition in details.partitions:
-        offset = 0
-        while True:
-            messages = await client.poll_messages(
-                stream, topic, consumer=consumer, count=_POLL_BATCH, auto_commit=False,
-                polling_strategy=apache_iggy.PollingStrategy.Offset(offset),
-                partition_id=partition.id,
-            )
-            if not messages:
-                break
-            for m in messages:
-                headers = m.user_headers()
-                delivered.append(Delivered(
-                    partition.id, m.offset(), m.id(), m.payload(),
-                    headers.to_scalar_dict() if headers else {},
-                ))
-            offset = delivered[-1].offset + 1
+        for m in await apoll_partition(client, stream, topic, partition.id):
+            headers = m.user_headers()
+            delivered.append(Delivered(
+                partition.id, m.offset(), m.id(), m.payload(),
+                headers.to_scalar_dict() if headers else {},
+            ))
     return delivered
 
 

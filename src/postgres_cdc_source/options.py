@@ -27,6 +27,7 @@ T = TypeVar("T")
 PLUGINS = ("pgoutput", "test_decoding")
 
 _SLOT_NAME = re.compile(r"[a-z0-9_]{1,63}")
+_MAX_ROWS = 2**31 - 1  # fetch/batch/spill sizes: more is no batch size, and FETCH overflows
 _SECRET_KEYS = ("password", "sslpassword")
 
 
@@ -49,7 +50,7 @@ OPTION_DOCS: tuple[OptionDoc, ...] = (
     OptionDoc("plugin", "pgoutput", "output plugin: `pgoutput` or `test_decoding`"),
     OptionDoc(
         "publication",
-        "the slot name",
+        "(the slot name)",
         "pgoutput publication; created if missing "
         "(FOR ALL TABLES, or for the tables matching include_tables at creation)",
     ),
@@ -101,7 +102,7 @@ def _parsed(option: str, text: str, parse: Callable[[str], T]) -> T:
 
 
 def _positive_int(text: str) -> int:
-    return parse_int(text, minimum=1)
+    return parse_int(text, minimum=1, maximum=_MAX_ROWS)
 
 
 def _positive_size(text: str) -> int:
@@ -116,7 +117,7 @@ def _regex(option: str, text: str | None) -> re.Pattern[str] | None:
         return None
     try:
         return re.compile(text)
-    except re.error as exc:
+    except (re.error, OverflowError, RecursionError) as exc:  # a{99999999999}: OverflowError
         raise ConfigError(option, f"bad regular expression for {option}: {text!r}: {exc}") from None
 
 
@@ -188,6 +189,8 @@ class CdcOptions:
         dsn = get("dsn")
         if not dsn:
             raise ConfigError("dsn", "option 'dsn' is required (a libpq conninfo or URI)")
+        if "\x00" in dsn:
+            raise ConfigError("dsn", "bad value for dsn: it contains a NUL character")
         try:
             conninfo_to_dict(dsn)
         except psycopg.ProgrammingError:
@@ -210,6 +213,12 @@ class CdcOptions:
                 "plugin", f"bad value for plugin: {plugin!r} (expected one of {', '.join(PLUGINS)})"
             )
         publication = get("publication") or slot
+        if "\x00" in publication or len(publication.encode()) > 63:
+            raise ConfigError(
+                "publication",
+                f"bad value for publication: {publication[:80]!r} (Postgres names are at most "
+                "63 bytes, without NUL characters)",
+            )
         if "publication" in opts and plugin != "pgoutput":
             raise ConfigError("publication", "option 'publication' only applies to plugin pgoutput")
 

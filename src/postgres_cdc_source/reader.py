@@ -87,7 +87,7 @@ class PgCdcStreamReader(DataSourceStreamReader, SupportsTriggerAvailableNow):
             self._checked = True
         for attempt in (1, 2):
             if self._conn is None or self._conn.closed:
-                self._conn = slot.connect(self.options)
+                self._conn = _connect_with_retry(self.options, autocommit=True)
             try:
                 return work(self._conn)
             except psycopg.OperationalError as exc:
@@ -172,7 +172,7 @@ class PgCdcStreamReader(DataSourceStreamReader, SupportsTriggerAvailableNow):
         """Peek the slot from ``start`` to ``end`` and yield the batch's rows as Arrow batches."""
         assert isinstance(partition, CdcPartition)
         options = self.options
-        conn = _connect_with_retry(options)
+        conn = _connect_with_retry(options, autocommit=False)
         try:
             slot.bring_to(conn, options, partition.start)
             conn.commit()
@@ -185,12 +185,13 @@ class PgCdcStreamReader(DataSourceStreamReader, SupportsTriggerAvailableNow):
             conn.close()
 
 
-def _connect_with_retry(options: CdcOptions) -> psycopg.Connection[Any]:
-    """Connect, riding out a server restart of up to ``_CONNECT_RETRY_SECONDS``."""
+def _connect_with_retry(options: CdcOptions, *, autocommit: bool) -> psycopg.Connection[Any]:
+    """Connect, riding out a server restart of up to ``_CONNECT_RETRY_SECONDS`` (on the driver
+    too: a planning call that fails stops the query)."""
     deadline = time.monotonic() + _CONNECT_RETRY_SECONDS
     while True:
         try:
-            return slot.connect(options, autocommit=False)
+            return slot.connect(options, autocommit=autocommit)
         except SourceError:
             if time.monotonic() > deadline:
                 raise

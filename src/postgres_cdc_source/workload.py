@@ -1,0 +1,879 @@
+"""Seeded random DML against real tables, with an exact record of what committed.
+
+The delivery promise (every committed change reaches Iggy, in per-key order, nothing invented)
+can only be checked against a ground truth that does not come from the pipeline itself. A
+:class:`Workload` is that ground truth: it drives several tables through inserts, updates (also
+of the primary key), deletes, multi-row statements, interleaved and rolled-back transactions
+and rolled-back savepoints, and records what committed, in commit order, with the values in the
+JSON form ``pg_cdc`` emits. :mod:`iggy_spark.oracle` compares what Iggy holds with that record.
+
+The same seed gives the same statements, so a failure reproduces; what commits can still
+differ when a fault interrupts a run. Faults are part of the job: when the server goes away
+(a restart, a crash) the workload reconnects, and a ``COMMIT`` whose answer was lost is
+settled with ``pg_xact_status`` instead of being guessed, so the record stays exact.
+
+>>> work = Workload(dsn, schema="shop", seed=7)     # doctest: +SKIP
+>>> work.setup()                                     # schema and tables, empty
+>>> work.run(changes=20_000, rate=2_000)             # bounded, at most 2,000 changes/s
+>>> work.transactions[0].changes[0].op               # 'insert'
+
+Values are generated so their expected JSON form is known without asking Postgres: text is
+hostile (quotes, backslashes, SQL and JSON fragments, control characters, right-to-left marks,
+astral-plane characters, and sometimes a few kilobytes that Postgres moves to TOAST storage);
+``numeric(14,2)`` appears as its two-decimals text (``"-12.30"``), as ``pg_cdc`` emits numerics;
+``jsonb`` holds nested objects with hostile keys and no floats (their text form may change).
+"""
+
+from __future__ import annotations
+
+import random
+import threading
+import time
+from collections.abc import Iterator, Mapping, Sequence
+from dataclasses import dataclass, field
+from decimal import Decimal
+from typing import Any, Literal
+
+import psycopg
+from psycopg import sql
+from psycopg.types.json import Jsonb
+
+__all__ = [
+    "Column",
+    "TableSpec",
+    "TABLES",
+    "HOSTILE_TEXT",
+    "Change",
+    "Transaction",
+    "Mix",
+    "RunStats",
+    "Workload",
+    "WorkloadError",
+    "BackgroundRun",
+    "iter_changes",
+]
+
+Kind = Literal["int", "text", "numeric", "jsonb"]
+Op = Literal["insert", "update", "delete"]
+Key = tuple[Any, ...]
+Row = dict[str, Any]
+
+_XID_MASK = 0xFFFF_FFFF
+"""``pg_current_xact_id()`` is epoch << 32 | xid; logical decoding reports the 32-bit xid."""
+
+
+class WorkloadError(RuntimeError):
+    """The database did not do what the workload's model predicted, or stayed unreachable."""
+
+
+@dataclass(frozen=True)
+class Column:
+    """One column: its SQL type (trusted text, never user input) and the kind of values it gets."""
+
+    name: str
+    sql_type: str
+    kind: Kind
+
+
+@dataclass(frozen=True)
+class TableSpec:
+    """A table the workload creates and drives. Primary-key columns must be integers."""
+
+    name: str
+    columns: tuple[Column, ...]
+    primary_key: tuple[str, ...]
+    replica_identity_full: bool = False
+
+    def __post_init__(self) -> None:
+        kinds = {c.name: c.kind for c in self.columns}
+        if not self.primary_key or any(kinds.get(k) != "int" for k in self.primary_key):
+            raise ValueError(f"table {self.name!r}: the primary key must be integer columns")
+        if all(c.name in self.primary_key for c in self.columns):
+            raise ValueError(f"table {self.name!r} needs at least one non-key column")
+
+    @property
+    def payload_columns(self) -> tuple[Column, ...]:
+        """The columns an update may change besides the key."""
+        return tuple(c for c in self.columns if c.name not in self.primary_key)
+
+    def key_of(self, row: Mapping[str, Any]) -> Key:
+        return tuple(row[k] for k in self.primary_key)
+
+    def key_json(self, key: Key) -> Row:
+        return dict(zip(self.primary_key, key, strict=True))
+
+
+TABLES: tuple[TableSpec, ...] = (
+    TableSpec(
+        "accounts",
+        (
+            Column("id", "integer", "int"),
+            Column("owner", "text", "text"),
+            Column("balance", "numeric(14,2)", "numeric"),
+            Column("profile", "jsonb", "jsonb"),
+        ),
+        ("id",),
+    ),
+    # REPLICA IDENTITY FULL: Postgres logs the whole old row, so `before` is set and `key` is
+    # the whole old row; the oracle must still find the row by its primary key.
+    TableSpec(
+        "orders",
+        (
+            Column("id", "bigint", "int"),
+            Column("account", "integer", "int"),
+            Column("note", "text", "text"),
+            Column("total", "numeric(14,2)", "numeric"),
+            Column("items", "jsonb", "jsonb"),
+        ),
+        ("id",),
+        replica_identity_full=True,
+    ),
+    # A composite key, so `key` objects have two members and key changes can touch either.
+    TableSpec(
+        "line_items",
+        (
+            Column("id", "integer", "int"),
+            Column("line", "integer", "int"),
+            Column("sku", "text", "text"),
+            Column("qty", "numeric(14,2)", "numeric"),
+            Column("meta", "jsonb", "jsonb"),
+        ),
+        ("id", "line"),
+    ),
+)
+"""The default tables. Every primary key starts with ``id``, so ``partition_key_from=id`` routes
+every change of a row, in every table, to one partition."""
+
+HOSTILE_TEXT: tuple[str, ...] = (
+    "",
+    " ",
+    "'",
+    "''",
+    '"',
+    "\\",
+    "\\\\'",
+    "a\"; drop table x; --",
+    "Robert'); DROP TABLE students;--",
+    "$$; SELECT pg_sleep(10); $$",
+    "%s %(name)s {} {0}",
+    "E'\\x41'",
+    '{"a": 1',
+    '"}]},{"injected": true}',
+    "\\u0000 is not a NUL",
+    "line\nbreak\r\nand\ttab",
+    "\x01\x02\x1b[31mred\x1b[0m\x7f",
+    "\u202eright-to-left override",
+    "zero\u200bwidth\ufeffbom",
+    "\u2028line separator\u2029",
+    "🦀💥👩‍👩‍👧‍👦",
+    "𝔘𝔫𝔦𝔠𝔬𝔡𝔢",
+    "日本語のテキスト",
+    "é (e + combining acute)",
+    "NaN",
+    "null",
+    "-0",
+    "999999999999999999999999999999",
+    "<script>alert(1)</script>",
+    "../../../../etc/passwd",
+)
+"""Strings that have broken SQL builders, JSON encoders, loggers or terminals somewhere."""
+
+_RANDOM_ALPHABET = (
+    "abcdefghijklmnopqrstuvwxyzABCDEFGHIJKLMNOPQRSTUVWXYZ0123456789"
+    " '\"\\{}[],:;%$\n\t-_/éßøλжπ中文🙂"
+)
+
+
+@dataclass(frozen=True)
+class Change:
+    """One committed row change, as ``pg_cdc`` must report it.
+
+    ``key`` is the row's primary key before the change (update, delete); ``new_key`` and ``row``
+    describe it after (insert, update). ``row`` holds every column in ``pg_cdc``'s JSON form.
+    ``xid`` is the 32-bit transaction id and ``seq`` the change's position in its transaction,
+    which together name the change in ``pg_cdc``'s output.
+    """
+
+    xid: int
+    seq: int
+    table: str
+    op: Op
+    key: Key | None
+    new_key: Key | None
+    row: Row | None
+
+    @property
+    def identity(self) -> Key:
+        """The key the row has once the change is applied (the old one for a delete)."""
+        key = self.new_key if self.new_key is not None else self.key
+        assert key is not None
+        return key
+
+
+@dataclass(frozen=True)
+class Transaction:
+    """A committed transaction: its place in commit order, its xid and its changes in order."""
+
+    index: int
+    xid: int
+    changes: tuple[Change, ...]
+
+
+@dataclass(frozen=True)
+class Mix:
+    """The shape of the workload: operation and transaction weights, value odds, sizes.
+
+    Weights are relative. An ``interleaved`` transaction is a pair on two connections: B
+    begins after A and commits before A, so commit order differs from start order.
+    """
+
+    insert: float = 0.45
+    update: float = 0.35
+    delete: float = 0.20
+    key_change: float = 0.1
+    """Share of updates that also change the primary key."""
+    single: float = 0.35
+    multi: float = 0.30
+    interleaved: float = 0.15
+    rollback: float = 0.08
+    savepoint: float = 0.07
+    """A transaction that rolls back to a savepoint in its middle and then commits."""
+    max_statements: int = 12
+    multi_row: float = 0.15
+    """Odds that an insert is one statement of several rows."""
+    null: float = 0.05
+    hostile: float = 0.3
+    toast: float = 0.02
+    """Odds that a text value is a few kilobytes of incompressible text (stored out of line)."""
+
+    def __post_init__(self) -> None:
+        for name in ("key_change", "multi_row", "null", "hostile", "toast"):
+            if not 0 <= getattr(self, name) <= 1:
+                raise ValueError(f"Mix.{name} must be between 0 and 1")
+        if self.max_statements < 2:
+            raise ValueError("Mix.max_statements must be at least 2")
+
+
+@dataclass
+class RunStats:
+    """What one :meth:`Workload.run` did."""
+
+    transactions: int = 0
+    changes: int = 0
+    rolled_back: int = 0
+    interleaved: int = 0
+    reconnects: int = 0
+    in_doubt_commits: int = 0
+    """Commits whose answer was lost to a fault and were settled with ``pg_xact_status``."""
+    seconds: float = 0.0
+
+    @property
+    def changes_per_second(self) -> float:
+        return self.changes / self.seconds if self.seconds else 0.0
+
+
+class _Interrupted(Exception):
+    """The connection broke; open transactions are gone (settled if they were committing)."""
+
+
+@dataclass
+class _Txn:
+    """An open transaction: its connection, planned changes and its view of the tables."""
+
+    conn: psycopg.Connection[Any]
+    xid: int = 0
+    changes: list[Change] = field(default_factory=list)
+    overlay: dict[tuple[str, Key], Row | None] = field(default_factory=dict)
+    reserved: set[tuple[str, Key]] = field(default_factory=set)
+    savepoint: tuple[int, dict[tuple[str, Key], Row | None]] | None = None
+
+
+class _Keys:
+    """A set with O(1) random choice: a list plus each member's index in it."""
+
+    def __init__(self) -> None:
+        self._items: list[Key] = []
+        self._index: dict[Key, int] = {}
+
+    def __len__(self) -> int:
+        return len(self._items)
+
+    def __contains__(self, key: object) -> bool:
+        return key in self._index
+
+    def add(self, key: Key) -> None:
+        if key not in self._index:
+            self._index[key] = len(self._items)
+            self._items.append(key)
+
+    def discard(self, key: Key) -> None:
+        i = self._index.pop(key, None)
+        if i is None:
+            return
+        last = self._items.pop()
+        if i < len(self._items):
+            self._items[i] = last
+            self._index[last] = i
+
+    def choice(self, rng: random.Random) -> Key | None:
+        return self._items[rng.randrange(len(self._items))] if self._items else None
+
+
+class Workload:
+    """Random DML on :data:`TABLES` (or your own) in ``schema``, recording what committed.
+
+    Not thread-safe: drive it from one thread (a background thread is fine) and read
+    :attr:`transactions` once :meth:`run` returned. Two connections are held open.
+    """
+
+    def __init__(
+        self,
+        dsn: str,
+        schema: str,
+        *,
+        seed: int = 0,
+        tables: Sequence[TableSpec] = TABLES,
+        mix: Mix | None = None,
+        reconnect_timeout: float = 60.0,
+        record: bool = True,
+    ) -> None:
+        if not tables:
+            raise ValueError("a workload needs at least one table")
+        self.dsn = dsn
+        self.schema = schema
+        self.tables = {t.name: t for t in tables}
+        self.mix = mix or Mix()
+        self.reconnect_timeout = reconnect_timeout
+        self.rng = random.Random(seed)
+        self.record = record
+        """Keep :attr:`transactions`. A soak of millions of changes turns it off: the oracle
+        then has nothing to compare with, but memory stays flat (only the tables are kept)."""
+        self.transactions: list[Transaction] = []
+        """Committed transactions, in commit order (empty unless :attr:`record`)."""
+        self._committed_transactions = 0
+        self._rows: dict[str, dict[Key, Row]] = {t: {} for t in self.tables}
+        self._live: dict[str, _Keys] = {t: _Keys() for t in self.tables}
+        self._dead: dict[str, _Keys] = {t: _Keys() for t in self.tables}
+        self._next_id = 1
+        self._committed_changes = 0
+        self._in_doubt = 0
+        self._open: list[_Txn] = []
+        self._conns: list[psycopg.Connection[Any]] = []
+        self._sql: dict[tuple[str, str, tuple[str, ...]], sql.Composed] = {}
+
+    # -- public surface -----------------------------------------------------------------------
+
+    def setup(self) -> None:
+        """Create the schema and the tables, empty (dropping tables left by an earlier run)."""
+        with psycopg.connect(self.dsn, autocommit=True) as conn:
+            schema = sql.Identifier(self.schema)
+            conn.execute(sql.SQL("CREATE SCHEMA IF NOT EXISTS {}").format(schema))
+            for spec in self.tables.values():
+                table = self._table(spec.name)
+                columns = sql.SQL(", ").join(
+                    sql.SQL("{} {}").format(sql.Identifier(c.name), sql.SQL(c.sql_type))
+                    for c in spec.columns
+                )
+                key = sql.SQL(", ").join(map(sql.Identifier, spec.primary_key))
+                conn.execute(sql.SQL("DROP TABLE IF EXISTS {}").format(table))
+                conn.execute(
+                    sql.SQL("CREATE TABLE {} ({}, PRIMARY KEY ({}))").format(table, columns, key)
+                )
+                if spec.replica_identity_full:
+                    conn.execute(sql.SQL("ALTER TABLE {} REPLICA IDENTITY FULL").format(table))
+
+    @property
+    def qualified_tables(self) -> list[str]:
+        """``schema.table`` of every table, as ``pg_cdc``'s ``include_tables`` matches them."""
+        return [f"{self.schema}.{name}" for name in self.tables]
+
+    @property
+    def changes(self) -> int:
+        """Committed changes so far."""
+        return self._committed_changes
+
+    def expected_rows(self) -> dict[str, dict[Key, Row]]:
+        """The tables as the workload believes they are now: table -> key -> row (JSON form)."""
+        return {table: dict(rows) for table, rows in self._rows.items()}
+
+    def run(
+        self,
+        changes: int | None = None,
+        *,
+        rate: float | None = None,
+        seconds: float | None = None,
+        stop: threading.Event | None = None,
+    ) -> RunStats:
+        """Commit ``changes`` more changes exactly (or run for ``seconds``, or until ``stop``).
+
+        ``rate`` caps committed changes per second, for soak and latency runs. A fault that
+        breaks the connections is ridden out for up to ``reconnect_timeout`` seconds; every
+        open transaction is then gone, except a commit in doubt, which is looked up.
+        """
+        if changes is None and seconds is None and stop is None:
+            raise ValueError("give changes, seconds or stop: a workload must be bounded")
+        stats = RunStats()
+        started = time.monotonic()
+        target = None if changes is None else self._committed_changes + changes
+        pause = stop.wait if stop is not None else time.sleep
+        in_doubt = self._in_doubt
+        try:
+            while not (stop is not None and stop.is_set()):
+                elapsed = time.monotonic() - started
+                if seconds is not None and elapsed >= seconds:
+                    break
+                budget = None if target is None else target - self._committed_changes
+                if budget is not None and budget <= 0:
+                    break
+                if rate is not None and stats.changes / rate > elapsed:
+                    pause(stats.changes / rate - elapsed)
+                    continue
+                before = self._committed_changes
+                try:
+                    self._one_transaction(stats, budget)
+                except _Interrupted:
+                    stats.reconnects += 1
+                stats.changes += self._committed_changes - before
+        finally:
+            stats.seconds = time.monotonic() - started
+            stats.in_doubt_commits = self._in_doubt - in_doubt
+        return stats
+
+    def start(self, **kwargs: Any) -> BackgroundRun:
+        """:meth:`run` on a daemon thread, for running a workload while faults are injected."""
+        return BackgroundRun(self, kwargs)
+
+    def close(self) -> None:
+        """Roll back whatever is open and close the connections."""
+        for conn in self._conns:
+            conn.close()
+        self._conns = []
+        self._open = []
+
+    def __enter__(self) -> Workload:
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        self.close()
+
+    # -- transactions -------------------------------------------------------------------------
+
+    def _one_transaction(self, stats: RunStats, budget: int | None) -> None:
+        mix = self.mix
+        shapes: list[tuple[str, float]] = [
+            ("single", mix.single),
+            ("multi", mix.multi),
+            ("interleaved", mix.interleaved),
+            ("rollback", mix.rollback),
+            ("savepoint", mix.savepoint),
+        ]
+        shape = self.rng.choices([s for s, _ in shapes], [w for _, w in shapes])[0]
+        cap = mix.max_statements if budget is None else max(1, min(mix.max_statements, budget))
+        if shape == "single" or cap == 1:
+            self._commit_txn(self._begin(0), 1, stats)
+        elif shape == "multi":
+            self._commit_txn(self._begin(0), self.rng.randint(2, cap), stats)
+        elif shape == "rollback":
+            txn = self._begin(0)
+            self._statements(txn, self.rng.randint(1, mix.max_statements))
+            self._finish(txn, commit=False)
+            stats.rolled_back += 1
+        elif shape == "savepoint":
+            self._savepoint_txn(cap, stats)
+        else:
+            self._interleaved(cap, stats)
+
+    def _commit_txn(self, txn: _Txn, statements: int, stats: RunStats) -> None:
+        self._statements(txn, statements)
+        self._finish(txn, commit=True)
+        stats.transactions += 1
+
+    def _savepoint_txn(self, cap: int, stats: RunStats) -> None:
+        """Changes, SAVEPOINT, changes rolled back to it, more changes, COMMIT."""
+        txn = self._begin(0)
+        first = self.rng.randint(1, max(1, cap - 1))
+        self._statements(txn, first)
+        self._exec(txn, [("SAVEPOINT wl_sp", ())])
+        txn.savepoint = (len(txn.changes), dict(txn.overlay))
+        self._statements(txn, self.rng.randint(1, 4))
+        self._exec(txn, [("ROLLBACK TO SAVEPOINT wl_sp", ())])
+        kept, overlay = txn.savepoint
+        del txn.changes[kept:]
+        txn.overlay = overlay  # reserved keys stay reserved: harmless, and they are still locked
+        txn.savepoint = None
+        self._statements(txn, max(0, min(cap - first, self.rng.randint(0, 3))))
+        self._finish(txn, commit=True)
+        stats.transactions += 1
+
+    def _interleaved(self, cap: int, stats: RunStats) -> None:
+        """A begins; B begins, works and commits; A works more, then commits or rolls back."""
+        a = self._begin(0)
+        self._statements(a, self.rng.randint(1, max(1, cap // 2)))
+        b = self._begin(1)
+        left = cap - len(a.changes)
+        self._statements(b, self.rng.randint(1, max(1, left)) if left > 0 else 1)
+        self._finish(b, commit=True)
+        left = cap - len(a.changes) - len(b.changes)
+        if left > 0:
+            self._statements(a, self.rng.randint(0, left))
+        commit_a = self.rng.random() >= 0.2
+        self._finish(a, commit=commit_a)
+        stats.interleaved += 1
+        stats.transactions += 1 + commit_a
+        stats.rolled_back += not commit_a
+
+    # -- statements ---------------------------------------------------------------------------
+
+    def _statements(self, txn: _Txn, count: int) -> None:
+        """Plan ``count`` row changes in ``txn``'s view of the tables and run them in a pipeline."""
+        planned: list[tuple[sql.Composed | str, Sequence[Any]]] = []
+        expect_one: list[bool] = []
+        made = 0
+        while made < count:
+            spec = self.tables[self.rng.choice(list(self.tables))]
+            weights = (self.mix.insert, self.mix.update, self.mix.delete)
+            op = self.rng.choices(("insert", "update", "delete"), weights)[0]
+            statement = None
+            if op == "update":
+                statement = self._plan_update(txn, spec)
+            elif op == "delete":
+                statement = self._plan_delete(txn, spec)
+            if statement is None:  # nothing to update/delete that no other txn holds: insert
+                rows = 1
+                if count - made > 1 and self.rng.random() < self.mix.multi_row:
+                    rows = self.rng.randint(2, min(5, count - made))
+                statement = self._plan_insert(txn, spec, rows)
+                made += rows
+                expect_one.append(False)
+            else:
+                made += 1
+                expect_one.append(True)
+            planned.append(statement)
+        cursors = self._exec(txn, planned)
+        for cur, one in zip(cursors, expect_one, strict=True):
+            if one and cur.rowcount != 1:
+                raise WorkloadError(
+                    f"a statement changed {cur.rowcount} rows instead of 1: the model of "
+                    f"{self.schema!r} disagrees with the database (did someone else change it?)"
+                )
+
+    def _plan_insert(
+        self, txn: _Txn, spec: TableSpec, rows: int
+    ) -> tuple[sql.Composed, Sequence[Any]]:
+        params: list[Any] = []
+        for _ in range(rows):
+            key = self._new_key(txn, spec)
+            row = self._values(spec, key)
+            self._record(txn, spec, "insert", None, key, row)
+            params += [self._param(c, row[c.name]) for c in spec.columns]
+        names = tuple(c.name for c in spec.columns)
+        one = sql.SQL("({})").format(sql.SQL(", ").join(sql.Placeholder() * len(names)))
+        query = sql.SQL("INSERT INTO {} ({}) VALUES {}").format(
+            self._table(spec.name),
+            sql.SQL(", ").join(map(sql.Identifier, names)),
+            sql.SQL(", ").join([one] * rows),
+        )
+        return query, params
+
+    def _plan_update(self, txn: _Txn, spec: TableSpec) -> tuple[sql.Composed, Sequence[Any]] | None:
+        key = self._pick_live(txn, spec)
+        if key is None:
+            return None
+        old = self._view(txn, spec.name, key)
+        assert old is not None
+        payload = spec.payload_columns
+        changed = self.rng.sample(payload, self.rng.randint(1, len(payload)))
+        row = dict(old)
+        for column in changed:
+            row[column.name] = self._value(column)
+        new_key = key
+        if self.rng.random() < self.mix.key_change:
+            new_key = self._new_key(txn, spec)
+            row.update(spec.key_json(new_key))
+        set_columns = tuple(c.name for c in changed) + (spec.primary_key if new_key != key else ())
+        query = self._cached("update", spec, set_columns)
+        params = [self._param(self._column(spec, n), row[n]) for n in set_columns] + list(key)
+        self._record(txn, spec, "update", key, new_key, row)
+        return query, params
+
+    def _plan_delete(self, txn: _Txn, spec: TableSpec) -> tuple[sql.Composed, Sequence[Any]] | None:
+        key = self._pick_live(txn, spec)
+        if key is None:
+            return None
+        self._record(txn, spec, "delete", key, None, None)
+        return self._cached("delete", spec, ()), list(key)
+
+    def _cached(self, op: str, spec: TableSpec, set_columns: tuple[str, ...]) -> sql.Composed:
+        """``UPDATE``/``DELETE`` by primary key, composed once per table and column set."""
+        cache_key = (op, spec.name, set_columns)
+        query = self._sql.get(cache_key)
+        if query is None:
+            where = sql.SQL(" AND ").join(
+                sql.SQL("{} = %s").format(sql.Identifier(k)) for k in spec.primary_key
+            )
+            if op == "delete":
+                query = sql.SQL("DELETE FROM {} WHERE {}").format(self._table(spec.name), where)
+            else:
+                assignments = sql.SQL(", ").join(
+                    sql.SQL("{} = %s").format(sql.Identifier(n)) for n in set_columns
+                )
+                query = sql.SQL("UPDATE {} SET {} WHERE {}").format(
+                    self._table(spec.name), assignments, where
+                )
+            self._sql[cache_key] = query
+        return query
+
+    def _record(
+        self, txn: _Txn, spec: TableSpec, op: Op, key: Key | None, new_key: Key | None,
+        row: Row | None,
+    ) -> None:
+        """Add a planned change to ``txn`` and to its view of the table."""
+        table = spec.name
+        txn.changes.append(Change(0, len(txn.changes), table, op, key, new_key, row))
+        if key is not None:
+            txn.overlay[(table, key)] = None
+            txn.reserved.add((table, key))
+        if new_key is not None:
+            txn.overlay[(table, new_key)] = row
+            txn.reserved.add((table, new_key))
+
+    # -- keys and the model -------------------------------------------------------------------
+
+    def _view(self, txn: _Txn, table: str, key: Key) -> Row | None:
+        """The row ``key`` holds as ``txn`` sees it (its own changes first)."""
+        if (table, key) in txn.overlay:
+            return txn.overlay[(table, key)]
+        return self._rows[table].get(key)
+
+    def _held_elsewhere(self, txn: _Txn, item: tuple[str, Key]) -> bool:
+        """Another open transaction touched this key: using it would wait on its lock."""
+        return any(other is not txn and item in other.reserved for other in self._open)
+
+    def _pick_live(self, txn: _Txn, spec: TableSpec) -> Key | None:
+        """A key that exists in ``txn``'s view and that no other open transaction holds."""
+        own = [k for (t, k), row in txn.overlay.items() if t == spec.name and row is not None]
+        for _ in range(6):
+            if own and self.rng.random() < 0.2:
+                key: Key | None = self.rng.choice(own)
+            else:
+                key = self._live[spec.name].choice(self.rng)
+            if key is None:
+                continue
+            if self._view(txn, spec.name, key) is not None and not self._held_elsewhere(
+                txn, (spec.name, key)
+            ):
+                return key
+        return None
+
+    def _new_key(self, txn: _Txn, spec: TableSpec) -> Key:
+        """A key free in ``txn``'s view: usually never used, sometimes one that was deleted."""
+        dead = self._dead[spec.name].choice(self.rng) if self.rng.random() < 0.1 else None
+        if (
+            dead is not None
+            and self._view(txn, spec.name, dead) is None
+            and not self._held_elsewhere(txn, (spec.name, dead))
+        ):
+            return dead
+        self._next_id += 1
+        extra = tuple(self.rng.randint(1, 9) for _ in spec.primary_key[1:])
+        return (self._next_id, *extra)
+
+    def _apply(self, txn: _Txn) -> None:
+        for (table, key), row in txn.overlay.items():
+            if row is None:
+                if self._rows[table].pop(key, None) is not None:
+                    self._live[table].discard(key)
+                    self._dead[table].add(key)
+            else:
+                self._rows[table][key] = row
+                self._live[table].add(key)
+                self._dead[table].discard(key)
+
+    # -- values -------------------------------------------------------------------------------
+
+    def _values(self, spec: TableSpec, key: Key) -> Row:
+        row = spec.key_json(key)
+        for column in spec.payload_columns:
+            row[column.name] = self._value(column)
+        return row
+
+    def _value(self, column: Column) -> Any:
+        """A value in ``pg_cdc``'s JSON form (numerics as text, jsonb as Python objects)."""
+        rng, mix = self.rng, self.mix
+        if rng.random() < mix.null:
+            return None
+        if column.kind == "int":
+            return rng.randint(-(2**31), 2**31 - 1)
+        if column.kind == "numeric":
+            return str(Decimal(rng.randint(-(10**12) + 1, 10**12 - 1)).scaleb(-2))
+        if column.kind == "jsonb":
+            return self._document(2)
+        return self._text()
+
+    def _text(self) -> str:
+        rng, mix = self.rng, self.mix
+        if rng.random() < mix.toast:
+            return "".join(rng.choices(_RANDOM_ALPHABET, k=rng.randint(4000, 9000)))
+        if rng.random() < mix.hostile:
+            return rng.choice(HOSTILE_TEXT)
+        return "".join(rng.choices(_RANDOM_ALPHABET, k=rng.randint(0, 40)))
+
+    def _document(self, depth: int) -> Any:
+        rng = self.rng
+        roll = rng.random()
+        if depth == 0 or roll < 0.4:
+            return rng.choice(
+                [rng.randint(-(2**53), 2**53), True, False, None, self._text()[:200]]
+            )
+        if roll < 0.6:
+            return [self._document(depth - 1) for _ in range(rng.randint(0, 3))]
+        return {self._text()[:30]: self._document(depth - 1) for _ in range(rng.randint(0, 4))}
+
+    @staticmethod
+    def _param(column: Column, value: Any) -> Any:
+        if value is None:
+            return None
+        if column.kind == "numeric":
+            return Decimal(value)
+        if column.kind == "jsonb":
+            return Jsonb(value)
+        return value
+
+    @staticmethod
+    def _column(spec: TableSpec, name: str) -> Column:
+        return next(c for c in spec.columns if c.name == name)
+
+    def _table(self, name: str) -> sql.Identifier:
+        return sql.Identifier(self.schema, name)
+
+    # -- connections, commits and faults ------------------------------------------------------
+
+    def _connection(self, slot: int) -> psycopg.Connection[Any]:
+        while len(self._conns) <= slot:
+            self._conns.append(self._connect())
+        conn = self._conns[slot]
+        if conn.closed:
+            conn = self._conns[slot] = self._connect()
+        return conn
+
+    def _connect(self) -> psycopg.Connection[Any]:
+        deadline = time.monotonic() + self.reconnect_timeout
+        while True:
+            try:
+                return psycopg.connect(self.dsn, application_name="pg_cdc_workload")
+            except psycopg.OperationalError as exc:
+                if time.monotonic() > deadline:
+                    raise WorkloadError(
+                        f"Postgres unreachable for {self.reconnect_timeout:g}s: "
+                        f"{exc.__class__.__name__}"
+                    ) from None
+                time.sleep(0.5)
+
+    def _begin(self, slot: int) -> _Txn:
+        txn = _Txn(self._connection(slot))
+        self._open.append(txn)
+        [cur] = self._exec(txn, [("SELECT pg_current_xact_id()::text::int8", ())])
+        row = cur.fetchone()
+        assert row is not None
+        txn.xid = int(row[0])
+        return txn
+
+    def _exec(
+        self, txn: _Txn, statements: Sequence[tuple[sql.Composed | str, Sequence[Any]]]
+    ) -> list[psycopg.Cursor[Any]]:
+        """Run statements in one round trip (pipeline mode); a broken connection interrupts."""
+        try:
+            with txn.conn.pipeline():
+                cursors = [txn.conn.execute(query, params) for query, params in statements]
+            return cursors
+        except psycopg.OperationalError:
+            self._lose_connections()
+            raise _Interrupted from None
+
+    def _finish(self, txn: _Txn, *, commit: bool) -> None:
+        """COMMIT (and record) or ROLLBACK; a COMMIT whose answer is lost is looked up."""
+        try:
+            if commit:
+                txn.conn.commit()
+            else:
+                txn.conn.rollback()
+        except psycopg.OperationalError:
+            self._lose_connections()
+            if commit:
+                self._in_doubt += 1
+                if self._settle(txn.xid):
+                    self._committed(txn)
+            raise _Interrupted from None
+        self._open.remove(txn)
+        if commit:
+            self._committed(txn)
+
+    def _committed(self, txn: _Txn) -> None:
+        xid = txn.xid & _XID_MASK
+        changes = tuple(
+            Change(xid, c.seq, c.table, c.op, c.key, c.new_key, c.row) for c in txn.changes
+        )
+        if changes:
+            if self.record:
+                self.transactions.append(Transaction(self._committed_transactions, xid, changes))
+            self._committed_transactions += 1
+            self._committed_changes += len(changes)
+        self._apply(txn)
+
+    def _settle(self, full_xid: int) -> bool:
+        """Whether a transaction whose COMMIT got no answer did commit (asks a new session)."""
+        deadline = time.monotonic() + self.reconnect_timeout
+        while True:
+            with self._connect() as conn:
+                query = "SELECT pg_xact_status(%s::text::xid8)"
+                row = conn.execute(query, (str(full_xid),)).fetchone()
+            status = row[0] if row else None
+            if status in ("committed", "aborted"):
+                return bool(status == "committed")
+            if time.monotonic() > deadline:
+                raise WorkloadError(f"transaction {full_xid} still {status!r}; cannot settle it")
+            time.sleep(0.2)
+
+    def _lose_connections(self) -> None:
+        """A fault broke a connection: drop both (rolling back whatever they had open)."""
+        for conn in self._conns:
+            conn.close()
+        self._conns = []
+        self._open = []
+
+
+class BackgroundRun:
+    """A :meth:`Workload.run` on a daemon thread; :meth:`join` returns its stats or raises."""
+
+    def __init__(self, work: Workload, kwargs: Mapping[str, Any]) -> None:
+        self.work = work
+        self._outcome: RunStats | BaseException | None = None
+        self._thread = threading.Thread(
+            target=self._target, args=(dict(kwargs),), name="workload", daemon=True
+        )
+        self._thread.start()
+
+    def _target(self, kwargs: dict[str, Any]) -> None:
+        try:
+            self._outcome = self.work.run(**kwargs)
+        except BaseException as exc:  # handed over to join()
+            self._outcome = exc
+
+    @property
+    def running(self) -> bool:
+        return self._thread.is_alive()
+
+    def join(self, timeout: float) -> RunStats:
+        self._thread.join(timeout)
+        if self._thread.is_alive():
+            raise WorkloadError(f"the workload did not finish within {timeout:g}s")
+        if isinstance(self._outcome, BaseException):
+            raise self._outcome
+        assert self._outcome is not None
+        return self._outcome
+
+
+def iter_changes(transactions: Sequence[Transaction]) -> Iterator[Change]:
+    """Every committed change, in commit order."""
+    for txn in transactions:
+        yield from txn.changes

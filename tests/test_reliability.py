@@ -1,0 +1,246 @@
+"""Faults against the whole pipeline, each judged by the consistency oracle.
+
+The promise under test: every committed Postgres change reaches Iggy (at least once, with a
+stable id), nothing is invented, a row's changes keep their commit order in one partition, and
+the replication slot is never ahead of what Spark has durably committed. Each test drives a
+seeded :class:`~postgres_cdc_source.workload.Workload` (hostile values, key changes, interleaved
+and rolled-back transactions) while it breaks something, lets the pipeline recover, and then
+
+* reads every message back over the SDK and checks it with :func:`iggy_spark.oracle.verify`:
+  nothing missing or invented, content and ids right, commit and per-row order kept, and the
+  replayed changes equal the source tables row for row;
+* accepts duplicates only from batches that were in flight at a fault, by the batch ranges and
+  times in the checkpoint's ``offsets/`` and ``commits/`` (:func:`iggy_spark.chaos.in_flight`);
+* checks the :class:`~iggy_spark.chaos.SlotWatch` samples taken during the run: the slot's
+  ``confirmed_flush_lsn`` never beyond the end of the last batch in ``commits/``.
+
+The heavy variants (ten kills over 100,000 changes, and more) are in bench/bench_reliability.py.
+"""
+
+from __future__ import annotations
+
+import random
+import time
+from collections.abc import Callable
+from dataclasses import replace
+from functools import partial
+from pathlib import Path
+
+import pytest
+from faulty_sources import POINTS, fired_at, register, start_faulty_pipeline
+from pyspark.errors import StreamingQueryException
+from pyspark.sql import SparkSession
+
+from iggy_spark.chaos import (
+    PipelineJob,
+    SlotWatch,
+    committed_end,
+    flush_lsn,
+    in_flight,
+    prepare_capture,
+    unexplained_duplicates,
+    wait_until,
+)
+from iggy_spark.encoding import message_id
+from iggy_spark.local import LocalIggy
+from iggy_spark.oracle import ChangeMessage, OracleReport, check, read_tables, verify
+from iggy_spark.pipeline import start_pipeline
+from postgres_cdc_source.harness import LocalPostgres
+from postgres_cdc_source.lsn import format_lsn
+from postgres_cdc_source.workload import Change, RunStats, Workload
+
+SINK = {"topic_defaults.partitions_count": "3"}
+"""Three partitions per table topic, so per-row order is a real property, not a given."""
+
+
+def judge(
+    url: str, work: Workload, watch: SlotWatch, faults: list[float | tuple[float, float]],
+) -> OracleReport:
+    """The oracle's verdict, duplicates explained by the checkpoint, and the slot samples."""
+    report = verify(url, [work.schema], work)
+    assert report.ok, str(report)
+    assert report.delivered == report.changes == work.changes
+    suspects = in_flight(watch.batches(), faults)
+    unexplained = unexplained_duplicates(report.duplicated_commits, suspects, report.commits)
+    assert not unexplained, (
+        f"{len(unexplained)} duplicated changes outside the batches in flight at a fault "
+        f"{[(b.id, b.start, b.end) for b in suspects]}: first at {format_lsn(unexplained[0])}"
+    )
+    assert watch.samples, "the slot was never sampled"
+    assert not watch.violations, watch.describe(watch.violations[0])
+    final = watch.sample()
+    assert final.confirmed_flush is not None and final.committed_end is not None
+    assert final.confirmed_flush <= final.committed_end, watch.describe(final)
+    print(f"\n{report}; {len(suspects)} batches in flight at faults; "
+          f"{len(watch.samples)} slot samples")
+    return report
+
+
+def test_oracle_catches_loss_reordering_and_invention(pg: LocalPostgres, name: str) -> None:
+    """The oracle itself: a perfect delivery passes, and each kind of damage is counted."""
+    work = Workload(pg.dsn, name, seed=11)
+    work.setup()
+    work.run(changes=300)
+    tables = list(work.tables.values())
+    source = read_tables(pg.dsn, name, tables)
+    assert source == work.expected_rows()  # the workload's model is the database
+    perfect, changes = _perfect_delivery(work)
+
+    def verdict(messages: list[ChangeMessage]) -> OracleReport:
+        return check(messages, work.transactions, tables, source=source)
+
+    assert verdict(perfect).ok and verdict(perfect).duplicates == 0
+    lost = verdict(perfect[:100] + perfect[101:])
+    assert lost.missing == 1 and lost.table_mismatches >= 1 and not lost.invented
+    twice = verdict(perfect + perfect[:7])
+    assert twice.ok and twice.duplicates == 7 and len(twice.duplicated_commits) == 7
+    # Two changes of one row, swapped in the partition: the later commit comes first.
+    first, second = next(
+        (i, j) for i, a in enumerate(changes) for j in range(i + 1, len(changes))
+        if (a.table, a.identity) == (changes[j].table, changes[j].identity)
+    )
+    swapped = perfect[:]
+    swapped[first] = replace(perfect[first], offset=perfect[second].offset)
+    swapped[second] = replace(perfect[second], offset=perfect[first].offset)
+    assert verdict(swapped).order_violations == 1
+    forged = dict(perfect[0].change or {}, seq=999)
+    forged_id = message_id(f"{forged['commit_lsn']}:999")
+    invented = replace(perfect[0], offset=len(perfect), id=forged_id, change=forged)
+    assert verdict([*perfect, invented]).invented == 1
+
+
+def _perfect_delivery(work: Workload) -> tuple[list[ChangeMessage], list[Change]]:
+    """What a flawless pipeline would deliver for ``work``: one partition, in commit order."""
+    messages, changes = [], []
+    for txn in work.transactions:
+        commit = format_lsn(0x1000 + txn.index * 0x100)
+        for c in txn.changes:
+            key = work.tables[c.table].key_json(c.key) if c.key else None
+            change = {"commit_lsn": commit, "seq": c.seq, "xid": c.xid, "table": c.table,
+                      "op": c.op, "key": key, "after": c.row, "unchanged": []}
+            messages.append(ChangeMessage(work.schema, c.table, 0, len(messages),
+                                          message_id(f"{commit}:{c.seq}"), change))
+            changes.append(c)
+    return messages, changes
+
+
+def test_driver_killed_repeatedly(
+    pg: LocalPostgres, broker: LocalIggy, name: str, tmp_path: Path
+) -> None:
+    """kill -9 of the whole driver (Python, JVM, workers) at random moments; restart each time."""
+    work, source = prepare_capture(pg.dsn, name, seed=1)
+    checkpoint = tmp_path / "checkpoint"
+    job = PipelineJob(dsn=pg.dsn, slot=name, url=broker.url, checkpoint=checkpoint,
+                      log_path=tmp_path / "job.log", source=source, sink=SINK)
+    rng = random.Random(1)
+    kills: list[float | tuple[float, float]] = []
+    with SlotWatch(pg.dsn, name, checkpoint) as watch:
+        run = work.start(changes=20_000, rate=300)
+        try:
+            for _ in range(3):
+                job.start()
+                # The first batch after a (re)start carries the backlog: kill while it is written.
+                planned = job.wait_for_batch_after(job.started_at or 0, 120, committed=False)
+                time.sleep(max(0.0, planned + rng.uniform(0.2, 3.0) - time.time()))
+                kills.append(job.kill())
+            job.start()
+            run.join(180)
+            target = flush_lsn(pg.dsn)
+            wait_until(lambda: (committed_end(checkpoint) or 0) >= target, 120,
+                       "the job to catch up", alive=lambda: job.running)
+            assert job.stop() == 0, job.log_tail()
+        finally:
+            if job.running:
+                job.kill()
+    judge(broker.url, work, watch, kills)
+
+
+def run_through(
+    spark: SparkSession, dsn: str, url: str, name: str, tmp_path: Path, *, seed: int,
+    rate: float, fault: Callable[[], None],
+) -> tuple[Workload, SlotWatch, tuple[float, float], RunStats]:
+    """The pipeline in this session's Spark, 8,000 changes at ``rate``, and ``fault()`` once
+    2,000 have committed; returns when everything is processed, with the fault's window."""
+    checkpoint = str(tmp_path / "checkpoint")
+    work, source = prepare_capture(dsn, name, seed=seed)
+    query = start_pipeline(spark, dsn=dsn, slot=name, url=url, checkpoint=checkpoint,
+                           source=source, sink=SINK)
+    with SlotWatch(dsn, name, checkpoint) as watch:
+        run = work.start(changes=8_000, rate=rate)
+        wait_until(lambda: work.changes >= 2_000, 60, "the workload to get going")
+        began = time.time()
+        fault()
+        window = (began, time.time())
+        stats = run.join(90)
+        query.processAllAvailable()
+        query.stop()
+    return work, watch, window, stats
+
+
+def test_broker_unavailable_for_20_seconds(
+    spark: SparkSession, pg: LocalPostgres, name: str, tmp_path: Path
+) -> None:
+    """Iggy goes away mid-run and comes back 20 s later: sends wait and retry, nothing is lost."""
+    broker = LocalIggy(process=True, data_dir=tmp_path / "iggy").start()
+
+    def outage() -> None:
+        broker.stop()
+        time.sleep(20)  # the outage itself
+        broker.start()
+
+    try:
+        work, watch, window, _ = run_through(spark, pg.dsn, broker.url, name, tmp_path, seed=2,
+                                             rate=400, fault=outage)
+        assert in_flight(watch.batches(), [window]), "no batch ran while the broker was down"
+        judge(broker.url, work, watch, [window])
+    finally:
+        broker.stop()
+
+
+def test_postgres_restarted_mid_run(spark: SparkSession, broker: LocalIggy, name: str,
+                                    tmp_path: Path) -> None:
+    """A fast restart of Postgres while changes are written and read: both sides ride it out."""
+    with LocalPostgres() as server:  # its own server: the session's is shared with other tests
+        work, watch, window, stats = run_through(
+            spark, server.dsn, broker.url, name, tmp_path, seed=3, rate=800,
+            fault=lambda: server.restart("fast"),
+        )
+        assert stats.reconnects >= 1, "the restart did not interrupt the workload"
+        judge(broker.url, work, watch, [window])
+
+
+@pytest.fixture(scope="module")
+def faulty(spark: SparkSession) -> SparkSession:
+    register(spark)
+    return spark
+
+
+@pytest.mark.parametrize("point", POINTS)
+def test_injected_exception(
+    faulty: SparkSession, pg: LocalPostgres, broker: LocalIggy, name: str, tmp_path: Path,
+    point: str,
+) -> None:
+    """An exception at one point of a batch fails the query; a restart replays and goes on."""
+    work, source = prepare_capture(pg.dsn, name, seed=4)
+    checkpoint = str(tmp_path / "checkpoint")
+    marker = tmp_path / "armed"
+    fault = {"fault_at": point, "fault_marker": str(marker)}
+    start = partial(
+        start_faulty_pipeline, faulty, checkpoint=checkpoint,
+        source={"dsn": pg.dsn, "slot": name, "batch_rows": "200", **source, **fault},
+        sink={"url": broker.url, **SINK, **fault},
+    )
+    query = start()
+    with SlotWatch(pg.dsn, name, checkpoint) as watch:
+        work.run(changes=1_000)
+        query.processAllAvailable()
+        marker.touch()  # armed: the next batch with data trips it
+        work.run(changes=2_000)
+        with pytest.raises(StreamingQueryException, match=f"injected fault at {point}"):
+            query.awaitTermination(90)
+        assert not marker.exists()
+        query = start()
+        work.run(changes=1_000)
+        query.processAllAvailable()
+        query.stop()
+    judge(broker.url, work, watch, [fired_at(marker)])

@@ -1,0 +1,182 @@
+"""Passwords in ``dsn`` and ``url`` never show: not in errors, logs, reprs, Spark's query
+descriptions and progress, explain output, the destinations table, or the checkpoint.
+
+Postgres here is a cluster of its own where role ``app`` must log in with its password
+(SCRAM), so a wrong password really fails; the broker has a non-default password. Failures are
+forced (wrong password, wrong port, bad options) and everything a user or an operator could see
+is gathered and searched for both secrets. That the broker refuses every command but ping
+before login, and rejects wrong credentials, is tested in test_local_broker.py.
+
+Known and not fixable here: ``python -m iggy_spark.pipeline --dsn ... --url ...`` takes the
+secrets as arguments, which any local user can read in the process list; the test below checks
+only what the job prints.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import subprocess
+import sys
+from collections.abc import Iterator
+from pathlib import Path
+from urllib.parse import quote
+
+import psycopg
+import pytest
+from psycopg import sql
+from pyspark.errors import StreamingQueryException
+from pyspark.sql import SparkSession
+
+from iggy_spark import destinations
+from iggy_spark.chaos import prepare_capture
+from iggy_spark.local import LocalIggy
+from iggy_spark.oracle import verify
+from iggy_spark.pipeline import start_pipeline
+from iggy_spark.writer import IggyRoutedStreamWriter
+from postgres_cdc_source.harness import LocalPostgres, free_port
+from postgres_cdc_source.options import CdcOptions
+from postgres_cdc_source.reader import PgCdcStreamReader
+
+PG_SECRET = "pg-S3cret%Zq9"
+IGGY_SECRET = "iggy-S3cret@Xw7"
+WRONG = "wr0ng-Pa55word"
+SECRETS = (PG_SECRET, IGGY_SECRET, WRONG, quote(PG_SECRET, safe=""), quote(IGGY_SECRET, safe=""))
+
+
+def assert_no_secret(*texts: str) -> None:
+    for i, text in enumerate(texts):
+        for secret in SECRETS:
+            assert secret not in text, f"text #{i} shows a password: ...{text[:300]}..."
+
+
+@pytest.fixture(scope="module")
+def secured_pg() -> Iterator[LocalPostgres]:
+    """A cluster where role ``app`` (replication, owner of its schemas) needs its password."""
+    with LocalPostgres() as server:
+        with server.connect() as conn:
+            conn.execute("SET password_encryption = 'scram-sha-256'")
+            conn.execute(sql.SQL("CREATE ROLE app LOGIN REPLICATION PASSWORD {}").format(
+                sql.Literal(PG_SECRET)))
+            conn.execute("GRANT CREATE ON DATABASE postgres TO app")
+        hba = server.data_dir / "pg_hba.conf"
+        hba.write_text("host all app 127.0.0.1/32 scram-sha-256\n" + hba.read_text())
+        with server.connect() as conn:
+            conn.execute("SELECT pg_reload_conf()")
+        yield server
+
+
+@pytest.fixture(scope="module")
+def secured_broker() -> Iterator[LocalIggy]:
+    with LocalIggy(password=IGGY_SECRET) as broker:
+        yield broker
+
+
+def app_dsn(server: LocalPostgres, password: str = PG_SECRET, port: int | None = None) -> str:
+    return (f"host=127.0.0.1 port={port or server.port} user=app dbname=postgres "
+            f"password={password} connect_timeout=3")
+
+
+def iggy_url(broker: LocalIggy, password: str = IGGY_SECRET) -> str:
+    return f"iggy://iggy:{quote(password, safe='')}@{broker.address}"
+
+
+def test_the_role_really_needs_its_password(secured_pg: LocalPostgres) -> None:
+    for dsn in (app_dsn(secured_pg, WRONG), app_dsn(secured_pg).replace(PG_SECRET, "")):
+        with pytest.raises(psycopg.OperationalError, match="password"):
+            psycopg.connect(dsn).close()
+    psycopg.connect(app_dsn(secured_pg)).close()
+
+
+def test_reprs_hide_both_passwords(secured_pg: LocalPostgres, secured_broker: LocalIggy) -> None:
+    from iggy_spark.options import RoutedOptions
+
+    source = CdcOptions.from_options({"dsn": app_dsn(secured_pg), "slot": "s"})
+    sink = RoutedOptions.from_options({"url": iggy_url(secured_broker)})
+    writer = IggyRoutedStreamWriter(sink, frozenset(), None)
+    assert_no_secret(repr(source), str(source), source.safe_dsn, repr(PgCdcStreamReader(source)),
+                     repr(sink), str(sink), repr(sink.url), str(sink.url), repr(writer))
+
+
+FAILURES = {
+    "wrong postgres password": ({"dsn": WRONG}, {}),
+    "wrong postgres port": ({"port": "free"}, {}),
+    "bad source option": ({"fetch_rows": "0"}, {}),
+    "wrong iggy password": ({}, {"url": WRONG}),
+    "bad sink option": ({}, {"max_batch_bytes": "lots"}),
+}
+
+
+@pytest.mark.parametrize("failure", sorted(FAILURES))
+def test_failures_never_show_a_password(
+    spark: SparkSession, secured_pg: LocalPostgres, secured_broker: LocalIggy, name: str,
+    checkpoint: str, failure: str, capfd: pytest.CaptureFixture[str],
+    caplog: pytest.LogCaptureFixture,
+) -> None:
+    work, source = prepare_capture(app_dsn(secured_pg), name, seed=21)
+    work.run(changes=50)
+    source_fault, sink_fault = FAILURES[failure]
+    dsn = app_dsn(secured_pg, password=source_fault.get("dsn", PG_SECRET),
+                  port=free_port() if "port" in source_fault else None)
+    url = iggy_url(secured_broker, sink_fault.get("url", IGGY_SECRET))
+    extra_source = {k: v for k, v in source_fault.items() if k not in ("dsn", "port")}
+    extra_sink = {k: v for k, v in sink_fault.items() if k != "url"}
+    seen: list[str] = []
+    try:
+        query = start_pipeline(spark, dsn=dsn, slot=name, url=url, checkpoint=checkpoint,
+                               source={**source, **extra_source},
+                               sink={"send_timeout": "5s", **extra_sink})
+    except Exception as exc:  # refused before the query started (bad options)
+        error: BaseException = exc
+    else:
+        with pytest.raises(StreamingQueryException) as caught:
+            query.awaitTermination(120)
+        error = caught.value
+        seen += [str(query), json.dumps(query.recentProgress, default=str)]
+    out, err = capfd.readouterr()
+    seen += [str(error), repr(error), out, err, caplog.text]
+    assert_no_secret(*seen)
+    assert any(word in str(error) for word in ("password", "connect", "option", "login",
+                                               "unauthenticated", "credentials", "Unauthorized",
+                                               "Invalid"))
+
+
+def test_a_working_pipeline_never_shows_its_passwords(
+    spark: SparkSession, secured_pg: LocalPostgres, secured_broker: LocalIggy, name: str,
+    tmp_path: Path, capfd: pytest.CaptureFixture[str], caplog: pytest.LogCaptureFixture,
+) -> None:
+    work, source = prepare_capture(app_dsn(secured_pg), name, seed=22)
+    checkpoint = tmp_path / "checkpoint"
+    query = start_pipeline(spark, dsn=app_dsn(secured_pg), slot=name,
+                           url=iggy_url(secured_broker), checkpoint=str(checkpoint),
+                           source=source)
+    work.run(changes=300)
+    query.processAllAvailable()
+    query.explain(extended=True)
+    seen = [str(query), query.name or "", json.dumps(query.lastProgress, default=str),
+            json.dumps(query.recentProgress, default=str), str(query.status),
+            str(destinations(query, spark).collect())]
+    query.stop()
+    seen += [path.read_text(errors="replace") for path in checkpoint.rglob("*") if path.is_file()]
+    out, err = capfd.readouterr()
+    assert "pg_cdc" in out  # the explain output was captured
+    assert_no_secret(*seen, out, err, caplog.text)
+    assert verify(iggy_url(secured_broker), [name], work).ok  # it did work, as app, with both
+
+
+def test_the_job_prints_no_password_when_it_fails(
+    secured_pg: LocalPostgres, secured_broker: LocalIggy, name: str, tmp_path: Path
+) -> None:
+    """The job's whole output (Python driver, JVM, workers) after a failed login."""
+    prepare_capture(app_dsn(secured_pg), name, seed=23)
+    job = subprocess.run(
+        [sys.executable, "-m", "iggy_spark.pipeline", "--master", "local[1]",
+         "--dsn", app_dsn(secured_pg, WRONG), "--slot", name, "--url", iggy_url(secured_broker),
+         "--checkpoint", str(tmp_path / "checkpoint"), "--available-now"],
+        capture_output=True, text=True, timeout=300,
+        env={**os.environ,
+             "PYSPARK_SUBMIT_ARGS": "--conf spark.ui.enabled=false pyspark-shell"},
+    )
+    assert job.returncode != 0
+    assert "password authentication failed" in job.stdout + job.stderr
+    assert_no_secret(job.stdout, job.stderr)
