@@ -142,7 +142,7 @@ def test_pgoutput_insert_update_delete() -> None:
     assert begin == Begin(700, 0x100)
     assert commit == Commit(700, 0x100 + 8 * 6, datetime(2000, 1, 1, tzinfo=UTC))
     ins, upd_key, upd, dele = middle
-    assert ins == Change(0x110, 0, "shop", "items", "insert", None, None,
+    assert ins == Change(0x110, 0, "shop", "items", "insert", '{"id":1}', None,
                          '{"id":1,"name":"it\'s \\"q\\"","doc":{"a": [1, 2.5]},'
                          '"tags":["x","y z",null],"big":null}', ())
     assert (upd_key.op, upd_key.seq, upd_key.key, upd_key.before) == ("update", 1, '{"id":1}', None)
@@ -563,8 +563,8 @@ def test_real_insert_update_delete_truncate(
     events = pair.both()
     rows = [(c.op, c.seq, loads(c.key), loads(c.before), loads(c.after)) for c in changes(events)]
     assert rows == [
-        ("insert", 0, None, None, {"id": 1, "v": "a", "n": "1.0"}),
-        ("insert", 1, None, None, {"id": 2, "v": None, "n": None}),
+        ("insert", 0, {"id": 1}, None, {"id": 1, "v": "a", "n": "1.0"}),
+        ("insert", 1, {"id": 2}, None, {"id": 2, "v": None, "n": None}),
         ("update", 0, {"id": 1}, None, {"id": 1, "v": "b", "n": "1.0"}),
         ("update", 0, {"id": 1}, None, {"id": 10, "v": "b", "n": "1.0"}),
         ("delete", 0, {"id": 2}, None, None),

@@ -100,6 +100,9 @@ def test_both_plugins_give_identical_rows_for_every_kind_of_change(
     rows = got["pgoutput"]
     assert [r.op for r in rows] == ["insert", "insert", "update", "update", "delete", "truncate"]
     assert json.loads(rows[0].after) == {"id": 1, "note": "it's", "amount": "1.50"}
+    # inserts carry their key too, so routing by key sends every change of a row the same way
+    assert json.loads(rows[0].key) == ({"id": 1} if identity == "DEFAULT" else
+                                       json.loads(rows[0].after))
     assert json.loads(rows[2].after) == {"id": 1, "note": "line\nbreak", "amount": "1.50"}
     assert json.loads(rows[3].key) == (
         {"id": 2} if identity == "DEFAULT" else {"id": 2, "note": None, "amount": "-3"}

@@ -20,7 +20,7 @@ from iggy_spark import sending
 from iggy_spark import writer as writer_module
 from iggy_spark.admission import Destination
 from iggy_spark.encoding import message_id
-from iggy_spark.errors import AdmissionError, DestinationError
+from iggy_spark.errors import AdmissionError, DestinationError, ServerError
 from iggy_spark.local import LocalIggy
 from iggy_spark.options import RoutedOptions
 from iggy_spark.partitioning import partition_for_key
@@ -258,3 +258,17 @@ def test_an_unreachable_server_fails_the_task_without_tripping_breakers(name: st
         down.start()
         report = writer.write(iter([batch(stream=[name], topic=["t"], n=[3])]))
         assert report.routed == {f"{name}/t": 1}
+
+
+def test_wrong_credentials_fail_the_task_without_blaming_a_destination(
+    broker: LocalIggy, name: str
+) -> None:
+    writer_module._boards.clear()
+    wrong = broker.url.replace("iggy:iggy@", "iggy:not-the-password@")
+    writer = IggyRoutedStreamWriter(RoutedOptions.from_options(
+        {"url": wrong, "circuit_breaker.failure_threshold": "1"}), frozenset(), None)
+    with pytest.raises(ServerError, match="Invalid credentials") as info:
+        writer.write(iter([batch(stream=[name], topic=["t"], n=[1])]))
+    assert "not-the-password" not in str(info.value)
+    snapshot = writer_module._board(writer.options).snapshot()[Destination(name, "t")]
+    assert (snapshot.state, snapshot.consecutive_failures) == ("closed", 0)

@@ -128,3 +128,19 @@ class SendError(_DestinationFailure):
     """Sending a group of messages to a destination failed."""
 
     _doing = "sending to"
+
+
+class ServerError(IggySparkError):
+    """The Iggy server refused the connection itself (credentials, TLS, protocol).
+
+    No destination is at fault, so this never counts against a circuit breaker; it fails the
+    task, and Spark does not commit the batch.
+    """
+
+    def __init__(self, address: str, detail: str) -> None:
+        super().__init__(address, detail)
+        self.address = address
+        self.detail = detail
+
+    def _message(self) -> str:
+        return f"cannot use the Iggy server at {self.address}: {self.detail}"

@@ -12,8 +12,11 @@ As a job (any ``pg_cdc``/``iggy_routed`` option with ``--source``/``--sink``)::
         --dsn "host=db dbname=app" --slot orders --url iggy://iggy:iggy@iggy:8090 \\
         --checkpoint /chk/orders --source topic_from=table --sink default_stream=cdc
 
-or ``python -m iggy_spark.pipeline ...`` with pyspark installed. The job runs until stopped
-(SIGTERM stops the query between batches), or with ``--available-now`` until it has caught up.
+or ``python -m iggy_spark.pipeline ...`` with pyspark installed. ``--dsn`` and ``--url``
+default to ``$PG_CDC_DSN`` and ``$IGGY_URL``: prefer those (or ``PGPASSWORD``/``.pgpass``) to
+passwords on the command line, which every local user can read in the process list. The job
+runs until stopped (SIGTERM stops the query between batches), or with ``--available-now`` until
+it has caught up.
 """
 
 from __future__ import annotations
@@ -33,6 +36,7 @@ if TYPE_CHECKING:
 
 __all__ = ["start_pipeline", "main", "JSON_COLUMNS"]
 
+DSN_ENV, URL_ENV = "PG_CDC_DSN", "IGGY_URL"
 JSON_COLUMNS = "key,before,after"
 """pg_cdc's columns that hold JSON text: embedded as JSON in the Iggy payload, not as strings."""
 
@@ -84,9 +88,14 @@ def _pairs(items: Sequence[str] | None, flag: str) -> dict[str, str]:
 
 def _parser() -> argparse.ArgumentParser:
     p = argparse.ArgumentParser(prog="iggy_spark.pipeline", description=__doc__.split("\n")[0])
-    p.add_argument("--dsn", required=True, help="Postgres conninfo or URI")
+    # Credentials may come from the environment, so they need not show in the process list.
+    dsn, url = os.environ.get(DSN_ENV), os.environ.get(URL_ENV)
+    p.add_argument("--dsn", default=dsn, required=dsn is None,
+                   help=f"Postgres conninfo or URI (default: ${DSN_ENV}; libpq also reads "
+                        "PGPASSWORD and ~/.pgpass)")
     p.add_argument("--slot", required=True, help="logical replication slot")
-    p.add_argument("--url", required=True, help="iggy://user:password@host:port")
+    p.add_argument("--url", default=url, required=url is None,
+                   help=f"iggy://user:password@host:port (default: ${URL_ENV})")
     p.add_argument("--checkpoint", required=True, help="Spark checkpoint location")
     p.add_argument("--source", action="append", metavar="OPTION=VALUE", help="pg_cdc option")
     p.add_argument("--sink", action="append", metavar="OPTION=VALUE", help="iggy_routed option")

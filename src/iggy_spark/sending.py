@@ -18,7 +18,7 @@ from typing import TYPE_CHECKING, Any, TypeVar
 
 from iggy_spark.admission import Destination
 from iggy_spark.connection import IggyConnection
-from iggy_spark.errors import DestinationError, SendError
+from iggy_spark.errors import DestinationError, SendError, ServerError
 from iggy_spark.options import TopicDefaults
 
 if TYPE_CHECKING:
@@ -72,8 +72,16 @@ async def _retrying(
     deadline = time.monotonic() + timeout
     while True:
         try:
-            client = await asyncio.wait_for(conn.client(), max(deadline - time.monotonic(), 0.1))
+            try:
+                client = await asyncio.wait_for(conn.client(),
+                                                max(deadline - time.monotonic(), 0.1))
+            except Exception as exc:  # noqa: BLE001 - the SDK raises bare RuntimeErrors
+                if is_disconnection(exc):
+                    raise
+                raise ServerError(conn.url.server_address, str(exc)) from exc
             return await asyncio.wait_for(call(client), max(deadline - time.monotonic(), 0.1))
+        except ServerError:
+            raise
         except Exception as exc:  # noqa: BLE001 - the SDK raises bare RuntimeErrors
             if not is_disconnection(exc):
                 raise
@@ -127,7 +135,7 @@ async def ensure_topic(
 
     try:
         return await _retrying(conn, attempt, timeout)
-    except (DestinationError, Disconnected):
+    except (DestinationError, Disconnected, ServerError):
         raise
     except Exception as exc:  # noqa: BLE001
         raise DestinationError(stream, topic, f"could not be created or read: {exc}") from exc
@@ -153,7 +161,7 @@ async def send(
 
     try:
         await _retrying(conn, attempt, timeout)
-    except Disconnected:
+    except (Disconnected, ServerError):
         raise
     except Exception as exc:  # noqa: BLE001
         raise SendError(destination.stream, destination.topic, str(exc)) from exc

@@ -86,6 +86,7 @@ class _Task:
         self.buffered = 0
         self.verdicts: dict[Destination, Reason | None] = {}
         self.touched: dict[Destination, sending.Topic] = {}
+        self.destinations: dict[tuple[str, str], Destination] = {}
         self._message = apache_iggy.SendMessage
 
     # -- admission -----------------------------------------------------------------------------
@@ -133,11 +134,22 @@ class _Task:
     # -- routing -------------------------------------------------------------------------------
 
     def route(self, batch: pa.RecordBatch) -> None:
+        """Admit or reject every row of ``batch`` and buffer it in its group.
+
+        This loop runs once per message, so per row it only looks things up in per-task dicts
+        (the ``Destination`` of a ``(stream, topic)`` pair, its verdict) and appends the
+        message; everything else is decided once per destination.
+        """
         enc = encode_batch(batch, self.options)
         missing = self.options.missing
         by_id = self.options.partition_key_encoding.value == "partition_id"
-        for i in range(len(enc)):
-            stream, topic = enc.streams[i], enc.topics[i]
+        known = self.destinations
+        verdicts = self.verdicts
+        message = self._message
+        limit = self.options.max_batch_bytes
+        rows = zip(enc.streams, enc.topics, enc.partitioning, enc.payloads, enc.headers, enc.ids,
+                   strict=True)
+        for i, (stream, topic, part, payload, headers, message_id) in enumerate(rows):
             if stream is None or topic is None:
                 self.report.missing[missing.policy.value] += 1
                 resolved = missing.resolve(stream, topic)  # raises under policy 'error'
@@ -146,24 +158,29 @@ class _Task:
                     continue
                 destination = resolved
             else:
-                destination = Destination(stream, topic)
-            reason = self.verdict(destination)
+                found = known.get((stream, topic))
+                destination = found if found is not None else known.setdefault(
+                    (stream, topic), Destination(stream, topic))
+            reason = verdicts[destination] if destination in verdicts else self.verdict(
+                destination)
             partition: int | None = None
-            if reason is None:
-                part = enc.partitioning[i]
-                if part is not None:
-                    count = self.touched[destination].partitions_count
-                    if by_id:
-                        assert isinstance(part, int)
-                        reason = check_partition_id(part, count)
-                        partition = part
-                    else:
-                        assert isinstance(part, bytes)
-                        partition = partition_for_key(part, count)
+            if reason is None and part is not None:
+                count = self.touched[destination].partitions_count
+                if by_id:
+                    assert isinstance(part, int)
+                    reason = check_partition_id(part, count)
+                    partition = part
+                else:
+                    assert isinstance(part, bytes)
+                    partition = partition_for_key(part, count)
             if reason is not None:
                 self.reject(destination, reason, enc, i)
                 continue
-            self.add((destination, partition), enc, i, enc.headers[i])
+            self.groups[destination, partition].append(message(payload, headers,
+                                                               message_id or None))
+            self.buffered += len(payload)
+            if self.buffered >= limit:
+                self.flush()
 
     def add(
         self, group: Group, enc: EncodedBatch, i: int, headers: dict[str, str | bytes] | None

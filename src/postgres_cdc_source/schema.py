@@ -29,7 +29,7 @@ COLUMNS: tuple[tuple[str, str, pa.DataType, str], ...] = (
     ("schema", "string", pa.string(), "schema of the changed table"),
     ("table", "string", pa.string(), "name of the changed table"),
     ("op", "string", pa.string(), "insert, update, delete or truncate"),
-    ("key", "string", pa.string(), "JSON of the replica-identity key (update, delete)"),
+    ("key", "string", pa.string(), "JSON of the row's replica-identity key (null for truncate)"),
     (
         "before",
         "string",

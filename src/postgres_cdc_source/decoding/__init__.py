@@ -15,9 +15,10 @@ Row rules (the output contract):
 * ``after``: the new row, for insert and update. A column whose unchanged TOAST value Postgres
   did not send is left out of ``after`` and named in ``unchanged``; it is never a silent null.
 * ``before``: the whole old row, only when Postgres logs it (``REPLICA IDENTITY FULL``).
-* ``key``: the replica-identity columns of an update or delete, taken from the old key/row when
-  Postgres sent one (the key changed, or FULL), else from the new row; ``None`` when the table
-  has no identity (``NOTHING``, or ``DEFAULT`` without a primary key) and for insert/truncate.
+* ``key``: the replica-identity columns: of the new row for an insert; of an update or delete
+  from the old key/row when Postgres sent one (the key changed, or FULL), else from the new row;
+  ``None`` when the table has no identity (``NOTHING``, or ``DEFAULT`` without a primary key)
+  and for truncate. Routing by ``key`` therefore sends every change of a row the same way.
   Under FULL every column is part of the identity, as pgoutput's relation message says, so
   ``key`` equals ``before`` there.
 * JSON objects keep the table's column order.
@@ -211,8 +212,8 @@ def build_change(
                     None if r is None else c(r) for c, r in zip(converters, texts, strict=True)
                 ]
                 after = _dumps(dict(zip(names, new_values, strict=True))).decode()
-            if op == INSERT:
-                return Change(lsn, seq, shape.schema, shape.table, op, None,
+            if op == INSERT:  # the key an insert creates, so routing by key sees every op
+                return Change(lsn, seq, shape.schema, shape.table, op, _key(shape, new_values),
                               None, after, unchanged)
             if old is None:  # Postgres sent no old key: the key has not changed
                 key = _key(shape, new_values)

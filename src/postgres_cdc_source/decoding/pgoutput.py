@@ -28,6 +28,9 @@ from __future__ import annotations
 import struct
 from collections.abc import Iterable, Iterator
 from datetime import UTC, datetime, timedelta
+from typing import Any
+
+import orjson
 
 from postgres_cdc_source.decoding import (
     DELETE,
@@ -48,7 +51,7 @@ from postgres_cdc_source.decoding import (
     empty_change,
 )
 from postgres_cdc_source.errors import DecodeError
-from postgres_cdc_source.values import converter_for_oid
+from postgres_cdc_source.values import Converter, converter_for_oid
 
 __all__ = ["PgOutputDecoder", "PGOUTPUT_OPTIONS", "pgoutput_options"]
 
@@ -67,6 +70,7 @@ _u32 = struct.Struct(">I").unpack_from
 _begin = struct.Struct(">QqI").unpack_from  # final_lsn, commit timestamp, xid
 _commit = struct.Struct(">BQQq").unpack_from  # flags, commit_lsn, end_lsn, commit timestamp
 _column = struct.Struct(">Ii").unpack_from  # type OID, type modifier
+_dumps = orjson.dumps
 
 
 def pgoutput_options(publications: Iterable[str]) -> dict[str, str]:
@@ -121,6 +125,32 @@ def _read_tuple(data: bytes, pos: int) -> tuple[list[RawValue], int, bool]:
     return values, pos, unchanged
 
 
+def _new_row(columns: tuple[tuple[str, Converter], ...], data: bytes) -> dict[str, Any] | None:
+    """The fast path for the commonest message, a lone new tuple (``N`` at byte 5): parse and
+    convert it straight into the ``after`` object, in one pass.
+
+    ``None`` when anything is unusual (an unchanged TOAST column, a width or length mismatch),
+    and exceptions propagate: the caller then takes the general path, :func:`_read_tuple` +
+    :func:`build_change`, which gives the same row or the precise error.
+    """
+    if (data[6] << 8) | data[7] != len(columns):
+        return None
+    row: dict[str, Any] = {}
+    pos = 8
+    for name, convert in columns:
+        kind = data[pos]
+        if kind == 116:  # 't'
+            start = pos + 5
+            pos = start + _u32(data, pos + 1)[0]
+            row[name] = convert(data[start:pos].decode())
+        elif kind == 110:  # 'n'
+            row[name] = None
+            pos += 1
+        else:  # 'u' (unchanged TOAST value) or garbage
+            return None
+    return row if pos == len(data) else None
+
+
 class PgOutputDecoder:
     """Decoder for one pgoutput peek session; see the module docstring for the protocol.
 
@@ -131,6 +161,7 @@ class PgOutputDecoder:
     def __init__(self, table_filter: TableFilter | None = None) -> None:
         self._filter = table_filter
         self._relations: dict[int, RowShape] = {}
+        self._columns: dict[int, tuple[tuple[str, Converter], ...]] = {}
 
     def events(self, rows: Iterable[PeekRow]) -> Iterator[Event]:
         xid = -1  # xid of the open transaction; -1 outside one
@@ -200,6 +231,7 @@ class PgOutputDecoder:
         keep = self._filter is None or self._filter(schema, table)
         shape = RowShape(schema, table, names, [converter_for_oid(t) for t in types], key, keep)
         self._relations[relid] = shape
+        self._columns[relid] = tuple(zip(shape.names, shape.converters, strict=True))
 
     def _shape(self, relid: int) -> RowShape:
         try:
@@ -214,6 +246,16 @@ class PgOutputDecoder:
         if not shape.keep:
             return None
         marker = data[5]
+        if marker == 78:  # 'N' alone: an insert, or an update that did not change the key
+            try:
+                row = _new_row(self._columns[relid], data)
+            except (ValueError, IndexError, KeyError, TypeError, struct.error):
+                row = None  # the general path below reports it precisely
+            if row is not None and kind in (73, 85):
+                key = (_dumps({name: row[name] for name in shape.key_names}).decode()
+                       if shape.key else None)
+                return Change(lsn, seq, shape.schema, shape.table,
+                              INSERT if kind == 73 else UPDATE, key, None, _dumps(row).decode(), ())
         old: list[RawValue] | None = None
         old_is_full = False
         pos = 6
