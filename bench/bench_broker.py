@@ -1,6 +1,6 @@
 """How fast the local broker ingests what the ``apache-iggy`` SDK sends, and where time goes.
 
-    python bench/bench_broker.py [--batches 200] [--batch-size 1000] [--payload-bytes 200]
+    python -m bench.bench_broker [--batches 200] [--batch-size 1000] [--payload-bytes 200]
 
 Writes ``bench/results/broker.json`` and prints one summary line. Measured separately:
 
@@ -22,12 +22,10 @@ import argparse
 import asyncio
 import json
 import os
-import platform
 import statistics
 import sys
 import tempfile
 import time
-from importlib.metadata import version
 from pathlib import Path
 from typing import Any
 
@@ -37,6 +35,7 @@ SRC = Path(__file__).resolve().parents[1] / "src"
 if str(SRC) not in sys.path:  # runnable from a checkout without installing the package
     sys.path.insert(0, str(SRC))
 
+from bench.common import machine, results_dir  # noqa: E402
 from iggy_spark.local import LocalIggy  # noqa: E402
 from iggy_spark.local.protocol import (  # noqa: E402
     HEADER_SIZE,
@@ -49,28 +48,8 @@ from iggy_spark.local.protocol import (  # noqa: E402
 from iggy_spark.local.server import BrokerServer, Connection  # noqa: E402
 from iggy_spark.local.storage import Store  # noqa: E402
 
-RESULTS = Path(__file__).resolve().parent / "results" / "broker.json"
 STREAM, TOPIC = "bench", "ingest"
 RUNS = 3
-
-
-def machine() -> dict[str, Any]:
-    cpu_model = next(
-        (
-            line.split(":", 1)[1].strip()
-            for line in Path("/proc/cpuinfo").read_text().splitlines()
-            if line.startswith("model name")
-        ),
-        platform.processor(),
-    ) if Path("/proc/cpuinfo").exists() else platform.processor()
-    return {
-        "cores": os.cpu_count(),
-        "memory_bytes": os.sysconf("SC_PAGE_SIZE") * os.sysconf("SC_PHYS_PAGES"),
-        "cpu": cpu_model,
-        "platform": platform.platform(),
-        "python": platform.python_version(),
-        "apache_iggy": version("apache-iggy"),
-    }
 
 
 def build_batches(batches: int, batch_size: int, payload: bytes) -> list[list[SendMessage]]:
@@ -193,8 +172,8 @@ def main(argv: list[str] | None = None) -> int:
         "results": results,
         "summary": summary,
     }
-    RESULTS.parent.mkdir(parents=True, exist_ok=True)
-    RESULTS.write_text(json.dumps(report, indent=2) + "\n")
+    results_dir().mkdir(parents=True, exist_ok=True)
+    (results_dir() / "broker.json").write_text(json.dumps(report, indent=2) + "\n")
     print(summary)
     return 0
 

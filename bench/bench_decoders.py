@@ -1,6 +1,6 @@
 """How fast the two decoders turn captured peek output into changes with JSON rows.
 
-    python bench/bench_decoders.py [--rows 50000] [--repeat 5]
+    python -m bench.bench_decoders [--rows 50000] [--repeat 5]
 
 Captures, from a throwaway Postgres (``postgres_cdc_source.harness``), the peek output of
 ``--rows`` inserts and as many updates of a 6-column table (int8 key, text, numeric,
@@ -15,8 +15,6 @@ from __future__ import annotations
 
 import argparse
 import json
-import os
-import platform
 import statistics
 import sys
 import time
@@ -28,6 +26,7 @@ SRC = Path(__file__).resolve().parents[1] / "src"
 if str(SRC) not in sys.path:  # runnable from a checkout without installing the package
     sys.path.insert(0, str(SRC))
 
+from bench.common import machine, results_dir  # noqa: E402
 from postgres_cdc_source.decoding import Change, Decoder, PeekRow  # noqa: E402
 from postgres_cdc_source.decoding.pgoutput import PgOutputDecoder, pgoutput_options  # noqa: E402
 from postgres_cdc_source.decoding.test_decoding import (  # noqa: E402
@@ -40,7 +39,6 @@ from postgres_cdc_source.decoding.test_decoding import (  # noqa: E402
 from postgres_cdc_source.harness import postgres  # noqa: E402
 from postgres_cdc_source.values import SESSION_SETTINGS  # noqa: E402
 
-RESULTS = Path(__file__).resolve().parent / "results" / "decoders.json"
 REFERENCE = 65_000  # changes/s of the hand-written pgoutput loop, decode + JSON
 PEEK = ("SELECT (lsn - '0/0')::int8, xid::text::int8, data FROM {}(%s, NULL, NULL,"
         " VARIADIC %s::text[])")
@@ -108,14 +106,13 @@ def main(argv: list[str] | None = None) -> int:
                f"[6-column rows, {args.rows:,} inserts + {args.rows:,} updates, one core]")
     report = {
         "benchmark": "pgoutput and test_decoding decoders: peek rows -> changes with JSON",
-        "machine": {"cores": os.cpu_count(), "cpu": platform.processor() or platform.machine(),
-                    "python": platform.python_version()},
+        "machine": machine(),
         "config": {"rows": args.rows, "repeat": args.repeat},
         "results": results,
         "summary": summary,
     }
-    RESULTS.parent.mkdir(parents=True, exist_ok=True)
-    RESULTS.write_text(json.dumps(report, indent=2) + "\n")
+    results_dir().mkdir(parents=True, exist_ok=True)
+    (results_dir() / "decoders.json").write_text(json.dumps(report, indent=2) + "\n")
     print(summary)
     return 0
 

@@ -1,0 +1,142 @@
+"""The whole pipeline, ``pg_cdc`` → ``iggy_routed``, against a hand-written single process.
+
+    python -m bench.bench_e2e [--changes 300000] [--rounds 5]
+
+One throwaway Postgres and one workload (``bench.cdc``: half inserts, half updates, 1,000 changes
+per transaction); per round a fresh broker (its own process) with the destination created for
+both contenders, then, interleaved:
+
+* ``spark``: :func:`iggy_spark.pipeline.start_pipeline` on a fresh copy of the template slot,
+  routing by table (``topic_from=table``) into stream ``spark``, ``trigger(availableNow=True)``.
+  Timed from the first micro-batch's start to the last one's end: peek, decode, Arrow, JSON
+  payloads, sending, every acknowledgement. JVM and query start-up excluded (``wall_seconds``).
+* ``handwritten``: one Python process: peek the template slot through a server-side cursor,
+  decode (:mod:`bench.handwritten`), build the very same JSON payload and message id per change
+  with orjson and xxh3, and send with the SDK in batches of 1,000, each awaited.
+
+Round one checks that both sent byte-identical payloads and ids for the first 1,000 changes;
+every round counts the messages back. A discarded warm-up round comes first. Writes
+``bench/results/e2e.json``.
+"""
+
+from __future__ import annotations
+
+import argparse
+import asyncio
+import sys
+import tempfile
+from typing import Any
+
+import psycopg
+
+from bench import cdc, common, handwritten, iggy
+from iggy_spark.pipeline import start_pipeline
+from postgres_cdc_source.harness import postgres
+
+PLUGIN = "pgoutput"
+SPARK_TIMED = ("pg_cdc -> iggy_routed (start_pipeline): first micro-batch start to last "
+               "micro-batch end, every message acknowledged; JVM and query start-up excluded")
+HAND_TIMED = ("connect, peek, decode, orjson payload + xxh3 id per change, send_messages per "
+              "1,000, each awaited; one process")
+
+
+def hand_pipeline(workload: cdc.CdcWorkload, address: str) -> int:
+    """The hand-written pipeline into stream ``hand``; returns the messages sent."""
+
+    async def main() -> int:
+        client = await handwritten.sdk_client(address)
+        with handwritten.connect(workload.dsn) as conn:
+            txns = handwritten.transactions(conn, PLUGIN, workload.template[PLUGIN],
+                                            workload.publication)
+            sent = await handwritten.send_rows(client, handwritten.pipeline_payload(txns, "hand"))
+            conn.rollback()
+        return sent
+
+    return asyncio.run(main())
+
+
+def spark_pipeline(spark: Any, workload: cdc.CdcWorkload, slot: str, url: str) -> common.Measure:
+    checkpoint = tempfile.mkdtemp(prefix="bench-e2e-")
+    source = {**workload.spark_options(PLUGIN, slot), "topic_from": "table",
+              "default_stream": "spark"}
+    source.pop("dsn")
+    source.pop("slot")
+
+    def start() -> Any:
+        return start_pipeline(spark, dsn=workload.dsn, slot=slot, url=url,
+                              checkpoint=checkpoint, source=source,
+                              trigger={"availableNow": True})
+
+    return common.run_available_now(start, SPARK_TIMED, workload.changes)
+
+
+def same_messages(address: str, count: int = 1000) -> int:
+    """Assert both pipelines sent the same first ``count`` payloads and ids."""
+    spark, hand = (iggy.poll(address, stream, cdc.TABLE)[:count] for stream in ("spark", "hand"))
+    if [(m.payload(), m.id()) for m in spark] != [(m.payload(), m.id()) for m in hand]:
+        raise AssertionError("the hand-written pipeline does not send what pg_cdc -> "
+                             "iggy_routed sends")
+    return len(spark)
+
+
+def compare(spark: Any, conn: psycopg.Connection[Any], workload: cdc.CdcWorkload,
+            rounds: int, cpu: common.CpuMeter) -> tuple[dict[str, Any], int]:
+    broker = iggy.RoundBrokers(("spark", "hand"), [cdc.TABLE])
+    checked = 0
+
+    def hand(number: int) -> common.Measure:
+        address = broker.current.address
+        with common.stopwatch() as elapsed:
+            sent = hand_pipeline(workload, address)
+        iggy.expect_messages(address, "hand", [cdc.TABLE], workload.changes)
+        return common.Measure(sent, elapsed(), HAND_TIMED)
+
+    def spark_run(number: int) -> common.Measure:
+        nonlocal checked
+        current = broker.current
+        with cdc.slot_copy(conn, workload.template[PLUGIN], f"e2e_{number + 1}") as slot:
+            measure = spark_pipeline(spark, workload, slot, current.url)
+        iggy.expect_messages(current.address, "spark", [cdc.TABLE], workload.changes)  # items
+        if number == 0:
+            checked = same_messages(current.address)
+        return measure
+
+    contenders: dict[str, common.Contender] = {"handwritten": hand, "spark": spark_run}
+    try:
+        runs = common.paired_rounds(contenders, rounds, "e2e", warm_up=True, cpu=cpu,
+                             setup=broker.start)
+    finally:
+        broker.close()
+    return common.compared(runs), checked
+
+
+def main(argv: list[str] | None = None) -> int:
+    parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    parser.add_argument("--changes", type=int, default=300_000)
+    parser.add_argument("--txn-rows", type=int, default=1000)
+    parser.add_argument("--rounds", type=int, default=5)
+    args = parser.parse_args(argv)
+
+    with postgres() as pg, pg.connect() as conn:
+        workload = cdc.write_workload(conn, pg.dsn, args.changes, args.txn_rows)
+        spark = common.spark_session("bench-e2e")
+        cpu = common.CpuMeter(cdc.with_postgres(common.spark_groups(spark), pg))
+        results, checked = compare(spark, conn, workload, args.rounds, cpu)
+        spark.stop()
+
+    summary = (f"end to end, changes/s [{workload.changes:,} changes, pgoutput]: pg_cdc -> "
+               f"iggy_routed {results['spark']['per_second']:,}/s = "
+               f"{results['ratio_vs_handwritten']['median']:.2f}x hand-written pipeline "
+               f"({results['handwritten']['per_second']:,}/s)")
+    return common.publish("e2e", {
+        "benchmark": "pg_cdc -> iggy_routed vs hand-written single-process pipeline",
+        "config": {"changes": workload.changes, "txn_rows": args.txn_rows, "plugin": PLUGIN,
+                   "rounds": args.rounds, "identical_messages_checked": checked,
+                   "broker": "LocalIggy(process=True), fresh per round"},
+        "results": results,
+        "summary": summary,
+    })
+
+
+if __name__ == "__main__":
+    sys.exit(main())

@@ -1,0 +1,192 @@
+"""``pg_cdc`` read speed against a hand-written psycopg loop and against the bare peek.
+
+    python -m bench.bench_source [--changes 500000] [--rounds 5] [--sweep 1MB,4MB,16MB,64MB]
+
+One throwaway Postgres, one workload (``bench.cdc``: half inserts, half updates, 1,000 changes
+per transaction, 6 columns), read by three contenders per plugin, interleaved round by round:
+
+* ``spark``: ``spark.readStream.format("pg_cdc")`` into Spark's ``noop`` sink with
+  ``trigger(availableNow=True)``, on a fresh copy of the template slot. Timed from the first
+  micro-batch's start to the last one's end (Spark's progress reports): the peek, decoding,
+  Arrow batches, the hand-over to the JVM. JVM and query start-up are excluded (reported as
+  ``wall_seconds``); a discarded warm-up round runs first.
+* ``handwritten``: :func:`bench.handwritten.count_rows`, a competent user's loop: peek through a
+  server-side cursor, decode every change to the same key/before/after JSON, group by
+  transaction and build each output row. Timed from connecting to the last row.
+* ``raw_peek``: the same peek fetched and thrown away, the floor under any reader.
+
+Each run also records the CPU seconds spent by the JVM, Spark's Python workers, Postgres and the
+benchmark process itself. Then the ``max_bytes_per_trigger`` sweep: ``spark`` (pgoutput) again
+with each limit, once.
+Writes ``bench/results/source.json``; the hand-written loop's JSON is first checked equal to
+``pg_cdc``'s on the first transactions, so the ratio compares the same work.
+"""
+
+from __future__ import annotations
+
+import argparse
+import sys
+import tempfile
+from typing import Any
+
+import psycopg
+
+from bench import cdc, common, handwritten
+from iggy_spark.units import parse_byte_size
+from postgres_cdc_source.harness import postgres
+
+SPARK_TIMED = ("pg_cdc -> noop: first micro-batch start to last micro-batch end (Spark "
+               "progress); JVM and query start-up excluded")
+HAND_TIMED = "connect, peek, decode every change to JSON, build its row, count; one process"
+RAW_TIMED = "connect, fetch every peek row through a server-side cursor, no parsing"
+
+
+def spark_read(spark: Any, options: dict[str, str]) -> common.Measure:
+    """One ``pg_cdc`` → ``noop`` run with ``trigger(availableNow=True)``."""
+    checkpoint = tempfile.mkdtemp(prefix="bench-source-")
+
+    def start() -> Any:
+        return (spark.readStream.format("pg_cdc").options(**options).load()
+                .writeStream.format("noop").option("checkpointLocation", checkpoint)
+                .trigger(availableNow=True).start())
+
+    return common.run_available_now(start, SPARK_TIMED)
+
+
+def check_same_json(conn: psycopg.Connection[Any], workload: cdc.CdcWorkload, plugin: str,
+                    transactions: int = 3) -> int:
+    """Assert the hand-written loop's key/before/after equal ``pg_cdc``'s for the first
+    ``transactions`` transactions (read with the project's reader, outside Spark)."""
+    from postgres_cdc_source.lsn import parse_lsn
+    from postgres_cdc_source.options import CdcOptions
+    from postgres_cdc_source.reader import CdcPartition, PgCdcStreamReader
+
+    with handwritten.connect(workload.dsn) as hand:
+        txns = handwritten.transactions(hand, plugin, workload.template[plugin],
+                                        workload.publication)
+        first = [next(txns) for _ in range(transactions)]
+        hand.rollback()
+    expected = [(handwritten.lsn_text(commit_lsn), seq, op, key, before, after)
+                for _, commit_lsn, _, changes in first
+                for _, seq, _, _, op, key, before, after in changes]
+    with cdc.slot_copy(conn, workload.template[plugin], f"check_{plugin}") as slot:
+        reader = PgCdcStreamReader(CdcOptions.from_options(workload.spark_options(plugin, slot)))
+        partition = CdcPartition(parse_lsn(reader.initialOffset()["lsn"]), first[-1][1])
+        rows = [row for batch in reader.read(partition) for row in batch.to_pylist()]
+        reader.stop()
+    got = [(r["commit_lsn"], r["seq"], r["op"], *(None if r[c] is None else r[c].encode()
+                                                  for c in ("key", "before", "after")))
+           for r in rows]
+    if got[:len(expected)] != expected or not expected:
+        raise AssertionError(f"{plugin}: the hand-written loop does not produce pg_cdc's rows")
+    return len(expected)
+
+
+def compare_plugin(spark: Any, conn: psycopg.Connection[Any], workload: cdc.CdcWorkload,
+                   plugin: str, rounds: int, cpu: common.CpuMeter) -> dict[str, Any]:
+    """The three contenders on one plugin, interleaved, after a warm-up round."""
+    template, dsn, publication = workload.template[plugin], workload.dsn, workload.publication
+
+    def raw(_: int) -> common.Measure:
+        with common.stopwatch() as elapsed:
+            rows, size = handwritten.raw_peek(dsn, plugin, template, publication)
+        return common.Measure(workload.changes, elapsed(), RAW_TIMED, {"rows": rows, "bytes": size})
+
+    def hand(_: int) -> common.Measure:
+        with common.stopwatch() as elapsed:
+            count = handwritten.count_rows(dsn, plugin, template, publication)
+        if count != workload.changes:
+            raise AssertionError(f"hand-written loop counted {count}, not {workload.changes}")
+        return common.Measure(count, elapsed(), HAND_TIMED)
+
+    def spark_run(number: int) -> common.Measure:
+        with cdc.slot_copy(conn, template, f"run_{plugin}_{number + 1}") as slot:
+            measure = spark_read(spark, workload.spark_options(plugin, slot))
+        if measure.items != workload.changes:
+            raise AssertionError(f"pg_cdc read {measure.items}, not {workload.changes}")
+        return measure
+
+    contenders: dict[str, common.Contender] = {
+        "raw_peek": raw, "handwritten": hand, "spark": spark_run}
+    runs = common.paired_rounds(contenders, rounds, f"source {plugin}", warm_up=True, cpu=cpu)
+    return {**common.compared(runs, baselines=("handwritten", "raw_peek")),
+            "handwritten_vs_raw_peek": common.ratio(runs["handwritten"], runs["raw_peek"])}
+
+
+def sweep(spark: Any, conn: psycopg.Connection[Any], workload: cdc.CdcWorkload,
+          limits: list[str]) -> list[dict[str, Any]]:
+    """``pg_cdc`` (pgoutput) → ``noop`` once per ``max_bytes_per_trigger`` value."""
+    points = []
+    for number, limit in enumerate([*limits, "unlimited"]):
+        with cdc.slot_copy(conn, workload.template["pgoutput"], f"sweep_{number}") as slot:
+            options = workload.spark_options("pgoutput", slot)
+            if limit != "unlimited":
+                options["max_bytes_per_trigger"] = limit
+            measure = spark_read(spark, options)
+        common.log(f"sweep max_bytes_per_trigger={limit}: {measure.rate:,.0f} changes/s in "
+            f"{measure.extra['batches']} batches")
+        points.append({
+            "max_bytes_per_trigger": limit,
+            "bytes": None if limit == "unlimited" else parse_byte_size(limit),
+            "changes_per_second": round(measure.rate),
+            "batches": measure.extra["batches"],
+            "seconds": round(measure.seconds, 3),
+            "wall_seconds": measure.extra["wall_seconds"],
+        })
+    return points
+
+
+def main(argv: list[str] | None = None) -> int:
+    parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    parser.add_argument("--changes", type=int, default=500_000)
+    parser.add_argument("--txn-rows", type=int, default=1000)
+    parser.add_argument("--rounds", type=int, default=5)
+    parser.add_argument("--plugins", default=",".join(cdc.PLUGINS))
+    parser.add_argument("--sweep", default="1MB,4MB,16MB,64MB",
+                        help="max_bytes_per_trigger values ('' for none)")
+    args = parser.parse_args(argv)
+    plugins = [p for p in args.plugins.split(",") if p]
+    limits = [s for s in args.sweep.split(",") if s]
+
+    with postgres() as pg, pg.connect() as conn:
+        before = conn.execute("SELECT pg_current_wal_lsn() - '0/0'").fetchone()
+        with common.stopwatch() as elapsed:
+            workload = cdc.write_workload(conn, pg.dsn, args.changes, args.txn_rows)
+        after = conn.execute("SELECT pg_current_wal_lsn() - '0/0'").fetchone()
+        assert before is not None and after is not None
+        wal_bytes = int(after[0] - before[0])
+        common.log(f"workload: {workload.changes:,} changes, {wal_bytes / 1e6:.0f} MB of WAL, "
+            f"written in {elapsed():.1f}s")
+        checked = {plugin: check_same_json(conn, workload, plugin) for plugin in plugins}
+        common.log(f"hand-written loops produce pg_cdc's JSON: {checked} rows compared")
+        spark = common.spark_session("bench-source")
+        cpu = common.CpuMeter(cdc.with_postgres(common.spark_groups(spark), pg))
+        results: dict[str, Any] = {
+            plugin: compare_plugin(spark, conn, workload, plugin, args.rounds, cpu)
+            for plugin in plugins
+        }
+        if limits and "pgoutput" in plugins:
+            results["max_bytes_sweep"] = sweep(spark, conn, workload, limits)
+        spark.stop()
+
+    parts = [
+        f"{p}: pg_cdc {results[p]['spark']['per_second']:,}/s = "
+        f"{results[p]['ratio_vs_handwritten']['median']:.2f}x hand-written "
+        f"({results[p]['handwritten']['per_second']:,}/s), "
+        f"{results[p]['ratio_vs_raw_peek']['median']:.2f}x raw peek "
+        f"({results[p]['raw_peek']['per_second']:,}/s)"
+        for p in plugins
+    ]
+    summary = f"source, changes/s [{workload.changes:,} changes]: " + "; ".join(parts)
+    return common.publish("source", {
+        "benchmark": "pg_cdc -> noop vs hand-written psycopg loop vs raw peek",
+        "config": {"changes": workload.changes, "txn_rows": args.txn_rows,
+                   "rounds": args.rounds, "wal_bytes": wal_bytes, "plugins": plugins,
+                   "equivalence_rows_checked": checked},
+        "results": results,
+        "summary": summary,
+    })
+
+
+if __name__ == "__main__":
+    sys.exit(main())

@@ -1,0 +1,300 @@
+"""Turn the benchmarks' JSON files into ``latest.json``, ``results.md`` and PNG plots.
+
+    python -m bench.report      # after some or all of the benchmarks ran
+
+Every number comes from the per-benchmark files in ``bench/results/``; nothing is measured here.
+A benchmark that has not run is left out (and said to be missing in ``results.md``).
+"""
+
+from __future__ import annotations
+
+import json
+import sys
+from collections.abc import Callable
+from pathlib import Path
+from typing import Any
+
+from bench.common import machine, read_result, results_dir
+
+__all__ = ["build", "TARGETS"]
+
+TARGETS = {"source_ratio": 1.0, "source_raw_ratio": 0.5, "sink_ratio": 0.7, "sink_ratio_50": 0.7,
+           "e2e_ratio": 1.0}
+"""Aims from the issue: a ratio at or above its target is met."""
+RSS_TARGET = 1.3  # 1M-change transaction within 1.3x the peak RSS of a 100k one
+
+
+def _get(data: dict[str, Any] | None, *path: Any) -> Any:
+    for key in path:
+        if data is None:
+            return None
+        data = data[key] if isinstance(data, list) else data.get(key)
+    return data
+
+
+def _by_destinations(sink: dict[str, Any] | None, count: int) -> dict[str, Any] | None:
+    rows = _get(sink, "results", "by_destinations") or []
+    return next((r for r in rows if r["destinations"] == count), None)
+
+
+def latest(results: dict[str, dict[str, Any] | None]) -> dict[str, Any]:
+    """The headline figures, flat, as the README and CI read them."""
+    source, sink, e2e = results["source"], results["sink"], results["e2e"]
+    latency, memory = results["latency"], results["memory"]
+    headline = _get(latency, "results", "headline") or {}
+    by_rate = _get(latency, "results", "by_rate") or []
+    sizes = _get(memory, "results", "by_size") or []
+    plugins = {p: {
+        "ratio_vs_handwritten": _get(source, "results", p, "ratio_vs_handwritten", "median"),
+        "ratio_vs_raw_peek": _get(source, "results", p, "ratio_vs_raw_peek", "median"),
+        "changes_per_second": {c: _get(source, "results", p, c, "per_second")
+                               for c in ("spark", "handwritten", "raw_peek")},
+    } for p in ("pgoutput", "test_decoding")}
+    figures: dict[str, Any] = {
+        "source_ratio": plugins["pgoutput"]["ratio_vs_handwritten"],
+        "source_raw_ratio": plugins["pgoutput"]["ratio_vs_raw_peek"],
+        "sink_ratio": _get(_by_destinations(sink, 1), "ratio_vs_handwritten", "median"),
+        "sink_ratio_50": _get(_by_destinations(sink, 50), "ratio_vs_handwritten", "median"),
+        "e2e_ratio": _get(e2e, "results", "ratio_vs_handwritten", "median"),
+        "rss_ratio_1m_vs_100k": _get(memory, "results", "ratio_last_vs_first"),
+        "latency_p50_s": headline.get("p50_s"),
+        "latency_p99_s": headline.get("p99_s"),
+        "latency_rate_changes_per_second": headline.get("target_changes_per_second"),
+        "latency_rate_sustained": headline.get("sustained"),
+        "latency_10k_sustained": any(r["target_changes_per_second"] >= 10_000 and r["sustained"]
+                                     for r in by_rate),
+        "latency_by_rate": [{k: r.get(k) for k in (
+            "target_changes_per_second", "achieved_changes_per_second", "sustained", "p50_s",
+            "p99_s")} for r in by_rate],
+        "source_changes_per_second": plugins["pgoutput"]["changes_per_second"],
+        "sink_messages_per_second": {
+            str(r["destinations"]): {c: r[c]["per_second"] for c in ("spark", "handwritten")}
+            for r in _get(sink, "results", "by_destinations") or []},
+        "e2e_changes_per_second": {c: _get(e2e, "results", c, "per_second")
+                                   for c in ("spark", "handwritten")},
+        "peak_reader_rss_bytes": {str(s["changes"]): s["peak_reader_rss_bytes"] for s in sizes},
+        "plugins": plugins,
+    }
+    met = {name: figures[name] is not None and figures[name] >= target
+           for name, target in TARGETS.items()}
+    ratio = figures["rss_ratio_1m_vs_100k"]
+    met["rss_ratio_1m_vs_100k"] = ratio is not None and ratio <= RSS_TARGET
+    return {**figures, "targets": {**TARGETS, "rss_ratio_1m_vs_100k": RSS_TARGET},
+            "targets_met": met, "machine": machine(),
+            "measured_at": {n: _get(r, "machine", "measured_at") for n, r in results.items()}}
+
+
+def _fmt(value: Any, unit: str = "") -> str:
+    if value is None:
+        return "—"
+    if isinstance(value, float):
+        return f"{value:.2f}{unit}"
+    if isinstance(value, int):
+        return f"{value:,}{unit}"
+    return f"{value}{unit}"
+
+
+def markdown(figures: dict[str, Any], results: dict[str, dict[str, Any] | None]) -> str:
+    """``results.md``: every comparison with both sides' rates, what each side does, the ratio."""
+    m = figures["machine"]
+    lines = [
+        "# Benchmark results",
+        "",
+        f"Machine: {m['cores']} cores, {m['memory_bytes'] / 2**30:.1f} GiB, {m['cpu']}; "
+        f"{m['platform']}; Python {m['python']}; pyspark {m['packages']['pyspark']}. "
+        "Each comparison ran side by side, interleaved round by round; the ratio is the median "
+        "of the per-round ratios. Spark is timed from its first micro-batch's start to its last "
+        "one's end (JVM and query start-up excluded). Details: the JSON files next to this one.",
+        "",
+        "| comparison | project | rate | baseline | rate | ratio | target |",
+        "| --- | --- | ---: | --- | ---: | ---: | ---: |",
+    ]
+    source, sink, e2e = results["source"], results["sink"], results["e2e"]
+    for plugin in ("pgoutput", "test_decoding"):
+        rates = figures["plugins"][plugin]["changes_per_second"]
+        for base, ratio_key, target in (("handwritten", "ratio_vs_handwritten", 1.0),
+                                        ("raw_peek", "ratio_vs_raw_peek", 0.5)):
+            what = "hand-written psycopg loop" if base == "handwritten" else "raw peek, no parsing"
+            lines.append(
+                f"| source, {plugin} | `pg_cdc` → noop | {_fmt(rates['spark'])}/s | {what} | "
+                f"{_fmt(rates[base])}/s | {_fmt(figures['plugins'][plugin][ratio_key])}x | "
+                f"{target}x |")
+    for row in _get(sink, "results", "by_destinations") or []:
+        lines.append(
+            f"| sink, {row['destinations']} destination(s) | DataFrame → `iggy_routed` | "
+            f"{_fmt(row['spark']['per_second'])} msg/s | hand-written SDK loop | "
+            f"{_fmt(row['handwritten']['per_second'])} msg/s | "
+            f"{_fmt(row['ratio_vs_handwritten']['median'])}x | 0.7x |")
+    if e2e:
+        rates = figures["e2e_changes_per_second"]
+        lines.append(
+            f"| end to end, pgoutput | `pg_cdc` → `iggy_routed` | {_fmt(rates['spark'])}/s | "
+            f"hand-written single-process pipeline | {_fmt(rates['handwritten'])}/s | "
+            f"{_fmt(figures['e2e_ratio'])}x | 1.0x |")
+    lines += ["", "What each side does (timed):", ""]
+    sides = {"source": _get(source, "results", "pgoutput"), "sink": _by_destinations(sink, 1),
+             "end to end": _get(e2e, "results")}
+    for name, data in sides.items():
+        for contender in ("spark", "handwritten", "raw_peek"):
+            timed = _get(data, contender, "timed")
+            if timed:
+                lines.append(f"- {name}, `{contender}`: {timed}")
+    lines += _cpu_lines(sides)
+    lines += _latency_lines(results["latency"]) + _memory_lines(results["memory"], figures)
+    lines += ["", "Other benchmarks:", ""]
+    for name in ("decoders", "broker"):
+        summary = _get(results.get(name), "summary")
+        lines.append(f"- {name}: {summary or 'not run'}")
+    missing = [name for name, data in results.items() if data is None]
+    if missing:
+        lines += ["", f"Not run: {', '.join(missing)}."]
+    lines += ["", *(f"![{p.stem}]({p.name})" for p in sorted(results_dir().glob("*.png")))]
+    return "\n".join(lines) + "\n"
+
+
+def _cpu_lines(sides: dict[str, Any]) -> list[str]:
+    """Where the time went: median CPU seconds per process group during one run of each side."""
+    rows = [(name, contender, _get(data, contender, "median_cpu_seconds"))
+            for name, data in sides.items() for contender in ("spark", "handwritten", "raw_peek")]
+    rows = [r for r in rows if r[2]]
+    if not rows:
+        return []
+    groups = sorted({g for _, _, cpu in rows for g in cpu})
+    lines = ["", "CPU seconds per run (median) by process group, over each side's whole call: for "
+             "Spark that includes query start-up (e.g. the driver-side Python source runner "
+             "importing its modules), which the rates above exclude.", "",
+             "| run | " + " | ".join(groups) + " |", "| --- |" + " ---: |" * len(groups)]
+    for name, contender, cpu in rows:
+        lines.append(f"| {name}, `{contender}` | "
+                     + " | ".join(_fmt(cpu.get(g)) for g in groups) + " |")
+    return lines
+
+
+def _latency_lines(latency: dict[str, Any] | None) -> list[str]:
+    if latency is None:
+        return []
+    lines = ["", f"Latency, Postgres commit → visible in Iggy ({latency['config']['trigger']}):",
+             "", "| target rate | achieved | sustained | p50 | p99 | max |",
+             "| ---: | ---: | --- | ---: | ---: | ---: |"]
+    for r in latency["results"]["by_rate"]:
+        lines.append(f"| {_fmt(r['target_changes_per_second'])}/s | "
+                     f"{_fmt(r['achieved_changes_per_second'])}/s | "
+                     f"{'yes' if r['sustained'] else 'no'} | {_fmt(r.get('p50_s'), ' s')} | "
+                     f"{_fmt(r.get('p99_s'), ' s')} | {_fmt(r.get('max_s'), ' s')} |")
+    return lines
+
+
+def _memory_lines(memory: dict[str, Any] | None, figures: dict[str, Any]) -> list[str]:
+    if memory is None:
+        return []
+    lines = ["", f"Memory, one transaction read by `pg_cdc` ({memory['config']['options']}):", "",
+             "| changes | reading worker peak RSS | all Python workers peak RSS |",
+             "| ---: | ---: | ---: |"]
+    for s in memory["results"]["by_size"]:
+        lines.append(f"| {_fmt(s['changes'])} | {s['peak_reader_rss_bytes'] / 2**20:.0f} MiB | "
+                     f"{s['peak_total_rss_bytes'] / 2**20:.0f} MiB |")
+    lines.append(f"\nRatio largest/smallest: {_fmt(figures['rss_ratio_1m_vs_100k'])}x "
+                 f"(target <= {RSS_TARGET}x).")
+    return lines
+
+
+def plots(results: dict[str, dict[str, Any] | None], figures: dict[str, Any]) -> list[Path]:
+    """One PNG per question, written with matplotlib's Agg backend (no display needed)."""
+    import matplotlib
+
+    matplotlib.use("Agg")
+    import matplotlib.pyplot as plt
+
+    written = []
+
+    def save(name: str, draw: Callable[[Any], None], title: str) -> None:
+        fig, ax = plt.subplots(figsize=(7, 4.2))
+        draw(ax)
+        ax.set_title(title, fontsize=11)
+        ax.grid(alpha=0.3)
+        fig.tight_layout()
+        path = results_dir() / f"{name}.png"
+        fig.savefig(path, dpi=110)
+        plt.close(fig)
+        written.append(path)
+
+    source, sink = results["source"], results["sink"]
+    sweep = _get(source, "results", "max_bytes_sweep")
+    if sweep:
+        def draw_sweep(ax: Any) -> None:
+            limited = [p for p in sweep if p["bytes"]]
+            ax.plot([p["bytes"] / 2**20 for p in limited],
+                    [p["changes_per_second"] for p in limited], "o-", label="pg_cdc → noop")
+            unlimited = next(p for p in sweep if not p["bytes"])
+            ax.axhline(unlimited["changes_per_second"], color="C0", ls=":",
+                       label="pg_cdc, unlimited (one batch)")
+            hand = _get(source, "results", "pgoutput", "handwritten", "per_second")
+            if hand:
+                ax.axhline(hand, color="C1", ls="--", label="hand-written loop")
+            for p in limited:
+                ax.annotate(f"{p['batches']} batches",
+                            (p["bytes"] / 2**20, p["changes_per_second"]),
+                            textcoords="offset points", xytext=(0, 6), ha="center", fontsize=8)
+            ax.set_xscale("log")
+            ax.set_xlabel("max_bytes_per_trigger (MiB of WAL)")
+            ax.set_ylabel("changes / s")
+            ax.set_ylim(bottom=0)
+            ax.legend(fontsize=8)
+        save("source_max_bytes", draw_sweep,
+             "pg_cdc throughput vs max_bytes_per_trigger (pgoutput)")
+    rows = _get(sink, "results", "by_destinations")
+    if rows:
+        def draw_sink(ax: Any) -> None:
+            counts = [r["destinations"] for r in rows]
+            for contender, label in (("spark", "iggy_routed"), ("handwritten", "hand-written SDK")):
+                ax.plot(counts, [r[contender]["per_second"] for r in rows], "o-", label=label)
+            ax.set_xscale("log")
+            ax.set_xticks(counts, [str(c) for c in counts])
+            ax.set_xlabel("destinations (topics)")
+            ax.set_ylabel("messages / s")
+            ax.set_ylim(bottom=0)
+            ax.legend(fontsize=8)
+        save("sink_destinations", draw_sink, "Sink throughput vs number of destinations")
+    by_rate = _get(results["latency"], "results", "by_rate")
+    if by_rate:
+        def draw_latency(ax: Any) -> None:
+            shown = [r for r in by_rate if r.get("p50_s") is not None]
+            labels = [f"{r['target_changes_per_second']:,}/s"
+                      + ("" if r["sustained"] else "\n(not sustained)") for r in shown]
+            xs = range(len(shown))
+            ax.bar([x - 0.2 for x in xs], [r["p50_s"] for r in shown], 0.4, label="p50")
+            ax.bar([x + 0.2 for x in xs], [r["p99_s"] for r in shown], 0.4, label="p99")
+            ax.set_xticks(list(xs), labels)
+            ax.set_ylabel("seconds, commit → visible in Iggy")
+            ax.legend(fontsize=8)
+        save("latency", draw_latency, "End-to-end latency (pg_cdc → iggy_routed)")
+    ratios = {k: figures[k] for k in TARGETS if figures.get(k) is not None}
+    if ratios:
+        def draw_ratios(ax: Any) -> None:
+            names = list(ratios)
+            ax.barh(names, [ratios[n] for n in names],
+                    color=["C2" if figures["targets_met"][n] else "C3" for n in names])
+            ax.scatter([TARGETS[n] for n in names], names, marker="|", s=400, color="k",
+                       label="target", zorder=3)
+            ax.axvline(1.0, color="grey", lw=0.8)
+            ax.set_xlabel("project / baseline (higher is better)")
+            ax.legend(fontsize=8, loc="lower right")
+        save("ratios", draw_ratios, "Ratios against the baselines (same run, same data)")
+    return written
+
+
+def build() -> dict[str, Any]:
+    """Write ``latest.json``, ``results.md`` and the plots from whatever results exist."""
+    names = ("source", "sink", "e2e", "latency", "memory", "decoders", "broker")
+    results = {name: read_result(name) for name in names}
+    figures = latest(results)
+    (results_dir() / "latest.json").write_text(json.dumps(figures, indent=2) + "\n")
+    plots(results, figures)
+    (results_dir() / "results.md").write_text(markdown(figures, results))
+    return figures
+
+
+if __name__ == "__main__":
+    print(json.dumps({k: v for k, v in build().items() if not isinstance(v, dict | list)},
+                     indent=2))
+    sys.exit(0)
