@@ -48,14 +48,6 @@ class IggyConnection:
                 conn = cls._pool[url] = cls(url)
             return conn
 
-    @classmethod
-    def discard(cls, url: IggyUrl) -> None:
-        """Forget a connection that failed, so the next task starts a fresh one."""
-        with cls._pool_lock:
-            conn = cls._pool.pop(url, None)
-        if conn is not None:
-            conn._loop.call_soon_threadsafe(conn._loop.stop)
-
     async def client(self) -> apache_iggy.IggyClient:
         """The client, connected on first use; the URL's credentials log it in on every connect."""
         if self._client is None:

@@ -17,7 +17,7 @@ if TYPE_CHECKING:
     import apache_iggy
 
 __all__ = [
-    "Delivered", "connect", "read_topic", "aread_topic", "apoll_partition", "topics_of",
+    "Delivered", "connect", "read_topic", "aread_topic", "apoll_partition",
 ]
 
 _POLL_BATCH = 1000
@@ -88,17 +88,5 @@ def read_topic(url: str | IggyUrl, stream: str, topic: str) -> list[Delivered]:
 
     async def main() -> list[Delivered]:
         return await aread_topic(await connect(url), stream, topic)
-
-    return asyncio.run(main())
-
-
-def topics_of(url: str | IggyUrl, stream: str) -> list[str]:
-    """Names of the topics in ``stream`` (empty if the stream does not exist)."""
-
-    async def main() -> list[str]:
-        client = await connect(url)
-        if await client.get_stream(stream) is None:
-            return []
-        return sorted(t.name for t in await client.get_topics(stream))
 
     return asyncio.run(main())

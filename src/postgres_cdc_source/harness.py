@@ -151,10 +151,6 @@ class LocalPostgres:
         self._run("pg_ctl", "-D", str(self.data_dir), "-m", mode, "-w", "stop")
         self._pg_ctl_start()
 
-    def stop_server(self, mode: str = "fast") -> None:
-        """Stop the server but keep its data, for outage tests; :meth:`start` brings it back."""
-        self._run("pg_ctl", "-D", str(self.data_dir), "-m", mode, "-w", "stop")
-
     def stop(self) -> None:
         """Stop the server and delete its directory. Idempotent."""
         if self._root is None:

@@ -35,7 +35,6 @@ __all__ = [
     "bring_to",
     "peek",
     "first_commit_end",
-    "drop_slot",
 ]
 
 log = logging.getLogger(__name__)
@@ -297,13 +296,3 @@ def first_commit_end(
     except pgerrors.ObjectInUse as exc:
         raise SlotError(_in_use(options.slot, exc)) from None
     return None if row is None or row[0] is None else int(row[0])
-
-
-def drop_slot(options: CdcOptions) -> None:
-    """Drop the slot (and stop retaining WAL for it); for operators and tests."""
-    with connect(options) as conn:
-        conn.execute(
-            "SELECT pg_drop_replication_slot(slot_name) FROM pg_replication_slots"
-            " WHERE slot_name = %s",
-            (options.slot,),
-        )
