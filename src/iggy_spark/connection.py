@@ -58,6 +58,10 @@ class IggyConnection:
             self._client = client
         return self._client
 
+    def reset(self) -> None:
+        """Forget the client after a disconnection or a hung call; the next use reconnects."""
+        self._client = None
+
     def submit(self, coro: Coroutine[Any, Any, T]) -> Future[T]:
         """Schedule ``coro`` on this connection's loop."""
         return asyncio.run_coroutine_threadsafe(coro, self._loop)

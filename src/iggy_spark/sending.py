@@ -40,6 +40,7 @@ _DISCONNECTION_MARKERS = (
     "broken pipe",
 )
 _RETRY_PAUSE = 0.5
+_ATTEMPT_SECONDS = 15.0
 
 
 class Disconnected(Exception):
@@ -68,26 +69,34 @@ class Topic:
 async def _retrying(
     conn: IggyConnection, call: Callable[[apache_iggy.IggyClient], Awaitable[T]], timeout: float
 ) -> T:
-    """Run ``call`` with the connection's client, retrying across disconnections."""
+    """Run ``call`` with the connection's client, retrying across disconnections.
+
+    Each attempt gets at most ``_ATTEMPT_SECONDS``: after a server restart the SDK's client can
+    keep waiting on its dead connection, so an attempt that times out drops the client and the
+    next one connects afresh. A send that timed out may still have landed, so a retry can
+    duplicate it: at-least-once, as everywhere else.
+    """
     deadline = time.monotonic() + timeout
     while True:
+        attempt = max(min(_ATTEMPT_SECONDS, deadline - time.monotonic()), 0.1)
         try:
             try:
-                client = await asyncio.wait_for(conn.client(),
-                                                max(deadline - time.monotonic(), 0.1))
+                client = await asyncio.wait_for(conn.client(), attempt)
             except Exception as exc:  # noqa: BLE001 - the SDK raises bare RuntimeErrors
                 if is_disconnection(exc):
                     raise
                 raise ServerError(conn.url.server_address, str(exc)) from exc
-            return await asyncio.wait_for(call(client), max(deadline - time.monotonic(), 0.1))
+            return await asyncio.wait_for(call(client), attempt)
         except ServerError:
             raise
         except Exception as exc:  # noqa: BLE001 - the SDK raises bare RuntimeErrors
             if not is_disconnection(exc):
                 raise
+            conn.reset()
             if time.monotonic() >= deadline:
+                reason = str(exc) or f"no answer within {attempt:g}s"
                 raise Disconnected(f"Iggy at {conn.url.server_address} unreachable for "
-                                   f"{timeout:g}s: {exc}") from exc
+                                   f"{timeout:g}s: {reason}") from exc
             await asyncio.sleep(_RETRY_PAUSE)
 
 
