@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import json
 import multiprocessing
+import os
 import time
 from collections import Counter
 from typing import Any
@@ -208,6 +209,11 @@ def _create_concurrently(url: str, stream: str, barrier: Any, out: Any) -> None:
     writer = IggyRoutedStreamWriter(RoutedOptions.from_options({"url": url}), frozenset(), None)
     barrier.wait()
     out.put(writer.write(iter([batch(stream=[stream], topic=["shared"], n=[1])])).created)
+    out.close()
+    out.join_thread()
+    # Skip interpreter teardown: the SDK's runtime threads are still alive and, under load,
+    # tearing them down has aborted the child after its work was done and reported.
+    os._exit(0)
 
 
 def test_four_tasks_creating_one_destination_at_once(broker: LocalIggy, name: str) -> None:

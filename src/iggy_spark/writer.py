@@ -145,8 +145,7 @@ class _Task:
         by_id = self.options.partition_key_encoding.value == "partition_id"
         known = self.destinations
         verdicts = self.verdicts
-        message = self._message
-        limit = self.options.max_batch_bytes
+        add = self.add
         rows = zip(enc.streams, enc.topics, enc.partitioning, enc.payloads, enc.headers, enc.ids,
                    strict=True)
         for i, (stream, topic, part, payload, headers, message_id) in enumerate(rows):
@@ -176,17 +175,13 @@ class _Task:
             if reason is not None:
                 self.reject(destination, reason, enc, i)
                 continue
-            self.groups[destination, partition].append(message(payload, headers,
-                                                               message_id or None))
-            self.buffered += len(payload)
-            if self.buffered >= limit:
-                self.flush()
+            add((destination, partition), payload, headers, message_id)
 
     def add(
-        self, group: Group, enc: EncodedBatch, i: int, headers: dict[str, str | bytes] | None
+        self, group: Group, payload: bytes, headers: dict[str, str | bytes] | None, message_id: int
     ) -> None:
-        payload = enc.payloads[i]
-        self.groups[group].append(self._message(payload, headers, enc.ids[i] or None))
+        """Buffer one message in its group; send everything once ``max_batch_bytes`` is reached."""
+        self.groups[group].append(self._message(payload, headers, message_id or None))
         self.buffered += len(payload)
         if self.buffered >= self.options.max_batch_bytes:
             self.flush()
@@ -210,7 +205,7 @@ class _Task:
             if fitted is not None:
                 headers[name] = fitted
         self.report.dead_lettered += 1
-        self.add((dlq, None), enc, i, headers)
+        self.add((dlq, None), enc.payloads[i], headers, enc.ids[i])
 
     # -- sending -------------------------------------------------------------------------------
 
