@@ -26,18 +26,13 @@ import statistics
 import sys
 import tempfile
 import time
-from pathlib import Path
 from typing import Any
 
 from apache_iggy import IggyClient, SendMessage
 
-SRC = Path(__file__).resolve().parents[1] / "src"
-if str(SRC) not in sys.path:  # runnable from a checkout without installing the package
-    sys.path.insert(0, str(SRC))
-
-from bench.common import machine, results_dir  # noqa: E402
-from iggy_spark.local import LocalIggy  # noqa: E402
-from iggy_spark.local.protocol import (  # noqa: E402
+from bench.common import machine, results_dir
+from iggy_spark.local import LocalIggy
+from iggy_spark.local.protocol import (
     HEADER_SIZE,
     Operation,
     decode_request_header,
@@ -45,8 +40,8 @@ from iggy_spark.local.protocol import (  # noqa: E402
     encode_request_header,
     encode_send_messages,
 )
-from iggy_spark.local.server import BrokerServer, Connection  # noqa: E402
-from iggy_spark.local.storage import Store  # noqa: E402
+from iggy_spark.local.server import BrokerServer, Connection
+from iggy_spark.local.storage import Store
 
 STREAM, TOPIC = "bench", "ingest"
 RUNS = 3

@@ -19,25 +19,20 @@ import statistics
 import sys
 import time
 from collections.abc import Callable, Sequence
-from pathlib import Path
 from typing import Any
 
-SRC = Path(__file__).resolve().parents[1] / "src"
-if str(SRC) not in sys.path:  # runnable from a checkout without installing the package
-    sys.path.insert(0, str(SRC))
-
-from bench.common import machine, results_dir  # noqa: E402
-from postgres_cdc_source.decoding import Change, Decoder, PeekRow  # noqa: E402
-from postgres_cdc_source.decoding.pgoutput import PgOutputDecoder, pgoutput_options  # noqa: E402
-from postgres_cdc_source.decoding.test_decoding import (  # noqa: E402
+from bench.common import machine, results_dir
+from postgres_cdc_source.decoding import Change, Decoder, PeekRow
+from postgres_cdc_source.decoding.pgoutput import PgOutputDecoder, pgoutput_options
+from postgres_cdc_source.decoding.test_decoding import (
     CATALOG_QUERY,
     TEST_DECODING_OPTIONS,
     TableInfo,
     TestDecodingDecoder,
     table_info_from_rows,
 )
-from postgres_cdc_source.harness import postgres  # noqa: E402
-from postgres_cdc_source.values import SESSION_SETTINGS  # noqa: E402
+from postgres_cdc_source.harness import postgres
+from postgres_cdc_source.values import SESSION_SETTINGS
 
 REFERENCE = 65_000  # changes/s of the hand-written pgoutput loop, decode + JSON
 PEEK = ("SELECT (lsn - '0/0')::int8, xid::text::int8, data FROM {}(%s, NULL, NULL,"
