@@ -31,17 +31,19 @@ from typing import Any
 from apache_iggy import IggyClient, SendMessage
 
 from bench.common import machine, results_dir
-from iggy_spark.local import LocalIggy
-from iggy_spark.local.protocol import (
+from iggy_local import LocalIggy
+from iggy_local.protocol import (
     HEADER_SIZE,
     Operation,
     decode_request_header,
+)
+from iggy_local.server import BrokerServer, Connection
+from iggy_local.storage import Store
+from iggy_spark_testing.iggy_frames import (
     encode_batch,
     encode_request_header,
     encode_send_messages,
 )
-from iggy_spark.local.server import BrokerServer, Connection
-from iggy_spark.local.storage import Store
 
 STREAM, TOPIC = "bench", "ingest"
 RUNS = 3

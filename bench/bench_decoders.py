@@ -2,7 +2,7 @@
 
     python -m bench.bench_decoders [--rows 50000] [--repeat 5]
 
-Captures, from a throwaway Postgres (``postgres_cdc_source.harness``), the peek output of
+Captures, from a throwaway Postgres (``iggy_spark_testing.harness``), the peek output of
 ``--rows`` inserts and as many updates of a 6-column table (int8 key, text, numeric,
 timestamptz, bool, float8), once through a pgoutput slot and once through a test_decoding slot.
 Then times decoding alone: rows already in memory, every event consumed, every ``after``/``key``
@@ -22,6 +22,7 @@ from collections.abc import Callable, Sequence
 from typing import Any
 
 from bench.common import machine, results_dir
+from iggy_spark_testing.harness import postgres
 from postgres_cdc_source.decoding import Change, Decoder, PeekRow
 from postgres_cdc_source.decoding.pgoutput import PgOutputDecoder, pgoutput_options
 from postgres_cdc_source.decoding.test_decoding import (
@@ -31,7 +32,6 @@ from postgres_cdc_source.decoding.test_decoding import (
     TestDecodingDecoder,
     table_info_from_rows,
 )
-from postgres_cdc_source.harness import postgres
 from postgres_cdc_source.values import SESSION_SETTINGS
 
 REFERENCE = 65_000  # changes/s of the hand-written pgoutput loop, decode + JSON

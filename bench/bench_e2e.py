@@ -6,7 +6,7 @@ One throwaway Postgres and one workload (``bench.cdc``: half inserts, half updat
 per transaction); per round a fresh broker (its own process) with the destination created for
 both contenders, then, interleaved:
 
-* ``spark``: :func:`iggy_spark.pipeline.start_pipeline` on a fresh copy of the template slot,
+* ``spark``: :func:`pg_to_iggy.pipeline.start_pipeline` on a fresh copy of the template slot,
   routing by table (``topic_from=table``) into stream ``spark``, ``trigger(availableNow=True)``.
   Timed from the first micro-batch's start to the last one's end: peek, decode, Arrow, JSON
   payloads, sending, every acknowledgement. JVM and query start-up excluded (``wall_seconds``).
@@ -30,8 +30,8 @@ from typing import Any
 import psycopg
 
 from bench import cdc, common, handwritten, iggy
-from iggy_spark.pipeline import start_pipeline
-from postgres_cdc_source.harness import postgres
+from iggy_spark_testing.harness import postgres
+from pg_to_iggy.pipeline import start_pipeline
 
 PLUGIN = "pgoutput"
 SPARK_TIMED = ("pg_cdc -> iggy_routed (start_pipeline): first micro-batch start to last "

@@ -2,7 +2,7 @@
 
     python -m bench.bench_latency [--rates 1000,10000] [--seconds 30] [--trigger 500ms]
 
-One pipeline (:func:`iggy_spark.pipeline.start_pipeline`, pgoutput, ``topic_from=table``) runs
+One pipeline (:func:`pg_to_iggy.pipeline.start_pipeline`, pgoutput, ``topic_from=table``) runs
 with a ``processingTime`` trigger while a writer thread commits changes at a fixed rate: every
 10 ms one transaction of ``rate / 100`` inserts. Each rate writes its own table, hence its own
 topic. Latency per message = the broker's append timestamp (when the message became readable)
@@ -33,9 +33,9 @@ import psycopg
 
 from bench import cdc, iggy
 from bench.common import log, publish, spark_session
-from iggy_spark.pipeline import start_pipeline
-from iggy_spark.units import parse_positive_duration
-from postgres_cdc_source.harness import postgres
+from connector_common.units import parse_positive_duration
+from iggy_spark_testing.harness import postgres
+from pg_to_iggy.pipeline import start_pipeline
 
 STREAM = "latency"
 TICK = 0.01

@@ -28,7 +28,7 @@ from typing import Any
 from bench import cdc
 from bench.common import Measure, log, publish, run_available_now, spark_session
 from bench.cpu import descendants
-from postgres_cdc_source.harness import postgres
+from iggy_spark_testing.harness import postgres
 from postgres_cdc_source.options import OPTION_DOCS
 
 TABLE = "mem"

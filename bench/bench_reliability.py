@@ -4,7 +4,7 @@
 
 The heavy variant of tests/test_reliability.py. One throwaway Postgres, one local Iggy broker
 in its own process with a data directory, and the pipeline job (``python -m
-iggy_spark.pipeline``) as a child process group. While a seeded workload commits ``--changes``
+pg_to_iggy.pipeline``) as a child process group. While a seeded workload commits ``--changes``
 changes at ``--rate`` per second (hostile values, key changes, interleaved and rolled-back
 transactions), the benchmark
 
@@ -15,8 +15,8 @@ transactions), the benchmark
 3. restarts Postgres (``pg_ctl restart -m fast``) under the job and the workload.
 
 Then it lets the job catch up, stops it, reads every message back and runs the consistency
-oracle (:mod:`iggy_spark.oracle`), explains every duplicate by a batch in flight at a fault
-(:mod:`iggy_spark.chaos`), and checks that the slot, sampled every 0.5 s, was never ahead of
+oracle (:mod:`iggy_spark_testing.oracle`), explains every duplicate by a batch in flight at a fault
+(:mod:`iggy_spark_testing.chaos`), and checks that the slot, sampled every 0.5 s, was never ahead of
 the checkpoint's last committed batch.
 
 ``recover_seconds`` of a fault is from its end (the kill, the broker back, Postgres back) to the
@@ -36,7 +36,8 @@ from pathlib import Path
 from typing import Any
 
 from bench.common import log, write_result
-from iggy_spark.chaos import (
+from iggy_local import LocalIggy
+from iggy_spark_testing.chaos import (
     PipelineJob,
     SlotWatch,
     committed_end,
@@ -46,9 +47,8 @@ from iggy_spark.chaos import (
     unexplained_duplicates,
     wait_until,
 )
-from iggy_spark.local import LocalIggy
-from iggy_spark.oracle import verify
-from postgres_cdc_source.harness import LocalPostgres
+from iggy_spark_testing.harness import LocalPostgres
+from iggy_spark_testing.oracle import verify
 
 NAME = "reliability"
 SINK = {"topic_defaults.partitions_count": "3"}
@@ -126,7 +126,7 @@ def run(
         "config": {"changes": args.changes, "rate_per_second": args.rate, "kills": args.kills,
                    "outage_seconds": args.outage, "seed": args.seed,
                    "partitions_per_topic": int(SINK["topic_defaults.partitions_count"]),
-                   "pipeline": "python -m iggy_spark.pipeline --master local[2], default trigger"},
+                   "pipeline": "python -m pg_to_iggy.pipeline --master local[2], default trigger"},
         "faults_injected": len(faults),
         "changes": report.changes,
         "messages": report.messages,

@@ -4,7 +4,7 @@
 
 A leak in a streaming job shows only over time: a Python worker that keeps every batch's
 objects, a connection opened per batch and never closed, a thread per reconnect, a slot that
-stops advancing so Postgres keeps all WAL. This runs ``python -m iggy_spark.pipeline`` (a child
+stops advancing so Postgres keeps all WAL. This runs ``python -m pg_to_iggy.pipeline`` (a child
 process group) against a throwaway Postgres and a local broker in its own process while a
 seeded workload commits up to ``--rate`` changes per second for ``--seconds`` (inserts, updates
 and deletes in balance, so the tables stay the same size), and samples every
@@ -46,8 +46,9 @@ from typing import Any
 import psutil
 
 from bench.common import descendants, log, process, write_result
-from iggy_spark import readback
-from iggy_spark.chaos import (
+from iggy_local import LocalIggy
+from iggy_spark_testing import readback
+from iggy_spark_testing.chaos import (
     PipelineJob,
     SlotWatch,
     committed_end,
@@ -55,9 +56,8 @@ from iggy_spark.chaos import (
     prepare_capture,
     wait_until,
 )
-from iggy_spark.local import LocalIggy
-from postgres_cdc_source.harness import LocalPostgres
-from postgres_cdc_source.workload import Mix
+from iggy_spark_testing.harness import LocalPostgres
+from iggy_spark_testing.workload import Mix
 
 NAME = "soak"
 MB = 1024 * 1024
@@ -128,7 +128,7 @@ def run(args: argparse.Namespace, pg: LocalPostgres, broker: LocalIggy, root: Pa
             "python_workers": lambda: [
                 w for j in descendants(driver, "java") for w in descendants(j.pid, "python")
             ],
-            "broker": lambda: descendants(os.getpid(), "iggy_spark.local"),
+            "broker": lambda: descendants(os.getpid(), "iggy_local"),
         }
         with SlotWatch(pg.dsn, NAME, checkpoint, interval=args.sample_every) as watch:
             started = time.monotonic()
@@ -187,7 +187,7 @@ def run(args: argparse.Namespace, pg: LocalPostgres, broker: LocalIggy, root: Pa
         "config": {"seconds": args.seconds, "target_rate_per_second": args.rate,
                    "warmup_seconds": args.warmup, "sample_every_seconds": args.sample_every,
                    "mix": "insert 0.3 / update 0.4 / delete 0.3, up to 30 statements per txn",
-                   "pipeline": "python -m iggy_spark.pipeline --master local[2], default "
+                   "pipeline": "python -m pg_to_iggy.pipeline --master local[2], default "
                                "trigger, 3 partitions per topic"},
         "workload": {"changes": stats.changes, "transactions": stats.transactions,
                      "changes_per_second": round(stats.changes_per_second),

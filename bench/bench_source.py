@@ -32,8 +32,8 @@ from typing import Any
 import psycopg
 
 from bench import cdc, common, handwritten
-from iggy_spark.units import parse_byte_size
-from postgres_cdc_source.harness import postgres
+from connector_common.units import parse_byte_size
+from iggy_spark_testing.harness import postgres
 
 SPARK_TIMED = ("pg_cdc -> noop: first micro-batch start to last micro-batch end (Spark "
                "progress); JVM and query start-up excluded")

@@ -94,6 +94,6 @@ def spark_groups(spark: SparkSession) -> dict[str, Finder | tuple[Finder, int]]:
     return {
         "jvm": lambda: process(jvm),
         "python_workers": (lambda: descendants(jvm, "python"), jvm),
-        "broker": lambda: descendants(me, "iggy_spark.local"),
+        "broker": lambda: descendants(me, "iggy_local"),
         "bench_process": lambda: process(me),
     }

@@ -3,7 +3,7 @@ before the clock starts, and counts read back through the SDK to prove every mes
 
 A broker keeps every message in memory and the local broker cannot delete streams, so each
 measurement gets a fresh one (``LocalIggy(process=True)``: its own process, as a real broker
-would be, so its CPU is not the benchmark's). Reading back uses :mod:`iggy_spark.readback`,
+would be, so its CPU is not the benchmark's). Reading back uses :mod:`iggy_spark_testing.readback`,
 which polls exactly as a consumer would.
 """
 
@@ -14,12 +14,12 @@ from collections.abc import Sequence
 from typing import TYPE_CHECKING
 
 from bench.handwritten import sdk_client
-from iggy_spark import readback
+from iggy_spark_testing import readback
 
 if TYPE_CHECKING:
     from apache_iggy import ReceiveMessage
 
-    from iggy_spark.local import LocalIggy
+    from iggy_local import LocalIggy
 
 __all__ = ["fresh_broker", "create_destinations", "messages_in", "expect_messages", "poll",
            "RoundBrokers"]
@@ -27,7 +27,7 @@ __all__ = ["fresh_broker", "create_destinations", "messages_in", "expect_message
 
 def fresh_broker() -> LocalIggy:
     """A started broker in its own process; the caller stops it."""
-    from iggy_spark.local import LocalIggy
+    from iggy_local import LocalIggy
 
     return LocalIggy(process=True).start()
 

@@ -1,11 +1,12 @@
 """Helpers for tests that talk to the local broker: through the real SDK, or as raw frames.
 
 The SDK helpers (:func:`poll_all`, :func:`apoll_all`, :func:`connect`) read back what arrived
-over TCP exactly as any consumer would (polling with :mod:`iggy_spark.readback`, like the demo
+over TCP exactly as any consumer would (polling with
+:mod:`~iggy_spark_testing.readback`, like the demo
 and the oracle), so end-to-end tests can assert on partition, offset, id, payload and user
 headers without reaching into the broker. :class:`RawClient` is for what the SDK will not send:
 garbage, unknown operations, and the Balanced / MessagesKey partitioning kinds it resolves
-client-side (with bodies from :mod:`iggy_spark.local.protocol`'s encoders).
+client-side (with bodies from :mod:`iggy_local.protocol`'s encoders).
 """
 
 from __future__ import annotations
@@ -19,11 +20,13 @@ from typing import Any, TypeVar
 
 from apache_iggy import IggyClient, ReceiveMessage, UserHeaders
 
-from iggy_spark import readback
-from iggy_spark.local.protocol import (
+from iggy_local.protocol import (
     HEADER_SIZE,
     Identifier,
     Operation,
+)
+from iggy_spark_testing import readback
+from iggy_spark_testing.iggy_frames import (
     encode_login,
     encode_request_header,
 )

@@ -14,7 +14,7 @@ from pathlib import Path
 
 import pytest
 
-from postgres_cdc_source.harness import LocalPostgres, postgres
+from iggy_spark_testing.harness import LocalPostgres, postgres
 
 # Spark's Python workers must run this interpreter (the venv's), whatever launched pytest.
 os.environ.setdefault("PYSPARK_PYTHON", sys.executable)
@@ -25,6 +25,25 @@ _TESTS_DIR = str(Path(__file__).resolve().parent)
 os.environ["PYTHONPATH"] = os.pathsep.join(filter(None, [_TESTS_DIR, os.environ.get("PYTHONPATH")]))
 
 
+_SERVICE_FIXTURES = {"pg", "broker"}
+
+
+def pytest_collection_modifyitems(items: list[pytest.Item]) -> None:
+    """Tiers: ``e2e`` (Spark), ``services`` (Postgres or the broker), ``unit`` (neither).
+
+    A test's tier follows from the fixtures it uses, so a test cannot claim a lighter tier than
+    it needs; modules that start services themselves mark themselves explicitly.
+    """
+    for item in items:
+        names = set(getattr(item, "fixturenames", ()))
+        if item.get_closest_marker("e2e") or "spark" in names:
+            item.add_marker(pytest.mark.e2e)
+        elif item.get_closest_marker("services") or names & _SERVICE_FIXTURES:
+            item.add_marker(pytest.mark.services)
+        else:
+            item.add_marker(pytest.mark.unit)
+
+
 @pytest.fixture(scope="session")
 def pg() -> Iterator[LocalPostgres]:
     with postgres() as server:
@@ -33,7 +52,7 @@ def pg() -> Iterator[LocalPostgres]:
 
 @pytest.fixture(scope="session")
 def broker() -> Iterator[object]:
-    from iggy_spark.local import LocalIggy
+    from iggy_local import LocalIggy
 
     with LocalIggy() as server:
         yield server

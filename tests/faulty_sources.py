@@ -41,10 +41,10 @@ from pyspark.sql.streaming import StreamingQuery
 from pyspark.sql.streaming.datasource import ReadLimit
 from pyspark.sql.types import StructType
 
-from iggy_spark.pipeline import JSON_COLUMNS
 from iggy_spark.report import TaskReport
 from iggy_spark.sink import IggyRoutedDataSource
 from iggy_spark.writer import IggyRoutedStreamWriter
+from pg_to_iggy.pipeline import JSON_COLUMNS
 from postgres_cdc_source.reader import PgCdcStreamReader
 from postgres_cdc_source.source import PgCdcDataSource
 

@@ -26,6 +26,7 @@ from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 from psycopg import sql
 
+from iggy_spark_testing.harness import LocalPostgres
 from postgres_cdc_source.decoding import (
     UNCHANGED,
     Begin,
@@ -45,7 +46,6 @@ from postgres_cdc_source.decoding.test_decoding import (
     table_info_from_rows,
 )
 from postgres_cdc_source.errors import DecodeError
-from postgres_cdc_source.harness import LocalPostgres
 from postgres_cdc_source.lsn import format_lsn, parse_lsn
 from postgres_cdc_source.values import SESSION_SETTINGS
 

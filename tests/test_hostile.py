@@ -27,20 +27,20 @@ from hypothesis import given
 from hypothesis import strategies as st
 from pyspark.sql import Row, SparkSession
 
+from iggy_local import LocalIggy
 from iggy_spark.encoding import MAX_PAYLOAD_BYTES, message_id
 from iggy_spark.errors import ConfigError as SinkConfigError
 from iggy_spark.errors import EncodingError
-from iggy_spark.local import LocalIggy
 from iggy_spark.options import OPTION_DOCS as SINK_DOCS
 from iggy_spark.options import RoutedOptions
-from iggy_spark.oracle import ChangeMessage, check, read_tables
 from iggy_spark.writer import IggyRoutedStreamWriter
+from iggy_spark_testing.harness import LocalPostgres
+from iggy_spark_testing.oracle import ChangeMessage, check, read_tables
+from iggy_spark_testing.workload import Column, TableSpec, Workload
 from postgres_cdc_source import slot
 from postgres_cdc_source.errors import ConfigError as SourceConfigError
-from postgres_cdc_source.harness import LocalPostgres
 from postgres_cdc_source.options import OPTION_DOCS as SOURCE_DOCS
 from postgres_cdc_source.options import CdcOptions
-from postgres_cdc_source.workload import Column, TableSpec, Workload
 
 SECRET = "s3cr3t-pw"
 

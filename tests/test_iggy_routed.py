@@ -18,8 +18,8 @@ from pyspark.sql import DataFrame, SparkSession
 from pyspark.sql.streaming import StreamingQuery
 
 import iggy_spark
+from iggy_local import LocalIggy
 from iggy_spark.encoding import message_id
-from iggy_spark.local import LocalIggy
 
 
 class Feed:

@@ -36,9 +36,9 @@ from broker_fixtures import (
     run,
 )
 
-from iggy_spark.local import LocalIggy
-from iggy_spark.local.journal import FILE_NAME
-from iggy_spark.local.protocol import (
+from iggy_local import LocalIggy
+from iggy_local.journal import FILE_NAME
+from iggy_local.protocol import (
     BrokerError,
     ErrorCode,
     FrameError,
@@ -46,16 +46,18 @@ from iggy_spark.local.protocol import (
     ReadCode,
     batch_message_count,
     decode_request_header,
-    encode_batch,
-    encode_identifier,
-    encode_request_header,
-    encode_send_messages,
     parse_options,
     slice_batch,
     stamp_batch,
     verify_batch,
 )
 from iggy_spark.partitioning import partition_for_key
+from iggy_spark_testing.iggy_frames import (
+    encode_batch,
+    encode_identifier,
+    encode_request_header,
+    encode_send_messages,
+)
 
 SRC = Path(__file__).resolve().parents[1] / "src"
 
@@ -593,7 +595,7 @@ def test_restart_with_data_dir_keeps_every_acknowledged_write(tmp_path: Path) ->
 def test_cli_logs_its_address_and_exits_cleanly_on_sigterm(tmp_path: Path) -> None:
     env = {**os.environ, "PYTHONPATH": str(SRC)}
     child = subprocess.Popen(
-        [sys.executable, "-m", "iggy_spark.local", "--port", "0", "--data-dir", str(tmp_path)],
+        [sys.executable, "-m", "iggy_local", "--port", "0", "--data-dir", str(tmp_path)],
         env=env, stderr=subprocess.PIPE, text=True,
     )
     try:
@@ -682,3 +684,6 @@ def test_options_and_headers_are_validated() -> None:
     for broken in (header[:60] + b"\x07" + header[61:], header[:128] + bytes(16) + header[144:]):
         with pytest.raises(FrameError):
             decode_request_header(broken)
+
+
+pytestmark = pytest.mark.services

@@ -15,7 +15,7 @@ import pytest
 from chispa import assert_df_equality
 from pyspark.sql import DataFrame, Row, SparkSession
 
-from postgres_cdc_source.harness import LocalPostgres
+from iggy_spark_testing.harness import LocalPostgres
 from postgres_cdc_source.lsn import format_lsn, parse_lsn
 from postgres_cdc_source.options import CdcOptions
 from postgres_cdc_source.reader import CdcPartition, PgCdcStreamReader

@@ -12,8 +12,8 @@ from collections.abc import Iterator
 
 import pytest
 
+from iggy_spark_testing.harness import LocalPostgres, free_port
 from postgres_cdc_source.errors import ConfigError, SlotError, SourceError
-from postgres_cdc_source.harness import LocalPostgres, free_port
 from postgres_cdc_source.lsn import format_lsn, parse_lsn
 from postgres_cdc_source.options import CdcOptions
 from postgres_cdc_source.reader import CdcPartition, PgCdcStreamReader

@@ -3,15 +3,16 @@
 The promise under test: every committed Postgres change reaches Iggy (at least once, with a
 stable id), nothing is invented, a row's changes keep their commit order in one partition, and
 the replication slot is never ahead of what Spark has durably committed. Each test drives a
-seeded :class:`~postgres_cdc_source.workload.Workload` (hostile values, key changes, interleaved
+seeded :class:`~iggy_spark_testing.workload.Workload` (hostile values, key changes, interleaved
 and rolled-back transactions) while it breaks something, lets the pipeline recover, and then
 
-* reads every message back over the SDK and checks it with :func:`iggy_spark.oracle.verify`:
+* reads every message back over the SDK and checks it with :func:`iggy_spark_testing.oracle.verify`:
   nothing missing or invented, content and ids right, commit and per-row order kept, and the
   replayed changes equal the source tables row for row;
 * accepts duplicates only from batches that were in flight at a fault, by the batch ranges and
-  times in the checkpoint's ``offsets/`` and ``commits/`` (:func:`iggy_spark.chaos.in_flight`);
-* checks the :class:`~iggy_spark.chaos.SlotWatch` samples taken during the run: the slot's
+  times in the checkpoint's ``offsets/`` and ``commits/``
+  (:func:`~iggy_spark_testing.chaos.in_flight`);
+* checks the :class:`~iggy_spark_testing.chaos.SlotWatch` samples taken during the run: the slot's
   ``confirmed_flush_lsn`` never beyond the end of the last batch in ``commits/``.
 
 The heavy variants (ten kills over 100,000 changes, and more) are in bench/bench_reliability.py.
@@ -31,7 +32,9 @@ from faulty_sources import POINTS, fired_at, register, start_faulty_pipeline
 from pyspark.errors import StreamingQueryException
 from pyspark.sql import SparkSession
 
-from iggy_spark.chaos import (
+from iggy_local import LocalIggy
+from iggy_spark.encoding import message_id
+from iggy_spark_testing.chaos import (
     PipelineJob,
     SlotWatch,
     committed_end,
@@ -41,13 +44,11 @@ from iggy_spark.chaos import (
     unexplained_duplicates,
     wait_until,
 )
-from iggy_spark.encoding import message_id
-from iggy_spark.local import LocalIggy
-from iggy_spark.oracle import ChangeMessage, OracleReport, check, read_tables, verify
-from iggy_spark.pipeline import start_pipeline
-from postgres_cdc_source.harness import LocalPostgres
+from iggy_spark_testing.harness import LocalPostgres
+from iggy_spark_testing.oracle import ChangeMessage, OracleReport, check, read_tables, verify
+from iggy_spark_testing.workload import Change, RunStats, Workload
+from pg_to_iggy.pipeline import start_pipeline
 from postgres_cdc_source.lsn import format_lsn
-from postgres_cdc_source.workload import Change, RunStats, Workload
 
 SINK = {"topic_defaults.partitions_count": "3"}
 """Three partitions per table topic, so per-row order is a real property, not a given."""

@@ -7,7 +7,7 @@ forced (wrong password, wrong port, bad options) and everything a user or an ope
 is gathered and searched for both secrets. That the broker refuses every command but ping
 before login, and rejects wrong credentials, is tested in test_local_broker.py.
 
-Known and not fixable here: ``python -m iggy_spark.pipeline --dsn ... --url ...`` takes the
+Known and not fixable here: ``python -m pg_to_iggy.pipeline --dsn ... --url ...`` takes the
 secrets as arguments, which any local user can read in the process list; the test below checks
 only what the job prints.
 """
@@ -28,13 +28,13 @@ from psycopg import sql
 from pyspark.errors import StreamingQueryException
 from pyspark.sql import SparkSession
 
+from iggy_local import LocalIggy
 from iggy_spark import destinations
-from iggy_spark.chaos import prepare_capture
-from iggy_spark.local import LocalIggy
-from iggy_spark.oracle import verify
-from iggy_spark.pipeline import start_pipeline
 from iggy_spark.writer import IggyRoutedStreamWriter
-from postgres_cdc_source.harness import LocalPostgres, free_port
+from iggy_spark_testing.chaos import prepare_capture
+from iggy_spark_testing.harness import LocalPostgres, free_port
+from iggy_spark_testing.oracle import verify
+from pg_to_iggy.pipeline import start_pipeline
 from postgres_cdc_source.options import CdcOptions
 from postgres_cdc_source.reader import PgCdcStreamReader
 
@@ -170,7 +170,7 @@ def test_the_job_prints_no_password_when_it_fails(
     """The job's whole output (Python driver, JVM, workers) after a failed login."""
     prepare_capture(app_dsn(secured_pg), name, seed=23)
     job = subprocess.run(
-        [sys.executable, "-m", "iggy_spark.pipeline", "--master", "local[1]",
+        [sys.executable, "-m", "pg_to_iggy.pipeline", "--master", "local[1]",
          "--dsn", app_dsn(secured_pg, WRONG), "--slot", name, "--url", iggy_url(secured_broker),
          "--checkpoint", str(tmp_path / "checkpoint"), "--available-now"],
         capture_output=True, text=True, timeout=300,

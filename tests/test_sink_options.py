@@ -1,6 +1,6 @@
 """``iggy_routed`` options: documented defaults, every valid configuration accepted, every
 invalid value or combination refused with a ConfigError naming the option, no password leaks.
-Also the shared scalar grammars (:mod:`iggy_spark.units`) and the error hierarchy."""
+Also the shared scalar grammars (:mod:`connector_common.units`) and the error hierarchy."""
 
 from __future__ import annotations
 
@@ -12,6 +12,7 @@ import pytest
 from hypothesis import given
 from hypothesis import strategies as st
 
+from connector_common.units import parse_bool, parse_byte_size, parse_duration, parse_int
 from iggy_spark.admission import AdmissionMode, Destination, Entry, MissingPolicy
 from iggy_spark.breaker import BreakerConfig
 from iggy_spark.errors import (
@@ -31,7 +32,6 @@ from iggy_spark.options import (
     TopicDefaults,
     options_markdown,
 )
-from iggy_spark.units import parse_bool, parse_byte_size, parse_duration, parse_int
 
 SECRET = "pa55-w0rd"
 URL = f"iggy://iggy:{SECRET}@localhost:8090"

@@ -12,7 +12,7 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from postgres_cdc_source.harness import LocalPostgres
+from iggy_spark_testing.harness import LocalPostgres
 from postgres_cdc_source.values import (
     SESSION_SETTINGS,
     builtin_types,

@@ -17,12 +17,12 @@ import pyarrow as pa
 import pytest
 from broker_fixtures import poll_all
 
+from iggy_local import LocalIggy
 from iggy_spark import sending
 from iggy_spark import writer as writer_module
 from iggy_spark.admission import Destination
 from iggy_spark.encoding import message_id
 from iggy_spark.errors import AdmissionError, DestinationError, ServerError
-from iggy_spark.local import LocalIggy
 from iggy_spark.options import RoutedOptions
 from iggy_spark.partitioning import partition_for_key
 from iggy_spark.report import Ledger, TaskReport

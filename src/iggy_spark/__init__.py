@@ -7,8 +7,8 @@ destinations table, and :func:`route` fills destination columns from a JSON payl
 
 from __future__ import annotations
 
+from iggy_spark.json_route import route
 from iggy_spark.monitoring import destinations
-from iggy_spark.routing import route
 
 __all__ = ["register", "destinations", "route"]
 

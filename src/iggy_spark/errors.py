@@ -1,17 +1,14 @@
 """The exceptions of the ``iggy_routed`` sink: one small hierarchy, catchable as a whole.
 
-Two constraints shape every class here:
-
-* Spark moves exceptions between processes (executor to driver, Python worker to JVM) by
-  pickling them or by printing them inside ``[PYTHON_EXCEPTION] ... ValueError: <message>``.
-  So every exception keeps its constructor arguments in ``args`` (the default pickle protocol
-  rebuilds it with ``cls(*args)``) and renders a message that reads well on its own line,
-  naming the option, destination or column at fault and what to do about it.
-* Values that come from rows (stream and topic names) can be anything: long, multi-line,
-  hostile. They are shown through :func:`show`, quoted and truncated.
+Every class keeps its constructor arguments in ``args`` and renders its message from them
+(:class:`connector_common.errors.ConnectorError`), so Spark can pickle it from executor to driver
+without losing a field. Values that come from rows (stream and topic names) can be anything:
+long, multi-line, hostile; they are shown through :func:`show`, quoted and truncated.
 """
 
 from __future__ import annotations
+
+from connector_common.errors import ConnectorError, OptionError, show
 
 __all__ = [
     "AdmissionError",
@@ -20,48 +17,22 @@ __all__ = [
     "EncodingError",
     "IggySparkError",
     "SendError",
+    "ServerError",
     "show",
 ]
-
-_SHOW_LIMIT = 80
-
-
-def show(value: object) -> str:
-    """A user- or row-supplied value for a message: quoted (so newlines cannot forge log lines)
-    and cut short (so a megabyte of garbage cannot flood them)."""
-    text = repr(value)
-    return text if len(text) <= _SHOW_LIMIT else text[: _SHOW_LIMIT - 3] + "..."
 
 
 def _destination(stream: str | None, topic: str | None) -> str:
     return f"{show(stream)}/{show(topic)}"
 
 
-class IggySparkError(Exception):
+class IggySparkError(ConnectorError):
     """Base class of every error the sink raises on purpose."""
 
-    def __str__(self) -> str:
-        # Subclasses keep structured ``args``; the message is rendered from them, never stored,
-        # so a pickled copy renders exactly the same text.
-        return self._message()
 
-    def _message(self) -> str:
-        return " ".join(str(arg) for arg in self.args)
-
-
-class ConfigError(IggySparkError, ValueError):
-    """An option is missing, malformed or contradicts another; raised before any data moves.
-
-    ``option`` is the (lower-case) option name to fix, so callers and tests can match on it.
-    """
-
-    def __init__(self, option: str, problem: str) -> None:
-        super().__init__(option, problem)
-        self.option = option
-        self.problem = problem
-
-    def _message(self) -> str:
-        return f"option '{self.option}': {self.problem}"
+class ConfigError(IggySparkError, OptionError):
+    """An ``iggy_routed`` option is missing, malformed or contradicts another (``.option``
+    names it); raised before any data moves."""
 
 
 class AdmissionError(IggySparkError):

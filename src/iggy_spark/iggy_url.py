@@ -37,8 +37,8 @@ from datetime import timedelta
 from typing import TYPE_CHECKING, Any
 from urllib.parse import SplitResult, parse_qsl, quote, unquote, urlencode, urlsplit
 
+from connector_common.units import parse_bool, parse_int, parse_positive_duration
 from iggy_spark.errors import ConfigError
-from iggy_spark.units import parse_bool, parse_int, parse_positive_duration
 
 if TYPE_CHECKING:
     import apache_iggy

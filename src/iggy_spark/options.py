@@ -27,6 +27,7 @@ from datetime import timedelta
 from enum import StrEnum
 from typing import TYPE_CHECKING, Any, Literal, NamedTuple, TypeVar
 
+from connector_common.units import parse_bool, parse_byte_size, parse_int, parse_positive_duration
 from iggy_spark.admission import (
     NAME_RULE,
     Admission,
@@ -42,7 +43,6 @@ from iggy_spark.admission import (
 from iggy_spark.breaker import BreakerBoard, BreakerConfig
 from iggy_spark.errors import ConfigError, show
 from iggy_spark.iggy_url import IggyUrl
-from iggy_spark.units import parse_bool, parse_byte_size, parse_int, parse_positive_duration
 
 if TYPE_CHECKING:
     from iggy_spark.breaker import Clock

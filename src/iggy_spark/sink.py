@@ -5,9 +5,7 @@ from __future__ import annotations
 from pyspark.sql.datasource import DataSource, DataSourceStreamWriter
 from pyspark.sql.types import StructType
 
-from iggy_spark.options import RoutedOptions
-from iggy_spark.report import Ledger, ledger_path
-from iggy_spark.writer import IggyRoutedStreamWriter
+from connector_common.dependencies import require
 
 __all__ = ["IggyRoutedDataSource"]
 
@@ -26,6 +24,13 @@ class IggyRoutedDataSource(DataSource):
         return "iggy_routed"
 
     def streamWriter(self, schema: StructType, overwrite: bool) -> DataSourceStreamWriter:
+        # Imported here, not at module level: Spark imports this module to discover formats,
+        # and must not fail there where the sink's client libraries are not installed.
+        require("iggy_routed", "iggy", "apache_iggy", "xxhash")
+        from iggy_spark.options import RoutedOptions
+        from iggy_spark.report import Ledger, ledger_path
+        from iggy_spark.writer import IggyRoutedStreamWriter
+
         options = RoutedOptions.from_options(self.options)
         path = ledger_path(self.options.get("checkpointlocation"))
         return IggyRoutedStreamWriter(options, Ledger(path).admitted, path)

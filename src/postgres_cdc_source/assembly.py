@@ -20,8 +20,8 @@ import pyarrow as pa
 import pyarrow.compute as pc
 
 from postgres_cdc_source.decoding import Begin, Change, Commit
+from postgres_cdc_source.destination_columns import Router
 from postgres_cdc_source.lsn import format_lsn
-from postgres_cdc_source.routing import Router
 from postgres_cdc_source.schema import ARROW_SCHEMA
 
 __all__ = ["transactions", "record_batches", "Spill"]

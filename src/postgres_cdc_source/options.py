@@ -17,7 +17,7 @@ from typing import NamedTuple, TypeVar
 import psycopg
 from psycopg.conninfo import conninfo_to_dict, make_conninfo
 
-from iggy_spark.units import parse_bool, parse_byte_size, parse_int
+from connector_common.units import parse_bool, parse_byte_size, parse_int
 from postgres_cdc_source.errors import ConfigError
 
 __all__ = ["CdcOptions", "OptionDoc", "OPTION_DOCS", "PLUGINS", "redact_dsn"]

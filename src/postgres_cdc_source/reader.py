@@ -35,10 +35,10 @@ from pyspark.sql.streaming.datasource import (
 from postgres_cdc_source import slot
 from postgres_cdc_source.assembly import record_batches, transactions
 from postgres_cdc_source.decoding.factory import make_decoder
+from postgres_cdc_source.destination_columns import Router
 from postgres_cdc_source.errors import SourceError
 from postgres_cdc_source.lsn import format_lsn, parse_lsn
 from postgres_cdc_source.options import CdcOptions
-from postgres_cdc_source.routing import Router
 
 __all__ = ["PgCdcStreamReader", "CdcPartition"]
 

@@ -5,9 +5,8 @@ from __future__ import annotations
 from pyspark.sql.datasource import DataSource, DataSourceStreamReader
 from pyspark.sql.types import StructType
 
+from connector_common.dependencies import require
 from postgres_cdc_source.errors import ConfigError
-from postgres_cdc_source.options import CdcOptions
-from postgres_cdc_source.reader import PgCdcStreamReader
 from postgres_cdc_source.schema import SPARK_SCHEMA
 
 __all__ = ["PgCdcDataSource"]
@@ -25,6 +24,10 @@ class PgCdcDataSource(DataSource):
         return "pg_cdc"
 
     def schema(self) -> StructType:
+        # Spark imports this module to discover formats: psycopg is needed only from here on.
+        require("pg_cdc", "cdc", "psycopg")
+        from postgres_cdc_source.options import CdcOptions
+
         CdcOptions.from_options(self.options)
         return SPARK_SCHEMA
 
@@ -36,4 +39,8 @@ class PgCdcDataSource(DataSource):
                 "pg_cdc has a fixed schema; do not pass .schema(...) "
                 f"(expected {expected.simpleString()})",
             )
+        require("pg_cdc", "cdc", "psycopg")
+        from postgres_cdc_source.options import CdcOptions
+        from postgres_cdc_source.reader import PgCdcStreamReader
+
         return PgCdcStreamReader(CdcOptions.from_options(self.options))

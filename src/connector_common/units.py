@@ -3,7 +3,7 @@
 One spelling per kind of value, so ``30s`` or ``8MB`` means the same thing wherever a user
 types it. Every parser raises a plain :class:`ValueError` describing the expected form; the
 caller knows which option (or URL parameter) it was parsing and wraps that into a
-:class:`~iggy_spark.errors.ConfigError` naming it.
+the connector's ``ConfigError`` naming it.
 
 Sizes use binary multiples (``1MB`` = ``1MiB`` = 1,048,576 bytes), as Spark's own size options
 and the ``pg_cdc`` source do.
@@ -15,7 +15,7 @@ import re
 from datetime import timedelta
 from decimal import Decimal
 
-from iggy_spark.errors import show
+from connector_common.errors import show
 
 __all__ = [
     "parse_bool",

@@ -4,7 +4,7 @@ Two ways to run it, same wire behaviour:
 
 * ``process=False`` (default) serves from a daemon thread of the calling process, with its own
   event loop. Cheapest to start; :meth:`LocalIggy.kill` is the same as :meth:`LocalIggy.stop`.
-* ``process=True`` runs ``python -m iggy_spark.local`` as a child (``sys.executable``), so a
+* ``process=True`` runs ``python -m iggy_local`` as a child (``sys.executable``), so a
   test can SIGKILL it mid-stream and start it again on the same port and data directory: the
   fault a real deployment sees when its broker dies.
 
@@ -180,7 +180,7 @@ class LocalIggy:
 
     def _start_child(self) -> None:
         command = [
-            sys.executable, "-m", "iggy_spark.local", "--host", self.host,
+            sys.executable, "-m", "iggy_local", "--host", self.host,
             "--port", str(self.port), "--username", self.username,
         ]
         if self.data_dir is not None:

@@ -13,7 +13,6 @@ broker stores the batch bytes as received (restamped in place by :func:`stamp_ba
 from __future__ import annotations
 
 import struct
-from collections.abc import Sequence
 from dataclasses import dataclass
 from enum import IntEnum
 from typing import TypeVar
@@ -160,15 +159,15 @@ def is_result_framed(operation: int) -> bool:
 
 # size@48, command@60; client@128, request_checksum@144, timestamp@160, request@168,
 # operation@176, session@184, user_id@192, non-replicated command code@196.
-_REQUEST = struct.Struct("<48xI8xB67xQQQQQQB7xQII56x")
+REQUEST_HEADER = struct.Struct("<48xI8xB67xQQQQQQB7xQII56x")
 # size@48, command@60; request_checksum@128, context@144, client@160, op@176, commit@184,
 # timestamp@192, request@200, operation@208, status@216.
 _REPLY = struct.Struct("<48xI8xB67xQQ16xQQQ8x8xQB7xI36x")
 # size@48, command@60; client@128, server protocol@144, min protocol@148, reason@255.
 _EVICTION = struct.Struct("<48xI8xB67xQQII103xB")
-_MASK64 = (1 << 64) - 1
+MASK64 = (1 << 64) - 1
 
-assert _REQUEST.size == _REPLY.size == _EVICTION.size == HEADER_SIZE
+assert REQUEST_HEADER.size == _REPLY.size == _EVICTION.size == HEADER_SIZE
 
 
 @dataclass(frozen=True, slots=True)
@@ -193,7 +192,7 @@ def decode_request_header(raw: bytes) -> RequestHeader:
     if len(raw) != HEADER_SIZE:
         raise FrameError(f"request header must be {HEADER_SIZE} bytes, got {len(raw)}")
     (size, command, client_lo, client_hi, checksum_lo, checksum_hi, _timestamp, request,
-     operation, session, _user_id, code) = _REQUEST.unpack(raw)
+     operation, session, _user_id, code) = REQUEST_HEADER.unpack(raw)
     if command != Command.REQUEST:
         raise FrameError(f"header command byte is {command}, expected {int(Command.REQUEST)}")
     if not HEADER_SIZE <= size <= MAX_FRAME_SIZE:
@@ -212,26 +211,14 @@ def decode_request_header(raw: bytes) -> RequestHeader:
     )
 
 
-def encode_request_header(
-    *, body_size: int, client: int, operation: int, code: int = 0, session: int = 0,
-    request: int = 0, request_checksum: int = 0,
-) -> bytes:
-    """Build a request header; the broker never sends one, tests and benchmarks do."""
-    return _REQUEST.pack(
-        HEADER_SIZE + body_size, Command.REQUEST, client & _MASK64, client >> 64,
-        request_checksum & _MASK64, request_checksum >> 64, 0, request, operation, session, 0,
-        code,
-    )
-
-
 def encode_reply_header(
     request: RequestHeader, body_size: int, *, status: int = 0, session: int = 0
 ) -> bytes:
     """Build the reply header for ``request``: echoes its operation, request number and stamp."""
     return _REPLY.pack(
         HEADER_SIZE + body_size, Command.REPLY,
-        request.request_checksum & _MASK64, request.request_checksum >> 64,
-        request.client & _MASK64, request.client >> 64,
+        request.request_checksum & MASK64, request.request_checksum >> 64,
+        request.client & MASK64, request.client >> 64,
         session, request.request, request.operation, status,
     )
 
@@ -240,7 +227,7 @@ def encode_eviction(client: int, reason: EvictionReason) -> bytes:
     """Build a session-terminal eviction frame; the SDK maps ``reason`` to a typed error."""
     window = PROTOCOL_VERSION if reason == EvictionReason.INCOMPATIBLE_PROTOCOL else 0
     return _EVICTION.pack(
-        HEADER_SIZE, Command.EVICTION, client & _MASK64, client >> 64, window, window, reason
+        HEADER_SIZE, Command.EVICTION, client & MASK64, client >> 64, window, window, reason
     )
 
 
@@ -257,8 +244,8 @@ def request_checksum_matches(header: RequestHeader, body: bytes | memoryview) ->
 Identifier = int | str
 """A stream, topic or consumer identifier: numeric id or name."""
 
-_U32 = struct.Struct("<I")
-_U64 = struct.Struct("<Q")
+U32 = struct.Struct("<I")
+U64 = struct.Struct("<Q")
 
 
 class Reader:
@@ -285,10 +272,10 @@ class Reader:
         return self._take(1, what)[0]
 
     def u32(self, what: str) -> int:
-        return int(_U32.unpack(self._take(4, what))[0])
+        return int(U32.unpack(self._take(4, what))[0])
 
     def u64(self, what: str) -> int:
-        return int(_U64.unpack(self._take(8, what))[0])
+        return int(U64.unpack(self._take(8, what))[0])
 
     def raw(self, size: int, what: str) -> bytes:
         return bytes(self._take(size, what))
@@ -348,13 +335,6 @@ def encode_name(name: str) -> bytes:
     return bytes((len(raw),)) + raw
 
 
-def encode_identifier(value: Identifier) -> bytes:
-    if isinstance(value, int):
-        return b"\x01\x04" + _U32.pack(value)
-    raw = value.encode()
-    return bytes((2, len(raw))) + raw
-
-
 def parse_options(block: bytes) -> dict[bytes, bytes]:
     """Parse an options block of ``[kind u8][len u32][bytes]`` key/value pairs: key -> value.
 
@@ -404,14 +384,6 @@ def decode_login(body: bytes) -> Login:
     password = reader.text(reader.u8("password"), "password")
     reader.raw(reader.u32("client context length"), "client context")
     return Login(protocol_version, sdk_name, sdk_version, username, password)
-
-
-def encode_login(username: str, password: str) -> bytes:
-    """The login body the 0.9 wheel sends; for tests and benchmarks that speak raw frames."""
-    return (
-        _U32.pack(PROTOCOL_VERSION) + encode_name("rust-sdk") + encode_name("0.11.0")
-        + encode_name(username) + encode_name(password) + _U32.pack(0)
-    )
 
 
 def is_protocol_compatible(version: int) -> bool:
@@ -526,7 +498,7 @@ def consumer_key(kind: ConsumerKind, consumer: Identifier) -> tuple[int, int]:
 # Replies
 # ---------------------------------------------------------------------------------------------
 
-RESULT_OK = _U32.pack(0)
+RESULT_OK = U32.pack(0)
 
 
 def result_rejection(code: ErrorCode) -> bytes:
@@ -546,10 +518,10 @@ def encode_cluster_metadata(ip: str, tcp_port: int) -> bytes:
 
     def text(value: str) -> bytes:
         raw = value.encode()
-        return _U32.pack(len(raw)) + raw
+        return U32.pack(len(raw)) + raw
 
     return (
-        text("iggy-spark-local") + _U32.pack(1) + text("local-0") + text(ip)
+        text("iggy-spark-local") + U32.pack(1) + text("local-0") + text(ip)
         + struct.pack("<HHHHBB", tcp_port, 0, 0, 0, 0, 0)
     )
 
@@ -585,7 +557,7 @@ class StreamSummary:
 
 
 def _prefixed(block: bytes) -> bytes:
-    return _U32.pack(len(block)) + block
+    return U32.pack(len(block)) + block
 
 
 def encode_topic_header(topic: TopicSummary) -> bytes:
@@ -647,12 +619,12 @@ def encode_consumer_offset(partition_id: int, current_offset: int, stored_offset
 # the six header fields (checksum excluded) followed by every message checksum in order.
 
 _MESSAGE = struct.Struct("<Q16xIIIIQ")
-_BATCH_FIELDS = struct.Struct("<QQQQQQI")
+BATCH_FIELDS = struct.Struct("<QQQQQQI")
 _STAMP = struct.Struct("<QQQ")
 _BATCH_SIZE_FIELDS = struct.Struct("<Q8xI")
 
 
-def _batch_checksum(batch: bytes | bytearray | memoryview, message_checksums: bytes) -> int:
+def compute_batch_checksum(batch: bytes | bytearray | memoryview, message_checksums: bytes) -> int:
     digest = xxhash.xxh3_64(batch[0:40])
     digest.update(batch[48:52])
     digest.update(message_checksums)
@@ -671,7 +643,7 @@ def verify_batch(batch: memoryview, declared_count: int) -> bytes:
     size = len(batch)
     if size < BATCH_HEADER_SIZE:
         raise BrokerError(ErrorCode.INVALID_MESSAGES_COUNT, f"batch of {size} bytes has no header")
-    (_, _, _, _, batch_length, batch_checksum, count) = _BATCH_FIELDS.unpack_from(batch, 0)
+    (_, _, _, _, batch_length, batch_checksum, count) = BATCH_FIELDS.unpack_from(batch, 0)
     if batch_length != size:
         raise BrokerError(
             ErrorCode.INVALID_FORMAT, f"batch_length {batch_length} but {size} bytes follow"
@@ -712,41 +684,9 @@ def verify_batch(batch: memoryview, declared_count: int) -> bytes:
             ErrorCode.INVALID_MESSAGES_COUNT, f"{size - pos} bytes follow the last message"
         )
     joined = b"".join(checksums)
-    if _batch_checksum(batch, joined) != batch_checksum:
+    if compute_batch_checksum(batch, joined) != batch_checksum:
         raise BrokerError(ErrorCode.INVALID_BATCH_CHECKSUM, "batch checksum does not match")
     return joined
-
-
-def encode_batch(
-    payloads: Sequence[bytes], *, first_id: int = 1, origin_timestamp: int = 0
-) -> bytes:
-    """A batch laid out as the SDK builds it, ids ``first_id, first_id + 1, ...`` and no user
-    headers. The broker never builds one; tests and benchmarks that speak raw frames do."""
-    frames: list[bytes] = []
-    for index, payload in enumerate(payloads):
-        covered = (
-            (first_id + index).to_bytes(16, "little")
-            + struct.pack("<IIIIQ", index, 0, 0, len(payload), 0) + payload
-        )
-        frames.append(_U64.pack(xxhash.xxh3_64_intdigest(covered)) + covered)
-    header = bytearray(BATCH_HEADER_SIZE)
-    _BATCH_FIELDS.pack_into(
-        header, 0, 0, 0, 0, origin_timestamp, BATCH_HEADER_SIZE + sum(map(len, frames)), 0,
-        len(frames),
-    )
-    _U64.pack_into(header, 40, _batch_checksum(header, b"".join(f[:8] for f in frames)))
-    return bytes(header) + b"".join(frames)
-
-
-def encode_send_messages(
-    stream: Identifier, topic: Identifier, partitioning: bytes, batch: bytes,
-    *, count: int | None = None,
-) -> bytes:
-    """A send_messages body for raw clients. ``partitioning`` is ``[kind u8][len u8][value]``;
-    ``count`` is the declared message count (default: the batch's own)."""
-    metadata = encode_identifier(stream) + encode_identifier(topic) + partitioning
-    declared = batch_message_count(batch) if count is None else count
-    return _U32.pack(len(metadata) + 4) + metadata + _U32.pack(declared) + batch
 
 
 def stamp_batch(
@@ -755,11 +695,11 @@ def stamp_batch(
 ) -> None:
     """Fill in the fields the server owns and reseal the batch checksum over them."""
     _STAMP.pack_into(batch, 0, partition_id, base_offset, base_timestamp)
-    _U64.pack_into(batch, 40, _batch_checksum(batch, message_checksums))
+    U64.pack_into(batch, 40, compute_batch_checksum(batch, message_checksums))
 
 
 def batch_message_count(batch: bytes | bytearray) -> int:
-    return int(_U32.unpack_from(batch, 48)[0])
+    return int(U32.unpack_from(batch, 48)[0])
 
 
 def batch_location(batch: bytes | bytearray) -> tuple[int, int, int]:
@@ -790,5 +730,5 @@ def slice_batch(batch: bytes | bytearray, skip: int, take: int) -> bytes:
     sliced = bytearray(batch[:BATCH_HEADER_SIZE])
     sliced += batch[start:end]
     _BATCH_SIZE_FIELDS.pack_into(sliced, 32, len(sliced), take)
-    _U64.pack_into(sliced, 40, _batch_checksum(sliced, b"".join(checksums)))
+    U64.pack_into(sliced, 40, compute_batch_checksum(sliced, b"".join(checksums)))
     return bytes(sliced)

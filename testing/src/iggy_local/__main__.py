@@ -1,4 +1,4 @@
-"""``python -m iggy_spark.local``: run the local Iggy-protocol broker in the foreground.
+"""``python -m iggy_local``: run the local Iggy-protocol broker in the foreground.
 
 Logs "listening on HOST:PORT" to stderr once it accepts connections (``LocalIggy`` waits for
 that line) and exits cleanly, status 0, on SIGTERM or SIGINT. The password defaults to the
@@ -20,7 +20,7 @@ from .server import run_broker
 
 def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
     parser = argparse.ArgumentParser(
-        prog="python -m iggy_spark.local",
+        prog="python -m iggy_local",
         description="Local single-process broker speaking Apache Iggy's TCP protocol.",
     )
     parser.add_argument("--host", default="127.0.0.1", help="address to bind (default %(default)s)")

@@ -5,7 +5,8 @@ can only be checked against a ground truth that does not come from the pipeline 
 :class:`Workload` is that ground truth: it drives several tables through inserts, updates (also
 of the primary key), deletes, multi-row statements, interleaved and rolled-back transactions
 and rolled-back savepoints, and records what committed, in commit order, with the values in the
-JSON form ``pg_cdc`` emits. :mod:`iggy_spark.oracle` compares what Iggy holds with that record.
+JSON form ``pg_cdc`` emits. :mod:`~iggy_spark_testing.oracle` compares
+what Iggy holds with that record.
 
 The same seed gives the same statements, so a failure reproduces; what commits can still
 differ when a fault interrupts a run. Faults are part of the job: when the server goes away

@@ -6,10 +6,10 @@ of one row stay in one partition in commit order. Nothing inside the pipeline ca
 that; this module checks it from the outside, as a consumer would:
 
 1. :func:`read_back` polls every partition of every topic of the given streams by offset,
-   over the real SDK (:mod:`iggy_spark.readback`, no broker internals), so it works against
+   over the real SDK (:mod:`iggy_spark_testing.readback`, no broker internals), so it works against
    any Iggy server;
 2. :func:`check` dedupes by message id and compares with the ground truth a
-   :class:`~postgres_cdc_source.workload.Workload` recorded: missing, invented and altered
+   :class:`~iggy_spark_testing.workload.Workload` recorded: missing, invented and altered
    changes, duplicates, ids that are not ``xxh3_128("<commit_lsn>:<seq>")``, transactions out
    of commit order, a row's changes split over partitions or out of order in one;
 3. it replays the deduped changes into an in-memory model of the tables and compares it row
@@ -26,10 +26,10 @@ from typing import Any
 
 import orjson
 
-from iggy_spark import readback
 from iggy_spark.encoding import message_id
+from iggy_spark_testing import readback
+from iggy_spark_testing.workload import Change, Key, Row, TableSpec, Transaction, Workload
 from postgres_cdc_source.lsn import parse_lsn
-from postgres_cdc_source.workload import Change, Key, Row, TableSpec, Transaction, Workload
 
 __all__ = [
     "ChangeMessage",

@@ -8,11 +8,12 @@ From Python (a notebook, a test, the demo)::
 
 As a job (any ``pg_cdc``/``iggy_routed`` option with ``--source``/``--sink``)::
 
-    spark-submit --master local[2] -m iggy_spark.pipeline -- \\
+    spark-submit --master spark://master:7077 \\
+        "$(python -c 'import pg_to_iggy.pipeline as p; print(p.__file__)')" \\
         --dsn "host=db dbname=app" --slot orders --url iggy://iggy:iggy@iggy:8090 \\
         --checkpoint /chk/orders --source topic_from=table --sink default_stream=cdc
 
-or ``python -m iggy_spark.pipeline ...`` with pyspark installed. ``--dsn`` and ``--url``
+or ``pg-to-iggy ...`` (``python -m pg_to_iggy``) with pyspark installed. ``--dsn`` and ``--url``
 default to ``$PG_CDC_DSN`` and ``$IGGY_URL``: prefer those (or ``PGPASSWORD``/``.pgpass``) to
 passwords on the command line, which every local user can read in the process list. The job
 runs until stopped (SIGTERM stops the query between batches), or with ``--available-now`` until
@@ -87,7 +88,7 @@ def _pairs(items: Sequence[str] | None, flag: str) -> dict[str, str]:
 
 
 def _parser() -> argparse.ArgumentParser:
-    p = argparse.ArgumentParser(prog="iggy_spark.pipeline", description=__doc__.split("\n")[0])
+    p = argparse.ArgumentParser(prog="pg-to-iggy", description=__doc__.split("\n")[0])
     # Credentials may come from the environment, so they need not show in the process list.
     dsn, url = os.environ.get(DSN_ENV), os.environ.get(URL_ENV)
     p.add_argument("--dsn", default=dsn, required=dsn is None,

@@ -23,7 +23,8 @@ import time
 from bisect import bisect_left, bisect_right
 from itertools import count as counter
 
-from ..partitioning import partition_for_key
+import xxhash
+
 from .journal import Journal, RecordKind
 from .protocol import (
     MAX_PARTITIONS_PER_REQUEST,
@@ -162,7 +163,9 @@ class Topic:
         if kind is PartitioningKind.PARTITION_ID:
             return self.partition(int.from_bytes(value, "little"))
         if kind is PartitioningKind.MESSAGES_KEY:
-            return self.partitions[partition_for_key(value, len(self.partitions))]
+            # The server's rule, written here apart from the sink's copy so that tests comparing
+            # the two compare independent implementations.
+            return self.partitions[xxhash.xxh32_intdigest(value) % len(self.partitions)]
         return self.partitions[next(self._balanced) % len(self.partitions)]
 
     def summary(self) -> TopicSummary:

@@ -1,7 +1,7 @@
 """Fault injection around the CDC pipeline: a killable job, its checkpoint, a slot watch.
 
 The reliability tests and benchmarks crash the pipeline on purpose and then ask two questions
-the oracle (:mod:`iggy_spark.oracle`) cannot answer alone:
+the oracle (:mod:`iggy_spark_testing.oracle`) cannot answer alone:
 
 * *Was the replication slot ever ahead of what Spark had durably committed?* If it was, a crash
   at that moment loses changes for good. :class:`SlotWatch` samples the slot's
@@ -15,7 +15,7 @@ the oracle (:mod:`iggy_spark.oracle`) cannot answer alone:
   the last 100 batches in the checkpoint, so a long run takes them from
   :meth:`SlotWatch.batches`, which remembers every batch it saw.
 
-:class:`PipelineJob` runs ``python -m iggy_spark.pipeline`` as its own process group, so
+:class:`PipelineJob` runs ``python -m pg_to_iggy.pipeline`` as its own process group, so
 :meth:`PipelineJob.kill` SIGKILLs the Python driver, the JVM and Spark's Python workers at once:
 the crash a real deployment sees when its machine or container dies.
 
@@ -38,8 +38,8 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import IO, Any
 
+from iggy_spark_testing.workload import Workload
 from postgres_cdc_source.lsn import format_lsn, lsn_from_offset, parse_lsn
-from postgres_cdc_source.workload import Workload
 
 
 def prepare_capture(dsn: str, name: str, *, seed: int) -> tuple[Workload, dict[str, str]]:
@@ -334,7 +334,7 @@ def wait_until(
 
 
 class PipelineJob:
-    """``python -m iggy_spark.pipeline`` as a child process group that can be SIGKILLed whole.
+    """``python -m pg_to_iggy.pipeline`` as a child process group that can be SIGKILLed whole.
 
     Output goes to ``log_path`` (appended across restarts). Spark's web UI is off, so several
     jobs and a test session can run side by side.
@@ -357,7 +357,7 @@ class PipelineJob:
         self.checkpoint = Path(checkpoint)
         self.log_path = Path(log_path)
         self.command = [
-            sys.executable, "-m", "iggy_spark.pipeline", "--master", master, "--dsn", dsn,
+            sys.executable, "-m", "pg_to_iggy.pipeline", "--master", master, "--dsn", dsn,
             "--slot", slot, "--url", url, "--checkpoint", str(checkpoint),
         ]
         for flag, options in (("--source", source), ("--sink", sink)):

@@ -1,7 +1,7 @@
 """The main job, end to end: one Postgres table with 50 event types, each routed to its own topic.
 
-``./run demo`` (or ``python -m iggy_spark.demo``) starts a throwaway Postgres and the local Iggy
-broker (or uses ``PG_CDC_DSN`` / ``IGGY_URL``), starts the streaming query ``pg_cdc`` →
+``./run demo`` (or ``python -m iggy_spark_testing.demo``) starts a throwaway Postgres and the
+local Iggy broker (or uses ``PG_CDC_DSN`` / ``IGGY_URL``), starts the streaming query ``pg_cdc`` →
 ``iggy_routed`` with ``topic_from=event_type``, writes ``--events`` rows while the query runs,
 then reads every topic back over TCP and checks that each topic holds exactly the rows of its
 event type. It exits 0 only if every count matches.
@@ -23,9 +23,9 @@ from typing import Any
 
 import orjson
 
-from iggy_spark.pipeline import start_pipeline
-from iggy_spark.readback import read_topic
-from postgres_cdc_source.harness import postgres
+from iggy_spark_testing.harness import postgres
+from iggy_spark_testing.readback import read_topic
+from pg_to_iggy.pipeline import start_pipeline
 
 EVENT_TYPES = tuple(f"event_{i:02d}" for i in range(50))
 STREAM = "demo"
@@ -49,7 +49,7 @@ def _broker() -> Iterator[str]:
     if url:
         yield url
         return
-    from iggy_spark.local import LocalIggy
+    from iggy_local import LocalIggy
 
     with LocalIggy() as broker:
         yield broker.url

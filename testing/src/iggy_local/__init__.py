@@ -5,7 +5,7 @@ single-process asyncio broker that the real ``apache-iggy`` SDK drives unchanged
 It keeps streams, topics, partitions, messages and consumer offsets in memory, and with a data
 directory in an fsynced append-only journal that a restart replays.
 
->>> from iggy_spark.local import LocalIggy
+>>> from iggy_local import LocalIggy
 >>> with LocalIggy() as broker:  # doctest: +SKIP
 ...     client = IggyClient.from_connection_string(broker.url)
 """

@@ -1,0 +1,12 @@
+"""The pipeline both connectors were built for, as a library call and a job: ``pg_cdc`` →
+``iggy_routed``.
+
+It lives apart from either connector because it needs both; install it with
+``pip install iggy-spark[all]`` and run it as ``pg-to-iggy`` (or ``python -m pg_to_iggy``).
+"""
+
+from __future__ import annotations
+
+from pg_to_iggy.pipeline import JSON_COLUMNS, main, start_pipeline
+
+__all__ = ["JSON_COLUMNS", "main", "start_pipeline"]
