@@ -51,8 +51,8 @@ OPTION_DOCS: tuple[OptionDoc, ...] = (
     OptionDoc(
         "publication",
         "(the slot name)",
-        "pgoutput publication; created if missing "
-        "(FOR ALL TABLES, or for the tables matching include_tables at creation)",
+        "pgoutput publication; if missing, created with its `<name>_inserts` sibling and kept "
+        "in sync with the tables (see Publications); an existing one is used as it is",
     ),
     OptionDoc("create_slot", "true", "create the slot (and publication) if missing"),
     OptionDoc("include_tables", "(all)", "regular expression, full match on `schema.table`"),

@@ -32,7 +32,7 @@ from pyspark.sql.streaming.datasource import (
     SupportsTriggerAvailableNow,
 )
 
-from postgres_cdc_source import slot
+from postgres_cdc_source import publication, slot
 from postgres_cdc_source.assembly import record_batches, transactions
 from postgres_cdc_source.decoding.factory import make_decoder
 from postgres_cdc_source.errors import SourceError
@@ -124,6 +124,8 @@ class PgCdcStreamReader(DataSourceStreamReader, SupportsTriggerAvailableNow):
         return _offset(self._driver(lambda conn: self._plan(conn, start_lsn, max_bytes)))
 
     def _plan(self, conn: psycopg.Connection[Any], start: int, max_bytes: int | None) -> int:
+        if self.options.plugin == "pgoutput":
+            publication.sync(conn, self.options)  # new tables join before their changes count
         flush = slot.flush_lsn(conn)
         if self._target is not None:
             flush = min(flush, self._target)
@@ -136,7 +138,8 @@ class PgCdcStreamReader(DataSourceStreamReader, SupportsTriggerAvailableNow):
         # transaction after `start` ends; that needs the slot at `start`, which is safe here
         # because Spark asks for batch N's end only after batch N-1 (ending at `start`) committed.
         slot.bring_to(conn, self.options, start)
-        first_end = slot.first_commit_end(conn, self.options, flush)
+        pubs = slot.publications(conn, self.options)
+        first_end = slot.first_commit_end(conn, self.options, flush, pubs)
         return max(start + max_bytes, min(first_end or 0, flush))
 
     def partitions(self, start: dict[str, Any], end: dict[str, Any]) -> Sequence[InputPartition]:
@@ -175,9 +178,10 @@ class PgCdcStreamReader(DataSourceStreamReader, SupportsTriggerAvailableNow):
         conn = _connect_with_retry(options, autocommit=False)
         try:
             slot.bring_to(conn, options, partition.start)
+            pubs = slot.publications(conn, options)
             conn.commit()
             decoder = make_decoder(options, conn)
-            events = decoder.events(slot.peek(conn, options, partition.end))
+            events = decoder.events(slot.peek(conn, options, partition.end, pubs))
             yield from record_batches(
                 transactions(events, options.spill_rows), Router(options), options.batch_rows
             )

@@ -1,7 +1,7 @@
-"""Slot and publication administration, peeking and advancing: the only SQL ``pg_cdc`` runs.
+"""Slot administration, peeking and advancing (publications: :mod:`.publication`).
 
-Identifiers (the publication, schemas, tables) are composed with :mod:`psycopg.sql`; slot names,
-LSNs and plugin options are query parameters. Nothing is string-formatted into SQL.
+Identifiers are composed with :mod:`psycopg.sql`; slot names, LSNs and plugin options are query
+parameters. Nothing is string-formatted into SQL.
 
 The slot is read with ``pg_logical_slot_peek_*changes`` and moved only with
 ``pg_replication_slot_advance``, never consumed with ``get_changes``: reading is repeatable, so a
@@ -19,6 +19,7 @@ import psycopg
 from psycopg import errors as pgerrors
 from psycopg import sql
 
+from postgres_cdc_source import publication
 from postgres_cdc_source.decoding.factory import plugin_options
 from postgres_cdc_source.errors import SlotError, SourceError
 from postgres_cdc_source.lsn import format_lsn
@@ -34,6 +35,7 @@ __all__ = [
     "advance",
     "bring_to",
     "peek",
+    "publications",
     "first_commit_end",
 ]
 
@@ -131,7 +133,7 @@ def ensure_slot(options: CdcOptions) -> SlotState:
                 f"{state.database!r}, but dsn connects to {database!r}"
             )
         if options.plugin == "pgoutput":
-            _ensure_publication(conn, options)
+            publication.ensure(conn, options)
         return state
 
 
@@ -149,46 +151,6 @@ def _create_slot(conn: Conn, options: CdcOptions) -> None:
             f"role {user!r} may not create replication slots ({exc.diag.message_primary}):"
             f" ALTER ROLE {user} REPLICATION, or create slot {options.slot!r} as a "
             "superuser"
-        ) from None
-
-
-def _ensure_publication(conn: Conn, options: CdcOptions) -> None:
-    name = options.publication
-    if conn.execute("SELECT 1 FROM pg_publication WHERE pubname = %s", (name,)).fetchone():
-        return
-    if not options.create_slot:
-        raise SlotError(
-            f"publication {name!r} does not exist: CREATE PUBLICATION it or set create_slot=true"
-        )
-    if options.include_tables is None:
-        stmt = sql.SQL("CREATE PUBLICATION {} FOR ALL TABLES").format(sql.Identifier(name))
-    else:
-        tables = [
-            (schema, table)
-            for schema, table in conn.execute(
-                "SELECT schemaname, tablename FROM pg_tables"
-                " WHERE schemaname NOT IN ('pg_catalog', 'information_schema')"
-                " ORDER BY 1, 2"
-            ).fetchall()
-            if options.keeps(schema, table)
-        ]
-        if not tables:
-            raise SlotError(
-                f"include_tables matches no existing table, so publication {name!r} "
-                "cannot be created for them: create the tables or the publication first"
-            )
-        stmt = sql.SQL("CREATE PUBLICATION {} FOR TABLE {}").format(
-            sql.Identifier(name), sql.SQL(", ").join(sql.Identifier(s, t) for s, t in tables)
-        )
-    try:
-        conn.execute(stmt)
-        log.info("created publication %s", name)
-    except pgerrors.DuplicateObject:
-        pass
-    except pgerrors.InsufficientPrivilege as exc:
-        raise SlotError(
-            f"cannot create publication {name!r} ({exc.diag.message_primary}): create "
-            "it as a superuser or the tables' owner"
         ) from None
 
 
@@ -246,7 +208,12 @@ def bring_to(conn: Conn, options: CdcOptions, start: int) -> None:
         log.warning("%s; skipping ahead because fail_on_data_loss=false", message)
 
 
-def _peek_query(options: CdcOptions) -> tuple[sql.Composed, list[str]]:
+def publications(conn: Conn, options: CdcOptions) -> list[str]:
+    """pgoutput's ``publication_names`` for this slot (empty for test_decoding)."""
+    return publication.names(conn, options) if options.plugin == "pgoutput" else []
+
+
+def _peek_query(options: CdcOptions, pubs: list[str]) -> tuple[sql.Composed, list[str]]:
     func = (
         "pg_logical_slot_peek_binary_changes"
         if options.plugin == "pgoutput"
@@ -256,20 +223,21 @@ def _peek_query(options: CdcOptions) -> tuple[sql.Composed, list[str]]:
         "SELECT (lsn - '0/0')::int8, xid::text::int8, data"
         " FROM {}(%s, %s::pg_lsn, %s, VARIADIC %s::text[])"
     ).format(sql.Identifier(func))
-    return query, plugin_options(options)
+    return query, plugin_options(options, pubs)
 
 
 def peek(
     conn: Conn,
     options: CdcOptions,
     upto: int,
+    pubs: list[str],
 ) -> Iterator[Row]:
     """Stream ``(lsn, xid, data)`` rows up to ``upto`` without consuming them.
 
     A server-side cursor fetches ``fetch_rows`` at a time, so a transaction of a million changes
     never sits whole in this process. ``conn`` must not be in autocommit mode.
     """
-    query, plugin_options = _peek_query(options)
+    query, plugin_options = _peek_query(options, pubs)
     try:
         with conn.cursor(name="pg_cdc_peek", binary=True) as cur:
             cur.itersize = options.fetch_rows
@@ -283,13 +251,14 @@ def first_commit_end(
     conn: Conn,
     options: CdcOptions,
     upto: int,
+    pubs: list[str],
 ) -> int | None:
     """End LSN of the first transaction the slot would emit, looking no further than ``upto``.
 
     Used to stretch a byte-limited batch so it holds at least one whole transaction: otherwise a
     transaction larger than the limit would be re-decoded from its start by every batch it spans.
     """
-    query, plugin_options = _peek_query(options)
+    query, plugin_options = _peek_query(options, pubs)
     probe = sql.SQL("SELECT max(lsn) FROM ({}) AS peeked(lsn, xid, data)").format(query)
     try:
         row = conn.execute(probe, (options.slot, format_lsn(upto), 1, plugin_options)).fetchone()

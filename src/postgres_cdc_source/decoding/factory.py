@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+from collections.abc import Sequence
 from typing import Any
 
 import psycopg
@@ -20,9 +21,12 @@ from postgres_cdc_source.options import CdcOptions
 __all__ = ["make_decoder", "plugin_options"]
 
 
-def plugin_options(options: CdcOptions) -> list[str]:
-    """The output plugin's options as the flat name/value list the peek functions take."""
-    pairs = (pgoutput_options([options.publication]) if options.plugin == "pgoutput"
+def plugin_options(options: CdcOptions, publications: Sequence[str]) -> list[str]:
+    """The output plugin's options as the flat name/value list the peek functions take.
+
+    ``publications`` are pgoutput's ``publication_names`` (ignored by test_decoding).
+    """
+    pairs = (pgoutput_options(publications) if options.plugin == "pgoutput"
              else TEST_DECODING_OPTIONS)
     return [item for pair in pairs.items() for item in pair]
 

@@ -19,8 +19,8 @@ A tuple is a count then, per column, ``n`` (NULL), ``u`` (unchanged TOAST value,
 first change of each relation in a decoding session (and again after it changes), so a decoder
 built fresh for each peek always sees every relation it needs.
 
-Only tables in the publication are sent. For ``seq`` to agree with test_decoding's, the
-publication must cover every table that changes in the transaction (``FOR ALL TABLES``).
+Only tables in the publications are sent. For ``seq`` to agree with test_decoding's, the
+publications must cover every table that changes in the transaction.
 """
 
 from __future__ import annotations
