@@ -9,9 +9,11 @@ Contract with Spark (pyspark 4.3, measured; see the README's delivery section):
   ``start`` and before ``end``: the slot is put at ``start`` before the batch is read, and the
   read peeks up to ``end``. ``end`` never exceeds the WAL flush position seen when planning.
 * The slot moves forward only to LSNs Spark has durably committed: to ``end`` in
-  :meth:`commit` (the normal path), or up to a batch's ``start`` when planning or reading it
-  (Spark plans batch N only after batch N-1 is in ``commits/``; ``commit`` is at-most-once and
-  never runs for the last batch of an ``availableNow`` run).
+  :meth:`commit` (the normal path), or up to ``start`` in every ``latestOffset(start)`` and
+  every read of a batch starting there (Spark asks for ``latestOffset(start)`` only after the
+  batch ending at ``start`` is in ``commits/``; ``commit`` is at-most-once, is not called when
+  nothing is new, and never runs for the last batch of an ``availableNow`` run). So an idle
+  server's slot reaches the last committed batch's end within one trigger.
 """
 
 from __future__ import annotations
@@ -124,6 +126,10 @@ class PgCdcStreamReader(DataSourceStreamReader, SupportsTriggerAvailableNow):
         return _offset(self._driver(lambda conn: self._plan(conn, start_lsn, max_bytes)))
 
     def _plan(self, conn: psycopg.Connection[Any], start: int, max_bytes: int | None) -> int:
+        # Spark asks for the end of batch N only once batch N-1 (ending at `start`) is in
+        # `commits/`; `commit` for it may never come (nothing new, the end of an availableNow
+        # run, a lost callback), so release its WAL here, idle or not.
+        slot.bring_to(conn, self.options, start)
         if self.options.plugin == "pgoutput":
             publication.sync(conn, self.options)  # new tables join before their changes count
         flush = slot.flush_lsn(conn)
@@ -135,9 +141,7 @@ class PgCdcStreamReader(DataSourceStreamReader, SupportsTriggerAvailableNow):
             return flush
         # A transaction larger than the limit must still fit in one batch whole: otherwise every
         # batch it spans would re-decode it from its first change. Find where the first
-        # transaction after `start` ends; that needs the slot at `start`, which is safe here
-        # because Spark asks for batch N's end only after batch N-1 (ending at `start`) committed.
-        slot.bring_to(conn, self.options, start)
+        # transaction after `start` ends (the slot is at `start` now).
         pubs = slot.publications(conn, self.options)
         first_end = slot.first_commit_end(conn, self.options, flush, pubs)
         return max(start + max_bytes, min(first_end or 0, flush))
