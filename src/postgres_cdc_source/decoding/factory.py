@@ -38,11 +38,12 @@ def make_decoder(options: CdcOptions, conn: psycopg.Connection[Any]) -> Decoder:
     in the catalog, on the peeking connection (same ``search_path`` as the output it parses).
     """
     table_filter = options.keeps if options.filters_tables else None
+    keep_values = options.routes_by_column  # the Router reads decoded values, not JSON again
     if options.plugin == "pgoutput":
-        return PgOutputDecoder(table_filter)
+        return PgOutputDecoder(table_filter, keep_values=keep_values)
 
     def catalog(schema: str, table: str) -> TableInfo | None:
         rows = conn.execute(CATALOG_QUERY, (schema, table)).fetchall()
         return table_info_from_rows(schema, table, rows)
 
-    return TestDecodingDecoder(catalog, table_filter)
+    return TestDecodingDecoder(catalog, table_filter, keep_values=keep_values)
