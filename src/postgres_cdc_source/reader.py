@@ -95,11 +95,10 @@ class PgCdcStreamReader(DataSourceStreamReader, SupportsTriggerAvailableNow):
             except psycopg.OperationalError as exc:
                 self._conn.close()
                 self._conn = None
-                if attempt == 2:
-                    raise SourceError(
-                        f"lost the connection to Postgres ({self.options.safe_dsn}): "
-                        f"{exc.__class__.__name__}"
-                    ) from None
+                if attempt == 2 or not slot.is_transient(exc):
+                    raise slot.source_error(
+                        f"Postgres failed ({self.options.safe_dsn})", exc, self.options
+                    ) from exc
         raise AssertionError("unreachable")
 
     def initialOffset(self) -> dict[str, str]:
@@ -195,12 +194,16 @@ class PgCdcStreamReader(DataSourceStreamReader, SupportsTriggerAvailableNow):
 
 def _connect_with_retry(options: CdcOptions, *, autocommit: bool) -> psycopg.Connection[Any]:
     """Connect, riding out a server restart of up to ``_CONNECT_RETRY_SECONDS`` (on the driver
-    too: a planning call that fails stops the query)."""
+    too: a planning call that fails stops the query).
+
+    Only what waiting can heal is retried (:func:`slot.is_transient`): a wrong password or a
+    missing database fails at once, with Postgres's message and SQLSTATE.
+    """
     deadline = time.monotonic() + _CONNECT_RETRY_SECONDS
     while True:
         try:
             return slot.connect(options, autocommit=autocommit)
-        except SourceError:
-            if time.monotonic() > deadline:
+        except SourceError as exc:
+            if not exc.transient or time.monotonic() > deadline:
                 raise
             time.sleep(1.0)

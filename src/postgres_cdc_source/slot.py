@@ -36,6 +36,8 @@ __all__ = [
     "bring_to",
     "peek",
     "publications",
+    "is_transient",
+    "source_error",
     "first_commit_end",
 ]
 
@@ -57,19 +59,38 @@ class SlotState:
 
 
 def connect(options: CdcOptions, *, autocommit: bool = True) -> Conn:
-    """A connection whose session settings make value text (dates, floats) deterministic."""
+    """A connection whose session settings make value text (dates, floats) deterministic.
+
+    A failure raises :class:`SourceError` saying whether waiting can heal it. libpq reports no
+    SQLSTATE for a failed connection, so the server is asked with ``PQping``, which reads the
+    server's SQLSTATE itself: no answer, or ``cannot_connect_now`` (57P03: starting up, shutting
+    down, recovering), is transient; a server that accepts connections but refused this one
+    (password, database, privileges, ``pg_hba.conf``) will refuse it again, after one more try in
+    case it only just finished starting.
+    """
     session = " ".join(f"-c {k}={v}" for k, v in SESSION_SETTINGS.items())
-    try:
-        return psycopg.connect(
-            options.dsn,
-            autocommit=autocommit,
-            options=session,
-            application_name="pg_cdc",
-        )
-    except psycopg.OperationalError as exc:
-        raise SourceError(
-            f"cannot connect to Postgres ({options.safe_dsn}): {_scrub(str(exc), options)}"
-        ) from None
+    for attempt in (1, 2):
+        try:
+            return psycopg.connect(
+                options.dsn,
+                autocommit=autocommit,
+                options=session,
+                application_name="pg_cdc",
+            )
+        except psycopg.OperationalError as exc:
+            ping = psycopg.pq.PGconn.ping(options.dsn.encode())
+            if ping == psycopg.pq.Ping.OK and attempt == 1:
+                continue
+            rejecting = ping == psycopg.pq.Ping.REJECT
+            # `from None`: libpq's text is kept (scrubbed) in the message; the chained original
+            # is not, so no traceback can show a DSN.
+            raise SourceError(
+                f"cannot connect to Postgres ({options.safe_dsn}): {_scrub(str(exc), options)}"
+                + (" (SQLSTATE 57P03)" if rejecting else ""),
+                "57P03" if rejecting else None,
+                transient=rejecting or ping == psycopg.pq.Ping.NO_RESPONSE,
+            ) from None
+    raise AssertionError("unreachable")
 
 
 def _scrub(message: str, options: CdcOptions) -> str:
@@ -77,7 +98,27 @@ def _scrub(message: str, options: CdcOptions) -> str:
     from psycopg.conninfo import conninfo_to_dict
 
     password = conninfo_to_dict(options.dsn).get("password")
-    return message.replace(str(password), "***") if password else message.strip()
+    message = message.strip()
+    return message.replace(str(password), "***") if password else message
+
+
+# Errors of a running session that waiting can heal: the server is shutting down or restarting
+# (57P01-57P03), full for now (53300), or the connection failed (class 08, or no SQLSTATE:
+# dropped before the server answered).
+_TRANSIENT_SQLSTATES = frozenset({"57P01", "57P02", "57P03", "53300"})
+
+
+def is_transient(exc: psycopg.Error) -> bool:
+    """Whether retrying ``exc`` later can succeed (see ``_TRANSIENT_SQLSTATES``)."""
+    state = exc.sqlstate
+    return state is None or state.startswith("08") or state in _TRANSIENT_SQLSTATES
+
+
+def source_error(what: str, exc: psycopg.Error, options: CdcOptions) -> SourceError:
+    """A :class:`SourceError` keeping Postgres's message (scrubbed) and SQLSTATE."""
+    state = exc.sqlstate
+    detail = _scrub(str(exc), options) + (f" (SQLSTATE {state})" if state else "")
+    return SourceError(f"{what}: {detail}", state, is_transient(exc))
 
 
 def slot_state(conn: Conn, slot: str) -> SlotState | None:
