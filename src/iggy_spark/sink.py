@@ -5,6 +5,7 @@ from __future__ import annotations
 from pyspark.sql.datasource import DataSource, DataSourceStreamWriter
 from pyspark.sql.types import StructType
 
+from iggy_spark.columns import check_columns
 from iggy_spark.options import RoutedOptions
 from iggy_spark.report import Ledger, ledger_path
 from iggy_spark.writer import IggyRoutedStreamWriter
@@ -15,8 +16,9 @@ __all__ = ["IggyRoutedDataSource"]
 class IggyRoutedDataSource(DataSource):
     """``df.writeStream.format("iggy_routed")``: each row says which Iggy stream/topic it goes to.
 
-    Spark builds a writer per micro-batch on the driver; options are parsed there, before any
-    task runs, so a bad option fails the query at start naming the option. The destinations
+    Spark builds a writer per micro-batch on the driver; options are parsed and the columns'
+    types checked there, before any task runs, so a bad option or a column of the wrong type
+    fails the query at start naming it. The destinations
     this query has already admitted are read from the ledger next to the checkpoint and handed
     to every task, which keeps ``admission.max_destinations`` a per-query cap.
     """
@@ -27,5 +29,6 @@ class IggyRoutedDataSource(DataSource):
 
     def streamWriter(self, schema: StructType, overwrite: bool) -> DataSourceStreamWriter:
         options = RoutedOptions.from_options(self.options)
+        check_columns(schema, options)
         path = ledger_path(self.options.get("checkpointlocation"))
         return IggyRoutedStreamWriter(options, Ledger(path).admitted, path)
