@@ -88,6 +88,11 @@ def cdc_options(draw: st.DrawFn) -> dict[str, str]:
     }.items():
         if draw(st.booleans()):
             options[name] = draw(values)
+    # a route by a row column needs the default it falls back to
+    for route, builtin, default in (("topic_from", "table", "default_topic"),
+                                    ("stream_from", "schema", "default_stream")):
+        if options.get(route, builtin) != builtin:
+            options.setdefault(default, draw(_NAME_TEXT))
     return _any_case(draw, options)
 
 

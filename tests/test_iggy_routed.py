@@ -149,3 +149,14 @@ def test_parallel_tasks_create_one_destination_once(
     ) == list(range(40))
     [row] = iggy_spark.destinations(feed.checkpoint).collect()
     assert (row.messages, row.created) == (40, True)
+
+
+def test_a_contract_column_of_the_wrong_type_fails_at_query_start_naming_it(
+    spark: SparkSession, broker: LocalIggy, tmp_path: Path, name: str
+) -> None:
+    feed = Feed(spark, tmp_path, "stream string, topic int, n int")
+    feed.add([(name, 1, 1)])
+    query = feed.run(broker.url)
+    assert "column 'topic': has type int; the sink accepts string" in str(query.exception())
+    with pytest.raises(LookupError):
+        poll_all(broker.address, name, "1")  # nothing moved

@@ -637,9 +637,23 @@ def test_local_iggy_surface(tmp_path: Path) -> None:
 # -- pure codecs --------------------------------------------------------------------------------
 
 
-def test_key_partitioning_matches_the_server() -> None:
-    assert partition_for_key(b"user-42", 4) == 2
-    assert [partition_for_key(f"k{i}".encode(), 1) for i in range(5)] == [0] * 5
+# XXH32 (seed 0) reference values: the xxHash specification's test vectors, and one key whose
+# hash was computed with the xxhash package's xxh32 directly.
+XXH32_VECTORS = {
+    b"": 0x02CC5D05,
+    b"a": 0x550D7456,
+    b"abc": 0x32D153FF,
+    b"Nobody inspects the spammish repetition": 0xE2293B2F,
+    b"user-42": 0x61819A7E,
+}
+
+
+@pytest.mark.parametrize("key,digest", sorted(XXH32_VECTORS.items()))
+def test_key_partitioning_matches_the_server(key: bytes, digest: int) -> None:
+    # the server's rule (apache/iggy, calculate_partition_id_by_messages_key_hash): XXH32 of the
+    # key, seed 0, modulo the partition count, partitions numbered from 0
+    for count in (1, 2, 3, 4, 7, 1000):
+        assert partition_for_key(key, count) == digest % count
 
 
 def test_batches_verify_stamp_and_slice() -> None:

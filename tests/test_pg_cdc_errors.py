@@ -6,6 +6,7 @@ servers, so each failure is checked where it starts rather than through Spark's 
 
 from __future__ import annotations
 
+import pickle
 import subprocess
 import time
 from collections.abc import Iterator
@@ -137,3 +138,32 @@ def test_the_password_never_shows_in_repr() -> None:
     options = CdcOptions.from_options({"dsn": "host=x user=u password=hunter2", "slot": "s"})
     assert "hunter2" not in repr(options) and "hunter2" not in options.safe_dsn
     assert "hunter2" not in repr(PgCdcStreamReader(options).options)
+
+
+def test_what_waiting_cannot_heal_fails_at_once_with_the_servers_message_and_sqlstate(
+    pg: LocalPostgres,
+) -> None:
+    dsn = pg.dsn + " dbname=no_such_db password=s3cret"
+    started = time.monotonic()
+    with pytest.raises(SourceError) as info:
+        list(reader(dsn, "any").read(CdcPartition(1, 2)))
+    assert time.monotonic() - started < 10  # not retried for 30 s
+    assert not info.value.transient  # libpq reports no SQLSTATE for a failed connection
+    assert 'database "no_such_db" does not exist' in str(info.value)
+    assert "s3cret" not in str(info.value)
+
+
+def test_connection_failures_are_transient_and_keep_their_cause(pg: LocalPostgres) -> None:
+    refused = f"host=127.0.0.1 port={free_port()} user=postgres connect_timeout=2"
+    with pytest.raises(SourceError) as info:
+        reader(refused, "any").initialOffset()
+    assert info.value.transient and info.value.sqlstate is None
+    # a server that ends the session (57P01) on both attempts: its message and code reach the user
+    r = reader(pg.dsn, "any", create_slot="true")
+    r._checked = True  # no slot needed for this
+    with pytest.raises(SourceError) as info:
+        r._driver(lambda conn: conn.execute("SELECT pg_terminate_backend(pg_backend_pid())"))
+    assert info.value.sqlstate == "57P01" and info.value.transient
+    assert "terminating connection due to administrator command" in str(info.value)
+    shipped = pickle.loads(pickle.dumps(info.value))  # as an executor's error reaches the driver
+    assert (shipped.sqlstate, shipped.transient, str(shipped)) == ("57P01", True, str(info.value))

@@ -9,7 +9,6 @@ from __future__ import annotations
 import json
 import multiprocessing
 import os
-import time
 from collections import Counter
 from typing import Any
 
@@ -24,7 +23,6 @@ from iggy_spark.admission import Destination
 from iggy_spark.encoding import message_id
 from iggy_spark.errors import AdmissionError, DestinationError, ServerError
 from iggy_spark.options import RoutedOptions
-from iggy_spark.partitioning import partition_for_key
 from iggy_spark.report import Ledger, TaskReport
 from iggy_spark.writer import IggyRoutedStreamWriter
 
@@ -161,8 +159,10 @@ def test_per_key_order_and_payload_headers_id_round_trip(broker: LocalIggy, name
         assert m.headers == {"h": i}
         assert m.id == message_id(f"id-{i}")
     assert all(seq == sorted(seq) for seq in by_key.values())
-    # the partition is the server's own rule for the key (XXH32 mod count)
-    assert partitions == {k: {partition_for_key(k.encode(), 3)} for k in by_key}
+    # the server's rule (apache/iggy: XXH32 seed 0 of the key, mod the partition count), with
+    # values computed once by the xxhash package's xxh32 directly, not by the sink's function
+    assert partitions == {"user-0": {2}, "user-1": {0}, "user-2": {2}, "user-3": {1},
+                          "user-4": {2}, "user-5": {0}, "user-6": {2}}
 
 
 def test_breaker_opens_after_threshold_and_half_opens_after_cool_down(
@@ -172,11 +172,17 @@ def test_breaker_opens_after_threshold_and_half_opens_after_cool_down(
     options = {
         "create_destinations": "false",
         "circuit_breaker.failure_threshold": "3",
-        "circuit_breaker.cool_down": "1s",
+        "circuit_breaker.cool_down": "30s",
         "on_admission_failure": "dlq",
         "dlq.stream": "dlqs",
         "dlq.topic": "dlq",
     }
+    # the process's breaker board for these options, on a clock the test moves
+    now = [1000.0]
+    parsed = RoutedOptions.from_options({"url": broker.url, **options})
+    writer_module._boards[(parsed.url, parsed.breaker)] = parsed.new_breaker_board(
+        clock=lambda: now[0]
+    )
     from broker_fixtures import connect, run
 
     async def make_dlq() -> None:
@@ -199,7 +205,10 @@ def test_breaker_opens_after_threshold_and_half_opens_after_cool_down(
         await client.create_topic(name, "missing", 1)
 
     run(make_topic())
-    time.sleep(1.1)
+    now[0] += 29.9  # still cooling down: refused without trying
+    report = make_writer(broker, **options).write(iter([rows]))
+    assert report.rejected == {"circuit_open": 1} and report.routed == {"dlqs/dlq": 1}
+    now[0] += 0.1  # the cool-down is over
     report = make_writer(broker, **options).write(iter([rows]))  # the half-open probe
     assert report.routed == {f"{name}/missing": 1}
     assert report.breakers[f"{name}/missing"]["state"] == "closed"

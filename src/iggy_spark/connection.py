@@ -38,6 +38,7 @@ class IggyConnection:
         )
         self._thread.start()
         self._client: apache_iggy.IggyClient | None = None
+        self._connecting = asyncio.Lock()  # one connect at a time: coroutines share its client
 
     @classmethod
     def shared(cls, url: IggyUrl) -> IggyConnection:
@@ -49,18 +50,32 @@ class IggyConnection:
             return conn
 
     async def client(self) -> apache_iggy.IggyClient:
-        """The client, connected on first use; the URL's credentials log it in on every connect."""
-        if self._client is None:
-            import apache_iggy
+        """The client, connected on first use; the URL's credentials log it in on every connect.
 
-            client = apache_iggy.IggyClient(self.url.to_tcp_config())
-            await client.connect()
-            self._client = client
-        return self._client
+        Coroutines that find no client wait for one connect and all get its client, so a
+        process holds one connection per URL even right after :meth:`reset`.
+        """
+        client = self._client
+        if client is not None:
+            return client
+        async with self._connecting:
+            if self._client is None:
+                import apache_iggy
 
-    def reset(self) -> None:
-        """Forget the client after a disconnection or a hung call; the next use reconnects."""
-        self._client = None
+                client = apache_iggy.IggyClient(self.url.to_tcp_config())
+                await client.connect()
+                self._client = client
+            return self._client
+
+    def reset(self, stale: apache_iggy.IggyClient) -> None:
+        """Drop ``stale`` after a disconnection or a hung call; the next use reconnects.
+
+        Only if it is still the current client: another coroutine that failed on the same
+        client may already have replaced it. The SDK has no close call; dropping the last
+        reference closes the connection (coroutines still holding it finish with it first).
+        """
+        if self._client is stale:
+            self._client = None
 
     def submit(self, coro: Coroutine[Any, Any, T]) -> Future[T]:
         """Schedule ``coro`` on this connection's loop."""

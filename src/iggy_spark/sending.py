@@ -1,7 +1,7 @@
 """The sink's conversation with Iggy: make sure a destination exists, and send to it.
 
-The SDK reports every failure as a ``RuntimeError`` with a message; the two distinctions the
-sink needs are drawn here and nowhere else:
+The SDK reports every failure as a ``RuntimeError`` carrying its error variant's text; the two
+distinctions the sink needs are drawn here and nowhere else:
 
 * *already exists* on create is success: tasks racing to create one destination all win;
 * *disconnection* hits every destination at once, so it is retried until ``send_timeout`` and
@@ -11,6 +11,7 @@ sink needs are drawn here and nowhere else:
 from __future__ import annotations
 
 import asyncio
+import re
 import time
 from collections.abc import Awaitable, Callable, Sequence
 from dataclasses import dataclass
@@ -28,16 +29,26 @@ __all__ = ["Topic", "ensure_topic", "send", "is_disconnection", "Disconnected"]
 
 T = TypeVar("T")
 
-_DISCONNECTION_MARKERS = (
-    "disconnected",
-    "not connected",
-    "cannot establish connection",
-    "connection closed",
-    "connection reset",
-    "connection refused",
-    "client shutdown",
-    "due to client disconnection",
-    "broken pipe",
+# The SDK raises ``RuntimeError(str(IggyError))``, with no error code attached. These
+# ``IggyError`` variants (apache/iggy, core/common/src/error/iggy_error.rs) mean the connection,
+# not the request, failed; none takes a parameter, so the whole message identifies the variant
+# exactly, and no name or text from a request (a stream called "disconnected") can match one.
+_DISCONNECTION_VARIANTS = frozenset({
+    "Disconnected",
+    "Not connected",
+    "Cannot establish connection",
+    "Connection closed",
+    "Client shutdown",
+    "Stale client",
+    "TCP error",
+    "QUIC error",
+    "Cannot sed messages due to client disconnection",  # sic, as the SDK spells it
+})
+# StreamNameAlreadyExists and TopicNameAlreadyExists, as the SDK words them (whole message).
+_ALREADY_EXISTS = re.compile(
+    r"(Stream with name: .* already exists\.|Topic with name: .* for stream with ID: .* already "
+    r"exists\.)",
+    re.DOTALL,
 )
 _RETRY_PAUSE = 0.5
 _ATTEMPT_SECONDS = 15.0
@@ -48,13 +59,20 @@ class Disconnected(Exception):
 
 
 def is_disconnection(exc: BaseException) -> bool:
-    """Whether ``exc`` (or a cause of it) says the connection, not the destination, failed."""
-    while exc is not None:
-        if isinstance(exc, ConnectionError | asyncio.TimeoutError):
+    """Whether ``exc`` (or a cause of it) says the connection, not the destination, failed.
+
+    Decided by type (Python's connection errors and timeouts: the SDK's calls time out while
+    the server is unreachable) and by the SDK error's variant; the text of this package's own
+    errors is never read.
+    """
+    seen: BaseException | None = exc
+    while seen is not None:
+        if isinstance(seen, ConnectionError | TimeoutError):
             return True
-        if any(marker in str(exc).lower() for marker in _DISCONNECTION_MARKERS):
+        if (type(seen) is RuntimeError and len(seen.args) == 1
+                and seen.args[0] in _DISCONNECTION_VARIANTS):
             return True
-        exc = exc.__cause__  # type: ignore[assignment]
+        seen = seen.__cause__
     return False
 
 
@@ -79,6 +97,7 @@ async def _retrying(
     deadline = time.monotonic() + timeout
     while True:
         attempt = max(min(_ATTEMPT_SECONDS, deadline - time.monotonic()), 0.1)
+        client: apache_iggy.IggyClient | None = None
         try:
             try:
                 client = await asyncio.wait_for(conn.client(), attempt)
@@ -92,7 +111,8 @@ async def _retrying(
         except Exception as exc:  # noqa: BLE001 - the SDK raises bare RuntimeErrors
             if not is_disconnection(exc):
                 raise
-            conn.reset()
+            if client is not None:
+                conn.reset(client)
             if time.monotonic() >= deadline:
                 reason = str(exc) or f"no answer within {attempt:g}s"
                 raise Disconnected(f"Iggy at {conn.url.server_address} unreachable for "
@@ -105,7 +125,7 @@ async def _create(call: Awaitable[Any]) -> bool:
     try:
         await call
     except RuntimeError as exc:
-        if "already exists" in str(exc):
+        if type(exc) is RuntimeError and _ALREADY_EXISTS.fullmatch(str(exc)):
             return False
         raise
     return True

@@ -110,6 +110,7 @@ class _Columns:
     ) -> None:
         n = len(changes)
         lsns, *rest = zip(*changes, strict=True)
+        del rest[len(self.changes):]  # Change.values is for the router only
         self.lsn.extend([f"{lsn >> 32:X}/{lsn & 0xFFFF_FFFF:X}" for lsn in lsns])
         self.commit_lsn.extend([commit_lsn] * n)
         self.xid.extend([xid] * n)

@@ -2,6 +2,12 @@
 
 So a CDC stream can feed ``iggy_routed`` directly: ``topic_from=table`` sends each table to its
 own topic, ``topic_from=<column>`` sends each row by a value it carries (an event type, a tenant).
+
+A column is read from the decoded values the decoder kept (:attr:`Change.values`), never by
+parsing the JSON text again: per column, the new row's value, else the old row's (``REPLICA
+IDENTITY FULL``), else the key's. A change that carries the column nowhere (a delete under the
+default identity routed by a non-key column) gets ``default_stream``/``default_topic``, which
+the options require alongside a column route.
 """
 
 from __future__ import annotations
@@ -16,7 +22,7 @@ from postgres_cdc_source.options import CdcOptions
 __all__ = ["Router"]
 
 Destination = tuple[str | None, str | None, str | None]
-_Pick = Callable[[Change, "dict[str, object] | None"], "str | None"]
+_Pick = Callable[[Change], "str | None"]
 
 
 def _as_text(value: object) -> str | None:
@@ -27,31 +33,29 @@ def _as_text(value: object) -> str | None:
     return orjson.dumps(value).decode()
 
 
-def _row_of(change: Change) -> dict[str, object] | None:
-    """The row a column is read from: the new row, else the old one, else the key."""
-    text = change.after or change.before or change.key
-    row = orjson.loads(text) if text else None
-    return row if isinstance(row, dict) else None
+def _picker(spec: str | None, builtin: str, attr: _Pick) -> _Pick | None:
+    if spec is None:
+        return None
+    if spec == builtin:
+        return attr
+
+    def column(change: Change) -> str | None:
+        values = change.values
+        return _as_text(values.get(spec)) if values else None
+
+    return column
 
 
 class Router:
     """Compute a change's destination columns; built once per read from :class:`CdcOptions`."""
 
     def __init__(self, options: CdcOptions) -> None:
-        self._stream = self._picker(options.stream_from, "schema", lambda c: c.schema)
-        self._topic = self._picker(options.topic_from, "table", lambda c: c.table)
-        self._key = self._picker(options.partition_key_from, "key", lambda c: c.key)
+        self._stream = _picker(options.stream_from, "schema", lambda c: c.schema)
+        self._topic = _picker(options.topic_from, "table", lambda c: c.table)
+        self._key = _picker(options.partition_key_from, "key", lambda c: c.key)
         self._default_stream = options.default_stream
         self._default_topic = options.default_topic
-        self._needs_row = any(
-            spec not in (None, builtin)
-            for spec, builtin in (
-                (options.stream_from, "schema"),
-                (options.topic_from, "table"),
-                (options.partition_key_from, "key"),
-            )
-        )
-        self.active = self._needs_row or any(
+        self.active = any(
             x is not None
             for x in (
                 options.stream_from,
@@ -62,21 +66,10 @@ class Router:
             )
         )
 
-    @staticmethod
-    def _picker(
-        spec: str | None, builtin: str, attr: Callable[[Change], str | None]
-    ) -> _Pick | None:
-        if spec is None:
-            return None
-        if spec == builtin:
-            return lambda change, row: attr(change)
-        return lambda change, row: _as_text(row.get(spec)) if row is not None else None
-
     def route(self, change: Change) -> Destination:
-        row = _row_of(change) if self._needs_row else None
-        stream = self._stream(change, row) if self._stream else None
-        topic = self._topic(change, row) if self._topic else None
-        key = self._key(change, row) if self._key else None
+        stream = self._stream(change) if self._stream else None
+        topic = self._topic(change) if self._topic else None
+        key = self._key(change) if self._key else None
         return (
             stream if stream is not None else self._default_stream,
             topic if topic is not None else self._default_topic,

@@ -34,7 +34,21 @@ class SlotError(CdcError):
 
 
 class SourceError(CdcError):
-    """Postgres could not be reached or failed while a batch was read."""
+    """Postgres could not be reached or failed while a batch was read.
+
+    ``sqlstate`` is Postgres's error code when the server sent one (``None`` when the
+    connection itself failed: refused, timed out, dropped); ``transient`` says whether waiting
+    can heal it (the server starting up or restarting, a lost connection), which is the only
+    case the reader retries. The message carries the server's own text, password scrubbed.
+    """
+
+    def __init__(self, message: str, sqlstate: str | None = None, transient: bool = False) -> None:
+        super().__init__(message)
+        self.sqlstate = sqlstate
+        self.transient = transient
+
+    def __reduce__(self) -> tuple[type[SourceError], tuple[str, str | None, bool]]:
+        return type(self), (str(self), self.sqlstate, self.transient)
 
 
 class DecodeError(CdcError, ValueError):

@@ -51,8 +51,8 @@ OPTION_DOCS: tuple[OptionDoc, ...] = (
     OptionDoc(
         "publication",
         "(the slot name)",
-        "pgoutput publication; created if missing "
-        "(FOR ALL TABLES, or for the tables matching include_tables at creation)",
+        "pgoutput publication; if missing, created with its `<name>_inserts` sibling and kept "
+        "in sync with the tables (see Publications); an existing one is used as it is",
     ),
     OptionDoc("create_slot", "true", "create the slot (and publication) if missing"),
     OptionDoc("include_tables", "(all)", "regular expression, full match on `schema.table`"),
@@ -69,8 +69,16 @@ OPTION_DOCS: tuple[OptionDoc, ...] = (
         "fail when the slot is found ahead of the checkpoint "
         "(changes consumed elsewhere); false skips ahead with a warning",
     ),
-    OptionDoc("topic_from", "(none)", "fill `topic`: `table`, or the name of a row column"),
-    OptionDoc("stream_from", "(none)", "fill `stream`: `schema`, or the name of a row column"),
+    OptionDoc(
+        "topic_from",
+        "(none)",
+        "fill `topic`: `table`, or the name of a row column (then default_topic is required)",
+    ),
+    OptionDoc(
+        "stream_from",
+        "(none)",
+        "fill `stream`: `schema`, or the name of a row column (then default_stream is required)",
+    ),
     OptionDoc(
         "partition_key_from",
         "(none)",
@@ -87,6 +95,17 @@ OPTION_DOCS: tuple[OptionDoc, ...] = (
         "the rest waits on local disk for its COMMIT",
     ),
 )
+
+# Routing options, and the value of each that is not a column name.
+_BUILTIN_ROUTE = {"topic_from": "table", "stream_from": "schema", "partition_key_from": "key"}
+# A column route can find no value (a delete under the default replica identity carries only
+# the key): the default it then falls back to is required.
+_ROUTE_DEFAULT = {"topic_from": "default_topic", "stream_from": "default_stream"}
+
+
+def _is_column_route(option: str, value: str | None) -> bool:
+    return value is not None and value != _BUILTIN_ROUTE[option]
+
 
 _DEFAULTS = {doc.name: doc.default for doc in OPTION_DOCS if not doc.default.startswith("(")}
 # Spark adds these itself; they are not ours to validate.
@@ -171,6 +190,13 @@ class CdcOptions:
         return self.exclude_tables is None or not self.exclude_tables.fullmatch(name)
 
     @property
+    def routes_by_column(self) -> bool:
+        """Whether a routing option names a row column (rather than table, schema or key)."""
+        return any(
+            _is_column_route(option, getattr(self, option)) for option in _BUILTIN_ROUTE
+        )
+
+    @property
     def filters_tables(self) -> bool:
         return self.include_tables is not None or self.exclude_tables is not None
 
@@ -232,6 +258,14 @@ class CdcOptions:
         ):
             if value is not None and not value.strip():
                 raise ConfigError(option, f"bad value for {option}: empty")
+            default = _ROUTE_DEFAULT.get(option)
+            if default is not None and _is_column_route(option, value) and not get(default):
+                raise ConfigError(
+                    default,
+                    f"option {default!r} is required with {option}={value!r}: a change whose "
+                    f"row does not carry column {value!r} (a delete under the default replica "
+                    f"identity carries only the key) is routed there",
+                )
         return cls(
             dsn=dsn,
             slot=slot,

@@ -9,9 +9,11 @@ Contract with Spark (pyspark 4.3, measured; see the README's delivery section):
   ``start`` and before ``end``: the slot is put at ``start`` before the batch is read, and the
   read peeks up to ``end``. ``end`` never exceeds the WAL flush position seen when planning.
 * The slot moves forward only to LSNs Spark has durably committed: to ``end`` in
-  :meth:`commit` (the normal path), or up to a batch's ``start`` when planning or reading it
-  (Spark plans batch N only after batch N-1 is in ``commits/``; ``commit`` is at-most-once and
-  never runs for the last batch of an ``availableNow`` run).
+  :meth:`commit` (the normal path), or up to ``start`` in every ``latestOffset(start)`` and
+  every read of a batch starting there (Spark asks for ``latestOffset(start)`` only after the
+  batch ending at ``start`` is in ``commits/``; ``commit`` is at-most-once, is not called when
+  nothing is new, and never runs for the last batch of an ``availableNow`` run). So an idle
+  server's slot reaches the last committed batch's end within one trigger.
 """
 
 from __future__ import annotations
@@ -32,7 +34,7 @@ from pyspark.sql.streaming.datasource import (
     SupportsTriggerAvailableNow,
 )
 
-from postgres_cdc_source import slot
+from postgres_cdc_source import publication, slot
 from postgres_cdc_source.assembly import record_batches, transactions
 from postgres_cdc_source.decoding.factory import make_decoder
 from postgres_cdc_source.destination_columns import Router
@@ -93,11 +95,10 @@ class PgCdcStreamReader(DataSourceStreamReader, SupportsTriggerAvailableNow):
             except psycopg.OperationalError as exc:
                 self._conn.close()
                 self._conn = None
-                if attempt == 2:
-                    raise SourceError(
-                        f"lost the connection to Postgres ({self.options.safe_dsn}): "
-                        f"{exc.__class__.__name__}"
-                    ) from None
+                if attempt == 2 or not slot.is_transient(exc):
+                    raise slot.source_error(
+                        f"Postgres failed ({self.options.safe_dsn})", exc, self.options
+                    ) from exc
         raise AssertionError("unreachable")
 
     def initialOffset(self) -> dict[str, str]:
@@ -124,6 +125,12 @@ class PgCdcStreamReader(DataSourceStreamReader, SupportsTriggerAvailableNow):
         return _offset(self._driver(lambda conn: self._plan(conn, start_lsn, max_bytes)))
 
     def _plan(self, conn: psycopg.Connection[Any], start: int, max_bytes: int | None) -> int:
+        # Spark asks for the end of batch N only once batch N-1 (ending at `start`) is in
+        # `commits/`; `commit` for it may never come (nothing new, the end of an availableNow
+        # run, a lost callback), so release its WAL here, idle or not.
+        slot.bring_to(conn, self.options, start)
+        if self.options.plugin == "pgoutput":
+            publication.sync(conn, self.options)  # new tables join before their changes count
         flush = slot.flush_lsn(conn)
         if self._target is not None:
             flush = min(flush, self._target)
@@ -133,10 +140,9 @@ class PgCdcStreamReader(DataSourceStreamReader, SupportsTriggerAvailableNow):
             return flush
         # A transaction larger than the limit must still fit in one batch whole: otherwise every
         # batch it spans would re-decode it from its first change. Find where the first
-        # transaction after `start` ends; that needs the slot at `start`, which is safe here
-        # because Spark asks for batch N's end only after batch N-1 (ending at `start`) committed.
-        slot.bring_to(conn, self.options, start)
-        first_end = slot.first_commit_end(conn, self.options, flush)
+        # transaction after `start` ends (the slot is at `start` now).
+        pubs = slot.publications(conn, self.options)
+        first_end = slot.first_commit_end(conn, self.options, flush, pubs)
         return max(start + max_bytes, min(first_end or 0, flush))
 
     def partitions(self, start: dict[str, Any], end: dict[str, Any]) -> Sequence[InputPartition]:
@@ -175,9 +181,10 @@ class PgCdcStreamReader(DataSourceStreamReader, SupportsTriggerAvailableNow):
         conn = _connect_with_retry(options, autocommit=False)
         try:
             slot.bring_to(conn, options, partition.start)
+            pubs = slot.publications(conn, options)
             conn.commit()
             decoder = make_decoder(options, conn)
-            events = decoder.events(slot.peek(conn, options, partition.end))
+            events = decoder.events(slot.peek(conn, options, partition.end, pubs))
             yield from record_batches(
                 transactions(events, options.spill_rows), Router(options), options.batch_rows
             )
@@ -187,12 +194,16 @@ class PgCdcStreamReader(DataSourceStreamReader, SupportsTriggerAvailableNow):
 
 def _connect_with_retry(options: CdcOptions, *, autocommit: bool) -> psycopg.Connection[Any]:
     """Connect, riding out a server restart of up to ``_CONNECT_RETRY_SECONDS`` (on the driver
-    too: a planning call that fails stops the query)."""
+    too: a planning call that fails stops the query).
+
+    Only what waiting can heal is retried (:func:`slot.is_transient`): a wrong password or a
+    missing database fails at once, with Postgres's message and SQLSTATE.
+    """
     deadline = time.monotonic() + _CONNECT_RETRY_SECONDS
     while True:
         try:
             return slot.connect(options, autocommit=autocommit)
-        except SourceError:
-            if time.monotonic() > deadline:
+        except SourceError as exc:
+            if not exc.transient or time.monotonic() > deadline:
                 raise
             time.sleep(1.0)

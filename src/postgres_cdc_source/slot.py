@@ -1,7 +1,7 @@
-"""Slot and publication administration, peeking and advancing: the only SQL ``pg_cdc`` runs.
+"""Slot administration, peeking and advancing (publications: :mod:`.publication`).
 
-Identifiers (the publication, schemas, tables) are composed with :mod:`psycopg.sql`; slot names,
-LSNs and plugin options are query parameters. Nothing is string-formatted into SQL.
+Identifiers are composed with :mod:`psycopg.sql`; slot names, LSNs and plugin options are query
+parameters. Nothing is string-formatted into SQL.
 
 The slot is read with ``pg_logical_slot_peek_*changes`` and moved only with
 ``pg_replication_slot_advance``, never consumed with ``get_changes``: reading is repeatable, so a
@@ -19,6 +19,7 @@ import psycopg
 from psycopg import errors as pgerrors
 from psycopg import sql
 
+from postgres_cdc_source import publication
 from postgres_cdc_source.decoding.factory import plugin_options
 from postgres_cdc_source.errors import SlotError, SourceError
 from postgres_cdc_source.lsn import format_lsn
@@ -34,6 +35,9 @@ __all__ = [
     "advance",
     "bring_to",
     "peek",
+    "publications",
+    "is_transient",
+    "source_error",
     "first_commit_end",
 ]
 
@@ -55,19 +59,38 @@ class SlotState:
 
 
 def connect(options: CdcOptions, *, autocommit: bool = True) -> Conn:
-    """A connection whose session settings make value text (dates, floats) deterministic."""
+    """A connection whose session settings make value text (dates, floats) deterministic.
+
+    A failure raises :class:`SourceError` saying whether waiting can heal it. libpq reports no
+    SQLSTATE for a failed connection, so the server is asked with ``PQping``, which reads the
+    server's SQLSTATE itself: no answer, or ``cannot_connect_now`` (57P03: starting up, shutting
+    down, recovering), is transient; a server that accepts connections but refused this one
+    (password, database, privileges, ``pg_hba.conf``) will refuse it again, after one more try in
+    case it only just finished starting.
+    """
     session = " ".join(f"-c {k}={v}" for k, v in SESSION_SETTINGS.items())
-    try:
-        return psycopg.connect(
-            options.dsn,
-            autocommit=autocommit,
-            options=session,
-            application_name="pg_cdc",
-        )
-    except psycopg.OperationalError as exc:
-        raise SourceError(
-            f"cannot connect to Postgres ({options.safe_dsn}): {_scrub(str(exc), options)}"
-        ) from None
+    for attempt in (1, 2):
+        try:
+            return psycopg.connect(
+                options.dsn,
+                autocommit=autocommit,
+                options=session,
+                application_name="pg_cdc",
+            )
+        except psycopg.OperationalError as exc:
+            ping = psycopg.pq.PGconn.ping(options.dsn.encode())
+            if ping == psycopg.pq.Ping.OK and attempt == 1:
+                continue
+            rejecting = ping == psycopg.pq.Ping.REJECT
+            # `from None`: libpq's text is kept (scrubbed) in the message; the chained original
+            # is not, so no traceback can show a DSN.
+            raise SourceError(
+                f"cannot connect to Postgres ({options.safe_dsn}): {_scrub(str(exc), options)}"
+                + (" (SQLSTATE 57P03)" if rejecting else ""),
+                "57P03" if rejecting else None,
+                transient=rejecting or ping == psycopg.pq.Ping.NO_RESPONSE,
+            ) from None
+    raise AssertionError("unreachable")
 
 
 def _scrub(message: str, options: CdcOptions) -> str:
@@ -75,7 +98,27 @@ def _scrub(message: str, options: CdcOptions) -> str:
     from psycopg.conninfo import conninfo_to_dict
 
     password = conninfo_to_dict(options.dsn).get("password")
-    return message.replace(str(password), "***") if password else message.strip()
+    message = message.strip()
+    return message.replace(str(password), "***") if password else message
+
+
+# Errors of a running session that waiting can heal: the server is shutting down or restarting
+# (57P01-57P03), full for now (53300), or the connection failed (class 08, or no SQLSTATE:
+# dropped before the server answered).
+_TRANSIENT_SQLSTATES = frozenset({"57P01", "57P02", "57P03", "53300"})
+
+
+def is_transient(exc: psycopg.Error) -> bool:
+    """Whether retrying ``exc`` later can succeed (see ``_TRANSIENT_SQLSTATES``)."""
+    state = exc.sqlstate
+    return state is None or state.startswith("08") or state in _TRANSIENT_SQLSTATES
+
+
+def source_error(what: str, exc: psycopg.Error, options: CdcOptions) -> SourceError:
+    """A :class:`SourceError` keeping Postgres's message (scrubbed) and SQLSTATE."""
+    state = exc.sqlstate
+    detail = _scrub(str(exc), options) + (f" (SQLSTATE {state})" if state else "")
+    return SourceError(f"{what}: {detail}", state, is_transient(exc))
 
 
 def slot_state(conn: Conn, slot: str) -> SlotState | None:
@@ -131,7 +174,7 @@ def ensure_slot(options: CdcOptions) -> SlotState:
                 f"{state.database!r}, but dsn connects to {database!r}"
             )
         if options.plugin == "pgoutput":
-            _ensure_publication(conn, options)
+            publication.ensure(conn, options)
         return state
 
 
@@ -149,46 +192,6 @@ def _create_slot(conn: Conn, options: CdcOptions) -> None:
             f"role {user!r} may not create replication slots ({exc.diag.message_primary}):"
             f" ALTER ROLE {user} REPLICATION, or create slot {options.slot!r} as a "
             "superuser"
-        ) from None
-
-
-def _ensure_publication(conn: Conn, options: CdcOptions) -> None:
-    name = options.publication
-    if conn.execute("SELECT 1 FROM pg_publication WHERE pubname = %s", (name,)).fetchone():
-        return
-    if not options.create_slot:
-        raise SlotError(
-            f"publication {name!r} does not exist: CREATE PUBLICATION it or set create_slot=true"
-        )
-    if options.include_tables is None:
-        stmt = sql.SQL("CREATE PUBLICATION {} FOR ALL TABLES").format(sql.Identifier(name))
-    else:
-        tables = [
-            (schema, table)
-            for schema, table in conn.execute(
-                "SELECT schemaname, tablename FROM pg_tables"
-                " WHERE schemaname NOT IN ('pg_catalog', 'information_schema')"
-                " ORDER BY 1, 2"
-            ).fetchall()
-            if options.keeps(schema, table)
-        ]
-        if not tables:
-            raise SlotError(
-                f"include_tables matches no existing table, so publication {name!r} "
-                "cannot be created for them: create the tables or the publication first"
-            )
-        stmt = sql.SQL("CREATE PUBLICATION {} FOR TABLE {}").format(
-            sql.Identifier(name), sql.SQL(", ").join(sql.Identifier(s, t) for s, t in tables)
-        )
-    try:
-        conn.execute(stmt)
-        log.info("created publication %s", name)
-    except pgerrors.DuplicateObject:
-        pass
-    except pgerrors.InsufficientPrivilege as exc:
-        raise SlotError(
-            f"cannot create publication {name!r} ({exc.diag.message_primary}): create "
-            "it as a superuser or the tables' owner"
         ) from None
 
 
@@ -246,7 +249,12 @@ def bring_to(conn: Conn, options: CdcOptions, start: int) -> None:
         log.warning("%s; skipping ahead because fail_on_data_loss=false", message)
 
 
-def _peek_query(options: CdcOptions) -> tuple[sql.Composed, list[str]]:
+def publications(conn: Conn, options: CdcOptions) -> list[str]:
+    """pgoutput's ``publication_names`` for this slot (empty for test_decoding)."""
+    return publication.names(conn, options) if options.plugin == "pgoutput" else []
+
+
+def _peek_query(options: CdcOptions, pubs: list[str]) -> tuple[sql.Composed, list[str]]:
     func = (
         "pg_logical_slot_peek_binary_changes"
         if options.plugin == "pgoutput"
@@ -256,20 +264,21 @@ def _peek_query(options: CdcOptions) -> tuple[sql.Composed, list[str]]:
         "SELECT (lsn - '0/0')::int8, xid::text::int8, data"
         " FROM {}(%s, %s::pg_lsn, %s, VARIADIC %s::text[])"
     ).format(sql.Identifier(func))
-    return query, plugin_options(options)
+    return query, plugin_options(options, pubs)
 
 
 def peek(
     conn: Conn,
     options: CdcOptions,
     upto: int,
+    pubs: list[str],
 ) -> Iterator[Row]:
     """Stream ``(lsn, xid, data)`` rows up to ``upto`` without consuming them.
 
     A server-side cursor fetches ``fetch_rows`` at a time, so a transaction of a million changes
     never sits whole in this process. ``conn`` must not be in autocommit mode.
     """
-    query, plugin_options = _peek_query(options)
+    query, plugin_options = _peek_query(options, pubs)
     try:
         with conn.cursor(name="pg_cdc_peek", binary=True) as cur:
             cur.itersize = options.fetch_rows
@@ -283,13 +292,14 @@ def first_commit_end(
     conn: Conn,
     options: CdcOptions,
     upto: int,
+    pubs: list[str],
 ) -> int | None:
     """End LSN of the first transaction the slot would emit, looking no further than ``upto``.
 
     Used to stretch a byte-limited batch so it holds at least one whole transaction: otherwise a
     transaction larger than the limit would be re-decoded from its start by every batch it spans.
     """
-    query, plugin_options = _peek_query(options)
+    query, plugin_options = _peek_query(options, pubs)
     probe = sql.SQL("SELECT max(lsn) FROM ({}) AS peeked(lsn, xid, data)").format(query)
     try:
         row = conn.execute(probe, (options.slot, format_lsn(upto), 1, plugin_options)).fetchone()

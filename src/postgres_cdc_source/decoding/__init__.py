@@ -39,7 +39,7 @@ from postgres_cdc_source.values import Converter
 __all__ = [
     "Begin", "Change", "Commit", "Event", "PeekRow", "TableFilter", "Decoder",
     "INSERT", "UPDATE", "DELETE", "TRUNCATE", "UNCHANGED", "RowShape", "build_change",
-    "empty_change", "decode_error", "RawValue",
+    "empty_change", "decode_error", "RawValue", "route_values",
 ]
 
 INSERT: Final = "insert"
@@ -71,6 +71,10 @@ class Change(NamedTuple):
     before: str | None
     after: str | None
     unchanged: tuple[str, ...]
+    values: dict[str, Any] | None = None
+    """Decoded column values for routing by a column, kept only when the decoder is asked to
+    (``keep_values``): per column, the new row's value, else the old row's (``REPLICA IDENTITY
+    FULL``), else the key's. ``None`` otherwise, and for truncate."""
 
 
 class Commit(NamedTuple):
@@ -155,9 +159,9 @@ def decode_error(plugin: str, lsn: int, what: str) -> DecodeError:
 _dumps = orjson.dumps
 
 
-def _object(names: Iterable[str], values: Iterable[Any]) -> str:
-    """JSON object of the given columns, leaving out those whose value is :data:`UNCHANGED`."""
-    return _dumps({n: v for n, v in zip(names, values, strict=True) if v is not UNCHANGED}).decode()
+def _object(names: Iterable[str], values: Iterable[Any]) -> dict[str, Any]:
+    """The columns as a dict in table order, leaving out those whose value is :data:`UNCHANGED`."""
+    return {n: v for n, v in zip(names, values, strict=True) if v is not UNCHANGED}
 
 
 def _convert(converters: Sequence[Converter], raw: Sequence[Any]) -> list[Any]:
@@ -168,12 +172,29 @@ def _convert(converters: Sequence[Converter], raw: Sequence[Any]) -> list[Any]:
     ]
 
 
-def _key(shape: RowShape, values: Sequence[Any]) -> str | None:
+def _key(shape: RowShape, values: Sequence[Any]) -> dict[str, Any] | None:
     """The key object picked from converted ``values`` (``None`` if the table has no key)."""
     indexes = shape.key
     if not indexes:
         return None
     return _object(shape.key_names, [values[i] for i in indexes])
+
+
+def _json(obj: dict[str, Any] | None) -> str | None:
+    return None if obj is None else _dumps(obj).decode()
+
+
+def route_values(
+    key: dict[str, Any] | None, before: dict[str, Any] | None, after: dict[str, Any] | None
+) -> dict[str, Any] | None:
+    """Per column, the value of ``after``, else ``before``, else ``key`` (see Change.values)."""
+    present = [d for d in (key, before, after) if d]
+    if len(present) <= 1:
+        return present[0] if present else None
+    merged: dict[str, Any] = {}
+    for d in present:
+        merged.update(d)
+    return merged
 
 
 def build_change(
@@ -186,12 +207,14 @@ def build_change(
     *,
     old_is_full: bool,
     new_has_unchanged: bool,
+    keep_values: bool = False,
 ) -> Change:
     """Build a change from parsed column text; ``old``/``new`` are aligned with ``shape``.
 
     ``old`` is the old tuple Postgres sent (``None`` if none): the whole old row when
     ``old_is_full``, else only the key columns (other positions ``None``). ``new_has_unchanged``
     says whether ``new`` holds :data:`UNCHANGED`, so the common case skips looking for it.
+    ``keep_values`` fills :attr:`Change.values` for routing by a column.
     Raises :class:`DecodeError` naming the column whose text its converter rejects.
     """
     names = shape.names
@@ -211,10 +234,11 @@ def build_change(
                 new_values = [
                     None if r is None else c(r) for c, r in zip(converters, texts, strict=True)
                 ]
-                after = _dumps(dict(zip(names, new_values, strict=True))).decode()
+                after = dict(zip(names, new_values, strict=True))
             if op == INSERT:  # the key an insert creates, so routing by key sees every op
-                return Change(lsn, seq, shape.schema, shape.table, op, _key(shape, new_values),
-                              None, after, unchanged)
+                return Change(lsn, seq, shape.schema, shape.table, op,
+                              _json(_key(shape, new_values)), None, _dumps(after).decode(),
+                              unchanged, after if keep_values else None)
             if old is None:  # Postgres sent no old key: the key has not changed
                 key = _key(shape, new_values)
         if old is not None:
@@ -226,7 +250,13 @@ def build_change(
                 key = _key(shape, _convert(converters, old))
     except (ValueError, KeyError, TypeError) as exc:
         raise _conversion_error(shape, lsn, (old, new), exc) from exc
-    return Change(lsn, seq, shape.schema, shape.table, op, key, before, after, unchanged)
+    values = None
+    if keep_values:  # a new row without unchanged columns holds every column: no merging
+        values = after if after is not None and not unchanged else route_values(key, before, after)
+    before_json = _json(before)
+    key_json = before_json if key is before else _json(key)  # FULL: the key is the old row
+    return Change(lsn, seq, shape.schema, shape.table, op, key_json, before_json,
+                  _json(after), unchanged, values)
 
 
 def empty_change(lsn: int, seq: int, schema: str, table: str, op: str) -> Change:

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+from collections.abc import Sequence
 from typing import Any
 
 import psycopg
@@ -20,9 +21,12 @@ from postgres_cdc_source.options import CdcOptions
 __all__ = ["make_decoder", "plugin_options"]
 
 
-def plugin_options(options: CdcOptions) -> list[str]:
-    """The output plugin's options as the flat name/value list the peek functions take."""
-    pairs = (pgoutput_options([options.publication]) if options.plugin == "pgoutput"
+def plugin_options(options: CdcOptions, publications: Sequence[str]) -> list[str]:
+    """The output plugin's options as the flat name/value list the peek functions take.
+
+    ``publications`` are pgoutput's ``publication_names`` (ignored by test_decoding).
+    """
+    pairs = (pgoutput_options(publications) if options.plugin == "pgoutput"
              else TEST_DECODING_OPTIONS)
     return [item for pair in pairs.items() for item in pair]
 
@@ -34,11 +38,12 @@ def make_decoder(options: CdcOptions, conn: psycopg.Connection[Any]) -> Decoder:
     in the catalog, on the peeking connection (same ``search_path`` as the output it parses).
     """
     table_filter = options.keeps if options.filters_tables else None
+    keep_values = options.routes_by_column  # the Router reads decoded values, not JSON again
     if options.plugin == "pgoutput":
-        return PgOutputDecoder(table_filter)
+        return PgOutputDecoder(table_filter, keep_values=keep_values)
 
     def catalog(schema: str, table: str) -> TableInfo | None:
         rows = conn.execute(CATALOG_QUERY, (schema, table)).fetchall()
         return table_info_from_rows(schema, table, rows)
 
-    return TestDecodingDecoder(catalog, table_filter)
+    return TestDecodingDecoder(catalog, table_filter, keep_values=keep_values)

@@ -19,8 +19,8 @@ A tuple is a count then, per column, ``n`` (NULL), ``u`` (unchanged TOAST value,
 first change of each relation in a decoding session (and again after it changes), so a decoder
 built fresh for each peek always sees every relation it needs.
 
-Only tables in the publication are sent. For ``seq`` to agree with test_decoding's, the
-publication must cover every table that changes in the transaction (``FOR ALL TABLES``).
+Only tables in the publications are sent. For ``seq`` to agree with test_decoding's, the
+publications must cover every table that changes in the transaction.
 """
 
 from __future__ import annotations
@@ -158,8 +158,11 @@ class PgOutputDecoder:
     still advance ``seq`` but their tuples are never parsed.
     """
 
-    def __init__(self, table_filter: TableFilter | None = None) -> None:
+    def __init__(
+        self, table_filter: TableFilter | None = None, *, keep_values: bool = False
+    ) -> None:
         self._filter = table_filter
+        self._keep_values = keep_values
         self._relations: dict[int, RowShape] = {}
         self._columns: dict[int, tuple[tuple[str, Converter], ...]] = {}
 
@@ -255,7 +258,8 @@ class PgOutputDecoder:
                 key = (_dumps({name: row[name] for name in shape.key_names}).decode()
                        if shape.key else None)
                 return Change(lsn, seq, shape.schema, shape.table,
-                              INSERT if kind == 73 else UPDATE, key, None, _dumps(row).decode(), ())
+                              INSERT if kind == 73 else UPDATE, key, None, _dumps(row).decode(), (),
+                              row if self._keep_values else None)
         old: list[RawValue] | None = None
         old_is_full = False
         pos = 6
@@ -278,8 +282,8 @@ class PgOutputDecoder:
         if pos != len(data):
             raise ValueError(f"message length {len(data)} does not match its content ({pos})")
         op = INSERT if kind == 73 else UPDATE if kind == 85 else DELETE
-        return build_change(shape, lsn, seq, op, old, new,
-                            old_is_full=old_is_full, new_has_unchanged=has_unchanged)
+        return build_change(shape, lsn, seq, op, old, new, old_is_full=old_is_full,
+                            new_has_unchanged=has_unchanged, keep_values=self._keep_values)
 
     @staticmethod
     def _check_width(shape: RowShape, values: list[RawValue]) -> None:

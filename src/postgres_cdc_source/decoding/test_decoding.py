@@ -285,9 +285,16 @@ class TestDecodingDecoder:
 
     __test__ = False  # not a pytest test class, despite the name
 
-    def __init__(self, catalog: CatalogLookup, table_filter: TableFilter | None = None) -> None:
+    def __init__(
+        self,
+        catalog: CatalogLookup,
+        table_filter: TableFilter | None = None,
+        *,
+        keep_values: bool = False,
+    ) -> None:
         self._catalog = catalog
         self._filter = table_filter
+        self._keep_values = keep_values
         self._tables: dict[tuple[str, str], _Table] = {}
 
     def events(self, rows: Iterable[PeekRow]) -> Iterator[Event]:
@@ -368,8 +375,8 @@ class TestDecodingDecoder:
                 shape = table.shape
             else:
                 shape, old = table.shape_of_old(printed)
-            return build_change(shape, lsn, seq, DELETE, old, None,
-                                old_is_full=table.full, new_has_unchanged=False)
+            return build_change(shape, lsn, seq, DELETE, old, None, old_is_full=table.full,
+                                new_has_unchanged=False, keep_values=self._keep_values)
         columns: Columns | None = None
         if op == UPDATE and line.startswith(" old-key:", pos):
             columns, pos = _columns(line, pos + 9)
@@ -384,8 +391,8 @@ class TestDecodingDecoder:
                 raise ValueError("the old tuple has a column the new tuple does not")
             if table.info is None:  # no catalog: what Postgres logged is the key
                 shape = table.shape_with_key(shape, [n for n, _, _ in columns])
-        return build_change(shape, lsn, seq, op, old, new,
-                            old_is_full=table.full, new_has_unchanged=unchanged)
+        return build_change(shape, lsn, seq, op, old, new, old_is_full=table.full,
+                            new_has_unchanged=unchanged, keep_values=self._keep_values)
 
     def _truncate(self, line: str, lsn: int, seq: int) -> Iterator[Change | None]:
         """One change per truncated table (``None`` for filtered ones, which count too)."""

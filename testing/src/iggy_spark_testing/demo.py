@@ -108,6 +108,7 @@ def main(argv: list[str] | None = None) -> int:
         query = start_pipeline(
             spark, dsn=pg.dsn, slot=slot, url=url, checkpoint=os.path.join(work, "checkpoint"),
             source={"topic_from": "event_type", "default_stream": STREAM,
+                    "default_topic": "unrouted",
                     "partition_key_from": "tenant", "include_tables": rf"public\.{table}",
                     "publication": slot, "max_bytes_per_trigger": args.max_bytes_per_trigger},
             sink={"topic_defaults.partitions_count": "3"},

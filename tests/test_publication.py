@@ -1,0 +1,125 @@
+"""The publications pg_cdc creates never make the owner's writes fail, and follow the tables.
+
+The reader's methods are called directly, as Spark's driver and executors do, against the real
+Postgres: ``initialOffset`` starts a query, ``latestOffset`` plans a batch (and re-syncs the
+publications), ``read`` peeks a batch.
+"""
+
+from __future__ import annotations
+
+import json
+import logging
+
+import pytest
+from pyspark.sql.streaming.datasource import ReadAllAvailable
+
+from iggy_spark_testing.harness import LocalPostgres
+from postgres_cdc_source.lsn import format_lsn, parse_lsn
+from postgres_cdc_source.options import CdcOptions
+from postgres_cdc_source.reader import CdcPartition, PgCdcStreamReader
+
+pytestmark = pytest.mark.services
+
+
+def reader(pg: LocalPostgres, slot: str, **extra: str) -> PgCdcStreamReader:
+    return PgCdcStreamReader(CdcOptions.from_options({"dsn": pg.dsn, "slot": slot, **extra}))
+
+
+Seen = list[tuple[str, str, object]]
+
+
+def changes(r: PgCdcStreamReader, start: int) -> tuple[int, Seen]:
+    """Plan a batch from ``start`` (re-syncing the publications) and read it: (end, changes)."""
+    end = parse_lsn(r.latestOffset({"lsn": format_lsn(start)}, ReadAllAvailable())["lsn"])
+    rows = [
+        row
+        for batch in r.read(CdcPartition(start, end))
+        for row in batch.to_pylist()
+    ] if end > start else []
+    return end, [
+        (row["table"], row["op"], json.loads(row["after"] or row["key"] or "null")) for row in rows
+    ]
+
+
+def members(pg: LocalPostgres, publication: str) -> set[str]:
+    with pg.connect() as conn:
+        return {
+            t for (t,) in conn.execute(
+                "SELECT tablename FROM pg_publication_tables WHERE pubname = %s", (publication,)
+            ).fetchall()
+        }
+
+
+def test_the_owners_updates_and_deletes_on_a_table_without_a_key_still_succeed(
+    pg: LocalPostgres, name: str
+) -> None:
+    with pg.connect() as conn:
+        conn.execute(f"CREATE TABLE {name}_nokey (v int)")
+        conn.execute(f"CREATE TABLE {name}_pk (id int PRIMARY KEY, v int)")
+    r = reader(pg, name)  # pgoutput, no include_tables: every table is captured
+    start = parse_lsn(r.initialOffset()["lsn"])
+    with pg.connect() as conn:  # the owner's application, after pg_cdc started
+        conn.execute(f"INSERT INTO {name}_nokey VALUES (1), (2)")
+        conn.execute(f"UPDATE {name}_nokey SET v = 3 WHERE v = 1")
+        conn.execute(f"DELETE FROM {name}_nokey WHERE v = 2")
+        conn.execute(f"INSERT INTO {name}_pk VALUES (1, 1)")
+        conn.execute(f"UPDATE {name}_pk SET v = 2")
+        conn.execute(f"DELETE FROM {name}_pk")
+        conn.execute(f"TRUNCATE {name}_nokey")
+    _, seen = changes(r, start)
+    assert seen == [
+        (f"{name}_nokey", "insert", {"v": 1}),
+        (f"{name}_nokey", "insert", {"v": 2}),
+        (f"{name}_pk", "insert", {"id": 1, "v": 1}),
+        (f"{name}_pk", "update", {"id": 1, "v": 2}),
+        (f"{name}_pk", "delete", {"id": 1}),
+        (f"{name}_nokey", "truncate", None),
+    ]
+
+
+def test_tables_created_later_are_captured_and_move_when_their_identity_changes(
+    pg: LocalPostgres, name: str
+) -> None:
+    r = reader(pg, name, include_tables=rf"public\.{name}_.*")
+    start = parse_lsn(r.initialOffset()["lsn"])
+    with pg.connect() as conn:
+        conn.execute(f"CREATE TABLE {name}_later (id int NOT NULL)")
+        conn.execute(f"CREATE TABLE other_{name} (id int)")  # does not match
+    start, _ = changes(r, start)  # planning adds the new table
+    assert members(pg, name) == set() and members(pg, f"{name}_inserts") == {f"{name}_later"}
+    with pg.connect() as conn:
+        conn.execute(f"INSERT INTO {name}_later VALUES (1)")
+        conn.execute(f"ALTER TABLE {name}_later ADD PRIMARY KEY (id)")
+    start, seen = changes(r, start)
+    assert seen == [(f"{name}_later", "insert", {"id": 1})]
+    assert members(pg, name) == {f"{name}_later"} and members(pg, f"{name}_inserts") == set()
+    with pg.connect() as conn:
+        conn.execute(f"UPDATE {name}_later SET id = 2")
+        conn.execute(f"ALTER TABLE {name}_later DROP CONSTRAINT {name}_later_pkey")
+    start, seen = changes(r, start)
+    assert seen == [(f"{name}_later", "update", {"id": 2})]
+    assert members(pg, name) == set() and members(pg, f"{name}_inserts") == {f"{name}_later"}
+    with pg.connect() as conn:  # moved back: the owner's updates work again
+        conn.execute(f"UPDATE {name}_later SET id = 3")
+        conn.execute(f"INSERT INTO {name}_later VALUES (4)")
+    _, seen = changes(r, start)
+    assert seen == [(f"{name}_later", "insert", {"id": 4})]
+
+
+def test_a_publication_pg_cdc_did_not_create_is_left_alone(
+    pg: LocalPostgres, name: str, caplog: pytest.LogCaptureFixture
+) -> None:
+    with pg.connect() as conn:
+        conn.execute(f"CREATE TABLE {name}_a (v int)")
+        conn.execute(f"CREATE TABLE {name}_b (id int PRIMARY KEY)")
+        conn.execute(f"CREATE PUBLICATION {name} FOR TABLE {name}_a")
+    r = reader(pg, name, publication=name)
+    with caplog.at_level(logging.WARNING, logger="postgres_cdc_source"):
+        start = parse_lsn(r.initialOffset()["lsn"])
+    assert f"public.{name}_a" in caplog.text and "without a replica identity" in caplog.text
+    changes(r, start)
+    assert members(pg, name) == {f"{name}_a"}
+    with pg.connect() as conn:
+        assert conn.execute(
+            "SELECT count(*) FROM pg_publication WHERE pubname = %s", (f"{name}_inserts",)
+        ).fetchone() == (0,)

@@ -1,0 +1,88 @@
+"""How the sink tells a lost connection from a failing destination, and shares its client.
+
+The exceptions classified here are the ones the real ``apache-iggy`` SDK raises against the
+local broker over TCP (a missing destination, a stopped server), not hand-made look-alikes.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import gc
+
+import apache_iggy
+import psutil
+import pytest
+from hypothesis import given
+from hypothesis import strategies as st
+
+from iggy_local import LocalIggy
+from iggy_spark.connection import IggyConnection
+from iggy_spark.errors import DestinationError, SendError
+from iggy_spark.iggy_url import IggyUrl
+from iggy_spark.sending import is_disconnection
+
+pytestmark = pytest.mark.services
+
+
+async def _raised(coro: object, timeout: float = 10.0) -> BaseException:
+    try:
+        await asyncio.wait_for(coro, timeout)  # type: ignore[arg-type]
+    except BaseException as exc:  # noqa: BLE001 - the exception is the result
+        return exc
+    raise AssertionError("the call succeeded")
+
+
+def test_a_destination_named_like_a_disconnection_is_not_one_but_a_stopped_server_is() -> None:
+    async def scenario(broker: LocalIggy) -> tuple[BaseException, BaseException]:
+        client = apache_iggy.IggyClient(IggyUrl.parse(broker.url).to_tcp_config())
+        await client.connect()
+        missing = await _raised(client.send_messages(
+            "disconnected", "connection closed", apache_iggy.Partitioning.balanced(),
+            [apache_iggy.SendMessage("x")]))
+        broker.kill()
+        hung = await _raised(client.get_topic("s", "t"), 1.0)  # the SDK notices on a timeout
+        assert isinstance(hung, TimeoutError) and is_disconnection(hung)
+        gone = await _raised(client.get_topic("s", "t"))  # then says so itself
+        return missing, gone
+
+    with LocalIggy() as broker:
+        missing, gone = asyncio.run(scenario(broker))
+    assert "disconnected" in str(missing)  # the SDK names the stream in its message...
+    assert not is_disconnection(missing)  # ...which is not a disconnection
+    assert type(gone) is RuntimeError and is_disconnection(gone)
+    assert not is_disconnection(SendError("s", "t", "failed"))
+    wrapped = SendError("s", "t", "failed")
+    wrapped.__cause__ = gone
+    assert is_disconnection(wrapped)
+
+
+@given(st.text(max_size=40), st.text(max_size=40))
+def test_our_own_errors_are_never_read_as_disconnections(stream: str, topic: str) -> None:
+    for name in (stream, "disconnected", "Disconnected", "connection closed"):
+        assert not is_disconnection(DestinationError(name, topic, "Disconnected"))
+        assert not is_disconnection(SendError(name, topic, "Not connected"))
+
+
+def _connections(port: int) -> int:
+    return sum(1 for c in psutil.Process().net_connections("tcp")
+               if c.raddr and c.raddr.port == port and c.status == "ESTABLISHED")
+
+
+def test_one_client_at_a_time_and_a_reset_one_is_closed(broker: LocalIggy) -> None:
+    conn = IggyConnection(IggyUrl.parse(broker.url))
+
+    async def many() -> set[int]:
+        clients = await asyncio.gather(*(conn.client() for _ in range(8)))
+        return {id(c) for c in clients}
+
+    first = conn.run(many(), timeout=30)
+    assert len(first) == 1 and _connections(broker.port) == 1
+    old = conn.run(conn.client())
+    conn.reset(old)
+    del old
+    second = conn.run(many(), timeout=30)
+    assert len(second) == 1 and second != first
+    gc.collect()
+    assert _connections(broker.port) == 1  # the old client's connection is closed
+    conn.reset(apache_iggy.IggyClient("127.0.0.1:1"))  # not the current client: kept
+    assert conn.run(many(), timeout=30) == second

@@ -1,0 +1,47 @@
+"""The slot follows Spark's commits even while nothing new arrives.
+
+Spark calls ``latestOffset(start)`` only once the batch ending at ``start`` is committed, and
+calls ``commit`` only when a new batch starts: planning itself must release ``start``.
+"""
+
+from __future__ import annotations
+
+import pytest
+from pyspark.sql.streaming.datasource import ReadAllAvailable
+
+from iggy_spark_testing.harness import LocalPostgres
+from postgres_cdc_source.lsn import format_lsn, parse_lsn
+from postgres_cdc_source.options import CdcOptions
+from postgres_cdc_source.reader import CdcPartition, PgCdcStreamReader
+
+pytestmark = pytest.mark.services
+
+
+def confirmed(pg: LocalPostgres, slot: str) -> int:
+    with pg.connect() as conn:
+        row = conn.execute(
+            "SELECT confirmed_flush_lsn::text FROM pg_replication_slots WHERE slot_name = %s",
+            (slot,),
+        ).fetchone()
+    assert row is not None
+    return parse_lsn(row[0])
+
+
+@pytest.mark.parametrize("plugin", ["pgoutput", "test_decoding"])
+def test_planning_on_an_idle_server_moves_the_slot_to_the_committed_batch_end(
+    pg: LocalPostgres, name: str, plugin: str
+) -> None:
+    with pg.connect() as conn:
+        conn.execute(f"CREATE TABLE {name}_{plugin} (id int PRIMARY KEY)")
+    r = PgCdcStreamReader(
+        CdcOptions.from_options({"dsn": pg.dsn, "slot": f"{name}_{plugin}", "plugin": plugin})
+    )
+    start = r.initialOffset()
+    with pg.connect() as conn:
+        conn.execute(f"INSERT INTO {name}_{plugin} VALUES (1)")
+    end = r.latestOffset(start, ReadAllAvailable())
+    assert len(list(r.read(CdcPartition(parse_lsn(start["lsn"]), parse_lsn(end["lsn"]))))) == 1
+    assert confirmed(pg, f"{name}_{plugin}") == parse_lsn(start["lsn"])
+    # the batch is committed; the server stays idle, so Spark never calls commit(end)
+    assert r.latestOffset(end, ReadAllAvailable()) == end
+    assert format_lsn(confirmed(pg, f"{name}_{plugin}")) == end["lsn"]
