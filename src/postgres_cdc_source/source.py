@@ -7,6 +7,7 @@ from pyspark.sql.types import StructType
 
 from postgres_cdc_source.errors import ConfigError
 from postgres_cdc_source.options import CdcOptions
+from postgres_cdc_source.polling import PgPollingStreamReader, check_table
 from postgres_cdc_source.reader import PgCdcStreamReader
 from postgres_cdc_source.schema import SPARK_SCHEMA
 
@@ -17,7 +18,8 @@ class PgCdcDataSource(DataSource):
     """``spark.readStream.format("pg_cdc")``: Postgres logical-decoding changes as a stream.
 
     Options are validated when Spark asks for the schema, which happens at ``load()`` on the
-    driver, so a bad option fails before the query starts.
+    driver, so a bad option fails before the query starts; with ``mode=polling`` that includes
+    the table and columns the options name (one catalog lookup).
     """
 
     @classmethod
@@ -25,7 +27,9 @@ class PgCdcDataSource(DataSource):
         return "pg_cdc"
 
     def schema(self) -> StructType:
-        CdcOptions.from_options(self.options)
+        options = CdcOptions.from_options(self.options)
+        if options.polling is not None:
+            check_table(options)
         return SPARK_SCHEMA
 
     def streamReader(self, schema: StructType) -> DataSourceStreamReader:
@@ -36,4 +40,7 @@ class PgCdcDataSource(DataSource):
                 "pg_cdc has a fixed schema; do not pass .schema(...) "
                 f"(expected {expected.simpleString()})",
             )
-        return PgCdcStreamReader(CdcOptions.from_options(self.options))
+        options = CdcOptions.from_options(self.options)
+        if options.polling is not None:
+            return PgPollingStreamReader(options)
+        return PgCdcStreamReader(options)
