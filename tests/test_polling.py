@@ -73,7 +73,8 @@ def test_rows_are_deleted_or_marked_only_after_spark_committed_their_batch(
 
     with pytest.raises(Exception, match="injected crash between read and commit"):
         run(spark, checkpoint, options, observe)
-    crashed = seen[1]
+    first, crashed = seen
+    assert sorted(key_of(r) for r in first) == [1, 2, 3, 4]  # the tie at 2 stays whole
     assert sorted(key_of(r) for r in crashed) == [5, 6]
     unread = {k for k, done in table_state(pg, name).items() if done is False}
     assert unread == set(range(5, 10))  # batch 0 (ids 1-4) went after its commit, not batch 1
@@ -190,3 +191,13 @@ def test_a_transaction_that_commits_late_is_not_lost(
 
 def key_of(row: Row) -> int:
     return int(json.loads(row.key)["id"])
+
+
+def test_bad_polling_options_fail_at_load(
+    spark: SparkSession, pg: LocalPostgres, name: str
+) -> None:
+    base = {"dsn": pg.dsn, "mode": "polling", "table": name, "tracking_column": "ts"}
+    with pytest.raises(Exception, match="option 'slot' only applies to mode=cdc"):
+        spark.readStream.format("pg_cdc").options(**base, slot=name).load()
+    with pytest.raises(Exception, match=f"bad value for table: '{name}' does not exist"):
+        spark.readStream.format("pg_cdc").options(**base).load()
