@@ -209,12 +209,13 @@ class PgPollingStreamReader(DataSourceStreamReader, SupportsTriggerAvailableNow)
 
         try:
             count = self._driver(run)
-        except psycopg.Error as exc:
+        except (psycopg.Error, SourceError) as exc:  # the rows stay; covered again next time
             log.warning(
                 "pg_cdc polling: the %s of rows up to %s in %s failed (%s: %s); the rows stay "
                 "and the next batch's planning retries",
                 "delete" if self.polling.delete_after_read else "update", committed,
-                self.table.qualified, type(exc).__name__, exc.diag.sqlstate,
+                self.table.qualified, type(exc).__name__,
+                exc.diag.sqlstate if isinstance(exc, psycopg.Error) else exc,
             )
             return
         self._done = committed
