@@ -1,4 +1,4 @@
-"""mode=polling options and offsets: pure parsing, no database."""
+"""mode=polling options, offsets and row JSON: pure logic, no database."""
 
 from __future__ import annotations
 
@@ -8,9 +8,11 @@ import pytest
 from hypothesis import given
 from hypothesis import strategies as st
 
+from postgres_cdc_source.decoding import INSERT, RowShape, build_change, row_json
 from postgres_cdc_source.errors import ConfigError
 from postgres_cdc_source.options import CDC_ONLY, OPTION_DOCS, POLLING_ONLY, CdcOptions
 from postgres_cdc_source.polling_offset import PollOffset
+from postgres_cdc_source.values import converter_for_oid
 
 POLLING = {"dsn": "dbname=x", "mode": "polling", "table": "t", "tracking_column": "ts"}
 CDC = {"dsn": "dbname=x", "slot": "s"}
@@ -89,3 +91,33 @@ def test_a_cdc_checkpoint_is_refused() -> None:
         PollOffset.from_json({"lsn": "0/16B3748"})
     with pytest.raises(ConfigError, match="malformed"):
         PollOffset.from_json({"frontier": "7", "tracking": None})
+
+
+_TYPED = st.sampled_from([
+    (23, st.integers(-(2**31), 2**31 - 1).map(str)),
+    (25, st.text().filter(lambda t: "\x00" not in t)),
+    (16, st.sampled_from(["t", "f"])),
+    (701, st.floats(allow_nan=True).map(repr).map(lambda r: {"nan": "NaN", "inf": "Infinity",
+                                                                "-inf": "-Infinity"}.get(r, r))),
+    (3802, st.sampled_from(['{"a": [1, 2.50]}', "null", "[]"])),
+])
+
+
+@given(st.lists(_TYPED, min_size=1, max_size=6).flatmap(
+    lambda types: st.tuples(
+        st.just(types),
+        st.lists(st.tuples(*(st.none() | values for _, values in types)), max_size=5),
+        st.sets(st.integers(0, len(types) - 1)),
+    )))
+def test_row_json_is_build_changes_insert(
+    case: tuple[list[tuple[int, object]], list[tuple[str | None, ...]], set[int]]
+) -> None:
+    """The polling reader's fast path gives exactly the decoders' key and after JSON."""
+    types, rows, key = case
+    names = [f"c{i}" for i in range(len(types))]
+    shape = RowShape("s", "t", names, [converter_for_oid(oid) for oid, _ in types],
+                     sorted(key), True)
+    fast = list(row_json(shape, rows))
+    slow = [build_change(shape, 0, 0, INSERT, None, row, old_is_full=False,
+                         new_has_unchanged=False) for row in rows]
+    assert fast == [(c.key, c.after) for c in slow]

@@ -93,8 +93,9 @@ def test_a_read_row_is_the_decoders_insert_of_the_same_row(
     polled = read_batch(PgPollingStreamReader(CdcOptions.from_options(
         polling(pg.dsn, name, tracking_column="id", topic_from="table",
                 partition_key_from="key"))), {"frontier": 0, "tracking": None})[1]
-    with pg.connect() as conn:
+    with pg.connect() as conn:  # a publication FOR ALL TABLES would bother later tests
         conn.execute("SELECT pg_drop_replication_slot(%s)", (slot,))
+        conn.execute(f"DROP PUBLICATION IF EXISTS {slot}")
 
     assert [r["op"] for r in decoded] == ["insert", "insert"]
     assert [r["op"] for r in polled] == ["read", "read"]

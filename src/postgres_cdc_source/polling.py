@@ -54,7 +54,8 @@ from typing import Any, TypeVar
 
 import psycopg
 import pyarrow as pa
-from psycopg.adapt import Buffer, Loader
+import pyarrow.compute as pc
+from psycopg.types.string import TextLoader
 from pyspark.sql.datasource import DataSourceStreamReader, InputPartition
 from pyspark.sql.streaming.datasource import (
     ReadAllAvailable,
@@ -63,7 +64,7 @@ from pyspark.sql.streaming.datasource import (
     SupportsTriggerAvailableNow,
 )
 
-from postgres_cdc_source.decoding import RowShape, build_change
+from postgres_cdc_source.decoding import Change, RowShape, row_json
 from postgres_cdc_source.errors import SourceError
 from postgres_cdc_source.options import CdcOptions, PollingOptions
 from postgres_cdc_source.polled_table import FRONTIER_QUERY, PolledTable, inspect
@@ -240,7 +241,6 @@ class PgPollingStreamReader(DataSourceStreamReader, SupportsTriggerAvailableNow)
             [converter_for_oid(oid) for oid in table.type_oids], table.key, True,
         )
         router = Router(options)
-        route = router.route if router.active else None
         query, params = table.select_rows(partition.start, partition.end)
         conn = _connect_with_retry(options, autocommit=False)
         try:
@@ -249,7 +249,7 @@ class PgPollingStreamReader(DataSourceStreamReader, SupportsTriggerAvailableNow)
                 cur.execute(query, params)
                 while rows := cur.fetchmany(options.fetch_rows):
                     for start in range(0, len(rows), options.batch_rows):
-                        yield _arrow(rows[start:start + options.batch_rows], shape, route)
+                        yield _arrow(rows[start:start + options.batch_rows], shape, router)
             conn.rollback()
         finally:
             conn.close()
@@ -261,75 +261,52 @@ def _frontier(conn: psycopg.Connection[Any]) -> int:
     return int(row[0])
 
 
-class _RawText(Loader):
-    """Keep a value as Postgres printed it: :mod:`~postgres_cdc_source.values` converts it
-    exactly as it converts the decoders' text, so ``after`` matches theirs byte for byte."""
-
-    def load(self, data: Buffer) -> str:
-        return bytes(data).decode()
-
-
 def _raw_text(cur: psycopg.Cursor[Any], table: PolledTable) -> psycopg.Cursor[Any]:
-    """``cur``, loading every value as text (types psycopg does not know are text already)."""
+    """``cur``, loading every value as the text Postgres printed (types psycopg does not know
+    are text already): :mod:`~postgres_cdc_source.values` converts it exactly as it converts
+    the decoders' text, so ``after`` matches theirs byte for byte."""
     oids = {*table.type_oids}
     for info in psycopg.postgres.types:
         oids.add(info.oid)
         if info.array_oid:
             oids.add(info.array_oid)
     for oid in oids:
-        cur.adapters.register_loader(oid, _RawText)
+        cur.adapters.register_loader(oid, TextLoader)
     return cur
 
 
-_Route = Callable[[Any], tuple[str | None, str | None, str | None]]
-
-
-def _arrow(
-    rows: Sequence[tuple[Any, ...]], shape: RowShape, route: _Route | None
-) -> pa.RecordBatch:
-    """One Arrow batch of ``read`` rows in :data:`ARROW_SCHEMA` order."""
+def _arrow(rows: Sequence[tuple[Any, ...]], shape: RowShape, router: Router) -> pa.RecordBatch:
+    """One Arrow batch of ``read`` rows (xmin, row xid, ctid, columns...) in schema order."""
     n = len(rows)
-    xids: list[int] = []
-    keys: list[str | None] = []
-    afters: list[str | None] = []
-    ids: list[str] = []
-    destinations = []
-    for row in rows:
-        xmin, row_xid, ctid, *values = row
-        change = build_change(
-            shape, 0, 0, READ_OP, None, values, old_is_full=False, new_has_unchanged=False
-        )
-        xids.append(int(xmin))
-        keys.append(change.key)
-        afters.append(change.after)
-        # The version's writer and its key: identical when a batch is read again, new when the
-        # row was updated since. A table without a key falls back to the row's physical place.
-        ids.append(f"{row_xid}:{change.key if change.key is not None else ctid}")
-        if route is not None:
-            destinations.append(route(change))
     string = pa.string()
+    xmin, row_xid, ctid = (pa.array(c, string) for c in list(zip(*rows, strict=True))[:3])
+    keys, afters = zip(*row_json(shape, (row[3:] for row in rows)), strict=True)
+    key = pa.array(keys, string)
+    # The version's writer and its key: identical when a batch is read again, new when the row
+    # was updated since. A table without a key falls back to the row's physical place.
+    ids = pc.binary_join_element_wise(row_xid, pc.coalesce(key, ctid), ":")
     nulls = pa.nulls(n, string)
-    if destinations:
+    stream = topic = partition_key = nulls
+    if router.active:
+        changes = (Change(0, 0, shape.schema, shape.table, READ_OP, k, None, a, ())
+                   for k, a in zip(keys, afters, strict=True))
         stream, topic, partition_key = (
-            pa.array(c, string) for c in zip(*destinations, strict=True)
-        )
-    else:
-        stream = topic = partition_key = nulls
+            pa.array(c, string) for c in zip(*map(router.route, changes), strict=True))
     return pa.RecordBatch.from_arrays(
         [
             nulls,  # lsn
             nulls,  # commit_lsn
-            pa.array(xids, pa.int64()),
+            xmin.cast(pa.int64()),
             pa.nulls(n, ARROW_SCHEMA.field("commit_ts").type),
             pa.nulls(n, pa.int32()),  # seq
             pa.array([shape.schema] * n, string),
             pa.array([shape.table] * n, string),
             pa.array([READ_OP] * n, string),
-            pa.array(keys, string),
+            key,
             nulls,  # before
             pa.array(afters, string),
             pa.ListArray.from_arrays(pa.array([0] * (n + 1), pa.int32()), pa.array([], string)),
-            pa.array(ids, string),
+            ids,
             stream,
             topic,
             partition_key,
