@@ -150,3 +150,16 @@ def test_polling_needs_no_logical_decoding() -> None:
         with server.connect() as conn:
             assert conn.execute("SELECT count(*) FROM events").fetchone() == (0,)
             assert conn.execute("SHOW wal_level").fetchone() == ("minimal",)
+
+
+def test_a_table_without_a_key_is_read_with_ids_from_the_row_place(
+    pg: LocalPostgres, name: str
+) -> None:
+    with pg.connect() as conn:
+        conn.execute(f"CREATE TABLE {name} (ts int, v text)")
+        conn.execute(f"INSERT INTO {name} VALUES (1, 'same'), (1, 'same'), (NULL, 'never')")
+    reader = PgPollingStreamReader(CdcOptions.from_options(polling(pg.dsn, name)))
+    _, rows = read_batch(reader, reader.initialOffset())
+    assert [(r["key"], r["after"]) for r in rows] == [(None, '{"ts":1,"v":"same"}')] * 2
+    assert len({r["id"] for r in rows}) == 2  # identical rows, distinct ids: (0,1) and (0,2)
+    assert all(r["id"].endswith(")") for r in rows)
