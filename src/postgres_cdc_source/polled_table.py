@@ -131,16 +131,23 @@ class PolledTable:
         """The tracking value a batch from ``start`` ends on: the ``limit``-th next one (the
         batch then takes every row with that value), or the last one without a limit."""
         tracking = self._col(self.tracking)
-        params: dict[str, Any] = {"frontier": frontier, "limit": limit}
+        params: dict[str, Any] = {"frontier": frontier}
+        if limit is not None:
+            params["limit"] = limit
         after: sql.Composable = sql.SQL("true")
         if start.tracking is not None:
             after = sql.SQL("{t} > %(start_tracking)s").format(t=tracking)
             params["start_tracking"] = start.tracking
-        query = sql.SQL(
-            "SELECT q.v FROM (SELECT {t} AS v FROM {tbl} AS t, {snap}"
+        rows = (
+            "SELECT {t} AS v FROM {tbl} AS t, {snap}"
             " WHERE {x} < %(frontier)s AND {u} AND {after} AND {t} IS NOT NULL"
-            " ORDER BY {t} LIMIT %(limit)s) AS q ORDER BY q.v DESC LIMIT 1"
-        ).format(
+        )
+        if limit is None:  # the last one: a backward index scan stops at the first match
+            template = rows + " ORDER BY {t} DESC LIMIT 1"
+        else:
+            template = (f"SELECT q.v FROM ({rows} ORDER BY {{t}} LIMIT %(limit)s) AS q"
+                        " ORDER BY q.v DESC LIMIT 1")
+        query = sql.SQL(template).format(
             t=tracking, tbl=self._ident(), snap=_SNAPSHOT, x=_ROW_XID,
             u=self._unprocessed(), after=after,
         )
