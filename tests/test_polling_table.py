@@ -163,3 +163,15 @@ def test_a_table_without_a_key_is_read_with_ids_from_the_row_place(
     assert [(r["key"], r["after"]) for r in rows] == [(None, '{"ts":1,"v":"same"}')] * 2
     assert len({r["id"] for r in rows}) == 2  # identical rows, distinct ids: (0,1) and (0,2)
     assert all(r["id"].endswith(")") for r in rows)
+
+
+def test_a_role_without_delete_privilege_is_refused_at_load(pg: LocalPostgres, name: str) -> None:
+    with pg.connect() as conn:
+        conn.execute(f"CREATE TABLE {name} (id int PRIMARY KEY, ts int)")
+        conn.execute(f"CREATE ROLE {name} LOGIN")
+        conn.execute(f"GRANT SELECT ON {name} TO {name}")
+    dsn = pg.dsn.replace("user=postgres", f"user={name}")
+    PgCdcDataSource(polling(dsn, name)).schema()  # reading alone is allowed
+    with pytest.raises(ConfigError, match=f"role '{name}' lacks DELETE") as err:
+        PgCdcDataSource(polling(dsn, name, delete_after_read="true")).schema()
+    assert err.value.option == "delete_after_read"
