@@ -37,6 +37,10 @@ _TABLE_KINDS = ("r", "p")  # ordinary and partitioned tables have row versions w
 # assigned when the statement started), which every row version it sees was written below.
 _SNAPSHOT = sql.SQL("(SELECT txid_snapshot_xmax(txid_current_snapshot()) AS nx) AS s")
 # xmin is a 32-bit xid; widen it to the most recent 64-bit xid with those low bits below nx.
+# Exact for every version Postgres has not frozen (their xids are less than 2^31 old). A frozen
+# version keeps its raw xmin, and one more than 2^32 transactions old may widen to a recent xid:
+# it then counts as written by that transaction and is read once more (a duplicate, never a
+# loss, since the widening of a value only moves forward as nx does).
 _ROW_XID = sql.SQL(
     "(s.nx - ((s.nx - t.xmin::text::bigint) %% 4294967296 + 4294967296) %% 4294967296)"
 )
