@@ -16,6 +16,9 @@ Fault points, in the order Spark reaches them for a batch N:
   slot was advanced to N's end (between the sink's commit and the slot advance);
 * ``reader_commit``: ``reader.commit(end of N)`` fails before advancing the slot.
 
+With ``mode=polling`` the source's points are ``latest_offset`` (planning batch N+1 fails after
+``commits/N`` was written, before the destructive step of batch N) and ``reader_commit``.
+
 Spark's Python workers import this module by name, so ``tests/`` must be on their PYTHONPATH
 (conftest.py sets it before the SparkSession starts).
 """
@@ -45,6 +48,7 @@ from iggy_spark.report import TaskReport
 from iggy_spark.sink import IggyRoutedDataSource
 from iggy_spark.writer import IggyRoutedStreamWriter
 from pg_to_iggy.pipeline import JSON_COLUMNS
+from postgres_cdc_source.polling import PgPollingStreamReader
 from postgres_cdc_source.reader import PgCdcStreamReader
 from postgres_cdc_source.source import PgCdcDataSource
 
@@ -105,6 +109,21 @@ class FaultyCdcReader(PgCdcStreamReader):
         super().commit(end)
 
 
+class FaultyPollingReader(PgPollingStreamReader):
+    def __init__(self, reader: PgPollingStreamReader, fault: Fault) -> None:
+        super().__init__(reader.options)
+        self.fault = fault
+
+    def latestOffset(self, start: dict[str, Any], limit: ReadLimit) -> dict[str, Any]:
+        if start.get("tracking") is not None:  # a committed batch's step is due
+            self.fault.fire("latest_offset")
+        return super().latestOffset(start, limit)
+
+    def commit(self, end: dict[str, Any]) -> None:
+        self.fault.fire("reader_commit")
+        super().commit(end)
+
+
 class FaultyCdcSource(DataSource):
     """``pg_cdc`` plus the ``fault_at``/``fault_marker`` options."""
 
@@ -122,6 +141,8 @@ class FaultyCdcSource(DataSource):
     def streamReader(self, schema: StructType) -> DataSourceStreamReader:
         fault, real = self._real()
         reader = real.streamReader(schema)
+        if isinstance(reader, PgPollingStreamReader):
+            return FaultyPollingReader(reader, fault)
         assert isinstance(reader, PgCdcStreamReader)
         return FaultyCdcReader(reader, fault)
 

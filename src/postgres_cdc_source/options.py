@@ -20,11 +20,15 @@ from psycopg.conninfo import conninfo_to_dict, make_conninfo
 from connector_common.units import parse_bool, parse_byte_size, parse_int
 from postgres_cdc_source.errors import ConfigError
 
-__all__ = ["CdcOptions", "OptionDoc", "OPTION_DOCS", "PLUGINS", "redact_dsn"]
+__all__ = [
+    "CdcOptions", "PollingOptions", "OptionDoc", "OPTION_DOCS", "PLUGINS", "MODES",
+    "CDC_ONLY", "POLLING_ONLY", "redact_dsn",
+]
 
 T = TypeVar("T")
 
 PLUGINS = ("pgoutput", "test_decoding")
+MODES = ("cdc", "polling")
 
 _SLOT_NAME = re.compile(r"[a-z0-9_]{1,63}")
 _MAX_ROWS = 2**31 - 1  # fetch/batch/spill sizes: more is no batch size, and FETCH overflows
@@ -46,7 +50,17 @@ OPTION_DOCS: tuple[OptionDoc, ...] = (
         "libpq conninfo or URI of the database to capture; the "
         "password is redacted everywhere. `sslmode` and friends pass through.",
     ),
-    OptionDoc("slot", "(required)", "logical replication slot name: lower-case letters, digits, _"),
+    OptionDoc(
+        "mode",
+        "cdc",
+        "`cdc` (a logical replication slot) or `polling` (read one `table` by its "
+        "`tracking_column`; no slot, works without `wal_level=logical`)",
+    ),
+    OptionDoc(
+        "slot",
+        "(required for cdc)",
+        "logical replication slot name: lower-case letters, digits, _",
+    ),
     OptionDoc("plugin", "pgoutput", "output plugin: `pgoutput` or `test_decoding`"),
     OptionDoc(
         "publication",
@@ -94,6 +108,34 @@ OPTION_DOCS: tuple[OptionDoc, ...] = (
         "changes of one open transaction kept in memory before "
         "the rest waits on local disk for its COMMIT",
     ),
+    OptionDoc(
+        "table",
+        "(required for polling)",
+        "polling: the table to read, as SQL names it (`schema.table`, search_path applies)",
+    ),
+    OptionDoc(
+        "tracking_column",
+        "(required for polling)",
+        "polling: an orderable column that grows as rows are written (a sequence, a "
+        "timestamp); rows are read in its order, rows where it is NULL are not read",
+    ),
+    OptionDoc(
+        "max_rows_per_trigger",
+        "(unlimited)",
+        "polling: rows per micro-batch; a batch always ends on a whole tracking value "
+        "and also holds every late-committed row",
+    ),
+    OptionDoc(
+        "delete_after_read",
+        "false",
+        "polling: DELETE a batch's rows once Spark has committed it (the table needs a key)",
+    ),
+    OptionDoc(
+        "processed_column",
+        "(none)",
+        "polling: a boolean column set to true once Spark has committed the batch; rows "
+        "where it is true are not read",
+    ),
 )
 
 # Routing options, and the value of each that is not a column name.
@@ -107,7 +149,18 @@ def _is_column_route(option: str, value: str | None) -> bool:
     return value is not None and value != _BUILTIN_ROUTE[option]
 
 
+CDC_ONLY = frozenset({
+    "slot", "plugin", "publication", "create_slot", "include_tables", "exclude_tables",
+    "max_bytes_per_trigger", "fail_on_data_loss", "spill_rows",
+})
+"""Options that mean something only to ``mode=cdc``; refused with ``mode=polling``."""
+POLLING_ONLY = frozenset(
+    {"table", "tracking_column", "max_rows_per_trigger", "delete_after_read", "processed_column"}
+)
+"""Options that mean something only to ``mode=polling``; refused with ``mode=cdc``."""
+
 _DEFAULTS = {doc.name: doc.default for doc in OPTION_DOCS if not doc.default.startswith("(")}
+_MODE_DEFAULTS = {"cdc": frozenset(POLLING_ONLY), "polling": frozenset(CDC_ONLY)}
 # Spark adds these itself; they are not ours to validate.
 _PASSTHROUGH = frozenset({"path", "checkpointlocation"})
 
@@ -153,6 +206,22 @@ def redact_dsn(dsn: str) -> str:
 
 
 @dataclass(frozen=True)
+class PollingOptions:
+    """The ``mode=polling`` options; the table and columns are checked against the database
+    by :func:`postgres_cdc_source.polled_table.inspect` at ``load()``."""
+
+    table: str
+    tracking_column: str
+    max_rows_per_trigger: int | None
+    delete_after_read: bool
+    processed_column: str | None
+
+    @property
+    def destructive(self) -> bool:
+        return self.delete_after_read or self.processed_column is not None
+
+
+@dataclass(frozen=True)
 class CdcOptions:
     """The parsed options of one ``pg_cdc`` stream; see :data:`OPTION_DOCS`."""
 
@@ -173,6 +242,8 @@ class CdcOptions:
     fetch_rows: int
     batch_rows: int
     spill_rows: int
+    mode: str = "cdc"
+    polling: PollingOptions | None = None  # set exactly when mode is polling
 
     @property
     def safe_dsn(self) -> str:
@@ -180,6 +251,9 @@ class CdcOptions:
         return redact_dsn(self.dsn)
 
     def __repr__(self) -> str:
+        if self.polling is not None:
+            table = self.polling.table
+            return f"CdcOptions(dsn={self.safe_dsn!r}, mode='polling', table={table!r})"
         return f"CdcOptions(dsn={self.safe_dsn!r}, slot={self.slot!r}, plugin={self.plugin!r})"
 
     def keeps(self, schema: str, table: str) -> bool:
@@ -210,6 +284,17 @@ class CdcOptions:
                 close = difflib.get_close_matches(key, sorted(known), n=1)
                 hint = f"; did you mean {close[0]!r}?" if close else ""
                 raise ConfigError(key, f"unknown pg_cdc option {key!r}{hint}")
+        mode = opts.get("mode", "cdc")
+        if mode not in MODES:
+            raise ConfigError(
+                "mode", f"bad value for mode: {mode!r} (expected one of {', '.join(MODES)})"
+            )
+        for key in sorted(opts):
+            if key in _MODE_DEFAULTS[mode]:
+                other = "polling" if mode == "cdc" else "cdc"
+                raise ConfigError(
+                    key, f"option {key!r} only applies to mode={other}, not mode={mode}"
+                )
         get = {**_DEFAULTS, **opts}.get
 
         dsn = get("dsn")
@@ -224,10 +309,11 @@ class CdcOptions:
                 "dsn", "bad value for dsn: not a valid libpq conninfo or URI"
             ) from None
 
-        slot = get("slot")
-        if not slot:
+        polling = _polling_options(get) if mode == "polling" else None
+        slot = (get("slot") or "") if polling is None else ""  # polling has no slot
+        if not slot and polling is None:
             raise ConfigError("slot", "option 'slot' is required")
-        if not _SLOT_NAME.fullmatch(slot):
+        if polling is None and not _SLOT_NAME.fullmatch(slot):
             raise ConfigError(
                 "slot",
                 f"bad value for slot: {slot!r} (Postgres allows 1-63 lower-case letters, "
@@ -288,4 +374,38 @@ class CdcOptions:
             fetch_rows=_parsed("fetch_rows", str(get("fetch_rows")), _positive_int),
             batch_rows=_parsed("batch_rows", str(get("batch_rows")), _positive_int),
             spill_rows=_parsed("spill_rows", str(get("spill_rows")), _positive_int),
+            mode=mode,
+            polling=polling,
         )
+
+
+def _polling_options(get: Callable[[str], str | None]) -> PollingOptions:
+    """The ``mode=polling`` options (names only; the catalog checks happen at ``load()``)."""
+    names: dict[str, str] = {}
+    for option in ("table", "tracking_column"):
+        value = get(option)
+        if not value or not value.strip():
+            raise ConfigError(option, f"option {option!r} is required with mode=polling")
+        if "\x00" in value:
+            raise ConfigError(option, f"bad value for {option}: it contains a NUL character")
+        names[option] = value
+    max_rows = get("max_rows_per_trigger")
+    delete = _parsed("delete_after_read", str(get("delete_after_read")), parse_bool)
+    processed = get("processed_column")
+    if processed is not None and not processed.strip():
+        raise ConfigError("processed_column", "bad value for processed_column: empty")
+    if delete and processed is not None:
+        raise ConfigError(
+            "processed_column",
+            "options 'delete_after_read' and 'processed_column' exclude each other: "
+            "a read row is either deleted or marked",
+        )
+    return PollingOptions(
+        table=names["table"],
+        tracking_column=names["tracking_column"],
+        max_rows_per_trigger=_parsed("max_rows_per_trigger", max_rows, _positive_int)
+        if max_rows is not None
+        else None,
+        delete_after_read=delete,
+        processed_column=processed,
+    )

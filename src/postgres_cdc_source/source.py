@@ -16,7 +16,8 @@ class PgCdcDataSource(DataSource):
     """``spark.readStream.format("pg_cdc")``: Postgres logical-decoding changes as a stream.
 
     Options are validated when Spark asks for the schema, which happens at ``load()`` on the
-    driver, so a bad option fails before the query starts.
+    driver, so a bad option fails before the query starts; with ``mode=polling`` that includes
+    the table and columns the options name (one catalog lookup).
     """
 
     @classmethod
@@ -27,8 +28,11 @@ class PgCdcDataSource(DataSource):
         # Spark imports this module to discover formats: psycopg is needed only from here on.
         require("pg_cdc", "cdc", "psycopg")
         from postgres_cdc_source.options import CdcOptions
+        from postgres_cdc_source.polling import check_table
 
-        CdcOptions.from_options(self.options)
+        options = CdcOptions.from_options(self.options)
+        if options.polling is not None:
+            check_table(options)
         return SPARK_SCHEMA
 
     def streamReader(self, schema: StructType) -> DataSourceStreamReader:
@@ -41,6 +45,10 @@ class PgCdcDataSource(DataSource):
             )
         require("pg_cdc", "cdc", "psycopg")
         from postgres_cdc_source.options import CdcOptions
+        from postgres_cdc_source.polling import PgPollingStreamReader
         from postgres_cdc_source.reader import PgCdcStreamReader
 
-        return PgCdcStreamReader(CdcOptions.from_options(self.options))
+        options = CdcOptions.from_options(self.options)
+        if options.polling is not None:
+            return PgPollingStreamReader(options)
+        return PgCdcStreamReader(options)

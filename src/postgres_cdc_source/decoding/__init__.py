@@ -39,7 +39,7 @@ from postgres_cdc_source.values import Converter
 __all__ = [
     "Begin", "Change", "Commit", "Event", "PeekRow", "TableFilter", "Decoder",
     "INSERT", "UPDATE", "DELETE", "TRUNCATE", "UNCHANGED", "RowShape", "build_change",
-    "empty_change", "decode_error", "RawValue", "route_values",
+    "empty_change", "decode_error", "RawValue", "route_values", "row_json",
 ]
 
 INSERT: Final = "insert"
@@ -257,6 +257,33 @@ def build_change(
     key_json = before_json if key is before else _json(key)  # FULL: the key is the old row
     return Change(lsn, seq, shape.schema, shape.table, op, key_json, before_json,
                   _json(after), unchanged, values)
+
+
+def row_json(
+    shape: RowShape, rows: Iterable[Sequence[str | None]]
+) -> Iterator[tuple[str | None, str]]:
+    """``(key, after)`` of whole rows given as output text: what :func:`build_change` gives for
+    an insert of each (same converters, same JSON), without building a :class:`Change`.
+
+    For readers of rows rather than changes (``mode=polling``), where this is the hot path.
+    A value its converter rejects raises :func:`build_change`'s :class:`DecodeError`.
+    """
+    names = shape.names
+    converters = shape.converters
+    key_names = shape.key_names
+    key = shape.key
+    for raw in rows:
+        try:
+            values = [None if r is None else c(r) for c, r in zip(converters, raw, strict=True)]
+        except (ValueError, KeyError, TypeError):
+            build_change(shape, 0, 0, INSERT, None, raw, old_is_full=False,
+                         new_has_unchanged=False)
+            raise
+        yield (
+            _dumps(dict(zip(key_names, [values[i] for i in key], strict=True))).decode()
+            if key else None,
+            _dumps(dict(zip(names, values, strict=True))).decode(),
+        )
 
 
 def empty_change(lsn: int, seq: int, schema: str, table: str, op: str) -> Change:

@@ -1,0 +1,177 @@
+"""mode=polling against the real Postgres, without Spark: the checks at load(), the row JSON
+against the decoders', updated rows under the destructive step, a server without logical WAL."""
+
+from __future__ import annotations
+
+import json
+from typing import Any
+
+import pytest
+from pyspark.sql.streaming.datasource import ReadAllAvailable
+
+from iggy_spark_testing.harness import LocalPostgres
+from postgres_cdc_source.errors import ConfigError
+from postgres_cdc_source.options import CdcOptions
+from postgres_cdc_source.polling import PgPollingStreamReader
+from postgres_cdc_source.reader import CdcPartition, PgCdcStreamReader
+from postgres_cdc_source.source import PgCdcDataSource
+
+pytestmark = pytest.mark.services
+
+
+def polling(dsn: str, table: str, **extra: str) -> dict[str, str]:
+    return {"dsn": dsn, "mode": "polling", "table": table, "tracking_column": "ts", **extra}
+
+
+def read_batch(reader: PgPollingStreamReader, start: dict[str, Any]) -> tuple[
+    dict[str, Any], list[dict[str, Any]]
+]:
+    """Plan and read one batch the way Spark does; ``(end, rows)``."""
+    end = reader.latestOffset(start, ReadAllAvailable())
+    rows = [
+        row
+        for partition in reader.partitions(start, end)
+        for batch in reader.read(partition)
+        for row in batch.to_pylist()
+    ]
+    return end, rows
+
+
+@pytest.mark.parametrize(
+    ("ddl", "extra", "option", "message"),
+    [
+        ("(id serial PRIMARY KEY, ts int)", {"table": "no_such_table"}, "table", "does not exist"),
+        ("(id serial PRIMARY KEY, ts int)", {"table": "a.b.c.d"}, "table", "bad value for table"),
+        ("(id serial PRIMARY KEY, other int)", {}, "tracking_column", "has no column 'ts'"),
+        ("(id serial PRIMARY KEY, ts json)", {}, "tracking_column", "cannot be ordered"),
+        ("(id serial PRIMARY KEY, ts point)", {}, "tracking_column", "cannot be ordered"),
+        ("(id serial PRIMARY KEY, ts int, done int)", {"processed_column": "done"},
+         "processed_column", "non-boolean column 'done'"),
+        ("(id serial PRIMARY KEY, ts int)", {"processed_column": "done"},
+         "processed_column", "no column 'done'"),
+        ("(id int, ts int)", {"delete_after_read": "true"}, "delete_after_read", "needs a key"),
+    ],
+)
+def test_bad_tables_and_columns_are_refused_at_load_naming_the_option(
+    pg: LocalPostgres, name: str, ddl: str, extra: dict[str, str], option: str, message: str
+) -> None:
+    with pg.connect() as conn:
+        conn.execute(f"CREATE TABLE {name} {ddl}")
+        conn.execute(f"INSERT INTO {name} DEFAULT VALUES")
+    with pytest.raises(ConfigError, match=message) as err:
+        PgCdcDataSource({**polling(pg.dsn, name), **extra}).schema()
+    assert err.value.option == option
+    with pg.connect() as conn:  # nothing moved
+        assert conn.execute(f"SELECT count(*) FROM {name}").fetchone() == (1,)
+
+
+@pytest.mark.parametrize("plugin", ["pgoutput", "test_decoding"])
+def test_a_read_row_is_the_decoders_insert_of_the_same_row(
+    pg: LocalPostgres, name: str, plugin: str
+) -> None:
+    slot = f"{name}_{plugin}"
+    cdc_options = {"dsn": pg.dsn, "slot": slot, "plugin": plugin, "topic_from": "table",
+                   "partition_key_from": "key"}
+    cdc = PgCdcStreamReader(CdcOptions.from_options(cdc_options))
+    with pg.connect() as conn:
+        conn.execute(
+            f"CREATE TABLE {name} (id int, sub text, ts timestamptz, n numeric, f float8,"
+            " b boolean, c char(5), ip inet, a int[], j jsonb, bin bytea, u uuid,"
+            " iv interval, g int GENERATED ALWAYS AS (id * 2) STORED, PRIMARY KEY (id, sub))"
+        )
+        conn.execute(f"ALTER TABLE {name} DROP COLUMN n")  # dropped columns are skipped
+        start = cdc.initialOffset()
+        conn.execute(
+            f"INSERT INTO {name} (id, sub, ts, f, b, c, ip, a, j, bin, u, iv) VALUES"
+            " (1, 'x''y', '2024-01-02 03:04:05.5+02', 1.5, true, 'ab', '10.0.0.1',"
+            " '{1,NULL}', '{\"k\": [1, 2.50]}', '\\x00ff', gen_random_uuid(), '1 day 2 hours'),"
+            " (2, 'é', 'infinity', 'NaN', NULL, NULL, '::1/128', '{}', 'null', '', NULL, NULL)"
+        )
+    end = cdc.latestOffset(start, ReadAllAvailable())
+    decoded = [r for b in cdc.read(CdcPartition(*(_lsn(o) for o in (start, end))))
+               for r in b.to_pylist()]
+    polled = read_batch(PgPollingStreamReader(CdcOptions.from_options(
+        polling(pg.dsn, name, tracking_column="id", topic_from="table",
+                partition_key_from="key"))), {"frontier": 0, "tracking": None})[1]
+    with pg.connect() as conn:  # a publication FOR ALL TABLES would bother later tests
+        conn.execute("SELECT pg_drop_replication_slot(%s)", (slot,))
+        conn.execute(f"DROP PUBLICATION IF EXISTS {slot}")
+
+    assert [r["op"] for r in decoded] == ["insert", "insert"]
+    assert [r["op"] for r in polled] == ["read", "read"]
+    for field in ("schema", "table", "key", "after", "xid", "topic", "partition_key"):
+        assert [r[field] for r in polled] == [r[field] for r in decoded], field
+    assert json.loads(polled[0]["key"]) == {"id": 1, "sub": "x'y"}
+    assert [r["id"] for r in polled] == [f"{r['xid']}:{r['key']}" for r in polled]
+
+
+def _lsn(offset: dict[str, str]) -> int:
+    from postgres_cdc_source.lsn import parse_lsn
+
+    return parse_lsn(offset["lsn"])
+
+
+def test_a_row_updated_after_it_was_read_is_not_deleted_unseen(
+    pg: LocalPostgres, name: str
+) -> None:
+    with pg.connect() as conn:
+        conn.execute(f"CREATE TABLE {name} (id int PRIMARY KEY, ts int, note text)")
+        conn.execute(f"INSERT INTO {name} SELECT g, g, 'v1' FROM generate_series(1, 3) g")
+    reader = PgPollingStreamReader(CdcOptions.from_options(
+        polling(pg.dsn, name, delete_after_read="true")))
+    end, rows = read_batch(reader, reader.initialOffset())
+    assert [json.loads(r["after"])["note"] for r in rows] == ["v1"] * 3
+    with pg.connect() as conn:  # after the read, before Spark's commit
+        conn.execute(f"UPDATE {name} SET note = 'v2' WHERE id = 2")
+    reader.commit(end)
+    with pg.connect() as conn:
+        assert conn.execute(f"SELECT id, note FROM {name}").fetchall() == [(2, "v2")]
+    end2, rows2 = read_batch(reader, end)  # the update is a late row of the next batch
+    assert [(json.loads(r["after"])["id"], json.loads(r["after"])["note"]) for r in rows2] == [
+        (2, "v2")
+    ]
+    assert rows2[0]["id"] != rows[1]["id"]  # a new version, a new message id
+    reader.commit(end2)
+    with pg.connect() as conn:
+        assert conn.execute(f"SELECT count(*) FROM {name}").fetchone() == (0,)
+
+
+def test_polling_needs_no_logical_decoding() -> None:
+    with LocalPostgres(settings={"wal_level": "minimal", "max_wal_senders": "0"}) as server:
+        with server.connect() as conn:
+            conn.execute("CREATE TABLE events (id int PRIMARY KEY, ts int)")
+            conn.execute("INSERT INTO events SELECT g, g FROM generate_series(1, 5) g")
+        options = polling(server.dsn, "events", delete_after_read="true")
+        PgCdcDataSource(options).schema()
+        reader = PgPollingStreamReader(CdcOptions.from_options(options))
+        end, rows = read_batch(reader, reader.initialOffset())
+        assert [json.loads(r["key"])["id"] for r in rows] == [1, 2, 3, 4, 5]
+        reader.commit(end)
+        with server.connect() as conn:
+            assert conn.execute("SELECT count(*) FROM events").fetchone() == (0,)
+            assert conn.execute("SHOW wal_level").fetchone() == ("minimal",)
+
+
+def test_a_table_without_a_key_is_read_with_ids_from_the_row_place(
+    pg: LocalPostgres, name: str
+) -> None:
+    with pg.connect() as conn:
+        conn.execute(f"CREATE TABLE {name} (ts int, v text)")
+        conn.execute(f"INSERT INTO {name} VALUES (1, 'same'), (1, 'same'), (NULL, 'never')")
+    reader = PgPollingStreamReader(CdcOptions.from_options(polling(pg.dsn, name)))
+    _, rows = read_batch(reader, reader.initialOffset())
+    assert [(r["key"], r["after"]) for r in rows] == [(None, '{"ts":1,"v":"same"}')] * 2
+    assert len({r["id"] for r in rows}) == 2  # identical rows, distinct ids: (0,1) and (0,2)
+    assert all(r["id"].endswith(")") for r in rows)
+
+
+def test_a_role_without_delete_privilege_is_refused_at_load(pg: LocalPostgres, name: str) -> None:
+    with pg.connect() as conn:
+        conn.execute(f"CREATE TABLE {name} (id int PRIMARY KEY, ts int)")
+        conn.execute(f"CREATE ROLE {name} LOGIN")
+        conn.execute(f"GRANT SELECT ON {name} TO {name}")
+    dsn = pg.dsn.replace("user=postgres", f"user={name}")
+    PgCdcDataSource(polling(dsn, name)).schema()  # reading alone is allowed
+    with pytest.raises(ConfigError, match=f"role '{name}' lacks DELETE") as err:
+        PgCdcDataSource(polling(dsn, name, delete_after_read="true")).schema()
+    assert err.value.option == "delete_after_read"
