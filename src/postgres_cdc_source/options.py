@@ -20,11 +20,12 @@ from psycopg.conninfo import conninfo_to_dict, make_conninfo
 from iggy_spark.units import parse_bool, parse_byte_size, parse_int
 from postgres_cdc_source.errors import ConfigError
 
-__all__ = ["CdcOptions", "OptionDoc", "OPTION_DOCS", "PLUGINS", "redact_dsn"]
+__all__ = ["CdcOptions", "OptionDoc", "OPTION_DOCS", "PLUGINS", "SNAPSHOT_MODES", "redact_dsn"]
 
 T = TypeVar("T")
 
 PLUGINS = ("pgoutput", "test_decoding")
+SNAPSHOT_MODES = ("never", "initial")
 
 _SLOT_NAME = re.compile(r"[a-z0-9_]{1,63}")
 _MAX_ROWS = 2**31 - 1  # fetch/batch/spill sizes: more is no batch size, and FETCH overflows
@@ -80,6 +81,25 @@ OPTION_DOCS: tuple[OptionDoc, ...] = (
     OptionDoc("default_topic", "(none)", "`topic` when topic_from gives none"),
     OptionDoc("fetch_rows", "10000", "rows fetched from the server per round trip"),
     OptionDoc("batch_rows", "10000", "rows per Arrow batch handed to Spark"),
+    OptionDoc(
+        "snapshot",
+        "never",
+        "`initial`: a query starting without a checkpoint first reads every captured table as "
+        "it was at the slot's consistent point (rows with `op` = `read`), then streams changes "
+        "from that point; `never`: changes only",
+    ),
+    OptionDoc(
+        "snapshot_chunk_rows",
+        "50000",
+        "rows per snapshot chunk: one Spark partition each, a primary-key range "
+        "(a range of pages for a table without one)",
+    ),
+    OptionDoc(
+        "snapshot_max_rows_per_trigger",
+        "500000",
+        "snapshot rows per micro-batch (rounded up to whole chunks); "
+        "each batch's end is a checkpointed resume point",
+    ),
     OptionDoc(
         "spill_rows",
         "20000",
@@ -154,6 +174,9 @@ class CdcOptions:
     fetch_rows: int
     batch_rows: int
     spill_rows: int
+    snapshot: str
+    snapshot_chunk_rows: int
+    snapshot_max_rows_per_trigger: int
 
     @property
     def safe_dsn(self) -> str:
@@ -232,6 +255,16 @@ class CdcOptions:
         ):
             if value is not None and not value.strip():
                 raise ConfigError(option, f"bad value for {option}: empty")
+        snapshot = str(get("snapshot"))
+        if snapshot not in SNAPSHOT_MODES:
+            raise ConfigError(
+                "snapshot",
+                f"bad value for snapshot: {snapshot!r} "
+                f"(expected one of {', '.join(SNAPSHOT_MODES)})",
+            )
+        for option in ("snapshot_chunk_rows", "snapshot_max_rows_per_trigger"):
+            if option in opts and snapshot != "initial":
+                raise ConfigError(option, f"option {option!r} only applies with snapshot=initial")
         return cls(
             dsn=dsn,
             slot=slot,
@@ -254,4 +287,13 @@ class CdcOptions:
             fetch_rows=_parsed("fetch_rows", str(get("fetch_rows")), _positive_int),
             batch_rows=_parsed("batch_rows", str(get("batch_rows")), _positive_int),
             spill_rows=_parsed("spill_rows", str(get("spill_rows")), _positive_int),
+            snapshot=snapshot,
+            snapshot_chunk_rows=_parsed(
+                "snapshot_chunk_rows", str(get("snapshot_chunk_rows")), _positive_int
+            ),
+            snapshot_max_rows_per_trigger=_parsed(
+                "snapshot_max_rows_per_trigger",
+                str(get("snapshot_max_rows_per_trigger")),
+                _positive_int,
+            ),
         )

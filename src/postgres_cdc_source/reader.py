@@ -32,7 +32,7 @@ from pyspark.sql.streaming.datasource import (
     SupportsTriggerAvailableNow,
 )
 
-from postgres_cdc_source import slot
+from postgres_cdc_source import slot, snapshot
 from postgres_cdc_source.assembly import record_batches, transactions
 from postgres_cdc_source.decoding.factory import make_decoder
 from postgres_cdc_source.errors import SourceError
@@ -72,10 +72,14 @@ class PgCdcStreamReader(DataSourceStreamReader, SupportsTriggerAvailableNow):
         self._conn: psycopg.Connection[Any] | None = None
         self._checked = False
         self._target: int | None = None
+        self._exported: slot.ExportedSnapshot | None = None  # held while a snapshot runs
+        self._planned: dict[tuple[str, str], list[snapshot.Chunk]] = {}
 
     def __getstate__(self) -> dict[str, Any]:
         state = self.__dict__.copy()
         state["_conn"] = None  # a live connection cannot travel to an executor
+        state["_exported"] = None
+        state["_planned"] = {}
         return state
 
     # -- driver side ---------------------------------------------------------------------------
@@ -100,11 +104,25 @@ class PgCdcStreamReader(DataSourceStreamReader, SupportsTriggerAvailableNow):
                     ) from None
         raise AssertionError("unreachable")
 
-    def initialOffset(self) -> dict[str, str]:
-        """Where a new query starts: the slot's confirmed position (created if allowed)."""
+    def initialOffset(self) -> dict[str, Any]:
+        """Where a new query starts: the slot's confirmed position (created if allowed), or with
+        ``snapshot=initial`` the start of a snapshot of the tables at that position."""
+        if self.options.snapshot == "initial":
+            self._exported = slot.export_snapshot(self.options)
         state = slot.ensure_slot(self.options)
         self._checked = True
-        return _offset(state.confirmed_flush)
+        if self.options.snapshot != "initial":
+            return _offset(state.confirmed_flush)
+        if self._exported is None:
+            log.warning(
+                "pg_cdc: replication slot %s already existed, so no snapshot of its position "
+                "could be exported: the snapshot reads the tables as they are now and the "
+                "stream repeats the changes since %s (see the README, snapshot=initial)",
+                self.options.slot,
+                format_lsn(state.confirmed_flush),
+            )
+            return snapshot.start_offset(state.confirmed_flush)
+        return snapshot.start_offset(self._exported.consistent_point)
 
     def getDefaultReadLimit(self) -> ReadLimit:
         if self.options.max_bytes_per_trigger is None:
@@ -118,7 +136,12 @@ class PgCdcStreamReader(DataSourceStreamReader, SupportsTriggerAvailableNow):
     def reportLatestOffset(self) -> dict[str, str]:
         return _offset(self._driver(slot.flush_lsn))
 
-    def latestOffset(self, start: dict[str, Any], limit: ReadLimit) -> dict[str, str]:
+    def latestOffset(self, start: dict[str, Any], limit: ReadLimit) -> dict[str, Any]:
+        if snapshot.in_progress(start):
+            return self._driver(lambda conn: self._plan_snapshot(conn, start))
+        if self._exported is not None:  # the snapshot's batches are committed
+            self._exported.close()
+            self._exported = None
         start_lsn = _lsn(start)
         max_bytes = limit.max_bytes if isinstance(limit, ReadMaxBytes) else None
         return _offset(self._driver(lambda conn: self._plan(conn, start_lsn, max_bytes)))
@@ -139,9 +162,42 @@ class PgCdcStreamReader(DataSourceStreamReader, SupportsTriggerAvailableNow):
         first_end = slot.first_commit_end(conn, self.options, flush)
         return max(start + max_bytes, min(first_end or 0, flush))
 
+    def _plan_snapshot(
+        self, conn: psycopg.Connection[Any], start: dict[str, Any]
+    ) -> dict[str, Any]:
+        position = snapshot.position_of(start)
+        assert position is not None
+        chunks, reached = snapshot.plan(conn, self.options, position, None, bounded=True)
+        end = snapshot.offset_of(_lsn(start), reached)
+        self._planned[(snapshot.offset_key(start), snapshot.offset_key(end))] = chunks
+        log.info(
+            "pg_cdc snapshot: next batch reads %d chunks; then %s",
+            len(chunks),
+            reached.describe() if reached is not None else "snapshot complete",
+        )
+        return end
+
     def partitions(self, start: dict[str, Any], end: dict[str, Any]) -> Sequence[InputPartition]:
+        if snapshot.in_progress(start):
+            return self._snapshot_partitions(start, end)
         start_lsn, end_lsn = _lsn(start), _lsn(end)
         return [CdcPartition(start_lsn, end_lsn)] if end_lsn > start_lsn else []
+
+    def _snapshot_partitions(
+        self, start: dict[str, Any], end: dict[str, Any]
+    ) -> list[snapshot.SnapshotPartition]:
+        """The chunks planned for ``(start, end]``; planned again when Spark replays a batch
+        this process did not plan (after a restart)."""
+        chunks = self._planned.pop((snapshot.offset_key(start), snapshot.offset_key(end)), None)
+        if chunks is None:
+            first, last = snapshot.position_of(start), snapshot.position_of(end)
+            assert first is not None
+            chunks = self._driver(
+                lambda conn: snapshot.plan(conn, self.options, first, last, bounded=False)[0]
+            )
+        name = self._exported.name if self._exported is not None else None
+        point = _lsn(start)
+        return [snapshot.SnapshotPartition(c.table, c.lo, c.hi, name, point) for c in chunks]
 
     def commit(self, end: dict[str, Any]) -> None:
         """Spark has durably committed every batch up to ``end``: release that WAL.
@@ -162,6 +218,9 @@ class PgCdcStreamReader(DataSourceStreamReader, SupportsTriggerAvailableNow):
             )
 
     def stop(self) -> None:
+        if self._exported is not None:
+            self._exported.close()
+            self._exported = None
         if self._conn is not None:
             self._conn.close()
             self._conn = None
@@ -169,7 +228,11 @@ class PgCdcStreamReader(DataSourceStreamReader, SupportsTriggerAvailableNow):
     # -- executor side -------------------------------------------------------------------------
 
     def read(self, partition: InputPartition) -> Iterator[pa.RecordBatch]:
-        """Peek the slot from ``start`` to ``end`` and yield the batch's rows as Arrow batches."""
+        """Peek the slot from ``start`` to ``end`` and yield the batch's rows as Arrow batches
+        (or read one snapshot chunk)."""
+        if isinstance(partition, snapshot.SnapshotPartition):
+            yield from snapshot.read_chunk(self.options, partition)
+            return
         assert isinstance(partition, CdcPartition)
         options = self.options
         conn = _connect_with_retry(options, autocommit=False)
