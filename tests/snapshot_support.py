@@ -38,7 +38,11 @@ class InProcessQuery:
 
     def __init__(self, options: Mapping[str, str], offset: dict[str, Any] | None = None) -> None:
         self.reader = PgCdcStreamReader(CdcOptions.from_options(dict(options)))
-        self.offset = offset if offset is not None else _spark_json(self.reader.initialOffset())
+        if offset is None:
+            offset = _spark_json(self.reader.initialOffset())
+            # Spark asks again when it plans batch 0's partitions.
+            assert _spark_json(self.reader.initialOffset()) == offset
+        self.offset = offset
         self.batches: list[tuple[dict[str, Any], dict[str, Any], list[Any], list[Message]]] = []
 
     def plan(self) -> tuple[dict[str, Any], list[Any]] | None:

@@ -74,6 +74,7 @@ class PgCdcStreamReader(DataSourceStreamReader, SupportsTriggerAvailableNow):
         self._target: int | None = None
         self._exported: slot.ExportedSnapshot | None = None  # held while a snapshot runs
         self._planned: dict[tuple[str, str], list[snapshot.Chunk]] = {}
+        self._initial: dict[str, Any] | None = None
 
     def __getstate__(self) -> dict[str, Any]:
         state = self.__dict__.copy()
@@ -106,7 +107,16 @@ class PgCdcStreamReader(DataSourceStreamReader, SupportsTriggerAvailableNow):
 
     def initialOffset(self) -> dict[str, Any]:
         """Where a new query starts: the slot's confirmed position (created if allowed), or with
-        ``snapshot=initial`` the start of a snapshot of the tables at that position."""
+        ``snapshot=initial`` the start of a snapshot of the tables at that position.
+
+        Spark asks twice (planning batch 0, then for its partitions): the answer is kept, so the
+        second call neither finds "our" new slot existing nor drops the exported snapshot.
+        """
+        if self._initial is None:
+            self._initial = self._initial_offset()
+        return self._initial
+
+    def _initial_offset(self) -> dict[str, Any]:
         if self.options.snapshot == "initial":
             self._exported = slot.export_snapshot(self.options)
         state = slot.ensure_slot(self.options)
