@@ -12,9 +12,11 @@ sees after such a crash).
 from __future__ import annotations
 
 import threading
+import time
 from pathlib import Path
 from typing import Any
 
+import psycopg
 import pytest
 from pyspark.sql import SparkSession
 from snapshot_support import replay
@@ -51,16 +53,10 @@ def _snapshot_done(checkpoint: Path) -> bool:
                for i in committed)
 
 
-def _writes_until_snapshot_done(work: Workload, checkpoint: Path, alive: Any = None) -> None:
-    """Keep the workload writing (in the background) until the snapshot has finished."""
-    stop = threading.Event()
-    run = work.start(stop=stop, rate=50)
-    try:
-        wait_until(lambda: _snapshot_done(checkpoint), 180, "the snapshot to finish",
-                   alive=alive)
-    finally:
-        stop.set()
-        run.join(60)
+def _slot_exists(dsn: str, name: str) -> bool:
+    with psycopg.connect(dsn) as conn:
+        query = "SELECT 1 FROM pg_replication_slots WHERE slot_name = %s"
+        return conn.execute(query, (name,)).fetchone() is not None
 
 
 def test_snapshot_then_stream_through_spark_and_iggy(
@@ -68,24 +64,32 @@ def test_snapshot_then_stream_through_spark_and_iggy(
 ) -> None:
     work = Workload(pg.dsn, name, seed=21)
     work.setup()
-    work.run(changes=600)
+    work.run(changes=300)
+    checkpoint = tmp_path / "chk"
     query = start_pipeline(
-        spark, dsn=pg.dsn, slot=name, url=broker.url, checkpoint=str(tmp_path / "chk"),
-        source=_source(name, snapshot_chunk_rows="40", snapshot_max_rows_per_trigger="120"),
+        spark, dsn=pg.dsn, slot=name, url=broker.url, checkpoint=str(checkpoint),
+        source=_source(name, snapshot_chunk_rows="20", snapshot_max_rows_per_trigger="60"),
         sink=SINK,
     )
+    stop = threading.Event()
     try:
-        _writes_until_snapshot_done(work, tmp_path / "chk")
+        wait_until(lambda: _slot_exists(pg.dsn, name), 120, "the slot")
+        run = work.start(stop=stop, rate=30)  # writes while the snapshot is read
+        wait_until(lambda: _snapshot_done(checkpoint), 120, "the snapshot to finish")
+        stop.set()
+        run.join(60)
         target = flush_lsn(pg.dsn)
-        wait_until(lambda: (committed_end(tmp_path / "chk") or 0) >= target, 120,
+        wait_until(lambda: (committed_end(checkpoint) or 0) >= target, 120,
                    "the query to catch up")
     finally:
+        stop.set()
         query.stop()
         work.close()
     messages = _messages(broker.url, name)
     reads = [m for m in messages if m["op"] == "read"]
     assert reads and len({m["id"] for m in reads}) == len(reads)
-    batches = read_checkpoint(tmp_path / "chk")
+    assert any(m["op"] != "read" for m in messages)
+    batches = read_checkpoint(checkpoint)
     assert sum(1 for b in batches if b.end == batches[0].end) >= 3  # several snapshot batches
     model, problems = replay(messages, work.tables, strict=True)
     assert not problems, problems[:5]
@@ -100,27 +104,25 @@ def test_driver_killed_during_the_snapshot(
     ends in its state in the table."""
     work = Workload(pg.dsn, name, seed=22)
     work.setup()
-    work.run(changes=2_000)
+    work.run(changes=500)
     checkpoint = tmp_path / "chk"
     job = PipelineJob(
         dsn=pg.dsn, slot=name, url=broker.url, checkpoint=checkpoint,
         log_path=tmp_path / "job.log", sink=SINK,
-        source=_source(name, snapshot_chunk_rows="40", snapshot_max_rows_per_trigger="80"),
+        source=_source(name, snapshot_chunk_rows="20", snapshot_max_rows_per_trigger="40"),
     )
     stop = threading.Event()
-    run = work.start(stop=stop, rate=50)
     try:
         job.start()
-        job.wait_for_batch_after(0, 120, committed=False)
-        job.wait_for_batch_after(0, 60, committed=True)
+        wait_until(lambda: _slot_exists(pg.dsn, name), 120, "the slot", alive=lambda: job.running)
+        run = work.start(stop=stop, rate=30)  # on through the kill and the restart
+        job.wait_for_batch_after(0, 120, committed=True)
         job.kill()
         last = read_checkpoint(checkpoint)[-1]
-        point = last.end
         assert '"snapshot"' in (checkpoint / "offsets" / str(last.id)).read_text(), (
             "the kill came after the snapshot: make the snapshot longer")
         job.start()
-        wait_until(lambda: _snapshot_done(checkpoint), 180, "the snapshot to finish",
-                   alive=lambda: job.running)
+        job.wait_for_batch_after(time.time(), 120, committed=False)
         stop.set()
         run.join(60)
         target = flush_lsn(pg.dsn)
@@ -133,6 +135,6 @@ def test_driver_killed_during_the_snapshot(
             job.kill()
         work.close()
     messages = _messages(broker.url, name)
-    assert all(parse_lsn(m["commit_lsn"]) == point for m in messages if m["op"] == "read")
+    assert all(parse_lsn(m["commit_lsn"]) == last.end for m in messages if m["op"] == "read")
     model, _ = replay(messages, work.tables, strict=False)
     assert model == read_tables(pg.dsn, name, work.tables.values())
