@@ -140,8 +140,13 @@ class PgCdcStreamReader(DataSourceStreamReader, SupportsTriggerAvailableNow):
         return ReadMaxBytes(self.options.max_bytes_per_trigger)
 
     def prepareForTriggerAvailableNow(self) -> None:
-        """Fix the flush position now as the target: data arriving later waits for the next run."""
-        self._target = self._driver(slot.flush_lsn)
+        """Fix the flush position now as the target: data arriving later waits for the next run.
+
+        Spark calls this before ``initialOffset``, so it must not create the slot: with
+        ``snapshot=initial`` that is ``initialOffset``'s job (it exports the snapshot).
+        """
+        with _connect_with_retry(self.options, autocommit=True) as conn:
+            self._target = slot.flush_lsn(conn)
 
     def reportLatestOffset(self) -> dict[str, str]:
         return _offset(self._driver(slot.flush_lsn))

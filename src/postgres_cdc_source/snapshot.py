@@ -37,13 +37,13 @@ import psycopg
 import pyarrow as pa
 from psycopg import errors as pgerrors
 from psycopg import sql
-from psycopg.adapt import AdaptersMap, Loader
+from psycopg.adapt import AdaptersMap
 from psycopg.types.numeric import IntDumper
-from psycopg.types.string import StrDumperUnknown
+from psycopg.types.string import StrDumperUnknown, TextLoader
 from pyspark.sql.datasource import InputPartition
 
 from postgres_cdc_source import slot
-from postgres_cdc_source.decoding import INSERT, RowShape, build_change
+from postgres_cdc_source.decoding import INSERT, Change, RowShape, build_change
 from postgres_cdc_source.decoding.test_decoding import CATALOG_QUERY, table_info_from_rows
 from postgres_cdc_source.lsn import format_lsn
 from postgres_cdc_source.options import CdcOptions
@@ -307,15 +307,10 @@ def plan(
 # -- reading (executors) ---------------------------------------------------------------------
 
 
-class _Text(Loader):
-    """Every value as the text of its type's output function, exactly what pgoutput sends."""
-
-    def load(self, data: Any) -> str:
-        return bytes(data).decode()
-
-
 _TEXT_ONLY = AdaptersMap()
-_TEXT_ONLY.register_loader(0, _Text)  # psycopg falls back to OID 0's loader for every type
+# Every value as the text of its type's output function, exactly what pgoutput sends: psycopg
+# falls back to OID 0's loader for every type it has no loader for, and this map has no other.
+_TEXT_ONLY.register_loader(0, TextLoader)
 _TEXT_ONLY.register_dumper(str, StrDumperUnknown)  # parameters of unknown type, as text
 _TEXT_ONLY.register_dumper(int, IntDumper)  # the server-side cursor's FETCH count
 
@@ -361,10 +356,16 @@ def read_chunk(options: CdcOptions, part: SnapshotPartition) -> Iterator[pa.Reco
 def _batches(
     rows: Iterator[tuple[Any, ...]], part: SnapshotPartition, router: Router, batch_rows: int
 ) -> Iterator[pa.RecordBatch]:
+    """Rows -> Arrow batches. Each row is converted and serialized as pgoutput's decoder does an
+    insert (same converters, same ``orjson`` objects in column order), inlined here because it
+    is the snapshot's hot path; a value a converter rejects is reported by :func:`build_change`,
+    which names the column."""
     table = part.table
     shape = RowShape(table.schema, table.table, table.columns,
                      [converter_for_oid(oid) for oid in table.type_oids], table.identity, True)
-    width = len(table.columns)
+    names, converters, identity = shape.names, shape.converters, shape.key
+    key_names = shape.key_names
+    width = len(names)
     point = format_lsn(part.consistent_point)
     prefix = f"{point}:{READ}:"
     route = router.route if router.active else None
@@ -374,13 +375,22 @@ def _batches(
     ids: list[str] = []
     places: list[tuple[str | None, str | None, str | None]] = []
     for row in rows:
-        change = build_change(shape, part.consistent_point, 0, INSERT, None, row[:width],
-                              old_is_full=False, new_has_unchanged=False)
-        keys.append(change.key)
-        afters.append(change.after)
+        texts = row[:width]
+        try:
+            values = [None if v is None else c(v) for c, v in zip(converters, texts, strict=True)]
+        except (ValueError, KeyError, TypeError):
+            build_change(shape, part.consistent_point, 0, INSERT, None, texts,
+                         old_is_full=False, new_has_unchanged=False)  # raises, naming the column
+            raise
+        after = dumps(dict(zip(names, values, strict=True))).decode()
+        key = (dumps(dict(zip(key_names, [values[i] for i in identity], strict=True))).decode()
+               if identity else None)
+        keys.append(key)
+        afters.append(after)
         ids.append(prefix + dumps([table.schema, table.table, *row[width:]]).decode())
         if route is not None:
-            places.append(route(change))
+            places.append(route(Change(part.consistent_point, 0, table.schema, table.table, READ,
+                                       key, None, after, ())))
         if len(ids) >= batch_rows:
             yield _batch(table, point, keys, afters, ids, places)
             keys, afters, ids, places = [], [], [], []
