@@ -36,8 +36,13 @@ class InProcessQuery:
     """A ``pg_cdc`` reader driven in Spark's call order; ``batches`` holds each batch's
     ``(start, end, partitions, rows)``."""
 
-    def __init__(self, options: Mapping[str, str], offset: dict[str, Any] | None = None) -> None:
+    def __init__(
+        self, options: Mapping[str, str], offset: dict[str, Any] | None = None, *,
+        available_now: bool = False,
+    ) -> None:
         self.reader = PgCdcStreamReader(CdcOptions.from_options(dict(options)))
+        if available_now:  # Spark calls it first, before initialOffset
+            self.reader.prepareForTriggerAvailableNow()
         if offset is None:
             offset = _spark_json(self.reader.initialOffset())
             # Spark asks again when it plans batch 0's partitions.

@@ -150,7 +150,7 @@ def test_snapshot_row_is_what_the_decoder_gives_for_the_same_row(
         conn.execute(_TYPES.format(schema=name))
         conn.execute(_ROW.format(schema=name))
     options = _options(pg, name, plugin, topic_from="table", partition_key_from="key")
-    query = InProcessQuery(options)
+    query = InProcessQuery(options, available_now=True)
     try:
         with caplog.at_level(logging.INFO, logger="postgres_cdc_source.reader"):
             (read,) = query.run_snapshot()
@@ -166,6 +166,7 @@ def test_snapshot_row_is_what_the_decoder_gives_for_the_same_row(
                                                        "unchanged", "topic", "partition_key")}
     assert {k: read[k] for k in expected} == expected
     assert "g" not in orjson.loads(read["after"])  # generated columns are not published
+    assert query.batches[0][2][0].snapshot is not None  # read in the exported snapshot
     assert read["lsn"] == read["commit_lsn"] == query.batches[0][0]["lsn"]
     assert read["xid"] is None and read["seq"] is None and read["before"] is None
 
