@@ -15,6 +15,10 @@ timestamptz, jsonb), read by three contenders, interleaved round by round after 
   its key JSON. Timed from connecting to the last row.
 * ``copy``: ``COPY (SELECT * FROM t) TO STDOUT`` read and thrown away: the physical limit.
 
+Then memory: for each of ``--memory-sizes``, a fresh process reads the whole table as one
+snapshot chunk (the executor's code path, :func:`postgres_cdc_source.snapshot.read_chunk`,
+without Spark) and reports its peak RSS, which must not grow with the table.
+
 Writes ``bench/results/snapshot.json``.
 """
 
@@ -95,12 +99,51 @@ def spark_read(spark: Any, dsn: str, slot: str, chunk_rows: int) -> common.Measu
     return common.run_available_now(start, SPARK_TIMED)
 
 
+def chunk_peak_rss(dsn: str) -> tuple[int, int]:
+    """Rows read and peak RSS (bytes) of this process reading the table as one chunk."""
+    import resource
+
+    from postgres_cdc_source import snapshot
+    from postgres_cdc_source.options import CdcOptions
+
+    options = CdcOptions.from_options({"dsn": dsn, "slot": "unused", "snapshot": "initial"})
+    with psycopg.connect(dsn) as conn:
+        table = snapshot.describe(conn, "public", TABLE)
+    assert table is not None
+    part = snapshot.SnapshotPartition(table, None, None, None, 0)
+    rows = sum(batch.num_rows for batch in snapshot.read_chunk(options, part))
+    return rows, resource.getrusage(resource.RUSAGE_SELF).ru_maxrss * 1024
+
+
+def memory(dsn: str, conn: psycopg.Connection[Any], sizes: list[int]) -> list[dict[str, Any]]:
+    """Peak RSS of a fresh process reading tables of ``sizes`` rows as one chunk each."""
+    import subprocess
+
+    points = []
+    for size in sizes:
+        make_table(conn, size)
+        out = subprocess.run(
+            [sys.executable, "-c", "import sys, bench.bench_snapshot as b; "
+             "print(*b.chunk_peak_rss(sys.argv[1]))", dsn],
+            check=True, capture_output=True, text=True,
+        ).stdout.split()
+        rows, peak = int(out[0]), int(out[1])
+        if rows != size:
+            raise AssertionError(f"read {rows} rows of {size}")
+        common.log(f"memory: {size:,} rows read as one chunk, peak RSS {peak / 2**20:.0f} MiB")
+        points.append({"rows": size, "peak_rss_mib": round(peak / 2**20, 1)})
+    return points
+
+
 def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     parser.add_argument("--rows", type=int, default=100_000)
     parser.add_argument("--rounds", type=int, default=3)
     parser.add_argument("--chunk-rows", type=int, default=25_000)
+    parser.add_argument("--memory-sizes", default="100000,1000000",
+                        help="table sizes for the memory check ('' for none)")
     args = parser.parse_args(argv)
+    sizes = [int(n) for n in args.memory_sizes.split(",") if n]
 
     with postgres() as pg, pg.connect() as conn:
         make_table(conn, args.rows)
@@ -132,16 +175,21 @@ def main(argv: list[str] | None = None) -> int:
         runs = common.paired_rounds({"copy": copy, "handwritten": hand, "spark": spark_run},
                                     args.rounds, "snapshot", warm_up=True, cpu=cpu)
         spark.stop()
+        peaks = memory(pg.dsn, conn, sizes)
     results = common.compared(runs, baselines=("handwritten", "copy"))
+    results["memory"] = peaks
     summary = (
         f"snapshot, rows/s [{args.rows:,} rows]: pg_cdc {results['spark']['per_second']:,}/s = "
         f"{results['ratio_vs_handwritten']['median']:.2f}x hand-written "
         f"({results['handwritten']['per_second']:,}/s), "
         f"{results['ratio_vs_copy']['median']:.2f}x COPY ({results['copy']['per_second']:,}/s)"
+        + "".join(f"; one chunk of {p['rows']:,} rows: peak RSS {p['peak_rss_mib']} MiB"
+                  for p in peaks)
     )
     return common.publish("snapshot", {
         "benchmark": "pg_cdc snapshot=initial -> noop vs hand-written psycopg loop vs COPY",
-        "config": {"rows": args.rows, "rounds": args.rounds, "chunk_rows": args.chunk_rows},
+        "config": {"rows": args.rows, "rounds": args.rounds, "chunk_rows": args.chunk_rows,
+                   "memory_sizes": sizes},
         "results": results,
         "summary": summary,
     })
