@@ -93,7 +93,9 @@ class InProcessQuery:
         """Stream batches until the offset reaches LSN ``upto``."""
         rows: list[Message] = []
         while parse_lsn(self.offset["lsn"]) < upto:
-            rows += self.step() or []
+            batch = self.step()
+            assert batch is not None, "the stream stopped short (an availableNow target?)"
+            rows += batch
         return rows
 
     def close(self) -> None:

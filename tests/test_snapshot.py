@@ -158,6 +158,7 @@ def test_snapshot_row_is_what_the_decoder_gives_for_the_same_row(
         with psycopg.connect(pg.dsn, autocommit=True) as conn:
             conn.execute(sql.SQL("DELETE FROM {}").format(sql.Identifier(name, "wide")))
             conn.execute(_ROW.format(schema=name))
+        query.reader.prepareForTriggerAvailableNow()  # the next availableNow run
         changes = query.run_stream(flush_lsn(pg.dsn))
     finally:
         query.close()

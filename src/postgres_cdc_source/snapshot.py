@@ -52,8 +52,9 @@ from postgres_cdc_source.schema import ARROW_SCHEMA
 from postgres_cdc_source.values import converter_for_oid
 
 __all__ = [
-    "READ", "Position", "SnapshotTable", "SnapshotPartition", "in_progress", "start_offset",
-    "position_of", "offset_of", "plan", "read_chunk", "offset_key",
+    "READ", "Position", "Chunk", "SnapshotTable", "SnapshotPartition", "in_progress",
+    "start_offset", "position_of", "offset_of", "offset_key", "captured_tables", "describe",
+    "plan", "read_chunk",
 ]
 
 log = logging.getLogger(__name__)
@@ -237,13 +238,12 @@ def _next_bound(
     of the table (up to ``limit``) fits in it."""
     name = sql.Identifier(table.schema, table.table)
     if table.chunk_key == (_CTID,):
-        start = int(_BLOCK.fullmatch(lo[0]).group(1)) if lo else 0  # type: ignore[union-attr]
+        start = _block(lo) if lo else 0
         stats = conn.execute(_STATS, (name.as_string(conn),)).fetchone()
         assert stats is not None
-        per_block = table.rows_per_block or 100.0
+        per_block = table.rows_per_block or 100.0  # never analyzed: a guess, only sizes chunks
         end = start + max(1, int(rows / per_block))
-        if end >= int(stats[2]) or (limit is not None and end >= int(_BLOCK.fullmatch(
-                limit[0]).group(1))):  # type: ignore[union-attr]
+        if end >= int(stats[2]) or (limit is not None and end >= _block(limit)):
             return None
         return (f"({end},0)",)
     where, params = _range(table, lo, limit)
@@ -259,8 +259,18 @@ def _next_bound(
     return None if bound == limit else bound
 
 
+def _block(bound: Key) -> int:
+    """The page number of a ``ctid`` bound ``(block,0)``."""
+    match = _BLOCK.fullmatch(bound[0])
+    if match is None:
+        raise ValueError(f"bad ctid bound {bound!r} in a snapshot offset")
+    return int(match.group(1))
+
+
 @dataclass(frozen=True)
 class Chunk:
+    """A planned chunk; :class:`SnapshotPartition` adds what reading it needs."""
+
     table: SnapshotTable
     lo: Key | None
     hi: Key | None
