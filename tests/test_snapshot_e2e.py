@@ -109,7 +109,7 @@ def test_driver_killed_during_the_snapshot(
     job = PipelineJob(
         dsn=pg.dsn, slot=name, url=broker.url, checkpoint=checkpoint,
         log_path=tmp_path / "job.log", sink=SINK,
-        source=_source(name, snapshot_chunk_rows="20", snapshot_max_rows_per_trigger="40"),
+        source=_source(name, snapshot_chunk_rows="25", snapshot_max_rows_per_trigger="100"),
     )
     stop = threading.Event()
     try:
