@@ -12,6 +12,9 @@ Contract with Spark (pyspark 4.3, measured; see the README's delivery section):
   :meth:`commit` (the normal path), or up to a batch's ``start`` when planning or reading it
   (Spark plans batch N only after batch N-1 is in ``commits/``; ``commit`` is at-most-once and
   never runs for the last batch of an ``availableNow`` run).
+* With ``snapshot=initial``, batches first read the tables (:mod:`postgres_cdc_source.snapshot`:
+  offsets at the slot's consistent point carrying the snapshot's progress, one partition per
+  chunk), then stream from that point.
 """
 
 from __future__ import annotations

@@ -1,4 +1,5 @@
-"""Slot and publication administration, peeking and advancing: the only SQL ``pg_cdc`` runs.
+"""Slot and publication administration, peeking and advancing: the SQL of the change stream
+(the initial snapshot's table reads are in :mod:`postgres_cdc_source.snapshot`).
 
 Identifiers (the publication, schemas, tables) are composed with :mod:`psycopg.sql`; slot names,
 LSNs and plugin options are query parameters. Nothing is string-formatted into SQL.
