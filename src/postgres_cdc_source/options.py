@@ -22,13 +22,14 @@ from postgres_cdc_source.errors import ConfigError
 
 __all__ = [
     "CdcOptions", "PollingOptions", "OptionDoc", "OPTION_DOCS", "PLUGINS", "MODES",
-    "CDC_ONLY", "POLLING_ONLY", "redact_dsn",
+    "SNAPSHOT_MODES", "CDC_ONLY", "POLLING_ONLY", "redact_dsn",
 ]
 
 T = TypeVar("T")
 
 PLUGINS = ("pgoutput", "test_decoding")
 MODES = ("cdc", "polling")
+SNAPSHOT_MODES = ("never", "initial")
 
 _SLOT_NAME = re.compile(r"[a-z0-9_]{1,63}")
 _MAX_ROWS = 2**31 - 1  # fetch/batch/spill sizes: more is no batch size, and FETCH overflows
@@ -103,6 +104,25 @@ OPTION_DOCS: tuple[OptionDoc, ...] = (
     OptionDoc("fetch_rows", "10000", "rows fetched from the server per round trip"),
     OptionDoc("batch_rows", "10000", "rows per Arrow batch handed to Spark"),
     OptionDoc(
+        "snapshot",
+        "never",
+        "`initial`: a query starting without a checkpoint first reads every captured table as "
+        "it was at the slot's consistent point (rows with `op` = `read`), then streams changes "
+        "from that point; `never`: changes only",
+    ),
+    OptionDoc(
+        "snapshot_chunk_rows",
+        "50000",
+        "rows per snapshot chunk: one Spark partition each, a primary-key range "
+        "(a range of pages for a table without one)",
+    ),
+    OptionDoc(
+        "snapshot_max_rows_per_trigger",
+        "500000",
+        "snapshot rows per micro-batch (rounded up to whole chunks); "
+        "each batch's end is a checkpointed resume point",
+    ),
+    OptionDoc(
         "spill_rows",
         "20000",
         "changes of one open transaction kept in memory before "
@@ -151,7 +171,8 @@ def _is_column_route(option: str, value: str | None) -> bool:
 
 CDC_ONLY = frozenset({
     "slot", "plugin", "publication", "create_slot", "include_tables", "exclude_tables",
-    "max_bytes_per_trigger", "fail_on_data_loss", "spill_rows",
+    "max_bytes_per_trigger", "fail_on_data_loss", "spill_rows", "snapshot",
+    "snapshot_chunk_rows", "snapshot_max_rows_per_trigger",
 })
 """Options that mean something only to ``mode=cdc``; refused with ``mode=polling``."""
 POLLING_ONLY = frozenset(
@@ -242,6 +263,9 @@ class CdcOptions:
     fetch_rows: int
     batch_rows: int
     spill_rows: int
+    snapshot: str
+    snapshot_chunk_rows: int
+    snapshot_max_rows_per_trigger: int
     mode: str = "cdc"
     polling: PollingOptions | None = None  # set exactly when mode is polling
 
@@ -352,6 +376,16 @@ class CdcOptions:
                     f"row does not carry column {value!r} (a delete under the default replica "
                     f"identity carries only the key) is routed there",
                 )
+        snapshot = str(get("snapshot"))
+        if snapshot not in SNAPSHOT_MODES:
+            raise ConfigError(
+                "snapshot",
+                f"bad value for snapshot: {snapshot!r} "
+                f"(expected one of {', '.join(SNAPSHOT_MODES)})",
+            )
+        for option in ("snapshot_chunk_rows", "snapshot_max_rows_per_trigger"):
+            if option in opts and snapshot != "initial":
+                raise ConfigError(option, f"option {option!r} only applies with snapshot=initial")
         return cls(
             dsn=dsn,
             slot=slot,
@@ -374,6 +408,15 @@ class CdcOptions:
             fetch_rows=_parsed("fetch_rows", str(get("fetch_rows")), _positive_int),
             batch_rows=_parsed("batch_rows", str(get("batch_rows")), _positive_int),
             spill_rows=_parsed("spill_rows", str(get("spill_rows")), _positive_int),
+            snapshot=snapshot,
+            snapshot_chunk_rows=_parsed(
+                "snapshot_chunk_rows", str(get("snapshot_chunk_rows")), _positive_int
+            ),
+            snapshot_max_rows_per_trigger=_parsed(
+                "snapshot_max_rows_per_trigger",
+                str(get("snapshot_max_rows_per_trigger")),
+                _positive_int,
+            ),
             mode=mode,
             polling=polling,
         )

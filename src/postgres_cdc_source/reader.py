@@ -14,6 +14,9 @@ Contract with Spark (pyspark 4.3, measured; see the README's delivery section):
   batch ending at ``start`` is in ``commits/``; ``commit`` is at-most-once, is not called when
   nothing is new, and never runs for the last batch of an ``availableNow`` run). So an idle
   server's slot reaches the last committed batch's end within one trigger.
+* With ``snapshot=initial``, batches first read the tables (:mod:`postgres_cdc_source.snapshot`:
+  offsets at the slot's consistent point carrying the snapshot's progress, one partition per
+  chunk), then stream from that point.
 """
 
 from __future__ import annotations
@@ -34,7 +37,7 @@ from pyspark.sql.streaming.datasource import (
     SupportsTriggerAvailableNow,
 )
 
-from postgres_cdc_source import publication, slot
+from postgres_cdc_source import publication, slot, snapshot
 from postgres_cdc_source.assembly import record_batches, transactions
 from postgres_cdc_source.decoding.factory import make_decoder
 from postgres_cdc_source.destination_columns import Router
@@ -74,10 +77,15 @@ class PgCdcStreamReader(DataSourceStreamReader, SupportsTriggerAvailableNow):
         self._conn: psycopg.Connection[Any] | None = None
         self._checked = False
         self._target: int | None = None
+        self._exported: slot.ExportedSnapshot | None = None  # held while a snapshot runs
+        self._planned: dict[tuple[str, str], list[snapshot.Chunk]] = {}
+        self._initial: dict[str, Any] | None = None
 
     def __getstate__(self) -> dict[str, Any]:
         state = self.__dict__.copy()
         state["_conn"] = None  # a live connection cannot travel to an executor
+        state["_exported"] = None
+        state["_planned"] = {}
         return state
 
     # -- driver side ---------------------------------------------------------------------------
@@ -101,11 +109,34 @@ class PgCdcStreamReader(DataSourceStreamReader, SupportsTriggerAvailableNow):
                     ) from exc
         raise AssertionError("unreachable")
 
-    def initialOffset(self) -> dict[str, str]:
-        """Where a new query starts: the slot's confirmed position (created if allowed)."""
+    def initialOffset(self) -> dict[str, Any]:
+        """Where a new query starts: the slot's confirmed position (created if allowed), or with
+        ``snapshot=initial`` the start of a snapshot of the tables at that position.
+
+        Spark asks twice (planning batch 0, then for its partitions): the answer is kept, so the
+        second call neither finds "our" new slot existing nor drops the exported snapshot.
+        """
+        if self._initial is None:
+            self._initial = self._initial_offset()
+        return self._initial
+
+    def _initial_offset(self) -> dict[str, Any]:
+        if self.options.snapshot == "initial":
+            self._exported = slot.export_snapshot(self.options)
         state = slot.ensure_slot(self.options)
         self._checked = True
-        return _offset(state.confirmed_flush)
+        if self.options.snapshot != "initial":
+            return _offset(state.confirmed_flush)
+        if self._exported is None:
+            log.warning(
+                "pg_cdc: replication slot %s already existed, so no snapshot of its position "
+                "could be exported: the snapshot reads the tables as they are now and the "
+                "stream repeats the changes since %s (see the README, snapshot=initial)",
+                self.options.slot,
+                format_lsn(state.confirmed_flush),
+            )
+            return snapshot.start_offset(state.confirmed_flush)
+        return snapshot.start_offset(self._exported.consistent_point)
 
     def getDefaultReadLimit(self) -> ReadLimit:
         if self.options.max_bytes_per_trigger is None:
@@ -113,13 +144,23 @@ class PgCdcStreamReader(DataSourceStreamReader, SupportsTriggerAvailableNow):
         return ReadMaxBytes(self.options.max_bytes_per_trigger)
 
     def prepareForTriggerAvailableNow(self) -> None:
-        """Fix the flush position now as the target: data arriving later waits for the next run."""
-        self._target = self._driver(slot.flush_lsn)
+        """Fix the flush position now as the target: data arriving later waits for the next run.
+
+        Spark calls this before ``initialOffset``, so it must not create the slot: with
+        ``snapshot=initial`` that is ``initialOffset``'s job (it exports the snapshot).
+        """
+        with _connect_with_retry(self.options, autocommit=True) as conn:
+            self._target = slot.flush_lsn(conn)
 
     def reportLatestOffset(self) -> dict[str, str]:
         return _offset(self._driver(slot.flush_lsn))
 
-    def latestOffset(self, start: dict[str, Any], limit: ReadLimit) -> dict[str, str]:
+    def latestOffset(self, start: dict[str, Any], limit: ReadLimit) -> dict[str, Any]:
+        if snapshot.in_progress(start):
+            return self._driver(lambda conn: self._plan_snapshot(conn, start))
+        if self._exported is not None:  # the snapshot's batches are committed
+            self._exported.close()
+            self._exported = None
         start_lsn = _lsn(start)
         max_bytes = limit.max_bytes if isinstance(limit, ReadMaxBytes) else None
         return _offset(self._driver(lambda conn: self._plan(conn, start_lsn, max_bytes)))
@@ -145,9 +186,42 @@ class PgCdcStreamReader(DataSourceStreamReader, SupportsTriggerAvailableNow):
         first_end = slot.first_commit_end(conn, self.options, flush, pubs)
         return max(start + max_bytes, min(first_end or 0, flush))
 
+    def _plan_snapshot(
+        self, conn: psycopg.Connection[Any], start: dict[str, Any]
+    ) -> dict[str, Any]:
+        position = snapshot.position_of(start)
+        assert position is not None
+        chunks, reached = snapshot.plan(conn, self.options, position, None, bounded=True)
+        end = snapshot.offset_of(_lsn(start), reached)
+        self._planned[(snapshot.offset_key(start), snapshot.offset_key(end))] = chunks
+        log.info(
+            "pg_cdc snapshot: next batch reads %d chunks; then %s",
+            len(chunks),
+            reached.describe() if reached is not None else "snapshot complete",
+        )
+        return end
+
     def partitions(self, start: dict[str, Any], end: dict[str, Any]) -> Sequence[InputPartition]:
+        if snapshot.in_progress(start):
+            return self._snapshot_partitions(start, end)
         start_lsn, end_lsn = _lsn(start), _lsn(end)
         return [CdcPartition(start_lsn, end_lsn)] if end_lsn > start_lsn else []
+
+    def _snapshot_partitions(
+        self, start: dict[str, Any], end: dict[str, Any]
+    ) -> list[snapshot.SnapshotPartition]:
+        """The chunks planned for ``(start, end]``; planned again when Spark replays a batch
+        this process did not plan (after a restart)."""
+        chunks = self._planned.pop((snapshot.offset_key(start), snapshot.offset_key(end)), None)
+        if chunks is None:
+            first, last = snapshot.position_of(start), snapshot.position_of(end)
+            assert first is not None
+            chunks = self._driver(
+                lambda conn: snapshot.plan(conn, self.options, first, last, bounded=False)[0]
+            )
+        name = self._exported.name if self._exported is not None else None
+        point = _lsn(start)
+        return [snapshot.SnapshotPartition(c.table, c.lo, c.hi, name, point) for c in chunks]
 
     def commit(self, end: dict[str, Any]) -> None:
         """Spark has durably committed every batch up to ``end``: release that WAL.
@@ -168,6 +242,9 @@ class PgCdcStreamReader(DataSourceStreamReader, SupportsTriggerAvailableNow):
             )
 
     def stop(self) -> None:
+        if self._exported is not None:
+            self._exported.close()
+            self._exported = None
         if self._conn is not None:
             self._conn.close()
             self._conn = None
@@ -175,7 +252,11 @@ class PgCdcStreamReader(DataSourceStreamReader, SupportsTriggerAvailableNow):
     # -- executor side -------------------------------------------------------------------------
 
     def read(self, partition: InputPartition) -> Iterator[pa.RecordBatch]:
-        """Peek the slot from ``start`` to ``end`` and yield the batch's rows as Arrow batches."""
+        """Peek the slot from ``start`` to ``end`` and yield the batch's rows as Arrow batches
+        (or read one snapshot chunk)."""
+        if isinstance(partition, snapshot.SnapshotPartition):
+            yield from snapshot.read_chunk(self.options, partition)
+            return
         assert isinstance(partition, CdcPartition)
         options = self.options
         conn = _connect_with_retry(options, autocommit=False)

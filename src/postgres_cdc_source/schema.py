@@ -22,13 +22,33 @@ __all__ = ["COLUMNS", "SPARK_SCHEMA", "ARROW_SCHEMA"]
 
 COLUMNS: tuple[tuple[str, str, pa.DataType, str], ...] = (
     ("lsn", "string", pa.string(), "LSN Postgres reports for the change row"),
-    ("commit_lsn", "string", pa.string(), "end LSN of the transaction's commit record"),
-    ("xid", "long", pa.int64(), "transaction id"),
-    ("commit_ts", "timestamp", pa.timestamp("us", tz="UTC"), "commit time"),
-    ("seq", "int", pa.int32(), "position of the change in its transaction, from 0"),
+    (
+        "commit_lsn",
+        "string",
+        pa.string(),
+        "end LSN of the transaction's commit record (snapshot rows: the slot's consistent point)",
+    ),
+    ("xid", "long", pa.int64(), "transaction id (null for snapshot rows)"),
+    (
+        "commit_ts",
+        "timestamp",
+        pa.timestamp("us", tz="UTC"),
+        "commit time (null for snapshot rows)",
+    ),
+    (
+        "seq",
+        "int",
+        pa.int32(),
+        "position of the change in its transaction, from 0 (null for snapshot rows)",
+    ),
     ("schema", "string", pa.string(), "schema of the changed table"),
     ("table", "string", pa.string(), "name of the changed table"),
-    ("op", "string", pa.string(), "insert, update, delete or truncate"),
+    (
+        "op",
+        "string",
+        pa.string(),
+        "insert, update, delete or truncate; read for a row of the initial snapshot",
+    ),
     ("key", "string", pa.string(), "JSON of the row's replica-identity key (null for truncate)"),
     (
         "before",
@@ -43,7 +63,13 @@ COLUMNS: tuple[tuple[str, str, pa.DataType, str], ...] = (
         pa.list_(pa.string()),
         "columns whose unchanged TOAST value Postgres did not send; they are absent from `after`",
     ),
-    ("id", "string", pa.string(), "stable message id `<commit_lsn>:<seq>`, identical on replay"),
+    (
+        "id",
+        "string",
+        pa.string(),
+        "stable message id `<commit_lsn>:<seq>`, identical on replay; for snapshot rows "
+        '`<consistent point>:read:["<schema>","<table>",<primary key or ctid text>...]`',
+    ),
     ("stream", "string", pa.string(), "destination stream (routing options), else null"),
     ("topic", "string", pa.string(), "destination topic (routing options), else null"),
     (

@@ -1,4 +1,5 @@
-"""Slot administration, peeking and advancing (publications: :mod:`.publication`).
+"""Slot and publication administration, peeking and advancing: the SQL of the change stream
+(the initial snapshot's table reads are in :mod:`postgres_cdc_source.snapshot`).
 
 Identifiers are composed with :mod:`psycopg.sql`; slot names, LSNs and plugin options are query
 parameters. Nothing is string-formatted into SQL.
@@ -18,17 +19,20 @@ from typing import Any
 import psycopg
 from psycopg import errors as pgerrors
 from psycopg import sql
+from psycopg.abc import AdaptContext
 
 from postgres_cdc_source import publication
 from postgres_cdc_source.decoding.factory import plugin_options
 from postgres_cdc_source.errors import SlotError, SourceError
-from postgres_cdc_source.lsn import format_lsn
+from postgres_cdc_source.lsn import format_lsn, parse_lsn
 from postgres_cdc_source.options import CdcOptions
 from postgres_cdc_source.values import SESSION_SETTINGS
 
 __all__ = [
     "SlotState",
+    "ExportedSnapshot",
     "connect",
+    "export_snapshot",
     "ensure_slot",
     "slot_state",
     "flush_lsn",
@@ -58,8 +62,17 @@ class SlotState:
     confirmed_flush: int
 
 
-def connect(options: CdcOptions, *, autocommit: bool = True) -> Conn:
+def connect(
+    options: CdcOptions,
+    *,
+    autocommit: bool = True,
+    context: AdaptContext | None = None,
+    replication: bool = False,
+) -> Conn:
     """A connection whose session settings make value text (dates, floats) deterministic.
+
+    ``context`` replaces psycopg's adapters (the snapshot reader wants every value as its output
+    text); ``replication`` opens a walsender connection (``replication=database``).
 
     A failure raises :class:`SourceError` saying whether waiting can heal it. libpq reports no
     SQLSTATE for a failed connection, so the server is asked with ``PQping``, which reads the
@@ -69,6 +82,7 @@ def connect(options: CdcOptions, *, autocommit: bool = True) -> Conn:
     case it only just finished starting.
     """
     session = " ".join(f"-c {k}={v}" for k, v in SESSION_SETTINGS.items())
+    extra: dict[str, Any] = {"replication": "database"} if replication else {}
     for attempt in (1, 2):
         try:
             return psycopg.connect(
@@ -76,6 +90,8 @@ def connect(options: CdcOptions, *, autocommit: bool = True) -> Conn:
                 autocommit=autocommit,
                 options=session,
                 application_name="pg_cdc",
+                context=context,
+                **extra,
             )
         except psycopg.OperationalError as exc:
             ping = psycopg.pq.PGconn.ping(options.dsn.encode())
@@ -176,6 +192,62 @@ def ensure_slot(options: CdcOptions) -> SlotState:
         if options.plugin == "pgoutput":
             publication.ensure(conn, options)
         return state
+
+
+@dataclass
+class ExportedSnapshot:
+    """A slot created with ``SNAPSHOT 'export'``: its consistent point and the snapshot name.
+
+    The snapshot stays importable (``SET TRANSACTION SNAPSHOT``) only while ``conn``, the
+    walsender connection that created the slot, stays open and runs nothing else.
+    """
+
+    conn: Conn
+    name: str
+    consistent_point: int
+
+    def close(self) -> None:
+        self.conn.close()
+
+
+def export_snapshot(options: CdcOptions) -> ExportedSnapshot | None:
+    """Create the slot on a replication connection, exporting the snapshot of its consistent
+    point; ``None`` when it cannot be ours to create (it exists, ``create_slot`` is off, the
+    server is not set up for it: :func:`ensure_slot` then reports whatever is wrong).
+
+    For pgoutput the publication is created first: pgoutput looks it up as of each decoded
+    change, so a change between slot and publication creation could not be decoded.
+    """
+    with connect(options) as conn:
+        wal_level = conn.execute("SHOW wal_level").fetchone()
+        if not options.create_slot or wal_level is None or wal_level[0] != "logical":
+            return None
+        if slot_state(conn, options.slot) is not None:
+            return None
+        if options.plugin == "pgoutput":
+            publication.ensure(conn, options)
+        modern = conn.info.server_version >= 150000
+    repl = connect(options, replication=True)
+    command = sql.SQL(
+        "CREATE_REPLICATION_SLOT {} LOGICAL {} (SNAPSHOT 'export')"
+        if modern
+        else "CREATE_REPLICATION_SLOT {} LOGICAL {} EXPORT_SNAPSHOT"
+    ).format(sql.Identifier(options.slot), sql.Identifier(options.plugin))
+    result = repl.pgconn.exec_(command.as_bytes(repl))
+    if result.status != psycopg.pq.ExecStatus.TUPLES_OK:
+        error = pgerrors.error_from_result(result, encoding=repl.info.encoding)
+        repl.close()
+        if isinstance(error, pgerrors.DuplicateObject):
+            return None  # created by someone else at the same moment
+        raise SlotError(
+            f"cannot create replication slot {options.slot!r} with an exported snapshot "
+            f"(SQLSTATE {error.sqlstate}): {error.diag.message_primary}"
+        ) from error
+    point, name = result.get_value(0, 1), result.get_value(0, 2)
+    assert point is not None and name is not None
+    log.info("created replication slot %s exporting snapshot %s at %s",
+             options.slot, name.decode(), point.decode())
+    return ExportedSnapshot(repl, name.decode(), parse_lsn(point.decode()))
 
 
 def _create_slot(conn: Conn, options: CdcOptions) -> None:

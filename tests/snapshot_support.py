@@ -1,0 +1,163 @@
+"""Test helpers for ``snapshot=initial``: Spark's call order in-process, and a consumer's replay.
+
+:class:`InProcessQuery` drives a :class:`PgCdcStreamReader` the way Spark does (initialOffset
+once, then per batch latestOffset -> partitions -> read every partition on a pickled copy,
+several at once -> commit), with offsets round-tripped through JSON as Spark stores them. It
+exercises the real planning and reading against the real Postgres in a second, without a JVM;
+the end-to-end tests run the same source under real Spark.
+
+:func:`replay` is the consumer: it rebuilds the tables from messages. ``strict`` replay is the
+exact-consistency check (every change applies to exactly the state the snapshot plus earlier
+changes left: an insert never meets an existing row, an update or delete always finds one);
+lenient replay is upsert semantics, what a consumer of a resumed snapshot relies on.
+"""
+
+from __future__ import annotations
+
+import json
+import pickle
+from collections.abc import Iterable, Mapping, Sequence
+from concurrent.futures import ThreadPoolExecutor
+from typing import Any
+
+import orjson
+import pyarrow as pa
+
+from iggy_spark_testing.workload import Key, Row, TableSpec
+from postgres_cdc_source import snapshot
+from postgres_cdc_source.lsn import parse_lsn
+from postgres_cdc_source.options import CdcOptions
+from postgres_cdc_source.reader import PgCdcStreamReader
+
+Message = dict[str, Any]
+
+
+class InProcessQuery:
+    """A ``pg_cdc`` reader driven in Spark's call order; ``batches`` holds each batch's
+    ``(start, end, partitions, rows)``."""
+
+    def __init__(
+        self, options: Mapping[str, str], offset: dict[str, Any] | None = None, *,
+        available_now: bool = False,
+    ) -> None:
+        self.reader = PgCdcStreamReader(CdcOptions.from_options(dict(options)))
+        if available_now:  # Spark calls it first, before initialOffset
+            self.reader.prepareForTriggerAvailableNow()
+        if offset is None:
+            offset = _spark_json(self.reader.initialOffset())
+            # Spark asks again when it plans batch 0's partitions.
+            assert _spark_json(self.reader.initialOffset()) == offset
+        self.offset = offset
+        self.batches: list[tuple[dict[str, Any], dict[str, Any], list[Any], list[Message]]] = []
+
+    def plan(self) -> tuple[dict[str, Any], list[Any]] | None:
+        """Plan the next batch: its end offset and partitions (``None`` if there is no data)."""
+        end = _spark_json(self.reader.latestOffset(self.offset, self.reader.getDefaultReadLimit()))
+        if snapshot.offset_key(end) == snapshot.offset_key(self.offset):
+            return None
+        return end, list(self.reader.partitions(self.offset, end))
+
+    def read(self, partitions: Sequence[Any]) -> list[Message]:
+        """Read partitions as executors do: on a pickled copy of the reader, up to 4 at once."""
+        executor = pickle.loads(pickle.dumps(self.reader))
+
+        def rows(partition: Any) -> list[Message]:
+            return [r for b in executor.read(partition) for r in pa.Table.from_batches(
+                [b]).to_pylist()]
+
+        with ThreadPoolExecutor(4) as pool:
+            return [row for part in pool.map(rows, partitions) for row in part]
+
+    def step(self) -> list[Message] | None:
+        """One whole batch: plan, read, commit. ``None`` when there was nothing to read."""
+        planned = self.plan()
+        if planned is None:
+            return None
+        end, partitions = planned
+        rows = self.read(partitions)
+        self.reader.commit(end)
+        self.batches.append((self.offset, end, partitions, rows))
+        self.offset = end
+        return rows
+
+    def run_snapshot(self) -> list[Message]:
+        """Batches until the snapshot is finished; the rows they delivered."""
+        rows: list[Message] = []
+        while snapshot.in_progress(self.offset):
+            batch = self.step()
+            assert batch is not None, "a running snapshot always has a next batch"
+            rows += batch
+        return rows
+
+    def run_stream(self, upto: int) -> list[Message]:
+        """Stream batches until the offset reaches LSN ``upto``."""
+        rows: list[Message] = []
+        while parse_lsn(self.offset["lsn"]) < upto:
+            batch = self.step()
+            assert batch is not None, "the stream stopped short (an availableNow target?)"
+            rows += batch
+        return rows
+
+    def close(self) -> None:
+        self.reader.stop()
+
+
+def _spark_json(offset: dict[str, Any]) -> dict[str, Any]:
+    loaded: dict[str, Any] = json.loads(json.dumps(offset))
+    return loaded
+
+
+def _json(value: Any) -> Any:
+    return orjson.loads(value) if isinstance(value, str) else value
+
+
+def _pk(spec: TableSpec, values: Mapping[str, Any] | None) -> Key | None:
+    if values is None or any(k not in values for k in spec.primary_key):
+        return None
+    return spec.key_of(values)
+
+
+def ordered(messages: Iterable[Message]) -> list[Message]:
+    """A consumer's order: the snapshot's rows (as delivered), then the changes in commit order,
+    each change once (by id, as Iggy consumers deduplicate)."""
+    reads, changes, seen = [], [], set()
+    for message in messages:
+        if message["op"] == snapshot.READ:
+            reads.append(message)
+        elif message["id"] not in seen:
+            seen.add(message["id"])
+            changes.append(message)
+    changes.sort(key=lambda m: (parse_lsn(m["commit_lsn"]), int(m["seq"])))
+    return reads + changes
+
+
+def replay(
+    messages: Sequence[Message], specs: Mapping[str, TableSpec], *, strict: bool
+) -> tuple[dict[str, dict[Key, Row]], list[str]]:
+    """The tables the messages rebuild (in :func:`ordered` order), and with ``strict`` every
+    change that did not apply to exactly the state before it."""
+    model: dict[str, dict[Key, Row]] = {name: {} for name in specs}
+    problems: list[str] = []
+    for message in ordered(messages):
+        spec = specs[message["table"]]
+        rows = model[spec.name]
+        op = message["op"]
+        after = _json(message.get("after"))
+        if op == "truncate":
+            rows.clear()
+            continue
+        old_key = _pk(spec, _json(message.get("key")))
+        old = rows.pop(old_key, None) if old_key is not None and op != snapshot.READ else None
+        if strict and op in ("update", "delete") and old is None:
+            problems.append(f"{op} of {spec.name} {old_key} missing from the snapshot")
+        if op == "delete":
+            continue
+        row = dict(after or {})
+        for name in message.get("unchanged") or ():
+            row[name] = (old or {}).get(name)
+        new_key = _pk(spec, row)
+        assert new_key is not None, message
+        if strict and new_key in rows:
+            problems.append(f"{op} of {spec.name} {new_key} meets a row already there")
+        rows[new_key] = row
+    return model, problems

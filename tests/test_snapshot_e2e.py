@@ -1,0 +1,146 @@
+"""``snapshot=initial`` end to end: real Spark, the real Postgres, the broker over TCP.
+
+A workload writes to the tables while the snapshot is taken and read, in several micro-batches
+of several chunks; everything goes through ``iggy_routed`` to one topic per table, partitioned
+by row, and is read back over the SDK as a consumer would. The consumer rebuilds the tables
+from the messages (:func:`snapshot_support.replay`) and they must equal the source tables:
+strictly (no change applied against the snapshot twice) for an undisturbed run, and as final
+state per key after a driver ``kill -9`` in the middle of the snapshot (README: what a consumer
+sees after such a crash).
+"""
+
+from __future__ import annotations
+
+import threading
+import time
+from pathlib import Path
+from typing import Any
+
+import psycopg
+import pytest
+from pyspark.sql import SparkSession
+from snapshot_support import replay
+
+from iggy_local import LocalIggy
+from iggy_spark_testing.chaos import (
+    PipelineJob,
+    committed_end,
+    flush_lsn,
+    read_checkpoint,
+    wait_until,
+)
+from iggy_spark_testing.harness import LocalPostgres
+from iggy_spark_testing.oracle import read_back, read_tables
+from iggy_spark_testing.workload import Workload
+from pg_to_iggy.pipeline import start_pipeline
+from postgres_cdc_source.lsn import parse_lsn
+
+pytestmark = pytest.mark.e2e
+
+SINK = {"topic_defaults.partitions_count": "3"}
+
+
+def _source(name: str, **extra: str) -> dict[str, str]:
+    return {
+        "snapshot": "initial", "include_tables": f"{name}\\..*", "topic_from": "table",
+        "partition_key_from": "id", "default_stream": name, **extra,
+    }
+
+
+def _messages(url: str, name: str) -> list[dict[str, Any]]:
+    """Everything in the stream, partition by partition in offset order, with its message id."""
+    return [dict(m.change or {}, id=m.id) for m in read_back(url, [name])]
+
+
+def _snapshot_done(checkpoint: Path) -> bool:
+    """Whether a committed batch ends with the snapshot finished (an offset without it)."""
+    committed = {b.id for b in read_checkpoint(checkpoint) if b.committed_at is not None}
+    return any('"snapshot"' not in (checkpoint / "offsets" / str(i)).read_text()
+               for i in committed)
+
+
+def _slot_exists(dsn: str, name: str) -> bool:
+    with psycopg.connect(dsn) as conn:
+        query = "SELECT 1 FROM pg_replication_slots WHERE slot_name = %s"
+        return conn.execute(query, (name,)).fetchone() is not None
+
+
+def test_snapshot_then_stream_through_spark_and_iggy(
+    spark: SparkSession, pg: LocalPostgres, broker: LocalIggy, name: str, tmp_path: Path
+) -> None:
+    work = Workload(pg.dsn, name, seed=21)
+    work.setup()
+    work.run(changes=300)
+    checkpoint = tmp_path / "chk"
+    query = start_pipeline(
+        spark, dsn=pg.dsn, slot=name, url=broker.url, checkpoint=str(checkpoint),
+        source=_source(name, snapshot_chunk_rows="20", snapshot_max_rows_per_trigger="60"),
+        sink=SINK,
+    )
+    stop = threading.Event()
+    try:
+        wait_until(lambda: _slot_exists(pg.dsn, name), 120, "the slot")
+        run = work.start(stop=stop, rate=30)  # writes while the snapshot is read
+        wait_until(lambda: _snapshot_done(checkpoint), 120, "the snapshot to finish")
+        stop.set()
+        run.join(60)
+        target = flush_lsn(pg.dsn)
+        wait_until(lambda: (committed_end(checkpoint) or 0) >= target, 120,
+                   "the query to catch up")
+    finally:
+        stop.set()
+        query.stop()
+        work.close()
+    messages = _messages(broker.url, name)
+    reads = [m for m in messages if m["op"] == "read"]
+    assert reads and len({m["id"] for m in reads}) == len(reads)
+    assert any(m["op"] != "read" for m in messages)
+    batches = read_checkpoint(checkpoint)
+    assert sum(1 for b in batches if b.end == batches[0].end) >= 3  # several snapshot batches
+    model, problems = replay(messages, work.tables, strict=True)
+    assert not problems, problems[:5]
+    assert model == read_tables(pg.dsn, name, work.tables.values())
+
+
+def test_driver_killed_during_the_snapshot(
+    pg: LocalPostgres, broker: LocalIggy, name: str, tmp_path: Path
+) -> None:
+    """kill -9 of the whole driver (its exported snapshot dies with it) after the first snapshot
+    batch; the restarted job finishes the snapshot at a later state and streams on: every key
+    ends in its state in the table."""
+    work = Workload(pg.dsn, name, seed=22)
+    work.setup()
+    work.run(changes=500)
+    checkpoint = tmp_path / "chk"
+    job = PipelineJob(
+        dsn=pg.dsn, slot=name, url=broker.url, checkpoint=checkpoint,
+        log_path=tmp_path / "job.log", sink=SINK,
+        source=_source(name, snapshot_chunk_rows="25", snapshot_max_rows_per_trigger="100"),
+    )
+    stop = threading.Event()
+    try:
+        job.start()
+        wait_until(lambda: _slot_exists(pg.dsn, name), 120, "the slot", alive=lambda: job.running)
+        run = work.start(stop=stop, rate=30)  # on through the kill and the restart
+        job.wait_for_batch_after(0, 120, committed=True)
+        job.kill()
+        last = read_checkpoint(checkpoint)[-1]
+        assert '"snapshot"' in (checkpoint / "offsets" / str(last.id)).read_text(), (
+            "the kill came after the snapshot: make the snapshot longer")
+        job.start()
+        job.wait_for_batch_after(time.time(), 120, committed=False)
+        stop.set()
+        run.join(60)
+        target = flush_lsn(pg.dsn)
+        wait_until(lambda: (committed_end(checkpoint) or 0) >= target, 120,
+                   "the job to catch up", alive=lambda: job.running)
+        assert job.stop() == 0, job.log_tail()
+    finally:
+        stop.set()
+        if job.running:
+            job.kill()
+        work.close()
+    messages = _messages(broker.url, name)
+    assert all(parse_lsn(m["commit_lsn"]) == last.end for m in messages if m["op"] == "read")
+    model, _ = replay(messages, work.tables, strict=False)
+    assert model == read_tables(pg.dsn, name, work.tables.values())
