@@ -21,7 +21,7 @@ from iggy_spark import sending
 from iggy_spark import writer as writer_module
 from iggy_spark.admission import Destination
 from iggy_spark.encoding import message_id
-from iggy_spark.errors import AdmissionError, DestinationError, ServerError
+from iggy_spark.errors import AdmissionError, ServerError
 from iggy_spark.local import LocalIggy
 from iggy_spark.options import RoutedOptions
 from iggy_spark.partitioning import partition_for_key
@@ -165,44 +165,76 @@ def test_per_key_order_and_payload_headers_id_round_trip(broker: LocalIggy, name
     assert partitions == {k: {partition_for_key(k.encode(), 3)} for k in by_key}
 
 
-def test_breaker_opens_after_threshold_and_half_opens_after_cool_down(
+def _dlq_options(name: str, **extra: str) -> dict[str, str]:
+    return {"on_admission_failure": "dlq", "dlq.stream": name, "dlq.topic": "dlq", **extra}
+
+
+def test_a_failing_destination_is_isolated_while_the_others_flow(
     broker: LocalIggy, name: str
 ) -> None:
     writer_module._boards.clear()
-    options = {
-        "create_destinations": "false",
-        "circuit_breaker.failure_threshold": "3",
-        "circuit_breaker.cool_down": "1s",
-        "on_admission_failure": "dlq",
-        "dlq.stream": "dlqs",
-        "dlq.topic": "dlq",
-    }
-    from broker_fixtures import connect, run
-
-    async def make_dlq() -> None:
-        client = await connect(broker.address)
-        await client.create_stream("dlqs")
-        await client.create_topic("dlqs", "dlq", 1)
-        await client.create_stream(name)
-
-    run(make_dlq())
-    rows = batch(stream=[name], topic=["missing"], n=[1])
-    for _ in range(3):
-        with pytest.raises(DestinationError, match="does not exist"):
-            make_writer(broker, **options).write(iter([rows]))
-    report = make_writer(broker, **options).write(iter([rows]))
-    assert report.rejected == {"circuit_open": 1} and report.dead_lettered == 1
-    assert report.breakers[f"{name}/missing"]["state"] == "open"
-
-    async def make_topic() -> None:
-        client = await connect(broker.address)
-        await client.create_topic(name, "missing", 1)
-
-    run(make_topic())
+    options = _dlq_options(name, **{"circuit_breaker.failure_threshold": "3",
+                                    "circuit_breaker.cool_down": "1s"})
+    topics = ["ok1", "bad", "ok2"] * 4
+    rows = batch(stream=[name] * 12, topic=topics, n=list(range(12)))
+    make_writer(broker, **options).write(iter([batch(stream=[name], topic=["bad"], n=[-1])]))
+    broker.refuse_sends(name, "bad")
+    try:
+        report = make_writer(broker, **options).write(iter([rows]))
+        assert report.routed == {f"{name}/ok1": 4, f"{name}/ok2": 4, f"{name}/dlq": 4}
+        assert report.rejected == {"circuit_open": 4} and report.dead_lettered == 4
+        assert report.breakers[f"{name}/bad"]["state"] == "open"
+        dead = poll_all(broker.address, name, "dlq")
+        assert [json.loads(m.payload)["n"] for m in dead] == [1, 4, 7, 10]  # in order
+        assert {m.headers["iggy_spark.reason"] for m in dead} == {"circuit_open"}
+        assert {m.headers["iggy_spark.topic"] for m in dead} == {"bad"}
+        # still open: refused at once, the healthy destinations unaffected
+        report = make_writer(broker, **options).write(iter([rows]))
+        assert report.rejected == {"circuit_open": 4} and report.routed[f"{name}/ok1"] == 4
+    finally:
+        broker.refuse_sends(name, "bad", refuse=False)
     time.sleep(1.1)
     report = make_writer(broker, **options).write(iter([rows]))  # the half-open probe
-    assert report.routed == {f"{name}/missing": 1}
-    assert report.breakers[f"{name}/missing"]["state"] == "closed"
+    assert report.routed[f"{name}/bad"] == 4 and not report.rejected
+    assert report.breakers[f"{name}/bad"]["state"] == "closed"
+    assert [json.loads(m.payload)["n"] for m in poll_all(broker.address, name, "bad")] == [
+        -1, 1, 4, 7, 10]
+
+
+def test_an_open_breaker_under_policy_error_fails_the_task(broker: LocalIggy, name: str) -> None:
+    writer_module._boards.clear()
+    options = {"circuit_breaker.failure_threshold": "2"}
+    make_writer(broker, **options).write(iter([batch(stream=[name], topic=["bad"], n=[0])]))
+    broker.refuse_sends(name, "bad")
+    try:
+        with pytest.raises(AdmissionError, match="circuit_open"):
+            make_writer(broker, **options).write(iter([batch(stream=[name], topic=["bad"],
+                                                             n=[1])]))
+    finally:
+        broker.refuse_sends(name, "bad", refuse=False)
+
+
+def test_a_missing_destination_with_creation_off_is_unknown_not_a_breaker_failure(
+    broker: LocalIggy, name: str
+) -> None:
+    writer_module._boards.clear()
+    from broker_fixtures import connect, run
+
+    async def make_stream() -> None:
+        client = await connect(broker.address)
+        await client.create_stream(name)
+        await client.create_topic(name, "dlq", 1)
+
+    run(make_stream())
+    options = _dlq_options(name, create_destinations="false",
+                           **{"circuit_breaker.failure_threshold": "1"})
+    writer = make_writer(broker, **options)
+    for _ in range(2):
+        report = writer.write(iter([batch(stream=[name], topic=["missing"], n=[1])]))
+        assert report.rejected == {"unknown": 1} and report.dead_lettered == 1
+    assert writer_module._board(writer.options).state(Destination(name, "missing")) == "closed"
+    dead = poll_all(broker.address, name, "dlq")
+    assert [m.headers["iggy_spark.reason"] for m in dead] == ["unknown", "unknown"]
 
 
 def _create_concurrently(url: str, stream: str, barrier: Any, out: Any) -> None:

@@ -121,6 +121,16 @@ class CircuitBreaker:
             self._opened_at = self._clock()
             self._probe_started_at = None
 
+    def trip(self, error: str | None = None) -> None:
+        """Open now, whatever the count: a send kept failing although other sends to the same
+        destination succeeded in between (one bad partition), so the count never got there."""
+        if error is not None:
+            self._last_error = error
+        if self._state is not BreakerState.OPEN:
+            self._state = BreakerState.OPEN
+            self._opened_at = self._clock()
+            self._probe_started_at = None
+
     def snapshot(self) -> BreakerSnapshot:
         return BreakerSnapshot(self._state, self._failures, self._opened_at, self._last_error)
 
@@ -154,6 +164,13 @@ class BreakerBoard:
         self, destination: Destination, *, counts: bool, error: str | None = None
     ) -> None:
         self._breaker(destination).record_failure(counts=counts, error=error)
+
+    def state(self, destination: Destination) -> BreakerState:
+        breaker = self._breakers.get(destination)
+        return BreakerState.CLOSED if breaker is None else breaker.state
+
+    def trip(self, destination: Destination, error: str | None = None) -> None:
+        self._breaker(destination).trip(error)
 
     def open_count(self) -> int:
         """Breakers not closed (open or probing): the ``circuit_open`` gauge."""

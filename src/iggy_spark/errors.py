@@ -20,6 +20,7 @@ __all__ = [
     "EncodingError",
     "IggySparkError",
     "SendError",
+    "UnknownDestination",
     "show",
 ]
 
@@ -122,6 +123,14 @@ class DestinationError(_DestinationFailure):
     """Creating or describing a stream or topic failed (permissions, server limits...)."""
 
     _doing = "creating or looking up"
+
+
+class UnknownDestination(DestinationError):
+    """The destination does not exist and ``create_destinations=false`` forbids creating it.
+
+    A fact about the configuration, not a failure of the destination: it is refused with the
+    reason ``unknown`` and never counts against the destination's circuit breaker.
+    """
 
 
 class SendError(_DestinationFailure):

@@ -18,7 +18,7 @@ from typing import TYPE_CHECKING, Any, TypeVar
 
 from iggy_spark.admission import Destination
 from iggy_spark.connection import IggyConnection
-from iggy_spark.errors import DestinationError, SendError, ServerError
+from iggy_spark.errors import DestinationError, SendError, ServerError, UnknownDestination
 from iggy_spark.options import TopicDefaults
 
 if TYPE_CHECKING:
@@ -131,7 +131,7 @@ async def ensure_topic(
         created = False
         if details is None:
             if not create:
-                raise DestinationError(stream, topic, "does not exist and create_destinations "
+                raise UnknownDestination(stream, topic, "does not exist and create_destinations "
                                        "is false: create it, or allow the sink to")
             await _create(client.create_stream(stream))
             created = await _create(
