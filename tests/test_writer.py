@@ -9,7 +9,6 @@ from __future__ import annotations
 import json
 import multiprocessing
 import os
-import time
 from collections import Counter
 from typing import Any
 
@@ -18,8 +17,6 @@ import pytest
 from broker_fixtures import poll_all
 
 from iggy_spark import sending
-from iggy_spark import writer as writer_module
-from iggy_spark.admission import Destination
 from iggy_spark.encoding import message_id
 from iggy_spark.errors import AdmissionError, ServerError
 from iggy_spark.local import LocalIggy
@@ -127,6 +124,7 @@ def test_partition_id_out_of_range_is_rejected_without_tripping_the_breaker(
         "state": "closed",
         "consecutive_failures": 0,
         "last_error": None,
+        "opened_at": None,
     }
     got = {m.partition: json.loads(m.payload)["n"] for m in poll_all(broker.address, name, "t")}
     assert got == {1: 1, 3: 3}
@@ -169,40 +167,67 @@ def _dlq_options(name: str, **extra: str) -> dict[str, str]:
     return {"on_admission_failure": "dlq", "dlq.stream": name, "dlq.topic": "dlq", **extra}
 
 
+class Driver:
+    """Plays Spark's driver: a writer per micro-batch seeded from the ledger, tasks run one
+    after another, ``commit`` folds their reports in; the breakers' clock is ``now``."""
+
+    def __init__(self, broker: LocalIggy, ledger: Any, **options: str) -> None:
+        self.options = RoutedOptions.from_options({"url": broker.url, **options})
+        self.ledger = ledger
+        self.now = 1_000_000.0
+        self.batch_id = 0
+
+    def run(self, *tasks: pa.RecordBatch) -> list[TaskReport]:
+        ledger = Ledger(self.ledger)
+        writer = IggyRoutedStreamWriter(self.options, ledger.admitted, self.ledger,
+                                        ledger.breakers, clock=lambda: self.now)
+        reports = [writer.write(iter([rows])) for rows in tasks]
+        writer.commit(list(reports), self.batch_id)
+        self.batch_id += 1
+        return reports
+
+
 def test_a_failing_destination_is_isolated_while_the_others_flow(
-    broker: LocalIggy, name: str
+    broker: LocalIggy, name: str, tmp_path: Any
 ) -> None:
-    writer_module._boards.clear()
-    options = _dlq_options(name, **{"circuit_breaker.failure_threshold": "3",
-                                    "circuit_breaker.cool_down": "1s"})
-    topics = ["ok1", "bad", "ok2"] * 4
-    rows = batch(stream=[name] * 12, topic=topics, n=list(range(12)))
-    make_writer(broker, **options).write(iter([batch(stream=[name], topic=["bad"], n=[-1])]))
+    driver = Driver(broker, tmp_path / "ledger.json", **_dlq_options(
+        name, **{"circuit_breaker.failure_threshold": "3", "circuit_breaker.cool_down": "10s"}))
+    bad = f"{name}/bad"
+    rows = batch(stream=[name] * 12, topic=["ok1", "bad", "ok2"] * 4, n=list(range(12)))
+    driver.run(batch(stream=[name], topic=["bad"], n=[-1]))
     broker.refuse_sends(name, "bad")
     try:
-        report = make_writer(broker, **options).write(iter([rows]))
+        [report] = driver.run(rows)
         assert report.routed == {f"{name}/ok1": 4, f"{name}/ok2": 4, f"{name}/dlq": 4}
         assert report.rejected == {"circuit_open": 4} and report.dead_lettered == 4
-        assert report.breakers[f"{name}/bad"]["state"] == "open"
+        assert report.breakers[bad]["state"] == "open"
+        assert report.breakers[bad]["consecutive_failures"] == 3
         dead = poll_all(broker.address, name, "dlq")
         assert [json.loads(m.payload)["n"] for m in dead] == [1, 4, 7, 10]  # in order
         assert {m.headers["iggy_spark.reason"] for m in dead} == {"circuit_open"}
         assert {m.headers["iggy_spark.topic"] for m in dead} == {"bad"}
-        # still open: refused at once, the healthy destinations unaffected
-        report = make_writer(broker, **options).write(iter([rows]))
+        assert Ledger(driver.ledger).data["destinations"][bad]["breaker"] == "open"
+        # the next batch refuses at once: no send, so no outcome recorded for it
+        driver.now += 9
+        [report] = driver.run(rows)
         assert report.rejected == {"circuit_open": 4} and report.routed[f"{name}/ok1"] == 4
+        assert bad not in report.breakers
     finally:
         broker.refuse_sends(name, "bad", refuse=False)
-    time.sleep(1.1)
-    report = make_writer(broker, **options).write(iter([rows]))  # the half-open probe
-    assert report.routed[f"{name}/bad"] == 4 and not report.rejected
-    assert report.breakers[f"{name}/bad"]["state"] == "closed"
+    # after the cool-down, of two tasks exactly one sends the probe; it closes the breaker
+    driver.now += 1
+    probe, other = driver.run(rows, rows)
+    assert probe.routed[bad] == 4 and probe.breakers[bad]["state"] == "closed"
+    assert other.rejected == {"circuit_open": 4} and bad not in other.breakers
+    assert Ledger(driver.ledger).data["destinations"][bad]["breaker"] == "closed"
+    assert not (tmp_path / "probes").exists() or not any((tmp_path / "probes").iterdir())
+    first, second = driver.run(rows, rows)
+    assert first.routed[bad] == second.routed[bad] == 4 and not first.rejected
     assert [json.loads(m.payload)["n"] for m in poll_all(broker.address, name, "bad")] == [
-        -1, 1, 4, 7, 10]
+        -1] + [1, 4, 7, 10] * 3
 
 
 def test_an_open_breaker_under_policy_error_fails_the_task(broker: LocalIggy, name: str) -> None:
-    writer_module._boards.clear()
     options = {"circuit_breaker.failure_threshold": "2"}
     make_writer(broker, **options).write(iter([batch(stream=[name], topic=["bad"], n=[0])]))
     broker.refuse_sends(name, "bad")
@@ -217,7 +242,6 @@ def test_an_open_breaker_under_policy_error_fails_the_task(broker: LocalIggy, na
 def test_a_missing_destination_with_creation_off_is_unknown_not_a_breaker_failure(
     broker: LocalIggy, name: str
 ) -> None:
-    writer_module._boards.clear()
     from broker_fixtures import connect, run
 
     async def make_stream() -> None:
@@ -232,7 +256,7 @@ def test_a_missing_destination_with_creation_off_is_unknown_not_a_breaker_failur
     for _ in range(2):
         report = writer.write(iter([batch(stream=[name], topic=["missing"], n=[1])]))
         assert report.rejected == {"unknown": 1} and report.dead_lettered == 1
-    assert writer_module._board(writer.options).state(Destination(name, "missing")) == "closed"
+        assert f"{name}/missing" not in report.breakers  # a configuration fact, no outcome
     dead = poll_all(broker.address, name, "dlq")
     assert [m.headers["iggy_spark.reason"] for m in dead] == ["unknown", "unknown"]
 
@@ -282,17 +306,15 @@ def test_ledger_folds_reports_once_per_batch(tmp_path: Any) -> None:
 
 
 def test_an_unreachable_server_fails_the_task_without_tripping_breakers(name: str) -> None:
-    writer_module._boards.clear()
     with LocalIggy(process=True) as down:
         writer = make_writer(down, send_timeout="2s",
                              **{"circuit_breaker.failure_threshold": "1"})
         writer.write(iter([batch(stream=[name], topic=["t"], n=[1])]))  # topic now exists
         down.stop()
-        for _ in range(2):
-            with pytest.raises(sending.Disconnected, match="unreachable for 2s"):
-                writer.write(iter([batch(stream=[name], topic=["t"], n=[2])]))
-        board = writer_module._board(writer.options)
-        assert board.allow(Destination(name, "t"))  # still closed: not the destination's fault
+        # with failure_threshold=1 a counted failure would open the breaker and fail the task
+        # with circuit_open instead: the disconnection is not the destination's fault
+        with pytest.raises(sending.Disconnected, match="unreachable for 2s"):
+            writer.write(iter([batch(stream=[name], topic=["t"], n=[2])]))
         down.start()
         report = writer.write(iter([batch(stream=[name], topic=["t"], n=[3])]))
         assert report.routed == {f"{name}/t": 1}
@@ -301,12 +323,9 @@ def test_an_unreachable_server_fails_the_task_without_tripping_breakers(name: st
 def test_wrong_credentials_fail_the_task_without_blaming_a_destination(
     broker: LocalIggy, name: str
 ) -> None:
-    writer_module._boards.clear()
     wrong = broker.url.replace("iggy:iggy@", "iggy:not-the-password@")
     writer = IggyRoutedStreamWriter(RoutedOptions.from_options(
         {"url": wrong, "circuit_breaker.failure_threshold": "1"}), frozenset(), None)
     with pytest.raises(ServerError, match="Invalid credentials") as info:
         writer.write(iter([batch(stream=[name], topic=["t"], n=[1])]))
-    assert "not-the-password" not in str(info.value)
-    snapshot = writer_module._board(writer.options).snapshot()[Destination(name, "t")]
-    assert (snapshot.state, snapshot.consecutive_failures) == ("closed", 0)
+    assert "not-the-password" not in str(info.value)  # and not circuit_open: nobody blamed

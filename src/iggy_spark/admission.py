@@ -69,6 +69,8 @@ class Reason(StrEnum):
     INVALID_NAME = "invalid_name"
     CIRCUIT_OPEN = "circuit_open"
     UNKNOWN = "unknown"
+    TOO_LARGE = "too_large"
+    INVALID_ROW = "invalid_row"
     PARTITION_ID_OUT_OF_RANGE = "partition_id_out_of_range"
 
 
@@ -82,6 +84,9 @@ _ADVICE = {
     "after circuit_breaker.cool_down",
     Reason.UNKNOWN: "the destination does not exist and create_destinations is false: create "
     "it, or allow the sink to",
+    Reason.TOO_LARGE: "the row's payload is over max_message_bytes",
+    Reason.INVALID_ROW: "the row cannot become an Iggy message (null or empty payload, bad "
+    "header, id or key)",
     Reason.PARTITION_ID_OUT_OF_RANGE: "partition ids count from 0 and must be below the topic's "
     "partition count",
 }

@@ -19,6 +19,7 @@ __all__ = [
     "DestinationError",
     "EncodingError",
     "IggySparkError",
+    "PayloadTooLarge",
     "SendError",
     "UnknownDestination",
     "show",
@@ -102,6 +103,10 @@ class EncodingError(IggySparkError, ValueError):
             f"column '{self.column}', row {self.row} of the batch"
         )
         return f"{where}: {self.problem}"
+
+
+class PayloadTooLarge(EncodingError):
+    """A row's payload is over ``max_message_bytes`` (at most Iggy's limit)."""
 
 
 class _DestinationFailure(IggySparkError):

@@ -62,6 +62,7 @@ _E = TypeVar("_E", bound=StrEnum)
 _T = TypeVar("_T")
 
 MAX_PARTITIONS = 1000  # the server's limit per topic
+MAX_MESSAGE_BYTES = 64_000_000  # Iggy's limit for one message's payload
 
 
 class FailurePolicy(StrEnum):
@@ -131,6 +132,9 @@ OPTION_DOCS: tuple[OptionDoc, ...] = (
     OptionDoc("max_concurrent_destinations", "16", "destinations a task sends to at the same time"),
     OptionDoc("max_batch_bytes", "8MB", "payload bytes a task buffers (all destinations "
               "together) before it sends and waits for the acknowledgements: bounds memory"),
+    OptionDoc("max_message_bytes", "64000000", "largest payload a row may have (Iggy's limit, "
+              "or lower to match your server's); a larger row fails the query, or goes to the "
+              "DLQ as `too_large` with on_admission_failure=dlq"),
     OptionDoc("send_timeout", "60s", "how long a task keeps retrying a send while the server is "
               "unreachable before it fails (and Spark does not commit the batch)"),
     OptionDoc("json_columns", "(none)", "comma-separated string columns holding JSON text "
@@ -224,6 +228,7 @@ class RoutedOptions:
     max_batch_bytes: int
     send_timeout: float = 60.0
     json_columns: frozenset[str] = frozenset()
+    max_message_bytes: int = MAX_MESSAGE_BYTES
 
     @classmethod
     def from_options(cls, options: Mapping[str, str]) -> RoutedOptions:
@@ -269,6 +274,7 @@ class RoutedOptions:
             max_concurrent_destinations=parse("max_concurrent_destinations", _at_least(1)),
             max_batch_bytes=parse("max_batch_bytes", _positive_size),
             send_timeout=parse("send_timeout", _seconds),
+            max_message_bytes=parse("max_message_bytes", _message_size),
             json_columns=frozenset(
                 name.strip() for name in raw.get("json_columns", "").split(",") if name.strip()
             ),
@@ -325,6 +331,14 @@ def _positive_size(text: str) -> int:
     value = parse_byte_size(text)
     if not 0 < value < 2**64 - 1:
         raise ValueError(f"must be between 1 byte and 16EB, got {value}")
+    return value
+
+
+def _message_size(text: str) -> int:
+    value = parse_byte_size(text)
+    if not 0 < value <= MAX_MESSAGE_BYTES:
+        raise ValueError(f"must be between 1 byte and {MAX_MESSAGE_BYTES} (Iggy's limit), "
+                         f"got {value}")
     return value
 
 

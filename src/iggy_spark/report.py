@@ -24,6 +24,7 @@ from urllib.parse import urlsplit
 from pyspark.sql.datasource import WriterCommitMessage
 
 from iggy_spark.admission import Destination
+from iggy_spark.breaker import BreakerSnapshot, BreakerState, merge_snapshots
 
 __all__ = ["TaskReport", "Ledger", "ledger_path", "LEDGER_FILE"]
 
@@ -44,7 +45,7 @@ class TaskReport(WriterCommitMessage):
     dead_lettered: int = 0
     created: list[str] = field(default_factory=list)
     admitted: list[tuple[str, str]] = field(default_factory=list)
-    breakers: dict[str, dict[str, Any]] = field(default_factory=dict)
+    breakers: dict[str, dict[str, Any]] = field(default_factory=dict)  # BreakerSnapshot.to_dict
     last_error: str | None = None
 
 
@@ -75,6 +76,16 @@ class Ledger:
             self.data = json.loads(path.read_text())
 
     @property
+    def breakers(self) -> dict[Destination, BreakerSnapshot]:
+        """Breakers that are not plainly closed, to seed the next batch's tasks with."""
+        seed: dict[Destination, BreakerSnapshot] = {}
+        for d in self.data["destinations"].values():
+            snapshot = BreakerSnapshot.from_dict({**d, "state": d.get("breaker", "closed")})
+            if snapshot.state is not BreakerState.CLOSED or snapshot.consecutive_failures:
+                seed[Destination(d["stream"], d["topic"])] = snapshot
+        return seed
+
+    @property
     def admitted(self) -> frozenset[Destination]:
         return frozenset(
             Destination(d["stream"], d["topic"]) for d in self.data["destinations"].values()
@@ -87,6 +98,7 @@ class Ledger:
             return None
         destinations: dict[str, dict[str, Any]] = self.data["destinations"]
         batch = TaskReport()
+        breakers: dict[str, list[BreakerSnapshot]] = {}
         for report in reports:
             if report is None:
                 continue
@@ -97,7 +109,8 @@ class Ledger:
             batch.dead_lettered += report.dead_lettered
             batch.created += report.created
             batch.admitted += report.admitted
-            batch.breakers.update(report.breakers)
+            for key, snapshot in report.breakers.items():
+                breakers.setdefault(key, []).append(BreakerSnapshot.from_dict(snapshot))
             batch.last_error = report.last_error or batch.last_error
 
         def entry(key: str) -> dict[str, Any]:
@@ -106,6 +119,7 @@ class Ledger:
                 "stream": stream, "topic": topic, "messages": 0, "admitted": False,
                 "created": False, "first_batch": batch_id, "last_batch": None,
                 "breaker": "closed", "consecutive_failures": 0, "last_error": None,
+                "opened_at": None,
             })
 
         for key, count in batch.routed.items():
@@ -116,11 +130,13 @@ class Ledger:
             entry(key)["created"] = True
         for stream, topic in batch.admitted:
             entry(_destination_key((stream, topic)))["admitted"] = True
-        for key, snapshot in batch.breakers.items():
+        for key, snapshots in breakers.items():
+            merged = merge_snapshots(snapshots)
             e = entry(key)
-            e["breaker"] = snapshot["state"]
-            e["consecutive_failures"] = snapshot["consecutive_failures"]
-            e["last_error"] = snapshot.get("last_error") or e["last_error"]
+            e["breaker"] = str(merged.state)
+            e["consecutive_failures"] = merged.consecutive_failures
+            e["opened_at"] = merged.opened_at
+            e["last_error"] = merged.last_error or e["last_error"]
         for name, counter in (("rejected", batch.rejected), ("missing", batch.missing)):
             totals = Counter(self.data[name])
             totals.update(counter)

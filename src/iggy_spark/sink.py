@@ -17,8 +17,9 @@ class IggyRoutedDataSource(DataSource):
 
     Spark builds a writer per micro-batch on the driver; options are parsed there, before any
     task runs, so a bad option fails the query at start naming the option. The destinations
-    this query has already admitted are read from the ledger next to the checkpoint and handed
-    to every task, which keeps ``admission.max_destinations`` a per-query cap.
+    this query has already admitted, and its circuit breakers, are read from the ledger next to
+    the checkpoint and handed to every task, which keeps ``admission.max_destinations`` a
+    per-query cap and makes a breaker opened in one batch refuse at once in the next.
     """
 
     @classmethod
@@ -28,4 +29,5 @@ class IggyRoutedDataSource(DataSource):
     def streamWriter(self, schema: StructType, overwrite: bool) -> DataSourceStreamWriter:
         options = RoutedOptions.from_options(self.options)
         path = ledger_path(self.options.get("checkpointlocation"))
-        return IggyRoutedStreamWriter(options, Ledger(path).admitted, path)
+        ledger = Ledger(path)
+        return IggyRoutedStreamWriter(options, ledger.admitted, path, ledger.breakers)

@@ -18,30 +18,41 @@ is replayed (duplicates possible, never loss). Stable ids let consumers drop tho
 from __future__ import annotations
 
 import asyncio
+import hashlib
 import logging
+import os
+import shutil
 import threading
 import time
+import uuid
 from collections import defaultdict
-from collections.abc import Iterator
+from collections.abc import Iterator, Mapping
 from contextlib import AbstractAsyncContextManager, nullcontext
 from dataclasses import dataclass, field
+from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
+import orjson
 from pyspark.sql.datasource import DataSourceStreamArrowWriter, WriterCommitMessage
 
 from iggy_spark import sending
 from iggy_spark.admission import Destination, Reason, check_partition_id, rejection
-from iggy_spark.breaker import BreakerBoard, BreakerState
+from iggy_spark.breaker import BreakerBoard, BreakerSnapshot, BreakerState, Claim, Clock
 from iggy_spark.connection import IggyConnection
 from iggy_spark.encoding import EncodedBatch, encode_batch
-from iggy_spark.errors import DestinationError, SendError, ServerError, UnknownDestination
+from iggy_spark.errors import (
+    DestinationError,
+    EncodingError,
+    PayloadTooLarge,
+    SendError,
+    ServerError,
+    UnknownDestination,
+)
 from iggy_spark.options import FailurePolicy, RoutedOptions
 from iggy_spark.partitioning import partition_for_key
 from iggy_spark.report import Ledger, TaskReport
 
 if TYPE_CHECKING:
-    from pathlib import Path
-
     import pyarrow as pa
 
 __all__ = ["IggyRoutedStreamWriter"]
@@ -52,9 +63,10 @@ _MESSAGES_PER_SEND = 5000
 _BACKOFF_FIRST, _BACKOFF_MAX = 0.1, 2.0  # seconds between retries of a refused send
 _HEADER_LIMIT = 255
 _DLQ_REASON, _DLQ_STREAM, _DLQ_TOPIC = "iggy_spark.reason", "iggy_spark.stream", "iggy_spark.topic"
+_DLQ_ERROR = "iggy_spark.error"
 
-# Worker processes outlive tasks: breakers and known topics persist across batches in them.
-_boards: dict[tuple[Any, ...], BreakerBoard] = {}
+# Worker processes outlive tasks: known topics persist across batches in them. Breakers do not:
+# the driver keeps them in the ledger and seeds every task's board (see breaker.py).
 _topics: dict[tuple[Any, ...], sending.Topic] = {}
 _state_lock = threading.Lock()
 
@@ -78,13 +90,26 @@ class _Outcome:
     error: BaseException | None = None
 
 
-def _board(options: RoutedOptions) -> BreakerBoard:
-    key = (options.url, options.breaker)
-    with _state_lock:
-        board = _boards.get(key)
-        if board is None:
-            board = _boards[key] = options.new_breaker_board()
-        return board
+def _probe_claims(directory: Path | None) -> Claim | None:
+    """The claim that lets exactly one task of a batch send a destination's probe.
+
+    The first task to create the destination's file in the batch's own ``directory`` wins
+    (``O_EXCL`` is atomic). File names are hashes: a stream may be called ``..``. Without a
+    local ledger there is nowhere to arbitrate, and every task may probe.
+    """
+    if directory is None:
+        return None
+
+    def claim(destination: Destination) -> bool:
+        directory.mkdir(parents=True, exist_ok=True)
+        name = hashlib.sha256(str(destination).encode()).hexdigest()[:32]
+        try:
+            os.close(os.open(directory / name, os.O_CREAT | os.O_EXCL | os.O_WRONLY, 0o600))
+        except FileExistsError:
+            return False
+        return True
+
+    return claim
 
 
 def _header_value(value: str | None) -> str | None:
@@ -98,12 +123,17 @@ def _header_value(value: str | None) -> str | None:
 class _Task:
     """One ``write`` call: routes every row, buffers per destination, flushes, reports."""
 
-    def __init__(self, options: RoutedOptions, admitted: frozenset[Destination]) -> None:
+    def __init__(
+        self,
+        options: RoutedOptions,
+        admitted: frozenset[Destination],
+        board: BreakerBoard,
+    ) -> None:
         import apache_iggy
 
         self.options = options
         self.conn = IggyConnection.shared(options.url)
-        self.board = _board(options)
+        self.board = board
         self.admission = options.new_admission(admitted)
         self.report = TaskReport()
         self.groups: dict[Group, list[Message]] = defaultdict(list)
@@ -199,7 +229,11 @@ class _Task:
         add = self.add
         rows = zip(enc.streams, enc.topics, enc.partitioning, enc.payloads, enc.headers, enc.ids,
                    strict=True)
+        invalid = enc.invalid
         for i, (stream, topic, part, payload, headers, message_id) in enumerate(rows):
+            if invalid and i in invalid:
+                self.dead_letter_invalid(enc, i, invalid[i])
+                continue
             if stream is None or topic is None:
                 self.report.missing[missing.policy.value] += 1
                 resolved = missing.resolve(stream, topic)  # raises under policy 'error'
@@ -241,7 +275,23 @@ class _Task:
         """Apply ``on_admission_failure`` to a refused row."""
         self.refuse(destination, reason, [(enc.payloads[i], enc.headers[i], enc.ids[i])])
 
-    def refuse(self, destination: Destination, reason: Reason, messages: list[Message]) -> None:
+    def dead_letter_invalid(self, enc: EncodedBatch, i: int, error: EncodingError) -> None:
+        """A row that cannot become a message goes to the DLQ (only collected when one exists).
+
+        Its payload may be what is wrong with it (empty, too large): then the dead letter
+        carries a small JSON note instead; the reason and the error are in its headers.
+        """
+        reason = Reason.TOO_LARGE if isinstance(error, PayloadTooLarge) else Reason.INVALID_ROW
+        payload = enc.payloads[i]
+        if not payload or len(payload) > self.options.max_message_bytes:
+            payload = orjson.dumps({_DLQ_ERROR: str(error)})
+        self.refuse(Destination(enc.streams[i] or "", enc.topics[i] or ""), reason,
+                    [(payload, enc.headers[i], enc.ids[i])], error=str(error))
+
+    def refuse(
+        self, destination: Destination, reason: Reason, messages: list[Message],
+        error: str | None = None,
+    ) -> None:
         """Apply ``on_admission_failure`` to messages refused a destination."""
         self.report.rejected[reason.value] += len(messages)
         policy = self.options.on_admission_failure
@@ -254,7 +304,8 @@ class _Task:
         assert dlq is not None
         self.topic(dlq)
         extra: Headers = {_DLQ_REASON: reason.value}
-        for name, value in ((_DLQ_STREAM, destination.stream), (_DLQ_TOPIC, destination.topic)):
+        for name, value in ((_DLQ_STREAM, destination.stream), (_DLQ_TOPIC, destination.topic),
+                            (_DLQ_ERROR, error)):
             fitted = _header_value(value)
             if fitted is not None:
                 extra[name] = fitted
@@ -281,7 +332,6 @@ class _Task:
             if outcome.sent:
                 self.report.routed[str(destination)] += outcome.sent
             if outcome.error is not None or outcome.refused:
-                self.report.breakers[str(destination)] = self._snapshot(destination)
                 with _state_lock:  # the topic may have changed (deleted, repartitioned)
                     _topics.pop((self.options.url, destination), None)
             failure = failure or outcome.error
@@ -345,20 +395,12 @@ class _Task:
                 attempt = 0
         return outcome
 
-    def _snapshot(self, destination: Destination) -> dict[str, Any]:
-        snap = self.board.snapshot().get(destination)
-        if snap is None:
-            return {"state": "closed", "consecutive_failures": 0}
-        return {"state": str(snap.state), "consecutive_failures": snap.consecutive_failures,
-                "last_error": snap.last_error}
-
     def finish(self) -> TaskReport:
         self.flush()
         self.report.admitted = [tuple(d) for d in self.admission.newly_admitted]  # type: ignore[misc]
-        board = self.board.snapshot()
-        for destination in self.verdicts:
-            if destination in self.touched or destination in board:
-                self.report.breakers[str(destination)] = self._snapshot(destination)
+        snapshots = self.board.snapshot()
+        for destination in self.board.recorded:
+            self.report.breakers[str(destination)] = snapshots[destination].to_dict()
         return self.report
 
 
@@ -366,14 +408,24 @@ class IggyRoutedStreamWriter(DataSourceStreamArrowWriter):
     """Writes each micro-batch's rows to the Iggy destinations they name."""
 
     def __init__(
-        self, options: RoutedOptions, admitted: frozenset[Destination], ledger: Path | None
+        self,
+        options: RoutedOptions,
+        admitted: frozenset[Destination],
+        ledger: Path | None,
+        breakers: Mapping[Destination, BreakerSnapshot] | None = None,
+        clock: Clock = time.time,
     ) -> None:
         self.options = options
         self.admitted = admitted
         self.ledger = ledger
+        self.breakers = dict(breakers or {})
+        self.clock = clock  # wall clock: breaker opening times travel between processes
+        self.probes = None if ledger is None else ledger.parent / "probes" / uuid.uuid4().hex
 
     def write(self, iterator: Iterator[pa.RecordBatch]) -> TaskReport:
-        task = _Task(self.options, self.admitted)
+        board = BreakerBoard(self.options.breaker, self.clock, self.breakers,
+                             _probe_claims(self.probes))
+        task = _Task(self.options, self.admitted, board)
         for batch in iterator:
             task.route(batch)
         return task.finish()
@@ -383,10 +435,16 @@ class IggyRoutedStreamWriter(DataSourceStreamArrowWriter):
         line = Ledger(self.ledger).apply(
             batchId, [m for m in messages if isinstance(m, TaskReport)]
         )
+        self._forget_probes()
         if line is not None:
             _log_batch(line)
 
+    def _forget_probes(self) -> None:
+        if self.probes is not None:
+            shutil.rmtree(self.probes, ignore_errors=True)
+
     def abort(self, messages: list[WriterCommitMessage | None], batchId: int) -> None:
+        self._forget_probes()
         _log_batch(f"iggy_routed batch {batchId} failed; Spark will not commit it and the "
                    "source will replay it")
 
