@@ -2,12 +2,14 @@
 
 A running Spark query (not ``availableNow``: it must keep running) writes Parquet-fed batches
 to 50 pre-created topics on the local broker, whose test-only fault switch refuses every send
-to one of them. Everything is read back over TCP.
+to one of them. Everything is read back over TCP, and the metrics endpoint is scraped over
+HTTP between batches.
 """
 
 from __future__ import annotations
 
 import json
+import urllib.request
 from collections import Counter
 from pathlib import Path
 
@@ -17,6 +19,7 @@ import pytest
 from broker_fixtures import connect, poll_all, run
 from pyspark.sql import SparkSession
 
+from iggy_spark import serve_metrics
 from iggy_spark.local import LocalIggy
 from iggy_spark.report import LEDGER_FILE, Ledger
 
@@ -37,6 +40,23 @@ def _create_topics(broker: LocalIggy, stream: str, topics: list[str]) -> None:
             await client.create_topic(stream, topic, 1)
 
     run(main())
+
+
+def scrape(url: str, query: str) -> dict[str, float]:
+    """The endpoint's samples of one query, as ``{"name{other labels}": value}``."""
+    from prometheus_client.parser import text_string_to_metric_families
+
+    with urllib.request.urlopen(url, timeout=10) as response:
+        text = response.read().decode()
+    samples: dict[str, float] = {}
+    for family in text_string_to_metric_families(text):
+        for sample in family.samples:
+            labels = dict(sample.labels)
+            if labels.pop("query", None) != query:
+                continue
+            extra = ",".join(f"{k}={v}" for k, v in sorted(labels.items()))
+            samples[sample.name + (f"{{{extra}}}" if extra else "")] = sample.value
+    return samples
 
 
 def test_one_destination_failing_for_good_while_49_others_flow(
@@ -61,8 +81,10 @@ def test_one_destination_failing_for_good_while_49_others_flow(
                        for m in poll_all(broker.address, name, "dlq"))
 
     add([(name, "missing", -1, ""), (name, "t00", -2, "x" * 2000)])
+    metrics = serve_metrics(spark, port=0)
     query = (
         spark.readStream.schema(SCHEMA).parquet(str(feed)).writeStream.format("iggy_routed")
+        .queryName(name)
         .option("url", broker.url).option("checkpointLocation", str(checkpoint))
         .options(**{
             "on_admission_failure": "dlq", "dlq.stream": name, "dlq.topic": "dlq",
@@ -84,6 +106,15 @@ def test_one_destination_failing_for_good_while_49_others_flow(
                                   ("too_large", "t00"): 1}
         entry = Ledger(checkpoint / LEDGER_FILE).data["destinations"][f"{name}/{BAD}"]
         assert (entry["breaker"], entry["consecutive_failures"]) == ("open", 3)
+        first = scrape(metrics.url, name)
+        assert first["iggy_routed_rejections_total{reason=circuit_open}"] == 4
+        assert first["iggy_routed_rejections_total{reason=unknown}"] == 1
+        assert first["iggy_routed_rejections_total{reason=too_large}"] == 1
+        assert first["iggy_routed_messages_routed_total"] == 196 + 6  # 49 x 4, 6 dead letters
+        assert first["iggy_routed_dead_lettered_total"] == 6
+        assert first["iggy_routed_breakers_open"] == 1
+        assert first["iggy_spark_degraded{component=iggy_routed}"] == 1
+        assert first["iggy_routed_destinations_active"] == 51
 
         add()  # the next batch: refused at once, no send (the count stays at 3)
         query.processAllAvailable()
@@ -105,4 +136,11 @@ def test_one_destination_failing_for_good_while_49_others_flow(
     got = [json.loads(m.payload)["n"] for m in poll_all(broker.address, name, BAD)]
     assert got == [2000 + 70 + k for k in range(4)]
     assert Ledger(path).data["destinations"][f"{name}/{BAD}"]["breaker"] == "closed"
+    last = scrape(metrics.url, name)
+    routed = last["iggy_routed_messages_routed_total"] - first["iggy_routed_messages_routed_total"]
+    assert routed == (196 + 4) + 200  # batch 1: 49 x 4 and 4 dead letters; batch 2: all 50 x 4
+    assert last["iggy_routed_rejections_total{reason=circuit_open}"] == 8
+    assert last["iggy_routed_breakers_open"] == 0
+    assert last["iggy_spark_degraded{component=iggy_routed}"] == 0
     query.stop()
+    metrics.stop()

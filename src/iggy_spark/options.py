@@ -157,7 +157,7 @@ OPTION_DOCS: tuple[OptionDoc, ...] = (
 _DOCS = {doc.name: doc for doc in OPTION_DOCS}
 _DEFAULTS = {doc.name: doc.default for doc in OPTION_DOCS if not doc.default.startswith("(")}
 # Spark adds these itself; they are not ours to validate.
-_PASSTHROUGH = frozenset({"checkpointlocation", "path"})
+_PASSTHROUGH = frozenset({"checkpointlocation", "path", "queryname"})  # Spark's own
 _TOPIC_DEFAULTS = tuple(name for name in _DOCS if name.startswith("topic_defaults."))
 
 

@@ -32,6 +32,8 @@ log = logging.getLogger("iggy_spark")
 
 LEDGER_FILE = "iggy_routed/destinations.json"
 _VERSION = 1
+CREATE_BUCKETS = (0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1.0, 2.5, 5.0, 10.0)
+"""Upper bounds (seconds) of the destination-creation latency histogram kept in the ledger."""
 
 
 @dataclass
@@ -44,6 +46,7 @@ class TaskReport(WriterCommitMessage):
     dropped: int = 0
     dead_lettered: int = 0
     created: list[str] = field(default_factory=list)
+    create_seconds: list[float] = field(default_factory=list)  # how long each creation took
     admitted: list[tuple[str, str]] = field(default_factory=list)
     breakers: dict[str, dict[str, Any]] = field(default_factory=dict)  # BreakerSnapshot.to_dict
     last_error: str | None = None
@@ -74,6 +77,14 @@ class Ledger:
         }
         if path is not None and path.exists():
             self.data = json.loads(path.read_text())
+        self.data.setdefault("create_latency", {
+            "buckets": [0] * len(CREATE_BUCKETS), "sum": 0.0, "count": 0})
+        self.data.setdefault("batches", 0)
+
+    @property
+    def open_breakers(self) -> int:
+        """Destinations whose breaker is open: the sink is degraded while this is above 0."""
+        return sum(1 for e in self.data["destinations"].values() if e["breaker"] != "closed")
 
     @property
     def breakers(self) -> dict[Destination, BreakerSnapshot]:
@@ -108,6 +119,7 @@ class Ledger:
             batch.dropped += report.dropped
             batch.dead_lettered += report.dead_lettered
             batch.created += report.created
+            batch.create_seconds += report.create_seconds
             batch.admitted += report.admitted
             for key, snapshot in report.breakers.items():
                 breakers.setdefault(key, []).append(BreakerSnapshot.from_dict(snapshot))
@@ -144,17 +156,26 @@ class Ledger:
         self.data["dropped"] += batch.dropped
         self.data["dead_lettered"] += batch.dead_lettered
         self.data["last_error"] = batch.last_error or self.data["last_error"]
+        latency = self.data["create_latency"]
+        for seconds in batch.create_seconds:
+            latency["sum"] += seconds
+            latency["count"] += 1
+            for i, bound in enumerate(CREATE_BUCKETS):
+                if seconds <= bound:
+                    latency["buckets"][i] += 1
         self.data["last_batch"] = batch_id
+        self.data["batches"] += 1
         self._save()
         if not (batch.routed or batch.rejected or batch.missing or batch.dropped):
             return None  # an idle batch: saved, but not worth a log line
-        open_breakers = sum(1 for e in destinations.values() if e["breaker"] != "closed")
+        open_breakers = self.open_breakers
+        status = f"DEGRADED ({open_breakers} open breakers)" if open_breakers else "ok"
         return (
             f"iggy_routed batch {batch_id}: {sum(batch.routed.values())} messages to "
             f"{len(batch.routed)} destinations ({len(batch.created)} created), rejected "
             f"{dict(batch.rejected) or 0}, missing destination {dict(batch.missing) or 0}, "
             f"dead-lettered {batch.dead_lettered}, dropped {batch.dropped}, "
-            f"open breakers {open_breakers}"
+            f"open breakers {open_breakers}; status {status}"
         )
 
     def _save(self) -> None:

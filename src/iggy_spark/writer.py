@@ -159,12 +159,14 @@ class _Task:
             known = _topics.get(key)
         if known is None:
             options = self.options
+            started = time.monotonic()
             known = self.conn.run(sending.ensure_topic(
                 self.conn, destination, create=options.create_destinations,
                 defaults=options.topic_defaults, timeout=options.send_timeout,
             ))
             if known.created:
                 self.report.created.append(str(destination))
+                self.report.create_seconds.append(time.monotonic() - started)
             with _state_lock:
                 _topics[key] = known
         self.touched[destination] = known
