@@ -9,6 +9,7 @@ from __future__ import annotations
 import json
 import multiprocessing
 import os
+import time
 from collections import Counter
 from typing import Any
 
@@ -329,3 +330,29 @@ def test_wrong_credentials_fail_the_task_without_blaming_a_destination(
     with pytest.raises(ServerError, match="Invalid credentials") as info:
         writer.write(iter([batch(stream=[name], topic=["t"], n=[1])]))
     assert "not-the-password" not in str(info.value)  # and not circuit_open: nobody blamed
+
+
+def test_prewarm_creates_the_literal_allowlist_entries_once_and_never_raises(
+    broker: LocalIggy, name: str, caplog: pytest.LogCaptureFixture
+) -> None:
+    from broker_fixtures import connect, run
+
+    from iggy_spark.writer import prewarm_once
+
+    allow = {"admission.mode": "allowlist", "admission.allowlist": f"{name}/a,{name}/b,*/c"}
+    prewarm_once(RoutedOptions.from_options({"url": broker.url, **allow}))
+
+    async def topics() -> list[str]:
+        client = await connect(broker.address)
+        stream = await client.get_stream(name)
+        assert stream is not None
+        return sorted(t.name for t in await client.get_topics(name))
+
+    assert run(topics()) == ["a", "b"]  # */c names no topic in particular
+    with LocalIggy() as other:
+        down = other.url
+    started = time.monotonic()
+    options = RoutedOptions.from_options({"url": down, "prewarm_deadline": "500ms", **allow})
+    prewarm_once(options)  # nothing listens: logged, not raised, within the deadline
+    assert time.monotonic() - started < 5
+    assert f"{name}/a not ready" in caplog.text

@@ -29,6 +29,7 @@ from typing import TYPE_CHECKING, Any, Literal, NamedTuple, TypeVar
 
 from iggy_spark.admission import (
     NAME_RULE,
+    WILDCARD,
     Admission,
     AdmissionMode,
     AdmissionRules,
@@ -129,6 +130,9 @@ OPTION_DOCS: tuple[OptionDoc, ...] = (
               "(`10GB`, binary units) or `unlimited`"),
     OptionDoc("create_destinations", "true", "create missing streams and topics; false sends "
               "only to existing ones"),
+    OptionDoc("prewarm_deadline", "60s", "at query start, the literal `stream/topic` entries "
+              "of an allowlist are created or looked up in parallel for at most this long; "
+              "what is not ready by then is logged and done on first use"),
     OptionDoc("max_concurrent_destinations", "16", "destinations a task sends to at the same time"),
     OptionDoc("max_batch_bytes", "8MB", "payload bytes a task buffers (all destinations "
               "together) before it sends and waits for the acknowledgements: bounds memory"),
@@ -229,6 +233,7 @@ class RoutedOptions:
     send_timeout: float = 60.0
     json_columns: frozenset[str] = frozenset()
     max_message_bytes: int = MAX_MESSAGE_BYTES
+    prewarm_deadline: float = 60.0
 
     @classmethod
     def from_options(cls, options: Mapping[str, str]) -> RoutedOptions:
@@ -275,10 +280,19 @@ class RoutedOptions:
             max_batch_bytes=parse("max_batch_bytes", _positive_size),
             send_timeout=parse("send_timeout", _seconds),
             max_message_bytes=parse("max_message_bytes", _message_size),
+            prewarm_deadline=parse("prewarm_deadline", _seconds),
             json_columns=frozenset(
                 name.strip() for name in raw.get("json_columns", "").split(",") if name.strip()
             ),
         )
+
+    @property
+    def prewarm(self) -> tuple[Destination, ...]:
+        """The allowlist's literal destinations (no ``*``): known before any row arrives."""
+        if self.admission.mode is not AdmissionMode.ALLOWLIST:
+            return ()
+        return tuple(Destination(e.stream, e.topic) for e in self.admission.entries
+                     if WILDCARD not in (e.stream, e.topic))
 
     def new_admission(self, admitted: Iterable[Destination] = ()) -> Admission:
         """An :class:`Admission` for one task, seeded with the query's admitted destinations."""

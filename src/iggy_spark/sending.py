@@ -24,7 +24,7 @@ from iggy_spark.options import TopicDefaults
 if TYPE_CHECKING:
     import apache_iggy
 
-__all__ = ["Topic", "ensure_topic", "send", "is_disconnection", "Disconnected"]
+__all__ = ["Topic", "ensure_topic", "prewarm", "send", "is_disconnection", "Disconnected"]
 
 T = TypeVar("T")
 
@@ -148,6 +148,36 @@ async def ensure_topic(
         raise
     except Exception as exc:  # noqa: BLE001
         raise DestinationError(stream, topic, f"could not be created or read: {exc}") from exc
+
+
+async def prewarm(
+    conn: IggyConnection,
+    destinations: Sequence[Destination],
+    *,
+    create: bool,
+    defaults: TopicDefaults,
+    deadline: float,
+) -> dict[Destination, Topic | BaseException]:
+    """:func:`ensure_topic` for every destination at once, for at most ``deadline`` seconds.
+
+    Never raises: each destination maps to its topic or to what went wrong (a
+    :class:`TimeoutError` for those not ready in time), for the caller to log.
+    """
+    tasks = {d: asyncio.ensure_future(ensure_topic(conn, d, create=create, defaults=defaults,
+                                                   timeout=deadline))
+             for d in destinations}
+    if tasks:
+        await asyncio.wait(tasks.values(), timeout=deadline)
+    outcome: dict[Destination, Topic | BaseException] = {}
+    for destination, task in tasks.items():
+        if not task.done():
+            task.cancel()
+            outcome[destination] = TimeoutError(f"not ready within {deadline:g}s")
+        elif task.exception() is not None:
+            outcome[destination] = task.exception()  # type: ignore[assignment]
+        else:
+            outcome[destination] = task.result()
+    return outcome
 
 
 async def send(

@@ -7,7 +7,7 @@ from pyspark.sql.types import StructType
 
 from iggy_spark.options import RoutedOptions
 from iggy_spark.report import Ledger, ledger_path
-from iggy_spark.writer import IggyRoutedStreamWriter
+from iggy_spark.writer import IggyRoutedStreamWriter, prewarm_once
 
 __all__ = ["IggyRoutedDataSource"]
 
@@ -30,4 +30,5 @@ class IggyRoutedDataSource(DataSource):
         options = RoutedOptions.from_options(self.options)
         path = ledger_path(self.options.get("checkpointlocation"))
         ledger = Ledger(path)
+        prewarm_once(options)
         return IggyRoutedStreamWriter(options, ledger.admitted, path, ledger.breakers)

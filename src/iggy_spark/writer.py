@@ -55,7 +55,7 @@ from iggy_spark.report import Ledger, TaskReport
 if TYPE_CHECKING:
     import pyarrow as pa
 
-__all__ = ["IggyRoutedStreamWriter"]
+__all__ = ["IggyRoutedStreamWriter", "prewarm_once"]
 
 log = logging.getLogger("iggy_spark")
 
@@ -88,6 +88,40 @@ class _Outcome:
     sent: int = 0
     refused: list[Message] = field(default_factory=list)
     error: BaseException | None = None
+
+
+_prewarmed: set[tuple[Any, ...]] = set()
+
+
+def prewarm_once(options: RoutedOptions) -> None:
+    """Create or look up the allowlist's literal destinations once per query (driver side).
+
+    Spark builds the writer for every micro-batch in one long-lived driver-side process, so
+    the first call does the work and later ones return at once. Bounded by
+    ``prewarm_deadline``; failures are logged, never raised: the first batch will try again
+    (and count failures against the breakers) when rows need those destinations.
+    """
+    destinations = options.prewarm
+    key = (options.url, destinations, options.create_destinations)
+    with _state_lock:
+        if not destinations or key in _prewarmed:
+            return
+        _prewarmed.add(key)
+    conn = IggyConnection.shared(options.url)
+    started = time.monotonic()
+    outcome = conn.run(sending.prewarm(
+        conn, destinations, create=options.create_destinations,
+        defaults=options.topic_defaults, deadline=options.prewarm_deadline))
+    ready = 0
+    for destination, result in outcome.items():
+        if isinstance(result, sending.Topic):
+            ready += 1
+            with _state_lock:
+                _topics[(options.url, destination)] = result
+        else:
+            log.warning("iggy_routed prewarm: %s not ready: %s", destination, result)
+    _log_batch(f"iggy_routed prewarm: {ready} of {len(destinations)} allowlisted destinations "
+               f"ready in {time.monotonic() - started:.2f}s")
 
 
 def _probe_claims(directory: Path | None) -> Claim | None:
