@@ -2,9 +2,11 @@
 
 Tasks return a :class:`TaskReport` (Spark's commit message). The driver's ``commit`` folds the
 reports of a micro-batch into a :class:`Ledger` kept as JSON next to the query's checkpoint:
-per-destination message counts, breaker state and last error, rejection and missing-destination
-counters, and the set of admitted destinations that makes ``admission.max_destinations`` hold
-for the whole query. Spark may commit one batch id twice (a replay after a crash); the ledger
+per-destination message counts, breaker state (with its wall-clock opening time) and last error,
+rejection and missing-destination counters, the destination-creation latency histogram, and
+the set of admitted destinations that makes ``admission.max_destinations`` hold for the whole
+query. The next batch's tasks are seeded with the admitted set and the breakers, and
+:func:`iggy_spark.serve_metrics` reads the file at scrape time. Spark may commit one batch id twice (a replay after a crash); the ledger
 remembers the last batch it applied and ignores repeats, so counts are not doubled.
 """
 
@@ -79,7 +81,6 @@ class Ledger:
             self.data = json.loads(path.read_text())
         self.data.setdefault("create_latency", {
             "buckets": [0] * len(CREATE_BUCKETS), "sum": 0.0, "count": 0})
-        self.data.setdefault("batches", 0)
 
     @property
     def open_breakers(self) -> int:
@@ -164,7 +165,6 @@ class Ledger:
                 if seconds <= bound:
                     latency["buckets"][i] += 1
         self.data["last_batch"] = batch_id
-        self.data["batches"] += 1
         self._save()
         if not (batch.routed or batch.rejected or batch.missing or batch.dropped):
             return None  # an idle batch: saved, but not worth a log line
