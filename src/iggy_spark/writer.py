@@ -53,6 +53,7 @@ from iggy_spark.partitioning import partition_for_key
 from iggy_spark.report import Ledger, TaskReport
 
 if TYPE_CHECKING:
+    import apache_iggy
     import pyarrow as pa
 
 __all__ = ["IggyRoutedStreamWriter", "prewarm_once"]
@@ -170,7 +171,11 @@ class _Task:
         self.board = board
         self.admission = options.new_admission(admitted)
         self.report = TaskReport()
-        self.groups: dict[Group, list[Message]] = defaultdict(list)
+        # Messages are built once, when buffered (the event loop then only sends); the raw
+        # parts stay beside them in case the destination's breaker opens and they must be
+        # dead-lettered (an SDK message cannot be read back).
+        self.groups: dict[Group, list[apache_iggy.SendMessage]] = defaultdict(list)
+        self.raw: dict[Group, list[Message]] = defaultdict(list)
         self.buffered = 0
         self.verdicts: dict[Destination, Reason | None] = {}
         self.touched: dict[Destination, sending.Topic] = {}
@@ -302,7 +307,8 @@ class _Task:
         self, group: Group, payload: bytes, headers: Headers | None, message_id: int
     ) -> None:
         """Buffer one message in its group; send everything once ``max_batch_bytes`` is reached."""
-        self.groups[group].append((payload, headers, message_id))
+        self.groups[group].append(self._message(payload, headers, message_id or None))
+        self.raw[group].append((payload, headers, message_id))
         self.buffered += len(payload)
         if self.buffered >= self.options.max_batch_bytes:
             self.flush()
@@ -360,8 +366,9 @@ class _Task:
         """
         if not self.groups:
             return
-        groups, self.groups, self.buffered = self.groups, defaultdict(list), 0
-        outcomes = self.conn.run(self._send_all(groups))
+        groups, raw = self.groups, self.raw
+        self.groups, self.raw, self.buffered = defaultdict(list), defaultdict(list), 0
+        outcomes = self.conn.run(self._send_all(groups, raw))
         failure: BaseException | None = None
         refused: dict[Destination, list[Message]] = defaultdict(list)
         for (destination, _), outcome in zip(groups, outcomes, strict=True):
@@ -380,19 +387,22 @@ class _Task:
             self.refuse(destination, Reason.CIRCUIT_OPEN, messages)
         self.flush()  # the dead letters, if any
 
-    async def _send_all(self, groups: dict[Group, list[Message]]) -> list[_Outcome]:
+    async def _send_all(
+        self, groups: dict[Group, list[apache_iggy.SendMessage]], raw: dict[Group, list[Message]]
+    ) -> list[_Outcome]:
         gate = asyncio.Semaphore(self.options.max_concurrent_destinations)
         # A destination on probation (half-open) sends one group at a time: the first is the
         # probe, and the others go only once it closed the breaker.
         probing = {d: asyncio.Lock() for d, _ in groups
                    if self.board.state(d) is BreakerState.HALF_OPEN}
         return list(await asyncio.gather(*(
-            self._send_group(d, p, m, gate, probing.get(d) or nullcontext())
+            self._send_group(d, p, m, raw[d, p], gate, probing.get(d) or nullcontext())
             for (d, p), m in groups.items()
         )))
 
     async def _send_group(
-        self, destination: Destination, partition: int | None, messages: list[Message],
+        self, destination: Destination, partition: int | None,
+        messages: list[apache_iggy.SendMessage], raw: list[Message],
         gate: asyncio.Semaphore, probe: AbstractAsyncContextManager[Any],
     ) -> _Outcome:
         """Send one group in order, chunk by chunk, retrying a refused chunk with backoff.
@@ -402,18 +412,18 @@ class _Task:
         a chunk goes only after the previous one was acknowledged, and once the breaker opens
         the group's unsent tail is refused as a whole, never sent out of order.
         """
-        make, timeout = self._message, self.options.send_timeout
+        timeout = self.options.send_timeout
         outcome, attempt = _Outcome(), 0
         async with probe:
             while outcome.sent < len(messages):
                 if self.board.state(destination) is BreakerState.OPEN:
-                    outcome.refused = messages[outcome.sent:]
+                    outcome.refused = raw[outcome.sent:]
                     break
                 chunk = messages[outcome.sent:outcome.sent + _MESSAGES_PER_SEND]
                 try:
                     async with gate:
-                        await sending.send(self.conn, destination, partition,
-                                           [make(*m) for m in chunk], timeout=timeout)
+                        await sending.send(self.conn, destination, partition, chunk,
+                                           timeout=timeout)
                 except SendError as exc:
                     attempt += 1
                     if destination == self.options.dlq:
