@@ -248,7 +248,8 @@ def test_admission_state_pickles() -> None:
 
 def test_reason_labels() -> None:
     assert {r.value for r in Reason} == {
-        "cap", "denylist", "not_allowlisted", "invalid_name", "circuit_open",
+        "cap", "denylist", "not_allowlisted", "invalid_name", "circuit_open", "unknown",
+        "too_large", "invalid_row",
         "partition_id_out_of_range",
     }
 

@@ -15,6 +15,7 @@ from iggy_spark.breaker import (
     BreakerSnapshot,
     BreakerState,
     CircuitBreaker,
+    merge_snapshots,
 )
 
 A = Destination("s", "a")
@@ -149,6 +150,46 @@ def test_board_keeps_destinations_apart() -> None:
     assert board.open_count() == 1  # probing still counts as not closed
     board.record_success(A)
     assert board.open_count() == 0
+
+
+def test_a_seeded_board_refuses_until_the_cool_down_then_one_claimed_probe() -> None:
+    clock = FakeClock()
+    seed = {A: BreakerSnapshot(BreakerState.OPEN, 3, clock.now - 5, "boom")}
+    claims: list[Destination] = []
+
+    def claim(destination: Destination) -> bool:
+        claims.append(destination)
+        return len(claims) == 1  # the first claimant wins, as with the O_EXCL file
+
+    first = BreakerBoard(BreakerConfig(3, 10.0), clock, seed, claim)
+    second = BreakerBoard(BreakerConfig(3, 10.0), clock, seed, claim)
+    assert not first.allow(A) and not second.allow(A) and claims == []  # within the cool-down
+    assert first.allow(B)  # others unaffected
+    clock.advance(5)
+    assert first.allow(A) and first.state(A) is BreakerState.HALF_OPEN
+    assert not second.allow(A) and second.state(A) is BreakerState.OPEN
+    assert first.recorded == frozenset() and claims == [A, A]
+
+
+def test_trip_opens_whatever_the_count() -> None:
+    b, _ = breaker(threshold=5)
+    b.record_failure()
+    b.trip("stuck")
+    assert b.state is BreakerState.OPEN and b.snapshot().last_error == "stuck"
+
+
+def test_merging_task_snapshots() -> None:
+    closed = BreakerSnapshot(BreakerState.CLOSED, 0, None, None)
+    failing = BreakerSnapshot(BreakerState.CLOSED, 2, None, "e1")
+    early = BreakerSnapshot(BreakerState.OPEN, 3, 100.0, "e2")
+    late = BreakerSnapshot(BreakerState.OPEN, 3, 200.0, "e3")
+    assert merge_snapshots([closed, failing]) == failing
+    assert merge_snapshots([closed, early, late, failing]) == late
+    probing = BreakerSnapshot(BreakerState.HALF_OPEN, 3, 150.0, None)
+    assert merge_snapshots([probing]).state is BreakerState.OPEN  # unresolved probe: open
+    assert BreakerSnapshot.from_dict(late.to_dict()) == late
+    with pytest.raises(ValueError):
+        merge_snapshots([])
 
 
 @pytest.mark.parametrize(("threshold", "cool_down"), [(0, 1.0), (-1, 1.0), (1, 0.0), (1, -1.0)])

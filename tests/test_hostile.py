@@ -191,12 +191,39 @@ def test_a_payload_over_the_limit_fails_naming_the_row_before_sending(
     small, big = "fits", "x" * (MAX_PAYLOAD_BYTES + 1)
     data = {"stream": [name] * 3, "topic": ["big"] * 3}
     data |= {"value": [small, big, small]} if column == "value" else {"text": [small, big, small]}
-    with pytest.raises(EncodingError, match=r"row 1 .*over Iggy's limit of 64,000,000") as caught:
+    with pytest.raises(EncodingError, match=r"row 1 .*over the limit of 64,000,000") as caught:
         _writer(broker).write(iter([pa.RecordBatch.from_pydict(data)]))
     assert caught.value.row == 1
     assert caught.value.column == ("value" if column == "value" else "(the row as JSON)")
     with pytest.raises(LookupError):  # nothing of the batch was sent: not even the topic exists
         poll_all(broker.address, name, "big")
+
+
+def test_with_a_dlq_bad_rows_are_dead_lettered_with_their_reason_and_the_rest_delivered(
+    broker: LocalIggy, name: str
+) -> None:
+    rows = pa.RecordBatch.from_pydict({
+        "stream": [name] * 5, "topic": ["t"] * 5,
+        "value": ["ok0", "x" * (MAX_PAYLOAD_BYTES + 1), None, "ok3", "bad header"],
+        "headers": pa.array([None, None, [("h", "1")], None, [("k" * 256, "v")]],
+                            pa.map_(pa.string(), pa.string())),
+        "id": ["a", "b", "c", "d", "e"],
+    })
+    writer = IggyRoutedStreamWriter(RoutedOptions.from_options({
+        "url": broker.url, "on_admission_failure": "dlq", "dlq.stream": name,
+        "dlq.topic": "dlq"}), frozenset(), None)
+    report = writer.write(iter([rows]))
+    assert report.rejected == {"too_large": 1, "invalid_row": 2} and report.dead_lettered == 3
+    assert [m.payload for m in poll_all(broker.address, name, "t")] == [b"ok0", b"ok3"]
+    dead = {m.id: m for m in poll_all(broker.address, name, "dlq")}
+    big, null, header = dead[message_id("b")], dead[message_id("c")], dead[message_id("e")]
+    assert big.headers["iggy_spark.reason"] == "too_large" and len(big.payload) < 1000
+    assert "64,000,001 bytes" in json.loads(big.payload)["iggy_spark.error"]
+    assert null.headers["iggy_spark.reason"] == "invalid_row" and null.headers["h"] == "1"
+    assert "column 'value', row 2" in null.headers["iggy_spark.error"]
+    assert header.headers["iggy_spark.reason"] == "invalid_row"
+    assert header.payload == b"bad header"  # a sendable payload is kept
+    assert header.headers["iggy_spark.topic"] == "t"
 
 
 # -- destination names in DLQ headers -----------------------------------------------------------

@@ -9,6 +9,7 @@ from __future__ import annotations
 import json
 import multiprocessing
 import os
+import time
 from collections import Counter
 from typing import Any
 
@@ -18,10 +19,8 @@ from broker_fixtures import poll_all
 
 from iggy_local import LocalIggy
 from iggy_spark import sending
-from iggy_spark import writer as writer_module
-from iggy_spark.admission import Destination
 from iggy_spark.encoding import message_id
-from iggy_spark.errors import AdmissionError, DestinationError, ServerError
+from iggy_spark.errors import AdmissionError, ServerError
 from iggy_spark.options import RoutedOptions
 from iggy_spark.report import Ledger, TaskReport
 from iggy_spark.writer import IggyRoutedStreamWriter
@@ -125,6 +124,7 @@ def test_partition_id_out_of_range_is_rejected_without_tripping_the_breaker(
         "state": "closed",
         "consecutive_failures": 0,
         "last_error": None,
+        "opened_at": None,
     }
     got = {m.partition: json.loads(m.payload)["n"] for m in poll_all(broker.address, name, "t")}
     assert got == {1: 1, 3: 3}
@@ -165,53 +165,102 @@ def test_per_key_order_and_payload_headers_id_round_trip(broker: LocalIggy, name
                           "user-4": {2}, "user-5": {0}, "user-6": {2}}
 
 
-def test_breaker_opens_after_threshold_and_half_opens_after_cool_down(
+def _dlq_options(name: str, **extra: str) -> dict[str, str]:
+    return {"on_admission_failure": "dlq", "dlq.stream": name, "dlq.topic": "dlq", **extra}
+
+
+class Driver:
+    """Plays Spark's driver: a writer per micro-batch seeded from the ledger, tasks run one
+    after another, ``commit`` folds their reports in; the breakers' clock is ``now``."""
+
+    def __init__(self, broker: LocalIggy, ledger: Any, **options: str) -> None:
+        self.options = RoutedOptions.from_options({"url": broker.url, **options})
+        self.ledger = ledger
+        self.now = 1_000_000.0
+        self.batch_id = 0
+
+    def run(self, *tasks: pa.RecordBatch) -> list[TaskReport]:
+        ledger = Ledger(self.ledger)
+        writer = IggyRoutedStreamWriter(self.options, ledger.admitted, self.ledger,
+                                        ledger.breakers, clock=lambda: self.now)
+        reports = [writer.write(iter([rows])) for rows in tasks]
+        writer.commit(list(reports), self.batch_id)
+        self.batch_id += 1
+        return reports
+
+
+def test_a_failing_destination_is_isolated_while_the_others_flow(
+    broker: LocalIggy, name: str, tmp_path: Any
+) -> None:
+    driver = Driver(broker, tmp_path / "ledger.json", **_dlq_options(
+        name, **{"circuit_breaker.failure_threshold": "3", "circuit_breaker.cool_down": "10s"}))
+    bad = f"{name}/bad"
+    rows = batch(stream=[name] * 12, topic=["ok1", "bad", "ok2"] * 4, n=list(range(12)))
+    driver.run(batch(stream=[name], topic=["bad"], n=[-1]))
+    broker.refuse_sends(name, "bad")
+    try:
+        [report] = driver.run(rows)
+        assert report.routed == {f"{name}/ok1": 4, f"{name}/ok2": 4, f"{name}/dlq": 4}
+        assert report.rejected == {"circuit_open": 4} and report.dead_lettered == 4
+        assert report.breakers[bad]["state"] == "open"
+        assert report.breakers[bad]["consecutive_failures"] == 3
+        dead = poll_all(broker.address, name, "dlq")
+        assert [json.loads(m.payload)["n"] for m in dead] == [1, 4, 7, 10]  # in order
+        assert {m.headers["iggy_spark.reason"] for m in dead} == {"circuit_open"}
+        assert {m.headers["iggy_spark.topic"] for m in dead} == {"bad"}
+        assert Ledger(driver.ledger).data["destinations"][bad]["breaker"] == "open"
+        # the next batch refuses at once: no send, so no outcome recorded for it
+        driver.now += 9
+        [report] = driver.run(rows)
+        assert report.rejected == {"circuit_open": 4} and report.routed[f"{name}/ok1"] == 4
+        assert bad not in report.breakers
+    finally:
+        broker.refuse_sends(name, "bad", refuse=False)
+    # after the cool-down, of two tasks exactly one sends the probe; it closes the breaker
+    driver.now += 1
+    probe, other = driver.run(rows, rows)
+    assert probe.routed[bad] == 4 and probe.breakers[bad]["state"] == "closed"
+    assert other.rejected == {"circuit_open": 4} and bad not in other.breakers
+    assert Ledger(driver.ledger).data["destinations"][bad]["breaker"] == "closed"
+    assert not (tmp_path / "probes").exists() or not any((tmp_path / "probes").iterdir())
+    first, second = driver.run(rows, rows)
+    assert first.routed[bad] == second.routed[bad] == 4 and not first.rejected
+    assert [json.loads(m.payload)["n"] for m in poll_all(broker.address, name, "bad")] == [
+        -1] + [1, 4, 7, 10] * 3
+
+
+def test_an_open_breaker_under_policy_error_fails_the_task(broker: LocalIggy, name: str) -> None:
+    options = {"circuit_breaker.failure_threshold": "2"}
+    make_writer(broker, **options).write(iter([batch(stream=[name], topic=["bad"], n=[0])]))
+    broker.refuse_sends(name, "bad")
+    try:
+        with pytest.raises(AdmissionError, match="circuit_open"):
+            make_writer(broker, **options).write(iter([batch(stream=[name], topic=["bad"],
+                                                             n=[1])]))
+    finally:
+        broker.refuse_sends(name, "bad", refuse=False)
+
+
+def test_a_missing_destination_with_creation_off_is_unknown_not_a_breaker_failure(
     broker: LocalIggy, name: str
 ) -> None:
-    writer_module._boards.clear()
-    options = {
-        "create_destinations": "false",
-        "circuit_breaker.failure_threshold": "3",
-        "circuit_breaker.cool_down": "30s",
-        "on_admission_failure": "dlq",
-        "dlq.stream": "dlqs",
-        "dlq.topic": "dlq",
-    }
-    # the process's breaker board for these options, on a clock the test moves
-    now = [1000.0]
-    parsed = RoutedOptions.from_options({"url": broker.url, **options})
-    writer_module._boards[(parsed.url, parsed.breaker)] = parsed.new_breaker_board(
-        clock=lambda: now[0]
-    )
     from broker_fixtures import connect, run
 
-    async def make_dlq() -> None:
+    async def make_stream() -> None:
         client = await connect(broker.address)
-        await client.create_stream("dlqs")
-        await client.create_topic("dlqs", "dlq", 1)
         await client.create_stream(name)
+        await client.create_topic(name, "dlq", 1)
 
-    run(make_dlq())
-    rows = batch(stream=[name], topic=["missing"], n=[1])
-    for _ in range(3):
-        with pytest.raises(DestinationError, match="does not exist"):
-            make_writer(broker, **options).write(iter([rows]))
-    report = make_writer(broker, **options).write(iter([rows]))
-    assert report.rejected == {"circuit_open": 1} and report.dead_lettered == 1
-    assert report.breakers[f"{name}/missing"]["state"] == "open"
-
-    async def make_topic() -> None:
-        client = await connect(broker.address)
-        await client.create_topic(name, "missing", 1)
-
-    run(make_topic())
-    now[0] += 29.9  # still cooling down: refused without trying
-    report = make_writer(broker, **options).write(iter([rows]))
-    assert report.rejected == {"circuit_open": 1} and report.routed == {"dlqs/dlq": 1}
-    now[0] += 0.1  # the cool-down is over
-    report = make_writer(broker, **options).write(iter([rows]))  # the half-open probe
-    assert report.routed == {f"{name}/missing": 1}
-    assert report.breakers[f"{name}/missing"]["state"] == "closed"
+    run(make_stream())
+    options = _dlq_options(name, create_destinations="false",
+                           **{"circuit_breaker.failure_threshold": "1"})
+    writer = make_writer(broker, **options)
+    for _ in range(2):
+        report = writer.write(iter([batch(stream=[name], topic=["missing"], n=[1])]))
+        assert report.rejected == {"unknown": 1} and report.dead_lettered == 1
+        assert f"{name}/missing" not in report.breakers  # a configuration fact, no outcome
+    dead = poll_all(broker.address, name, "dlq")
+    assert [m.headers["iggy_spark.reason"] for m in dead] == ["unknown", "unknown"]
 
 
 def _create_concurrently(url: str, stream: str, barrier: Any, out: Any) -> None:
@@ -259,17 +308,15 @@ def test_ledger_folds_reports_once_per_batch(tmp_path: Any) -> None:
 
 
 def test_an_unreachable_server_fails_the_task_without_tripping_breakers(name: str) -> None:
-    writer_module._boards.clear()
     with LocalIggy(process=True) as down:
         writer = make_writer(down, send_timeout="2s",
                              **{"circuit_breaker.failure_threshold": "1"})
         writer.write(iter([batch(stream=[name], topic=["t"], n=[1])]))  # topic now exists
         down.stop()
-        for _ in range(2):
-            with pytest.raises(sending.Disconnected, match="unreachable for 2s"):
-                writer.write(iter([batch(stream=[name], topic=["t"], n=[2])]))
-        board = writer_module._board(writer.options)
-        assert board.allow(Destination(name, "t"))  # still closed: not the destination's fault
+        # with failure_threshold=1 a counted failure would open the breaker and fail the task
+        # with circuit_open instead: the disconnection is not the destination's fault
+        with pytest.raises(sending.Disconnected, match="unreachable for 2s"):
+            writer.write(iter([batch(stream=[name], topic=["t"], n=[2])]))
         down.start()
         report = writer.write(iter([batch(stream=[name], topic=["t"], n=[3])]))
         assert report.routed == {f"{name}/t": 1}
@@ -278,12 +325,35 @@ def test_an_unreachable_server_fails_the_task_without_tripping_breakers(name: st
 def test_wrong_credentials_fail_the_task_without_blaming_a_destination(
     broker: LocalIggy, name: str
 ) -> None:
-    writer_module._boards.clear()
     wrong = broker.url.replace("iggy:iggy@", "iggy:not-the-password@")
     writer = IggyRoutedStreamWriter(RoutedOptions.from_options(
         {"url": wrong, "circuit_breaker.failure_threshold": "1"}), frozenset(), None)
     with pytest.raises(ServerError, match="Invalid credentials") as info:
         writer.write(iter([batch(stream=[name], topic=["t"], n=[1])]))
-    assert "not-the-password" not in str(info.value)
-    snapshot = writer_module._board(writer.options).snapshot()[Destination(name, "t")]
-    assert (snapshot.state, snapshot.consecutive_failures) == ("closed", 0)
+    assert "not-the-password" not in str(info.value)  # and not circuit_open: nobody blamed
+
+
+def test_prewarm_creates_the_literal_allowlist_entries_once_and_never_raises(
+    broker: LocalIggy, name: str, caplog: pytest.LogCaptureFixture
+) -> None:
+    from broker_fixtures import connect, run
+
+    from iggy_spark.writer import prewarm_once
+
+    allow = {"admission.mode": "allowlist", "admission.allowlist": f"{name}/a,{name}/b,*/c"}
+    prewarm_once(RoutedOptions.from_options({"url": broker.url, **allow}))
+
+    async def topics() -> list[str]:
+        client = await connect(broker.address)
+        stream = await client.get_stream(name)
+        assert stream is not None
+        return sorted(t.name for t in await client.get_topics(name))
+
+    assert run(topics()) == ["a", "b"]  # */c names no topic in particular
+    with LocalIggy() as other:
+        down = other.url
+    started = time.monotonic()
+    options = RoutedOptions.from_options({"url": down, "prewarm_deadline": "500ms", **allow})
+    prewarm_once(options)  # nothing listens: logged, not raised, within the deadline
+    assert time.monotonic() - started < 5
+    assert f"{name}/a not ready" in caplog.text

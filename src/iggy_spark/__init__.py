@@ -2,15 +2,17 @@
 
 ``df.writeStream.format("iggy_routed")`` works without registration once the package is
 installed; :func:`register` does it explicitly. :func:`destinations` shows a query's live
-destinations table, and :func:`route` fills destination columns from a JSON payload.
+destinations table, :func:`route` fills destination columns from a JSON payload, and
+:func:`serve_metrics` serves Prometheus metrics of every streaming query from the driver.
 """
 
 from __future__ import annotations
 
 from iggy_spark.json_route import route
+from iggy_spark.metrics import serve_metrics
 from iggy_spark.monitoring import destinations
 
-__all__ = ["register", "destinations", "route"]
+__all__ = ["register", "destinations", "route", "serve_metrics"]
 
 
 def register(spark: object) -> None:

@@ -68,6 +68,9 @@ class Reason(StrEnum):
     NOT_ALLOWLISTED = "not_allowlisted"
     INVALID_NAME = "invalid_name"
     CIRCUIT_OPEN = "circuit_open"
+    UNKNOWN = "unknown"
+    TOO_LARGE = "too_large"
+    INVALID_ROW = "invalid_row"
     PARTITION_ID_OUT_OF_RANGE = "partition_id_out_of_range"
 
 
@@ -79,6 +82,11 @@ _ADVICE = {
     Reason.INVALID_NAME: f"stream and topic names must be {NAME_RULE}",
     Reason.CIRCUIT_OPEN: "recent sends to this destination failed; its circuit breaker retries "
     "after circuit_breaker.cool_down",
+    Reason.UNKNOWN: "the destination does not exist and create_destinations is false: create "
+    "it, or allow the sink to",
+    Reason.TOO_LARGE: "the row's payload is over max_message_bytes",
+    Reason.INVALID_ROW: "the row cannot become an Iggy message (null or empty payload, bad "
+    "header, id or key)",
     Reason.PARTITION_ID_OUT_OF_RANGE: "partition ids count from 0 and must be below the topic's "
     "partition count",
 }

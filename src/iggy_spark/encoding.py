@@ -47,7 +47,7 @@ from __future__ import annotations
 import math
 from base64 import b64encode
 from collections.abc import Callable
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from datetime import UTC
 from typing import Any, cast
 
@@ -56,13 +56,19 @@ import pyarrow as pa
 import pyarrow.compute as pc
 from xxhash import xxh3_128_digest, xxh3_128_intdigest
 
-from iggy_spark.errors import EncodingError
-from iggy_spark.options import ColumnNames, KeyEncoding, RoutedOptions
+from iggy_spark.errors import EncodingError, PayloadTooLarge
+from iggy_spark.options import (
+    MAX_MESSAGE_BYTES,
+    ColumnNames,
+    FailurePolicy,
+    KeyEncoding,
+    RoutedOptions,
+)
 
 __all__ = ["MAX_KEY_BYTES", "MAX_PAYLOAD_BYTES", "EncodedBatch", "encode_batch", "message_id"]
 
 MAX_KEY_BYTES = 255  # Iggy's limit for partition keys, header keys and header values
-MAX_PAYLOAD_BYTES = 64_000_000
+MAX_PAYLOAD_BYTES = MAX_MESSAGE_BYTES
 """Iggy's limit for one message's payload. The SDK refuses a larger one with a bare
 ``ValueError: Too big message payload``; checking here names the row, its size and the limit."""
 _MAX_U32 = 2**32 - 1
@@ -87,6 +93,10 @@ class EncodedBatch:
     payloads: list[bytes]
     headers: list[dict[str, str | bytes] | None]
     ids: list[int]
+    invalid: dict[int, EncodingError] = field(default_factory=dict)
+    """Rows that cannot become a message (null or oversize payload, bad header, id or key),
+    collected instead of raised when bad rows have a dead-letter destination to go to; their
+    entries in the other lists are placeholders."""
 
     def __len__(self) -> int:
         return len(self.payloads)
@@ -97,21 +107,42 @@ def message_id(value: str | bytes) -> int:
     return xxh3_128_intdigest(value.encode() if isinstance(value, str) else value)
 
 
+class _Problems:
+    """Where row-level problems go: raised at once, or (``collect``) kept per row."""
+
+    def __init__(self, collect: bool) -> None:
+        self.collect = collect
+        self.rows: dict[int, EncodingError] = {}
+
+    def __call__(self, error: EncodingError) -> None:
+        if not self.collect or error.row is None:
+            raise error
+        self.rows.setdefault(error.row, error)
+
+
 def encode_batch(batch: pa.RecordBatch, options: RoutedOptions) -> EncodedBatch:
-    """Encode every row of ``batch``; raises :class:`EncodingError` naming a bad column/row."""
+    """Encode every row of ``batch``; raises :class:`EncodingError` naming a bad column/row.
+
+    With ``on_admission_failure=dlq`` a bad *row* does not fail the batch: it is listed in
+    :attr:`EncodedBatch.invalid` for the writer to dead-letter. A bad *column* (wrong type)
+    always raises: every row would fail alike.
+    """
     columns = options.columns
     names = batch.schema.names
     if len(set(names)) != len(names):
         twice = next(name for name in names if names.count(name) > 1)
         raise EncodingError(twice, None, "appears twice in the DataFrame; rename one of them")
     rows = batch.num_rows
+    problems = _Problems(options.on_admission_failure is FailurePolicy.DLQ)
     return EncodedBatch(
         streams=_names(batch, columns.stream, rows),
         topics=_names(batch, columns.topic, rows),
-        partitioning=_partitioning(batch, columns, options.partition_key_encoding, rows),
-        payloads=_payloads(batch, columns, options.json_columns, rows),
-        headers=_headers(batch, columns.headers, rows),
-        ids=_ids(batch, columns.id, rows),
+        partitioning=_partitioning(batch, columns, options.partition_key_encoding, rows,
+                                   problems),
+        payloads=_payloads(batch, columns, options, rows, problems),
+        headers=_headers(batch, columns.headers, rows, problems),
+        ids=_ids(batch, columns.id, rows, problems),
+        invalid=problems.rows,
     )
 
 
@@ -150,7 +181,8 @@ def _bytes(array: pa.Array) -> list[bytes | None]:
 
 
 def _partitioning(
-    batch: pa.RecordBatch, columns: ColumnNames, encoding: KeyEncoding, rows: int
+    batch: pa.RecordBatch, columns: ColumnNames, encoding: KeyEncoding, rows: int,
+    problems: _Problems,
 ) -> list[Any]:
     if encoding is KeyEncoding.PARTITION_ID:
         used, unused = columns.partition_id, columns.partition_key
@@ -175,27 +207,33 @@ def _partitioning(
                             f"partition_key_encoding={encoding}, found {array.type}")
     if encoding is KeyEncoding.PARTITION_ID:
         return array.to_pylist()
-    _check_range(array, used, 0, _MAX_U32, "key_u32 keys")
-    return [None if key is None else key.to_bytes(4, "little") for key in array.to_pylist()]
+    bad = _check_range(array, used, 0, _MAX_U32, "key_u32 keys", problems)
+    return [None if key is None or i in bad else key.to_bytes(4, "little")
+            for i, key in enumerate(array.to_pylist())]
 
 
-def _check_range(array: pa.Array, column: str, low: int, high: int, what: str) -> None:
+def _check_range(
+    array: pa.Array, column: str, low: int, high: int, what: str, problems: _Problems
+) -> set[int]:
+    """Rows whose value is outside ``low..high`` (each reported to ``problems``)."""
     bounds = pc.min_max(array).as_py()
     if bounds["min"] is None or (low <= bounds["min"] and bounds["max"] <= high):
-        return
+        return set()
     values = array.to_pylist()
-    row = next(i for i, v in enumerate(values) if v is not None and not low <= v <= high)
-    value = values[row]
-    raise EncodingError(column, row, f"{what} must be in {low}..{high}, got {value}")
+    bad = {i for i, v in enumerate(values) if v is not None and not low <= v <= high}
+    for row in sorted(bad):
+        problems(EncodingError(column, row, f"{what} must be in {low}..{high}, "
+                               f"got {values[row]}"))
+    return bad
 
 
-def _ids(batch: pa.RecordBatch, name: str, rows: int) -> list[int]:
+def _ids(batch: pa.RecordBatch, name: str, rows: int, problems: _Problems) -> list[int]:
     array = _column(batch, name)
     if array is None:
         return [0] * rows
     if pa.types.is_integer(array.type):
-        _check_range(array, name, 1, 2**128 - 1, "integer message ids")
-        return [0 if v is None else v for v in array.to_pylist()]
+        bad = _check_range(array, name, 1, 2**128 - 1, "integer message ids", problems)
+        return [0 if v is None or i in bad else v for i, v in enumerate(array.to_pylist())]
     if _is_text(array.type) or _is_binary(array.type):
         return [0 if v is None else xxh3_128_intdigest(v) for v in _bytes(array)]
     raise EncodingError(name, None, f"must be an integer, string or binary column, "
@@ -203,35 +241,36 @@ def _ids(batch: pa.RecordBatch, name: str, rows: int) -> list[int]:
 
 
 def _payloads(
-    batch: pa.RecordBatch, columns: ColumnNames, json_columns: frozenset[str], rows: int
+    batch: pa.RecordBatch, columns: ColumnNames, options: RoutedOptions, rows: int,
+    problems: _Problems,
 ) -> list[bytes]:
+    limit = options.max_message_bytes
     value = _column(batch, columns.value)
     if value is None:
-        payloads = _json_payloads(batch, columns.routing, json_columns, rows)
+        payloads = _json_payloads(batch, columns.routing, options.json_columns, rows)
         for row, payload in enumerate(payloads):
-            if len(payload) > MAX_PAYLOAD_BYTES:
-                raise EncodingError("(the row as JSON)", row, _too_big(len(payload)))
+            if len(payload) > limit:
+                problems(PayloadTooLarge("(the row as JSON)", row, _too_big(len(payload), limit)))
         return payloads
     if not (_is_text(value.type) or _is_binary(value.type)):
         raise EncodingError(columns.value, None, f"must be string or binary, found "
                             f"{value.type}; use to_json(...) or drop the column to send the "
                             "other columns as JSON")
-    empty = pc.fill_null(pc.equal(pc.binary_length(value), 0), True)
-    if pc.any(empty).as_py():
-        row = pc.index(empty, True).as_py()
-        raise EncodingError(columns.value, row, "is null or empty; Iggy messages need "
-                            "a payload (filter such rows out first)")
-    lengths = pc.binary_length(value)
-    too_big = pc.greater(lengths, MAX_PAYLOAD_BYTES)
-    if pc.any(too_big).as_py():
-        row = pc.index(too_big, True).as_py()
-        raise EncodingError(columns.value, row, _too_big(lengths[row].as_py()))
-    return cast(list[bytes], _bytes(value))  # no nulls: checked above
+    lengths = pc.fill_null(pc.binary_length(value), 0)
+    bad = pc.or_(pc.equal(lengths, 0), pc.greater(lengths, limit))
+    if not pc.any(bad).as_py():
+        return cast(list[bytes], _bytes(value))  # no nulls: checked above
+    sizes = lengths.to_pylist()
+    for row in pc.indices_nonzero(bad).to_pylist():
+        problems(PayloadTooLarge(columns.value, row, _too_big(sizes[row], limit)) if sizes[row]
+                 else EncodingError(columns.value, row, "is null or empty; Iggy messages need "
+                                    "a payload (filter such rows out first)"))
+    return [b"" if v is None else v for v in _bytes(value)]
 
 
-def _too_big(size: int) -> str:
-    return (f"payload of {size:,} bytes is over Iggy's limit of {MAX_PAYLOAD_BYTES:,} bytes per "
-            "message; shrink or split such rows, or filter them out")
+def _too_big(size: int, limit: int) -> str:
+    return (f"payload of {size:,} bytes is over the limit of {limit:,} bytes per message "
+            "(max_message_bytes); shrink or split such rows, or filter them out")
 
 
 def _json_payloads(
@@ -358,7 +397,7 @@ def _struct_converter(t: pa.StructType, column: str) -> _Convert | None:
 
 
 def _headers(
-    batch: pa.RecordBatch, name: str, rows: int
+    batch: pa.RecordBatch, name: str, rows: int, problems: _Problems
 ) -> list[dict[str, str | bytes] | None]:
     array = _column(batch, name)
     if array is None:
@@ -376,10 +415,11 @@ def _headers(
     result: list[dict[str, str | bytes] | None] = []
     for row, (a, b, ok) in enumerate(spans):
         headers = {k: v for k, v in pairs[a - start : b - start] if v is not None} if ok else {}
-        for part in (*headers, *headers.values()):
-            if not _header_part_ok(part):
-                raise EncodingError(name, row, f"header keys and values must be 1-"
-                                    f"{MAX_KEY_BYTES} bytes long, got {part!r:.60}")
+        wrong = [p for p in (*headers, *headers.values()) if not _header_part_ok(p)][:1]
+        if wrong:
+            problems(EncodingError(name, row, f"header keys and values must be 1-"
+                                   f"{MAX_KEY_BYTES} bytes long, got {wrong[0]!r:.60}"))
+            headers = {}
         result.append(headers or None)
     return result
 

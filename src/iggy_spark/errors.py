@@ -16,8 +16,10 @@ __all__ = [
     "DestinationError",
     "EncodingError",
     "IggySparkError",
+    "PayloadTooLarge",
     "SendError",
     "ServerError",
+    "UnknownDestination",
     "show",
 ]
 
@@ -74,6 +76,10 @@ class EncodingError(IggySparkError, ValueError):
         return f"{where}: {self.problem}"
 
 
+class PayloadTooLarge(EncodingError):
+    """A row's payload is over ``max_message_bytes`` (at most Iggy's limit)."""
+
+
 class _DestinationFailure(IggySparkError):
     """An operation on one destination failed; subclasses say which operation."""
 
@@ -93,6 +99,14 @@ class DestinationError(_DestinationFailure):
     """Creating or describing a stream or topic failed (permissions, server limits...)."""
 
     _doing = "creating or looking up"
+
+
+class UnknownDestination(DestinationError):
+    """The destination does not exist and ``create_destinations=false`` forbids creating it.
+
+    A fact about the configuration, not a failure of the destination: it is refused with the
+    reason ``unknown`` and never counts against the destination's circuit breaker.
+    """
 
 
 class SendError(_DestinationFailure):

@@ -30,6 +30,7 @@ from typing import TYPE_CHECKING, Any, Literal, NamedTuple, TypeVar
 from connector_common.units import parse_bool, parse_byte_size, parse_int, parse_positive_duration
 from iggy_spark.admission import (
     NAME_RULE,
+    WILDCARD,
     Admission,
     AdmissionMode,
     AdmissionRules,
@@ -62,6 +63,7 @@ _E = TypeVar("_E", bound=StrEnum)
 _T = TypeVar("_T")
 
 MAX_PARTITIONS = 1000  # the server's limit per topic
+MAX_MESSAGE_BYTES = 64_000_000  # Iggy's limit for one message's payload
 
 
 class FailurePolicy(StrEnum):
@@ -128,9 +130,15 @@ OPTION_DOCS: tuple[OptionDoc, ...] = (
               "(`10GB`, binary units) or `unlimited`"),
     OptionDoc("create_destinations", "true", "create missing streams and topics; false sends "
               "only to existing ones"),
+    OptionDoc("prewarm_deadline", "60s", "at query start, the literal `stream/topic` entries "
+              "of an allowlist are created or looked up in parallel for at most this long; "
+              "what is not ready by then is logged and done on first use"),
     OptionDoc("max_concurrent_destinations", "16", "destinations a task sends to at the same time"),
     OptionDoc("max_batch_bytes", "8MB", "payload bytes a task buffers (all destinations "
               "together) before it sends and waits for the acknowledgements: bounds memory"),
+    OptionDoc("max_message_bytes", "64000000", "largest payload a row may have (Iggy's limit, "
+              "or lower to match your server's); a larger row fails the query, or goes to the "
+              "DLQ as `too_large` with on_admission_failure=dlq"),
     OptionDoc("send_timeout", "60s", "how long a task keeps retrying a send while the server is "
               "unreachable before it fails (and Spark does not commit the batch)"),
     OptionDoc("json_columns", "(none)", "comma-separated string columns holding JSON text "
@@ -153,7 +161,7 @@ OPTION_DOCS: tuple[OptionDoc, ...] = (
 _DOCS = {doc.name: doc for doc in OPTION_DOCS}
 _DEFAULTS = {doc.name: doc.default for doc in OPTION_DOCS if not doc.default.startswith("(")}
 # Spark adds these itself; they are not ours to validate.
-_PASSTHROUGH = frozenset({"checkpointlocation", "path"})
+_PASSTHROUGH = frozenset({"checkpointlocation", "path", "queryname"})  # Spark's own
 _TOPIC_DEFAULTS = tuple(name for name in _DOCS if name.startswith("topic_defaults."))
 
 
@@ -224,6 +232,8 @@ class RoutedOptions:
     max_batch_bytes: int
     send_timeout: float = 60.0
     json_columns: frozenset[str] = frozenset()
+    max_message_bytes: int = MAX_MESSAGE_BYTES
+    prewarm_deadline: float = 60.0
 
     @classmethod
     def from_options(cls, options: Mapping[str, str]) -> RoutedOptions:
@@ -269,10 +279,20 @@ class RoutedOptions:
             max_concurrent_destinations=parse("max_concurrent_destinations", _at_least(1)),
             max_batch_bytes=parse("max_batch_bytes", _positive_size),
             send_timeout=parse("send_timeout", _seconds),
+            max_message_bytes=parse("max_message_bytes", _message_size),
+            prewarm_deadline=parse("prewarm_deadline", _seconds),
             json_columns=frozenset(
                 name.strip() for name in raw.get("json_columns", "").split(",") if name.strip()
             ),
         )
+
+    @property
+    def prewarm(self) -> tuple[Destination, ...]:
+        """The allowlist's literal destinations (no ``*``): known before any row arrives."""
+        if self.admission.mode is not AdmissionMode.ALLOWLIST:
+            return ()
+        return tuple(Destination(e.stream, e.topic) for e in self.admission.entries
+                     if WILDCARD not in (e.stream, e.topic))
 
     def new_admission(self, admitted: Iterable[Destination] = ()) -> Admission:
         """An :class:`Admission` for one task, seeded with the query's admitted destinations."""
@@ -325,6 +345,14 @@ def _positive_size(text: str) -> int:
     value = parse_byte_size(text)
     if not 0 < value < 2**64 - 1:
         raise ValueError(f"must be between 1 byte and 16EB, got {value}")
+    return value
+
+
+def _message_size(text: str) -> int:
+    value = parse_byte_size(text)
+    if not 0 < value <= MAX_MESSAGE_BYTES:
+        raise ValueError(f"must be between 1 byte and {MAX_MESSAGE_BYTES} (Iggy's limit), "
+                         f"got {value}")
     return value
 
 

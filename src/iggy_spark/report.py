@@ -2,10 +2,13 @@
 
 Tasks return a :class:`TaskReport` (Spark's commit message). The driver's ``commit`` folds the
 reports of a micro-batch into a :class:`Ledger` kept as JSON next to the query's checkpoint:
-per-destination message counts, breaker state and last error, rejection and missing-destination
-counters, and the set of admitted destinations that makes ``admission.max_destinations`` hold
-for the whole query. Spark may commit one batch id twice (a replay after a crash); the ledger
-remembers the last batch it applied and ignores repeats, so counts are not doubled.
+per-destination message counts, breaker state (with its wall-clock opening time) and last error,
+rejection and missing-destination counters, the destination-creation latency histogram, and
+the set of admitted destinations that makes ``admission.max_destinations`` hold for the whole
+query. The next batch's tasks are seeded with the admitted set and the breakers, and
+:func:`iggy_spark.serve_metrics` reads the file at scrape time. Spark may commit one batch id
+twice (a replay after a crash); the ledger remembers the last batch it applied and ignores
+repeats, so counts are not doubled.
 """
 
 from __future__ import annotations
@@ -24,6 +27,7 @@ from urllib.parse import urlsplit
 from pyspark.sql.datasource import WriterCommitMessage
 
 from iggy_spark.admission import Destination
+from iggy_spark.breaker import BreakerSnapshot, BreakerState, merge_snapshots
 
 __all__ = ["TaskReport", "Ledger", "ledger_path", "LEDGER_FILE"]
 
@@ -31,6 +35,8 @@ log = logging.getLogger("iggy_spark")
 
 LEDGER_FILE = "iggy_routed/destinations.json"
 _VERSION = 1
+CREATE_BUCKETS = (0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1.0, 2.5, 5.0, 10.0)
+"""Upper bounds (seconds) of the destination-creation latency histogram kept in the ledger."""
 
 
 @dataclass
@@ -43,8 +49,9 @@ class TaskReport(WriterCommitMessage):
     dropped: int = 0
     dead_lettered: int = 0
     created: list[str] = field(default_factory=list)
+    create_seconds: list[float] = field(default_factory=list)  # how long each creation took
     admitted: list[tuple[str, str]] = field(default_factory=list)
-    breakers: dict[str, dict[str, Any]] = field(default_factory=dict)
+    breakers: dict[str, dict[str, Any]] = field(default_factory=dict)  # BreakerSnapshot.to_dict
     last_error: str | None = None
 
 
@@ -73,6 +80,23 @@ class Ledger:
         }
         if path is not None and path.exists():
             self.data = json.loads(path.read_text())
+        self.data.setdefault("create_latency", {
+            "buckets": [0] * len(CREATE_BUCKETS), "sum": 0.0, "count": 0})
+
+    @property
+    def open_breakers(self) -> int:
+        """Destinations whose breaker is open: the sink is degraded while this is above 0."""
+        return sum(1 for e in self.data["destinations"].values() if e["breaker"] != "closed")
+
+    @property
+    def breakers(self) -> dict[Destination, BreakerSnapshot]:
+        """Breakers that are not plainly closed, to seed the next batch's tasks with."""
+        seed: dict[Destination, BreakerSnapshot] = {}
+        for d in self.data["destinations"].values():
+            snapshot = BreakerSnapshot.from_dict({**d, "state": d.get("breaker", "closed")})
+            if snapshot.state is not BreakerState.CLOSED or snapshot.consecutive_failures:
+                seed[Destination(d["stream"], d["topic"])] = snapshot
+        return seed
 
     @property
     def admitted(self) -> frozenset[Destination]:
@@ -87,6 +111,7 @@ class Ledger:
             return None
         destinations: dict[str, dict[str, Any]] = self.data["destinations"]
         batch = TaskReport()
+        breakers: dict[str, list[BreakerSnapshot]] = {}
         for report in reports:
             if report is None:
                 continue
@@ -96,8 +121,10 @@ class Ledger:
             batch.dropped += report.dropped
             batch.dead_lettered += report.dead_lettered
             batch.created += report.created
+            batch.create_seconds += report.create_seconds
             batch.admitted += report.admitted
-            batch.breakers.update(report.breakers)
+            for key, snapshot in report.breakers.items():
+                breakers.setdefault(key, []).append(BreakerSnapshot.from_dict(snapshot))
             batch.last_error = report.last_error or batch.last_error
 
         def entry(key: str) -> dict[str, Any]:
@@ -106,6 +133,7 @@ class Ledger:
                 "stream": stream, "topic": topic, "messages": 0, "admitted": False,
                 "created": False, "first_batch": batch_id, "last_batch": None,
                 "breaker": "closed", "consecutive_failures": 0, "last_error": None,
+                "opened_at": None,
             })
 
         for key, count in batch.routed.items():
@@ -116,11 +144,13 @@ class Ledger:
             entry(key)["created"] = True
         for stream, topic in batch.admitted:
             entry(_destination_key((stream, topic)))["admitted"] = True
-        for key, snapshot in batch.breakers.items():
+        for key, snapshots in breakers.items():
+            merged = merge_snapshots(snapshots)
             e = entry(key)
-            e["breaker"] = snapshot["state"]
-            e["consecutive_failures"] = snapshot["consecutive_failures"]
-            e["last_error"] = snapshot.get("last_error") or e["last_error"]
+            e["breaker"] = str(merged.state)
+            e["consecutive_failures"] = merged.consecutive_failures
+            e["opened_at"] = merged.opened_at
+            e["last_error"] = merged.last_error or e["last_error"]
         for name, counter in (("rejected", batch.rejected), ("missing", batch.missing)):
             totals = Counter(self.data[name])
             totals.update(counter)
@@ -128,17 +158,25 @@ class Ledger:
         self.data["dropped"] += batch.dropped
         self.data["dead_lettered"] += batch.dead_lettered
         self.data["last_error"] = batch.last_error or self.data["last_error"]
+        latency = self.data["create_latency"]
+        for seconds in batch.create_seconds:
+            latency["sum"] += seconds
+            latency["count"] += 1
+            for i, bound in enumerate(CREATE_BUCKETS):
+                if seconds <= bound:
+                    latency["buckets"][i] += 1
         self.data["last_batch"] = batch_id
         self._save()
         if not (batch.routed or batch.rejected or batch.missing or batch.dropped):
             return None  # an idle batch: saved, but not worth a log line
-        open_breakers = sum(1 for e in destinations.values() if e["breaker"] != "closed")
+        open_breakers = self.open_breakers
+        status = f"DEGRADED ({open_breakers} open breakers)" if open_breakers else "ok"
         return (
             f"iggy_routed batch {batch_id}: {sum(batch.routed.values())} messages to "
             f"{len(batch.routed)} destinations ({len(batch.created)} created), rejected "
             f"{dict(batch.rejected) or 0}, missing destination {dict(batch.missing) or 0}, "
             f"dead-lettered {batch.dead_lettered}, dropped {batch.dropped}, "
-            f"open breakers {open_breakers}"
+            f"open breakers {open_breakers}; status {status}"
         )
 
     def _save(self) -> None:

@@ -19,13 +19,13 @@ from typing import TYPE_CHECKING, Any, TypeVar
 
 from iggy_spark.admission import Destination
 from iggy_spark.connection import IggyConnection
-from iggy_spark.errors import DestinationError, SendError, ServerError
+from iggy_spark.errors import DestinationError, SendError, ServerError, UnknownDestination
 from iggy_spark.options import TopicDefaults
 
 if TYPE_CHECKING:
     import apache_iggy
 
-__all__ = ["Topic", "ensure_topic", "send", "is_disconnection", "Disconnected"]
+__all__ = ["Topic", "ensure_topic", "prewarm", "send", "is_disconnection", "Disconnected"]
 
 T = TypeVar("T")
 
@@ -151,7 +151,7 @@ async def ensure_topic(
         created = False
         if details is None:
             if not create:
-                raise DestinationError(stream, topic, "does not exist and create_destinations "
+                raise UnknownDestination(stream, topic, "does not exist and create_destinations "
                                        "is false: create it, or allow the sink to")
             await _create(client.create_stream(stream))
             created = await _create(
@@ -168,6 +168,36 @@ async def ensure_topic(
         raise
     except Exception as exc:  # noqa: BLE001
         raise DestinationError(stream, topic, f"could not be created or read: {exc}") from exc
+
+
+async def prewarm(
+    conn: IggyConnection,
+    destinations: Sequence[Destination],
+    *,
+    create: bool,
+    defaults: TopicDefaults,
+    deadline: float,
+) -> dict[Destination, Topic | BaseException]:
+    """:func:`ensure_topic` for every destination at once, for at most ``deadline`` seconds.
+
+    Never raises: each destination maps to its topic or to what went wrong (a
+    :class:`TimeoutError` for those not ready in time), for the caller to log.
+    """
+    tasks = {d: asyncio.ensure_future(ensure_topic(conn, d, create=create, defaults=defaults,
+                                                   timeout=deadline))
+             for d in destinations}
+    if tasks:
+        await asyncio.wait(tasks.values(), timeout=deadline)
+    outcome: dict[Destination, Topic | BaseException] = {}
+    for destination, task in tasks.items():
+        if not task.done():
+            task.cancel()
+            outcome[destination] = TimeoutError(f"not ready within {deadline:g}s")
+        elif task.exception() is not None:
+            outcome[destination] = task.exception()  # type: ignore[assignment]
+        else:
+            outcome[destination] = task.result()
+    return outcome
 
 
 async def send(

@@ -13,11 +13,11 @@ __all__ = ["IggyRoutedDataSource"]
 class IggyRoutedDataSource(DataSource):
     """``df.writeStream.format("iggy_routed")``: each row says which Iggy stream/topic it goes to.
 
-    Spark builds a writer per micro-batch on the driver; options are parsed and the columns'
-    types checked there, before any task runs, so a bad option or a column of the wrong type
-    fails the query at start naming it. The destinations
-    this query has already admitted are read from the ledger next to the checkpoint and handed
-    to every task, which keeps ``admission.max_destinations`` a per-query cap.
+    Spark builds a writer per micro-batch on the driver; options are parsed there, before any
+    task runs, so a bad option fails the query at start naming the option. The destinations
+    this query has already admitted, and its circuit breakers, are read from the ledger next to
+    the checkpoint and handed to every task, which keeps ``admission.max_destinations`` a
+    per-query cap and makes a breaker opened in one batch refuse at once in the next.
     """
 
     @classmethod
@@ -31,9 +31,11 @@ class IggyRoutedDataSource(DataSource):
         from iggy_spark.columns import check_columns
         from iggy_spark.options import RoutedOptions
         from iggy_spark.report import Ledger, ledger_path
-        from iggy_spark.writer import IggyRoutedStreamWriter
+        from iggy_spark.writer import IggyRoutedStreamWriter, prewarm_once
 
         options = RoutedOptions.from_options(self.options)
         check_columns(schema, options)
         path = ledger_path(self.options.get("checkpointlocation"))
-        return IggyRoutedStreamWriter(options, Ledger(path).admitted, path)
+        ledger = Ledger(path)
+        prewarm_once(options)
+        return IggyRoutedStreamWriter(options, ledger.admitted, path, ledger.breakers)

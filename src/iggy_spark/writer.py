@@ -5,62 +5,146 @@ to its tasks; :meth:`IggyRoutedStreamWriter.write` runs once per task on an exec
 a :class:`~iggy_spark.report.TaskReport`; :meth:`commit` runs on the driver side after every
 task succeeded, :meth:`abort` after one failed.
 
-Delivery: a task returns only after every message it accepted was acknowledged by Iggy. Any
-send failure fails the task, so Spark does not commit the batch and the source does not move
-past it: the batch is replayed (duplicates possible, never loss). Stable ids let consumers drop
-those duplicates.
+Delivery: a task returns only after every message it accepted was acknowledged by Iggy, or
+was parked as ``on_admission_failure`` says. Fault isolation: a send that one destination
+refuses is retried with backoff while the other destinations proceed; every failure counts
+against that destination's circuit breaker, and once it opens the destination's remaining
+rows follow ``on_admission_failure`` (``dlq``/``drop`` let the batch commit, ``error`` fails
+it). A lost connection (every destination at once) or a refused login never counts: it fails
+the task, Spark does not commit the batch and the source does not move past it, so the batch
+is replayed (duplicates possible, never loss). Stable ids let consumers drop those duplicates.
 """
 
 from __future__ import annotations
 
 import asyncio
+import hashlib
 import logging
+import os
+import shutil
 import threading
+import time
+import uuid
 from collections import defaultdict
-from collections.abc import Iterator
+from collections.abc import Iterator, Mapping
+from contextlib import AbstractAsyncContextManager, nullcontext
+from dataclasses import dataclass, field
+from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
+import orjson
 from pyspark.sql.datasource import DataSourceStreamArrowWriter, WriterCommitMessage
 
 from iggy_spark import sending
 from iggy_spark.admission import Destination, Reason, check_partition_id, rejection
-from iggy_spark.breaker import BreakerBoard
+from iggy_spark.breaker import BreakerBoard, BreakerSnapshot, BreakerState, Claim, Clock
 from iggy_spark.connection import IggyConnection
 from iggy_spark.encoding import EncodedBatch, encode_batch
-from iggy_spark.errors import DestinationError, SendError
+from iggy_spark.errors import (
+    DestinationError,
+    EncodingError,
+    PayloadTooLarge,
+    SendError,
+    ServerError,
+    UnknownDestination,
+)
 from iggy_spark.options import FailurePolicy, RoutedOptions
 from iggy_spark.partitioning import partition_for_key
 from iggy_spark.report import Ledger, TaskReport
 
 if TYPE_CHECKING:
-    from pathlib import Path
-
     import apache_iggy
     import pyarrow as pa
 
-__all__ = ["IggyRoutedStreamWriter"]
+__all__ = ["IggyRoutedStreamWriter", "prewarm_once"]
 
 log = logging.getLogger("iggy_spark")
 
 _MESSAGES_PER_SEND = 5000
+_BACKOFF_FIRST, _BACKOFF_MAX = 0.1, 2.0  # seconds between retries of a refused send
 _HEADER_LIMIT = 255
 _DLQ_REASON, _DLQ_STREAM, _DLQ_TOPIC = "iggy_spark.reason", "iggy_spark.stream", "iggy_spark.topic"
+_DLQ_ERROR = "iggy_spark.error"
 
-# Worker processes outlive tasks: breakers and known topics persist across batches in them.
-_boards: dict[tuple[Any, ...], BreakerBoard] = {}
+# Worker processes outlive tasks: known topics persist across batches in them. Breakers do not:
+# the driver keeps them in the ledger and seeds every task's board (see breaker.py).
 _topics: dict[tuple[Any, ...], sending.Topic] = {}
 _state_lock = threading.Lock()
 
 Group = tuple[Destination, int | None]
+Headers = dict[str, str | bytes]
+Message = tuple[bytes, Headers | None, int]  # payload, user headers, id (0: none)
 
 
-def _board(options: RoutedOptions) -> BreakerBoard:
-    key = (options.url, options.breaker)
+def _backoff(attempt: int) -> float:
+    """Pause before retry ``attempt`` (from 1): doubling, capped."""
+    return float(min(_BACKOFF_FIRST * 2 ** (attempt - 1), _BACKOFF_MAX))
+
+
+@dataclass
+class _Outcome:
+    """How one group's sends ended: ``sent`` messages acknowledged, the rest ``refused`` by an
+    open breaker, or a task-fatal ``error`` (disconnection, refused login, a failing DLQ)."""
+
+    sent: int = 0
+    refused: list[Message] = field(default_factory=list)
+    error: BaseException | None = None
+
+
+_prewarmed: set[tuple[Any, ...]] = set()
+
+
+def prewarm_once(options: RoutedOptions) -> None:
+    """Create or look up the allowlist's literal destinations once per query (driver side).
+
+    Spark builds the writer for every micro-batch in one long-lived driver-side process, so
+    the first call does the work and later ones return at once. Bounded by
+    ``prewarm_deadline``; failures are logged, never raised: the first batch will try again
+    (and count failures against the breakers) when rows need those destinations.
+    """
+    destinations = options.prewarm
+    key = (options.url, destinations, options.create_destinations)
     with _state_lock:
-        board = _boards.get(key)
-        if board is None:
-            board = _boards[key] = options.new_breaker_board()
-        return board
+        if not destinations or key in _prewarmed:
+            return
+        _prewarmed.add(key)
+    conn = IggyConnection.shared(options.url)
+    started = time.monotonic()
+    outcome = conn.run(sending.prewarm(
+        conn, destinations, create=options.create_destinations,
+        defaults=options.topic_defaults, deadline=options.prewarm_deadline))
+    ready = 0
+    for destination, result in outcome.items():
+        if isinstance(result, sending.Topic):
+            ready += 1
+            with _state_lock:
+                _topics[(options.url, destination)] = result
+        else:
+            log.warning("iggy_routed prewarm: %s not ready: %s", destination, result)
+    _log_batch(f"iggy_routed prewarm: {ready} of {len(destinations)} allowlisted destinations "
+               f"ready in {time.monotonic() - started:.2f}s")
+
+
+def _probe_claims(directory: Path | None) -> Claim | None:
+    """The claim that lets exactly one task of a batch send a destination's probe.
+
+    The first task to create the destination's file in the batch's own ``directory`` wins
+    (``O_EXCL`` is atomic). File names are hashes: a stream may be called ``..``. Without a
+    local ledger there is nowhere to arbitrate, and every task may probe.
+    """
+    if directory is None:
+        return None
+
+    def claim(destination: Destination) -> bool:
+        directory.mkdir(parents=True, exist_ok=True)
+        name = hashlib.sha256(str(destination).encode()).hexdigest()[:32]
+        try:
+            os.close(os.open(directory / name, os.O_CREAT | os.O_EXCL | os.O_WRONLY, 0o600))
+        except FileExistsError:
+            return False
+        return True
+
+    return claim
 
 
 def _header_value(value: str | None) -> str | None:
@@ -74,15 +158,24 @@ def _header_value(value: str | None) -> str | None:
 class _Task:
     """One ``write`` call: routes every row, buffers per destination, flushes, reports."""
 
-    def __init__(self, options: RoutedOptions, admitted: frozenset[Destination]) -> None:
+    def __init__(
+        self,
+        options: RoutedOptions,
+        admitted: frozenset[Destination],
+        board: BreakerBoard,
+    ) -> None:
         import apache_iggy
 
         self.options = options
         self.conn = IggyConnection.shared(options.url)
-        self.board = _board(options)
+        self.board = board
         self.admission = options.new_admission(admitted)
         self.report = TaskReport()
+        # Messages are built once, when buffered (the event loop then only sends); the raw
+        # parts stay beside them in case the destination's breaker opens and they must be
+        # dead-lettered (an SDK message cannot be read back).
         self.groups: dict[Group, list[apache_iggy.SendMessage]] = defaultdict(list)
+        self.raw: dict[Group, list[Message]] = defaultdict(list)
         self.buffered = 0
         self.verdicts: dict[Destination, Reason | None] = {}
         self.touched: dict[Destination, sending.Topic] = {}
@@ -92,7 +185,11 @@ class _Task:
     # -- admission -----------------------------------------------------------------------------
 
     def topic(self, destination: Destination) -> sending.Topic:
-        """The destination's topic facts, ensuring it exists on first touch in this process."""
+        """The destination's topic facts, ensuring it exists on first touch in this process.
+
+        Raises :class:`UnknownDestination` for a missing topic the sink may not create; other
+        :class:`DestinationError`s are failures of the destination, for :meth:`verdict`.
+        """
         known = self.touched.get(destination)
         if known is not None:
             return known
@@ -101,24 +198,27 @@ class _Task:
             known = _topics.get(key)
         if known is None:
             options = self.options
-            try:
-                known = self.conn.run(sending.ensure_topic(
-                    self.conn, destination, create=options.create_destinations,
-                    defaults=options.topic_defaults, timeout=options.send_timeout,
-                ))
-            except DestinationError as exc:
-                self.board.record_failure(destination, counts=True, error=str(exc))
-                self.report.breakers[str(destination)] = self._snapshot(destination)
-                raise
+            started = time.monotonic()
+            known = self.conn.run(sending.ensure_topic(
+                self.conn, destination, create=options.create_destinations,
+                defaults=options.topic_defaults, timeout=options.send_timeout,
+            ))
             if known.created:
                 self.report.created.append(str(destination))
+                self.report.create_seconds.append(time.monotonic() - started)
             with _state_lock:
                 _topics[key] = known
         self.touched[destination] = known
         return known
 
     def verdict(self, destination: Destination) -> Reason | None:
-        """Name, list and cap checks, then the breaker; decided once per destination per task."""
+        """Name, list and cap checks, then the breaker, then the topic itself; decided once per
+        destination per task.
+
+        Looking the topic up or creating it is retried with backoff like a send; every failure
+        counts against the breaker, and once it opens the verdict is ``circuit_open``. A topic
+        that is missing while ``create_destinations=false`` is ``unknown``: no breaker count.
+        """
         try:
             return self.verdicts[destination]
         except KeyError:
@@ -126,10 +226,32 @@ class _Task:
         reason = self.admission.check(*destination)
         if reason is None and not self.board.allow(destination):
             reason = Reason.CIRCUIT_OPEN
-        if reason is None:
-            self.topic(destination)
+        attempt = 0
+        while reason is None:
+            try:
+                self.topic(destination)
+                break
+            except UnknownDestination:
+                reason = Reason.UNKNOWN
+            except DestinationError as exc:
+                attempt += 1
+                if self._count_failure(destination, exc, attempt):
+                    reason = Reason.CIRCUIT_OPEN
+                else:
+                    time.sleep(_backoff(attempt))
         self.verdicts[destination] = reason
         return reason
+
+    def _count_failure(self, destination: Destination, exc: BaseException, attempt: int) -> bool:
+        """Count one failure of ``destination``; whether its breaker is now open.
+
+        ``attempt`` failures in a row of one operation open it even when successes elsewhere
+        (another partition of the same topic) keep resetting the consecutive count.
+        """
+        self.board.record_failure(destination, counts=True, error=str(exc))
+        if attempt >= self.options.breaker.failure_threshold:
+            self.board.trip(destination, str(exc))
+        return self.board.state(destination) is BreakerState.OPEN
 
     # -- routing -------------------------------------------------------------------------------
 
@@ -148,7 +270,11 @@ class _Task:
         add = self.add
         rows = zip(enc.streams, enc.topics, enc.partitioning, enc.payloads, enc.headers, enc.ids,
                    strict=True)
+        invalid = enc.invalid
         for i, (stream, topic, part, payload, headers, message_id) in enumerate(rows):
+            if invalid and i in invalid:
+                self.dead_letter_invalid(enc, i, invalid[i])
+                continue
             if stream is None or topic is None:
                 self.report.missing[missing.policy.value] += 1
                 resolved = missing.resolve(stream, topic)  # raises under policy 'error'
@@ -178,93 +304,149 @@ class _Task:
             add((destination, partition), payload, headers, message_id)
 
     def add(
-        self, group: Group, payload: bytes, headers: dict[str, str | bytes] | None, message_id: int
+        self, group: Group, payload: bytes, headers: Headers | None, message_id: int
     ) -> None:
         """Buffer one message in its group; send everything once ``max_batch_bytes`` is reached."""
         self.groups[group].append(self._message(payload, headers, message_id or None))
+        self.raw[group].append((payload, headers, message_id))
         self.buffered += len(payload)
         if self.buffered >= self.options.max_batch_bytes:
             self.flush()
 
     def reject(self, destination: Destination, reason: Reason, enc: EncodedBatch, i: int) -> None:
         """Apply ``on_admission_failure`` to a refused row."""
-        self.report.rejected[reason.value] += 1
+        self.refuse(destination, reason, [(enc.payloads[i], enc.headers[i], enc.ids[i])])
+
+    def dead_letter_invalid(self, enc: EncodedBatch, i: int, error: EncodingError) -> None:
+        """A row that cannot become a message goes to the DLQ (only collected when one exists).
+
+        Its payload may be what is wrong with it (empty, too large): then the dead letter
+        carries a small JSON note instead; the reason and the error are in its headers.
+        """
+        reason = Reason.TOO_LARGE if isinstance(error, PayloadTooLarge) else Reason.INVALID_ROW
+        payload = enc.payloads[i]
+        if not payload or len(payload) > self.options.max_message_bytes:
+            payload = orjson.dumps({_DLQ_ERROR: str(error)})
+        self.refuse(Destination(enc.streams[i] or "", enc.topics[i] or ""), reason,
+                    [(payload, enc.headers[i], enc.ids[i])], error=str(error))
+
+    def refuse(
+        self, destination: Destination, reason: Reason, messages: list[Message],
+        error: str | None = None,
+    ) -> None:
+        """Apply ``on_admission_failure`` to messages refused a destination."""
+        self.report.rejected[reason.value] += len(messages)
         policy = self.options.on_admission_failure
         if policy is FailurePolicy.ERROR:
             raise rejection(destination.stream, destination.topic, reason)
         if policy is FailurePolicy.DROP:
-            self.report.dropped += 1
+            self.report.dropped += len(messages)
             return
         dlq = self.options.dlq
         assert dlq is not None
         self.topic(dlq)
-        headers: dict[str, str | bytes] = dict(enc.headers[i] or {})
-        headers[_DLQ_REASON] = reason.value
-        for name, value in ((_DLQ_STREAM, destination.stream), (_DLQ_TOPIC, destination.topic)):
+        extra: Headers = {_DLQ_REASON: reason.value}
+        for name, value in ((_DLQ_STREAM, destination.stream), (_DLQ_TOPIC, destination.topic),
+                            (_DLQ_ERROR, error)):
             fitted = _header_value(value)
             if fitted is not None:
-                headers[name] = fitted
-        self.report.dead_lettered += 1
-        self.add((dlq, None), enc.payloads[i], headers, enc.ids[i])
+                extra[name] = fitted
+        self.report.dead_lettered += len(messages)
+        for payload, headers, message_id in messages:
+            self.add((dlq, None), payload, {**(headers or {}), **extra}, message_id)
 
     # -- sending -------------------------------------------------------------------------------
 
     def flush(self) -> None:
-        """Send every buffered group and wait for all acknowledgements (or fail the task)."""
+        """Send every buffered group and wait for all acknowledgements (or fail the task).
+
+        Messages refused because their destination's breaker opened meanwhile follow
+        ``on_admission_failure``; dead-lettered ones are sent (and acknowledged) before this
+        returns, so the task never reports a message that is not safely somewhere.
+        """
         if not self.groups:
             return
-        groups, self.groups, self.buffered = self.groups, defaultdict(list), 0
-        outcomes = self.conn.run(self._send_all(groups))
+        groups, raw = self.groups, self.raw
+        self.groups, self.raw, self.buffered = defaultdict(list), defaultdict(list), 0
+        outcomes = self.conn.run(self._send_all(groups, raw))
         failure: BaseException | None = None
+        refused: dict[Destination, list[Message]] = defaultdict(list)
         for (destination, _), outcome in zip(groups, outcomes, strict=True):
-            if outcome is None:
-                self.board.record_success(destination)
-                continue
-            failure = failure or outcome
-            counts = not isinstance(outcome, sending.Disconnected)
-            self.board.record_failure(destination, counts=counts, error=str(outcome))
-            self.report.breakers[str(destination)] = self._snapshot(destination)
-            with _state_lock:  # the topic may have changed (deleted, repartitioned)
-                _topics.pop((self.options.url, destination), None)
+            if outcome.sent:
+                self.report.routed[str(destination)] += outcome.sent
+            if outcome.error is not None or outcome.refused:
+                with _state_lock:  # the topic may have changed (deleted, repartitioned)
+                    _topics.pop((self.options.url, destination), None)
+            failure = failure or outcome.error
+            if outcome.refused:
+                refused[destination].extend(outcome.refused)
         if failure is not None:
             raise failure
-        for (destination, _), messages in groups.items():
-            self.report.routed[str(destination)] += len(messages)
+        for destination, messages in refused.items():
+            self.verdicts[destination] = Reason.CIRCUIT_OPEN  # the rest of this task's rows too
+            self.refuse(destination, Reason.CIRCUIT_OPEN, messages)
+        self.flush()  # the dead letters, if any
 
     async def _send_all(
-        self, groups: dict[Group, list[apache_iggy.SendMessage]]
-    ) -> list[BaseException | None]:
+        self, groups: dict[Group, list[apache_iggy.SendMessage]], raw: dict[Group, list[Message]]
+    ) -> list[_Outcome]:
         gate = asyncio.Semaphore(self.options.max_concurrent_destinations)
-        timeout = self.options.send_timeout
+        # A destination on probation (half-open) sends one group at a time: the first is the
+        # probe, and the others go only once it closed the breaker.
+        probing = {d: asyncio.Lock() for d, _ in groups
+                   if self.board.state(d) is BreakerState.HALF_OPEN}
+        return list(await asyncio.gather(*(
+            self._send_group(d, p, m, raw[d, p], gate, probing.get(d) or nullcontext())
+            for (d, p), m in groups.items()
+        )))
 
-        async def one(destination: Destination, partition: int | None,
-                      messages: list[apache_iggy.SendMessage]) -> BaseException | None:
-            async with gate:
+    async def _send_group(
+        self, destination: Destination, partition: int | None,
+        messages: list[apache_iggy.SendMessage], raw: list[Message],
+        gate: asyncio.Semaphore, probe: AbstractAsyncContextManager[Any],
+    ) -> _Outcome:
+        """Send one group in order, chunk by chunk, retrying a refused chunk with backoff.
+
+        Only what the destination refuses is retried here (disconnections are retried inside
+        :func:`sending.send` and end the task when they outlast ``send_timeout``). Order holds:
+        a chunk goes only after the previous one was acknowledged, and once the breaker opens
+        the group's unsent tail is refused as a whole, never sent out of order.
+        """
+        timeout = self.options.send_timeout
+        outcome, attempt = _Outcome(), 0
+        async with probe:
+            while outcome.sent < len(messages):
+                if self.board.state(destination) is BreakerState.OPEN:
+                    outcome.refused = raw[outcome.sent:]
+                    break
+                chunk = messages[outcome.sent:outcome.sent + _MESSAGES_PER_SEND]
                 try:
-                    for start in range(0, len(messages), _MESSAGES_PER_SEND):
-                        chunk = messages[start:start + _MESSAGES_PER_SEND]
+                    async with gate:
                         await sending.send(self.conn, destination, partition, chunk,
                                            timeout=timeout)
-                except (SendError, sending.Disconnected) as exc:
-                    return exc
-                return None
-
-        return list(await asyncio.gather(*(one(d, p, m) for (d, p), m in groups.items())))
-
-    def _snapshot(self, destination: Destination) -> dict[str, Any]:
-        snap = self.board.snapshot().get(destination)
-        if snap is None:
-            return {"state": "closed", "consecutive_failures": 0}
-        return {"state": str(snap.state), "consecutive_failures": snap.consecutive_failures,
-                "last_error": snap.last_error}
+                except SendError as exc:
+                    attempt += 1
+                    if destination == self.options.dlq:
+                        outcome.error = exc  # nowhere left to park these rows
+                        break
+                    if not self._count_failure(destination, exc, attempt):
+                        await asyncio.sleep(_backoff(attempt))
+                    continue
+                except (sending.Disconnected, ServerError) as exc:
+                    self.board.record_failure(destination, counts=False, error=str(exc))
+                    outcome.error = exc
+                    break
+                self.board.record_success(destination)
+                outcome.sent += len(chunk)
+                attempt = 0
+        return outcome
 
     def finish(self) -> TaskReport:
         self.flush()
         self.report.admitted = [tuple(d) for d in self.admission.newly_admitted]  # type: ignore[misc]
-        board = self.board.snapshot()
-        for destination in self.verdicts:
-            if destination in self.touched or destination in board:
-                self.report.breakers[str(destination)] = self._snapshot(destination)
+        snapshots = self.board.snapshot()
+        for destination in self.board.recorded:
+            self.report.breakers[str(destination)] = snapshots[destination].to_dict()
         return self.report
 
 
@@ -272,14 +454,24 @@ class IggyRoutedStreamWriter(DataSourceStreamArrowWriter):
     """Writes each micro-batch's rows to the Iggy destinations they name."""
 
     def __init__(
-        self, options: RoutedOptions, admitted: frozenset[Destination], ledger: Path | None
+        self,
+        options: RoutedOptions,
+        admitted: frozenset[Destination],
+        ledger: Path | None,
+        breakers: Mapping[Destination, BreakerSnapshot] | None = None,
+        clock: Clock = time.time,
     ) -> None:
         self.options = options
         self.admitted = admitted
         self.ledger = ledger
+        self.breakers = dict(breakers or {})
+        self.clock = clock  # wall clock: breaker opening times travel between processes
+        self.probes = None if ledger is None else ledger.parent / "probes" / uuid.uuid4().hex
 
     def write(self, iterator: Iterator[pa.RecordBatch]) -> TaskReport:
-        task = _Task(self.options, self.admitted)
+        board = BreakerBoard(self.options.breaker, self.clock, self.breakers,
+                             _probe_claims(self.probes))
+        task = _Task(self.options, self.admitted, board)
         for batch in iterator:
             task.route(batch)
         return task.finish()
@@ -289,10 +481,16 @@ class IggyRoutedStreamWriter(DataSourceStreamArrowWriter):
         line = Ledger(self.ledger).apply(
             batchId, [m for m in messages if isinstance(m, TaskReport)]
         )
+        self._forget_probes()
         if line is not None:
             _log_batch(line)
 
+    def _forget_probes(self) -> None:
+        if self.probes is not None:
+            shutil.rmtree(self.probes, ignore_errors=True)
+
     def abort(self, messages: list[WriterCommitMessage | None], batchId: int) -> None:
+        self._forget_probes()
         _log_batch(f"iggy_routed batch {batchId} failed; Spark will not commit it and the "
                    "source will replay it")
 

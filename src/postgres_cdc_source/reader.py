@@ -48,6 +48,10 @@ from postgres_cdc_source.options import CdcOptions
 __all__ = ["PgCdcStreamReader", "CdcPartition"]
 
 log = logging.getLogger(__name__)
+
+DEGRADED_AFTER = 3
+"""Consecutive commits that could not advance the slot before the source reports itself
+degraded (a log line per commit and the ``pg_cdc_degraded`` metric); one success clears it."""
 T = TypeVar("T")
 
 _CONNECT_RETRY_SECONDS = 30.0
@@ -80,6 +84,7 @@ class PgCdcStreamReader(DataSourceStreamReader, SupportsTriggerAvailableNow):
         self._exported: slot.ExportedSnapshot | None = None  # held while a snapshot runs
         self._planned: dict[tuple[str, str], list[snapshot.Chunk]] = {}
         self._initial: dict[str, Any] | None = None
+        self._commit_failures = 0
 
     def __getstate__(self) -> dict[str, Any]:
         state = self.__dict__.copy()
@@ -152,8 +157,21 @@ class PgCdcStreamReader(DataSourceStreamReader, SupportsTriggerAvailableNow):
         with _connect_with_retry(self.options, autocommit=True) as conn:
             self._target = slot.flush_lsn(conn)
 
-    def reportLatestOffset(self) -> dict[str, str]:
-        return _offset(self._driver(slot.flush_lsn))
+    def reportLatestOffset(self) -> dict[str, Any]:
+        """The flush position, plus the slot's health for monitoring.
+
+        Spark shows this only in progress events (``sources[].latestOffset``); it is never
+        compared or stored as an offset. That makes it the channel from this driver-side
+        worker process to a ``StreamingQueryListener`` in the user's process
+        (:func:`iggy_spark.serve_metrics` reads ``slot_lag_bytes``, ``retained_wal_bytes``,
+        ``slot_active``, ``commit_failures`` and ``degraded`` from it).
+        """
+        def report(conn: psycopg.Connection[Any]) -> dict[str, Any]:
+            return {**_offset(slot.flush_lsn(conn)), **slot.health(conn, self.options.slot),
+                    "commit_failures": self._commit_failures,
+                    "degraded": self._commit_failures >= DEGRADED_AFTER}
+
+        return self._driver(report)
 
     def latestOffset(self, start: dict[str, Any], limit: ReadLimit) -> dict[str, Any]:
         if snapshot.in_progress(start):
@@ -233,13 +251,21 @@ class PgCdcStreamReader(DataSourceStreamReader, SupportsTriggerAvailableNow):
         try:
             self._driver(lambda conn: slot.advance(conn, self.options.slot, end_lsn))
         except Exception as exc:  # noqa: BLE001 - at-most-once callback; see docstring
+            self._commit_failures += 1
+            degraded = self._commit_failures >= DEGRADED_AFTER
             log.warning(
                 "pg_cdc: could not advance slot %s to %s (%s); it will be moved up when "
-                "the next batch is planned",
+                "the next batch is planned%s",
                 self.options.slot,
                 format_lsn(end_lsn),
                 exc,
+                f"; status DEGRADED ({self._commit_failures} commits in a row)" if degraded
+                else "",
             )
+            return
+        if self._commit_failures >= DEGRADED_AFTER:
+            log.warning("pg_cdc: slot %s advanced again; status ok", self.options.slot)
+        self._commit_failures = 0
 
     def stop(self) -> None:
         if self._exported is not None:

@@ -274,6 +274,25 @@ def flush_lsn(conn: Conn) -> int:
     return int(row[0])
 
 
+def health(conn: Conn, slot: str) -> dict[str, int | bool]:
+    """Slot lag (flush position minus confirmed), retained WAL (minus restart_lsn), active.
+
+    Empty if the slot is gone. For monitoring: :meth:`PgCdcStreamReader.reportLatestOffset`
+    carries it to Spark's progress events.
+    """
+    row = conn.execute(
+        "SELECT active, (pg_current_wal_flush_lsn() - confirmed_flush_lsn)::int8,"
+        " (pg_current_wal_flush_lsn() - restart_lsn)::int8"
+        " FROM pg_replication_slots WHERE slot_name = %s",
+        (slot,),
+    ).fetchone()
+    if row is None:
+        return {}
+    active, lag, retained = row
+    return {"slot_active": bool(active), "slot_lag_bytes": int(lag or 0),
+            "retained_wal_bytes": int(retained or 0)}
+
+
 def advance(conn: Conn, slot: str, lsn: int) -> None:
     """Move the slot's confirmed position to ``lsn`` (no-op if it is already there or beyond)."""
     try:

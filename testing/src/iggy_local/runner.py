@@ -68,6 +68,7 @@ class LocalIggy:
         self._stop: asyncio.Event | None = None
         self._child: subprocess.Popen[bytes] | None = None
         self._child_log: IO[bytes] | None = None
+        self._refused_sends: set[tuple[str, str]] = set()
 
     # -- public surface -----------------------------------------------------------------------
 
@@ -116,6 +117,20 @@ class LocalIggy:
             self._thread.join(STOP_TIMEOUT)
         self._reap()
 
+    def refuse_sends(self, stream: str, topic: str, refuse: bool = True) -> None:
+        """Test-only fault switch: make sends to ``stream/topic`` fail with a server error
+        (``refuse=False`` heals it), so a test can break one destination while others flow.
+
+        Thread mode only; the set is read by the broker's loop on every send (a set membership
+        test, atomic under the GIL).
+        """
+        if self.process:
+            raise RuntimeError("refuse_sends works with the in-process broker (process=False)")
+        if refuse:
+            self._refused_sends.add((stream, topic))
+        else:
+            self._refused_sends.discard((stream, topic))
+
     def kill(self) -> None:
         """Crash the broker: SIGKILL in process mode (no flush, no goodbye); else :meth:`stop`."""
         if self._child is None:
@@ -158,6 +173,7 @@ class LocalIggy:
             await run_broker(
                 data_dir=self.data_dir, host=self.host, port=self.port, username=self.username,
                 password=self._password, stop=self._stop, on_ready=on_ready,
+                refused_sends=self._refused_sends,
             )
 
         def target() -> None:

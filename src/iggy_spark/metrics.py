@@ -1,0 +1,262 @@
+"""Prometheus metrics for streaming queries, served over HTTP from the Spark driver.
+
+``serve_metrics(spark, port=9108)`` registers a :class:`StreamingQueryListener` and serves the
+Prometheus text format at ``http://<driver>:9108/metrics``. Where each figure comes from:
+
+* **Spark's progress events** (the listener, in this process): batches, batch duration, input
+  rows and rows per second, per query.
+* **The ``iggy_routed`` ledger** (``<checkpoint>/iggy_routed/destinations.json``): the sink's
+  commit runs in a Python worker process, not here, and already folds every committed batch
+  into that file; it is read at scrape time, so the figures are always the committed ones and
+  survive restarts (counters are the query's totals, not this process's).
+* **``pg_cdc``'s progress** (``sources[].latestOffset``): the reader runs in another Python
+  worker process; it reports the slot's lag, retained WAL, whether it is active and its
+  consecutive failed commits through ``reportLatestOffset``, which Spark shows only in
+  progress events. No extra connection to Postgres, no file.
+
+Labels stay low-cardinality: the query's name (or id when unnamed), a rejection ``reason``,
+a missing-destination ``action``, a ``component``; never a stream or topic (per-destination
+detail is in :func:`iggy_spark.destinations`).
+
+Only classic Spark works: a Python listener under Spark Connect runs on the server, not in
+this process, and checkpoint paths are not reachable from the client.
+"""
+
+from __future__ import annotations
+
+import json
+import threading
+from collections.abc import Iterator
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import TYPE_CHECKING, Any
+
+from iggy_spark.report import CREATE_BUCKETS, Ledger, ledger_path
+
+if TYPE_CHECKING:
+    from pyspark.sql import SparkSession
+    from pyspark.sql.streaming import StreamingQueryListener
+
+__all__ = ["MetricsServer", "serve_metrics"]
+
+_SINK_DEGRADED, _SOURCE_DEGRADED = "iggy_routed", "pg_cdc"
+
+
+@dataclass
+class _Query:
+    """What the listener has learnt about one query (by id)."""
+
+    label: str
+    batches: int = 0
+    input_rows: int = 0
+    batch_seconds: float = 0.0
+    input_rate: float = 0.0
+    processed_rate: float = 0.0
+    ledger: Path | None = None
+    slot: dict[str, Any] = field(default_factory=dict)
+
+
+class _Collector:
+    """Turns the listener's state and the ledgers into metric families at scrape time."""
+
+    def __init__(self, spark: SparkSession | None) -> None:
+        self.spark = spark
+        self.lock = threading.Lock()
+        self.queries: dict[str, _Query] = {}
+
+    def started(self, query_id: str, name: str | None) -> None:
+        """A query started (called before ``start()`` returns): known from now on."""
+        with self.lock:
+            self.queries.setdefault(query_id, _Query(name or query_id))
+
+    def collect(self) -> Iterator[Any]:
+        from prometheus_client.core import (
+            CounterMetricFamily,
+            GaugeMetricFamily,
+            HistogramMetricFamily,
+        )
+
+        def counter(name: str, doc: str, labels: tuple[str, ...] = ("query",)) -> Any:
+            return CounterMetricFamily(name, doc, labels=list(labels))
+
+        def gauge(name: str, doc: str, labels: tuple[str, ...] = ("query",)) -> Any:
+            return GaugeMetricFamily(name, doc, labels=list(labels))
+
+        batches = counter("iggy_spark_batches", "micro-batches completed")
+        rows = counter("iggy_spark_input_rows", "rows read by the query's sources")
+        duration = gauge("iggy_spark_batch_duration_seconds", "duration of the last micro-batch")
+        input_rate = gauge("iggy_spark_input_rows_per_second", "input rate of the last batch")
+        processed = gauge("iggy_spark_processed_rows_per_second",
+                          "processing rate of the last batch")
+        routed = counter("iggy_routed_messages_routed", "messages acknowledged by Iggy")
+        rejected = counter("iggy_routed_rejections", "rows refused a destination",
+                           ("query", "reason"))
+        missing = counter("iggy_routed_missing_destination",
+                          "rows with a null stream or topic, by on_missing_destination action",
+                          ("query", "action"))
+        dead = counter("iggy_routed_dead_lettered", "rows sent to the dead-letter destination")
+        dropped = counter("iggy_routed_dropped", "rows dropped by policy")
+        active = gauge("iggy_routed_destinations_active", "destinations admitted by the query")
+        open_breakers = gauge("iggy_routed_breakers_open", "destinations with an open breaker")
+        create = HistogramMetricFamily("iggy_routed_destination_create_seconds",
+                                       "time to create a missing stream/topic",
+                                       labels=["query"])
+        degraded = gauge("iggy_spark_degraded", "1 while a component is degraded: the sink "
+                         "has open breakers, or pg_cdc could not advance its slot for several "
+                         "commits in a row", ("query", "component"))
+        lag = gauge("pg_cdc_slot_lag_bytes", "WAL between the flush position and the slot's "
+                    "confirmed position")
+        retained = gauge("pg_cdc_retained_wal_bytes", "WAL the slot keeps on the server")
+        slot_active = gauge("pg_cdc_slot_active", "1 while a session is using the slot")
+        commit_failures = gauge("pg_cdc_commit_failures",
+                                "consecutive commits that could not advance the slot")
+        with self.lock:
+            queries = list(self.queries.items())
+        for query_id, q in queries:
+            if q.ledger is None and self.spark is not None:
+                q.ledger = _ledger_of(self.spark, query_id)
+            label = [q.label]
+            batches.add_metric(label, q.batches)
+            rows.add_metric(label, q.input_rows)
+            duration.add_metric(label, q.batch_seconds)
+            input_rate.add_metric(label, q.input_rate)
+            processed.add_metric(label, q.processed_rate)
+            if q.ledger is not None and q.ledger.exists():
+                data = Ledger(q.ledger).data
+                entries = data["destinations"].values()
+                routed.add_metric(label, sum(e["messages"] for e in entries))
+                for reason, count in sorted(data["rejected"].items()):
+                    rejected.add_metric([q.label, reason], count)
+                for action, count in sorted(data["missing"].items()):
+                    missing.add_metric([q.label, action], count)
+                dead.add_metric(label, data["dead_lettered"])
+                dropped.add_metric(label, data["dropped"])
+                active.add_metric(label, sum(1 for e in entries if e.get("admitted")))
+                opened = sum(1 for e in entries if e["breaker"] != "closed")
+                open_breakers.add_metric(label, opened)
+                degraded.add_metric([q.label, _SINK_DEGRADED], float(opened > 0))
+                latency = data["create_latency"]
+                buckets = [(str(b), c) for b, c in zip(CREATE_BUCKETS, latency["buckets"],
+                                                       strict=True)]
+                create.add_metric(label, [*buckets, ("+Inf", latency["count"])],
+                                  latency["sum"])
+            if q.slot:
+                failures = int(q.slot.get("commit_failures", 0))
+                for family, key in ((lag, "slot_lag_bytes"), (retained, "retained_wal_bytes")):
+                    if key in q.slot:
+                        family.add_metric(label, q.slot[key])
+                slot_active.add_metric(label, float(bool(q.slot.get("slot_active"))))
+                commit_failures.add_metric(label, failures)
+                degraded.add_metric([q.label, _SOURCE_DEGRADED],
+                                    float(bool(q.slot.get("degraded"))))
+        yield from (batches, rows, duration, input_rate, processed, routed, rejected, missing,
+                    dead, dropped, active, open_breakers, create, degraded, lag, retained,
+                    slot_active, commit_failures)
+
+    def progress(self, progress: Any) -> None:
+        """Fold one ``StreamingQueryProgress`` in (listener thread)."""
+        query_id = str(progress.id)
+        with self.lock:
+            q = self.queries.setdefault(query_id, _Query(progress.name or query_id))
+        q.batches += 1
+        q.input_rows += int(progress.numInputRows or 0)
+        q.batch_seconds = float(progress.batchDuration or 0) / 1000
+        q.input_rate = float(progress.inputRowsPerSecond or 0.0)
+        q.processed_rate = float(progress.processedRowsPerSecond or 0.0)
+        for source in progress.sources or ():
+            health = _slot_health(source.latestOffset)
+            if health:
+                q.slot = health
+
+
+def _ledger_of(spark: SparkSession, query_id: str) -> Path | None:
+    """The ledger of a running query, from its resolved checkpoint (asks the JVM)."""
+    query = spark.streams.get(query_id)
+    if query is None:
+        return None
+    try:
+        root = str(query._jsq.streamingQuery().resolvedCheckpointRoot())
+    except Exception:  # noqa: BLE001 - a query without a checkpoint has no ledger
+        return None
+    return ledger_path(root)
+
+
+def _slot_health(latest: str | None) -> dict[str, Any]:
+    """``pg_cdc``'s slot health from a source's ``latestOffset`` (see its reader)."""
+    if not latest:
+        return {}
+    try:
+        data = json.loads(latest)
+    except ValueError:
+        return {}
+    if not isinstance(data, dict) or "commit_failures" not in data:
+        return {}
+    return data
+
+
+@dataclass
+class MetricsServer:
+    """A running metrics endpoint; :meth:`stop` removes the listener and closes the port."""
+
+    port: int
+    _spark: Any = field(repr=False)
+    _listener: StreamingQueryListener = field(repr=False)
+    _server: Any = field(repr=False)
+
+    @property
+    def url(self) -> str:
+        return f"http://127.0.0.1:{self.port}/metrics"
+
+    def stop(self) -> None:
+        self._spark.streams.removeListener(self._listener)
+        self._server.shutdown()
+        self._server.server_close()
+
+
+def serve_metrics(spark: SparkSession, port: int = 9108, addr: str = "0.0.0.0") -> MetricsServer:
+    """Serve Prometheus metrics of every streaming query of ``spark`` on ``addr:port``.
+
+    Call it once on the driver, before starting the queries to watch (a query shows up when
+    it starts; one started earlier, with its first completed batch). ``port=0`` picks a free
+    port (see :attr:`MetricsServer.port`).
+    Raises :class:`RuntimeError` under Spark Connect, where it cannot work.
+    """
+    _require_classic(spark)
+    from prometheus_client import CollectorRegistry, start_http_server
+    from pyspark.sql.streaming import StreamingQueryListener
+
+    collector = _Collector(spark)
+
+    class Listener(StreamingQueryListener):
+        def onQueryStarted(self, event: Any) -> None:
+            collector.started(str(event.id), event.name)
+
+        def onQueryProgress(self, event: Any) -> None:
+            collector.progress(event.progress)
+
+        def onQueryIdle(self, event: Any) -> None:
+            pass
+
+        def onQueryTerminated(self, event: Any) -> None:
+            pass
+
+    registry = CollectorRegistry(auto_describe=False)
+    registry.register(collector)
+    server, _thread = start_http_server(port, addr, registry)
+    listener = Listener()
+    spark.streams.addListener(listener)
+    return MetricsServer(server.server_port, spark, listener, server)
+
+
+def _require_classic(spark: object) -> None:
+    """Refuse Spark Connect clearly: its listeners run on the server, not in this process.
+
+    Decided by the session's class (``pyspark.sql.connect...``), so no Connect extras need to
+    be importable to tell.
+    """
+    if type(spark).__module__.startswith("pyspark.sql.connect"):
+        raise RuntimeError(
+            "serve_metrics needs a classic SparkSession (it listens to query progress in "
+            "this process and reads each query's checkpoint); under Spark Connect, scrape "
+            "the Spark server's own metrics and read iggy_spark.destinations(<checkpoint>)"
+        )

@@ -1,0 +1,181 @@
+"""Skip a stuck micro-batch: the one data-loss path, for a long outage downstream.
+
+While the sink cannot deliver (Iggy unreachable for hours), the batch Spark planned last is
+never committed: every restart replays it, the slot never moves, and Postgres keeps every WAL
+segment since, until its disk fills. This command lets an operator choose to lose that batch
+instead::
+
+    python -m postgres_cdc_source.abandon --checkpoint /checkpoints/shop_orders \\
+        --dsn "host=db dbname=shop user=cdc" --slot shop_orders
+
+With the query **stopped**, it finds the last batch in ``<checkpoint>/offsets/`` that has no
+``commits/`` entry, logs exactly what it skips (batch id, LSN range, and with ``--dsn`` the
+number of changes, counted by decoding the range exactly as the query would), and writes the
+batch's ``commits/N`` file as Spark would have, so the restarted query plans the next batch
+from the end of the skipped one. With ``--dsn`` it also advances the slot to that end at once,
+releasing the WAL without waiting for the restart; the order (commit record first, then the
+slot) keeps the slot from ever being ahead of the checkpoint. Every abandon is appended to
+``<checkpoint>/pg_cdc_abandoned.jsonl``.
+
+Spark's log files: ``offsets/N`` is ``v1``, a batch-metadata JSON line, then one offset per
+source (``{"lsn": "0/1534DC8"}`` for ``pg_cdc``); ``commits/N`` is ``v1`` and a JSON line
+(``{"nextBatchWatermarkMs":0}``). Both are written whole (temporary file, rename).
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import logging
+import os
+import sys
+import tempfile
+import time
+from collections.abc import Mapping, Sequence
+from dataclasses import asdict, dataclass
+from pathlib import Path
+
+from postgres_cdc_source import slot
+from postgres_cdc_source.lsn import format_lsn, parse_lsn
+from postgres_cdc_source.options import CdcOptions
+
+__all__ = ["Abandoned", "abandon_batch", "main"]
+
+log = logging.getLogger("postgres_cdc_source")
+
+RECORD_FILE = "pg_cdc_abandoned.jsonl"
+_COMMIT_TEXT = 'v1\n{"nextBatchWatermarkMs":0}'
+
+
+@dataclass(frozen=True)
+class Abandoned:
+    """What was skipped: batch ``batch_id``, changes with commit LSN in ``(start, end]``."""
+
+    batch_id: int
+    start: str | None
+    end: str
+    changes: int | None
+    at: float
+
+    def describe(self) -> str:
+        count = "an uncounted number of" if self.changes is None else str(self.changes)
+        return (f"abandoned pg_cdc batch {self.batch_id}: LSN ({self.start or 'slot start'}, "
+                f"{self.end}], {count} changes; they will never reach the sink")
+
+
+def _logs(directory: Path) -> dict[int, Path]:
+    if not directory.is_dir():
+        return {}
+    return {int(p.name): p for p in directory.iterdir() if p.name.isdigit()}
+
+
+def _end_lsn(offsets_file: Path) -> int:
+    """The ``pg_cdc`` end offset of one ``offsets/N`` file (its only source)."""
+    lines = offsets_file.read_text().splitlines()
+    if len(lines) != 3:
+        raise ValueError(f"{offsets_file} has {len(lines) - 2} source offsets; abandon works "
+                         "for queries with one pg_cdc source")
+    return parse_lsn(str(json.loads(lines[2])["lsn"]))
+
+
+def _write_whole(path: Path, text: str) -> None:
+    fd, tmp = tempfile.mkstemp(dir=path.parent, prefix=f".{path.name}.")
+    with os.fdopen(fd, "w") as f:
+        f.write(text)
+        f.flush()
+        os.fsync(f.fileno())
+    os.replace(tmp, path)
+
+
+def abandon_batch(
+    checkpoint: str | os.PathLike[str],
+    source_options: Mapping[str, str] | None = None,
+) -> Abandoned:
+    """Mark the stuck batch of a stopped query as committed, without delivering it.
+
+    ``source_options`` (the query's ``pg_cdc`` options: ``dsn``, ``slot`` and any filters)
+    let it count the skipped changes and advance the slot now. Raises :class:`ValueError`
+    when the checkpoint has no uncommitted batch.
+    """
+    root = Path(checkpoint)
+    offsets, commits = _logs(root / "offsets"), _logs(root / "commits")
+    if not offsets:
+        raise ValueError(f"{root} has no planned batch (no offsets/ files): nothing to abandon")
+    batch_id = max(offsets)
+    if batch_id in commits:
+        raise ValueError(f"batch {batch_id}, the last planned one, is committed: no batch is "
+                         "stuck; restart the query")
+    end = _end_lsn(offsets[batch_id])
+    start = _end_lsn(offsets[batch_id - 1]) if batch_id - 1 in offsets else None
+    changes = None
+    options: CdcOptions | None = None
+    if source_options is not None:
+        options = CdcOptions.from_options(source_options)
+        changes = _count(options, start, end)
+    record = Abandoned(batch_id, None if start is None else format_lsn(start), format_lsn(end),
+                       changes, time.time())
+    log.warning("%s", record.describe())
+    (root / "commits").mkdir(exist_ok=True)
+    _write_whole(root / "commits" / str(batch_id), _COMMIT_TEXT)
+    if options is not None:
+        with slot.connect(options) as conn:
+            slot.advance(conn, options.slot, end)
+    with open(root / RECORD_FILE, "a") as f:
+        f.write(json.dumps(asdict(record)) + "\n")
+    return record
+
+
+def _count(options: CdcOptions, start: int | None, end: int) -> int:
+    """Changes the query would have produced for ``(start, end]``: decoded, filtered, counted.
+
+    Decoding peeks; it never consumes. Without a recorded start (the query's first batch) the
+    range starts at the slot's confirmed position, which nothing has moved since.
+    """
+    from postgres_cdc_source.reader import CdcPartition, PgCdcStreamReader
+
+    if start is None:
+        with slot.connect(options) as conn:
+            state = slot.slot_state(conn, options.slot)
+        if state is None:
+            raise ValueError(f"replication slot {options.slot!r} does not exist")
+        start = state.confirmed_flush
+    reader = PgCdcStreamReader(options)
+    return sum(batch.num_rows for batch in reader.read(CdcPartition(start, end)))
+
+
+def main(argv: Sequence[str] | None = None) -> int:
+    parser = argparse.ArgumentParser(
+        prog="python -m postgres_cdc_source.abandon",
+        description="Skip the stuck micro-batch of a STOPPED pg_cdc query. Its changes are "
+        "lost for the sink: use only when a long outage would otherwise fill Postgres's disk "
+        "with WAL.",
+    )
+    parser.add_argument("--checkpoint", required=True, help="the query's checkpointLocation")
+    parser.add_argument("--dsn", help="count the skipped changes and advance the slot now")
+    parser.add_argument("--slot", help="the query's slot (with --dsn)")
+    parser.add_argument("--source", action="append", default=[], metavar="KEY=VALUE",
+                        help="another pg_cdc option of the query (plugin, include_tables...)")
+    args = parser.parse_args(argv)
+    logging.basicConfig(level=logging.INFO, format="%(asctime)s %(name)s %(levelname)s "
+                        "%(message)s")
+    source: dict[str, str] | None = None
+    if args.dsn or args.slot:
+        if not (args.dsn and args.slot):
+            parser.error("--dsn and --slot go together")
+        source = {"dsn": args.dsn, "slot": args.slot}
+        for item in args.source:
+            key, sep, value = item.partition("=")
+            if not sep:
+                parser.error(f"--source {item!r} is not KEY=VALUE")
+            source[key.strip().lower()] = value
+    try:
+        record = abandon_batch(args.checkpoint, source)
+    except ValueError as exc:
+        print(f"abandon: {exc}", file=sys.stderr)
+        return 1
+    print(record.describe())
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

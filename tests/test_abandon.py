@@ -1,0 +1,79 @@
+"""Abandoning a stuck batch end to end: real Postgres, real Spark, the broker over TCP.
+
+A ``pg_cdc`` → ``iggy_routed`` run fails while Iggy is unreachable, leaving its batch planned
+but uncommitted; the command skips it (logging the LSN range and the change count), and the
+restarted query delivers what came after, never the skipped changes.
+"""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+
+import pytest
+from broker_fixtures import poll_all
+from pyspark.sql import SparkSession
+
+from iggy_local import LocalIggy
+from iggy_spark_testing.harness import LocalPostgres
+from postgres_cdc_source.abandon import RECORD_FILE, abandon_batch, main
+from postgres_cdc_source.lsn import parse_lsn
+from postgres_cdc_source.options import CdcOptions
+from postgres_cdc_source.reader import PgCdcStreamReader
+
+pytestmark = pytest.mark.e2e
+
+
+def _run(spark: SparkSession, source: dict[str, str], url: str, checkpoint: Path
+         ) -> Exception | None:
+    query = (
+        spark.readStream.format("pg_cdc").options(**source).load()
+        .writeStream.format("iggy_routed").option("url", url)
+        .option("send_timeout", "1s").option("json_columns", "key,before,after")
+        .option("checkpointLocation", str(checkpoint)).trigger(availableNow=True).start()
+    )
+    try:
+        query.awaitTermination()
+    except Exception as exc:  # noqa: BLE001 - the failed run is the point
+        return exc
+    return None
+
+
+def test_a_stuck_batch_is_skipped_logged_and_the_query_restarts_past_it(
+    spark: SparkSession, pg: LocalPostgres, broker: LocalIggy, name: str, tmp_path: Path,
+    capsys: pytest.CaptureFixture[str],
+) -> None:
+    source = {"dsn": pg.dsn, "slot": name, "include_tables": rf"public\.{name}",
+              "topic_from": "table", "default_stream": name}
+    with pg.connect() as conn:
+        conn.execute(f"CREATE TABLE {name} (id int PRIMARY KEY)")
+    PgCdcStreamReader(CdcOptions.from_options(source)).initialOffset()  # the slot, before rows
+    with pg.connect() as conn:
+        conn.execute(f"INSERT INTO {name} SELECT g FROM generate_series(1, 5) g")
+        conn.execute(f"INSERT INTO {name} SELECT g FROM generate_series(6, 7) g")
+    checkpoint = tmp_path / "checkpoint"
+    unreachable = broker.url.rsplit(":", 1)[0] + ":1"  # nothing listens on port 1
+    failure = _run(spark, source, unreachable, checkpoint)
+    assert failure is not None and "unreachable for 1s" in str(failure)
+    assert not (checkpoint / "commits" / "0").exists()  # planned, stuck
+
+    assert main(["--checkpoint", str(tmp_path / "nowhere")]) == 1  # nothing to abandon
+    assert main(["--checkpoint", str(checkpoint), "--dsn", pg.dsn, "--slot", name,
+                 "--source", rf"include_tables=public\.{name}",
+                 "--source", "topic_from=table", "--source", f"default_stream={name}"]) == 0
+    out = capsys.readouterr().out
+    assert "abandoned pg_cdc batch 0: LSN (slot start, " in out and "], 7 changes" in out
+    [record] = [json.loads(line) for line in (checkpoint / RECORD_FILE).read_text().splitlines()]
+    assert (record["batch_id"], record["changes"]) == (0, 7)
+    with pg.connect() as conn:
+        row = conn.execute("SELECT confirmed_flush_lsn::text FROM pg_replication_slots "
+                           "WHERE slot_name = %s", (name,)).fetchone()
+    assert row is not None and parse_lsn(row[0]) == parse_lsn(record["end"])  # WAL released
+    with pytest.raises(ValueError, match="is committed: no batch is stuck"):
+        abandon_batch(checkpoint)
+
+    with pg.connect() as conn:
+        conn.execute(f"INSERT INTO {name} VALUES (8), (9)")
+    assert _run(spark, source, broker.url, checkpoint) is None
+    delivered = [json.loads(m.payload)["after"]["id"] for m in poll_all(broker.address, name, name)]
+    assert delivered == [8, 9]  # the skipped 1-7 never arrive; everything after does

@@ -1,0 +1,79 @@
+"""The metrics collector without Spark: progress events and ledgers in, Prometheus text out."""
+
+from __future__ import annotations
+
+import json
+from collections import Counter
+from pathlib import Path
+from types import SimpleNamespace
+
+import pytest
+from prometheus_client import CollectorRegistry, generate_latest
+from prometheus_client.parser import text_string_to_metric_families
+
+from iggy_spark.metrics import _Collector, _require_classic
+from iggy_spark.report import Ledger, TaskReport
+
+
+def samples(collector: _Collector) -> dict[tuple[str, tuple[tuple[str, str], ...]], float]:
+    registry = CollectorRegistry(auto_describe=False)
+    registry.register(collector)
+    text = generate_latest(registry).decode()
+    return {(s.name, tuple(sorted(s.labels.items()))): s.value
+            for f in text_string_to_metric_families(text) for s in f.samples}
+
+
+def progress(query_id: str, rows: int, latest: str | None = None) -> SimpleNamespace:
+    return SimpleNamespace(id=query_id, name="orders", numInputRows=rows, batchDuration=1500,
+                           inputRowsPerSecond=10.0, processedRowsPerSecond=20.0,
+                           sources=[SimpleNamespace(latestOffset=latest)])
+
+
+def test_progress_and_slot_health_become_per_query_metrics() -> None:
+    collector = _Collector(None)
+    collector.started("id-1", "orders")
+    health = {"lsn": "0/10", "slot_lag_bytes": 4096, "retained_wal_bytes": 8192,
+              "slot_active": False, "commit_failures": 3, "degraded": True}
+    collector.progress(progress("id-1", 7, json.dumps(health)))
+    collector.progress(progress("id-1", 5, '{"logOffset": 3}'))  # another source kind: ignored
+    got = samples(collector)
+    q = (("query", "orders"),)
+    assert got[("iggy_spark_batches_total", q)] == 2
+    assert got[("iggy_spark_input_rows_total", q)] == 12
+    assert got[("iggy_spark_batch_duration_seconds", q)] == 1.5
+    assert got[("pg_cdc_slot_lag_bytes", q)] == 4096
+    assert got[("pg_cdc_retained_wal_bytes", q)] == 8192
+    assert got[("pg_cdc_slot_active", q)] == 0
+    assert got[("iggy_spark_degraded", (("component", "pg_cdc"), ("query", "orders")))] == 1
+
+
+def test_sink_figures_come_from_the_ledger(tmp_path: Path) -> None:
+    ledger = Ledger(tmp_path / "destinations.json")
+    ledger.apply(0, [TaskReport(routed=Counter({"s/a": 3, "s/dlq": 1}),
+                                rejected=Counter({"circuit_open": 1}), dead_lettered=1,
+                                created=["s/a"], create_seconds=[0.02], admitted=[("s", "a")],
+                                breakers={"s/a": {"state": "open", "consecutive_failures": 5,
+                                                  "opened_at": 1.0, "last_error": "x"}})])
+    collector = _Collector(None)
+    collector.started("id-2", None)
+    collector.queries["id-2"].ledger = ledger.path
+    got = samples(collector)
+    q = (("query", "id-2"),)  # unnamed: labelled by id
+    assert got[("iggy_routed_messages_routed_total", q)] == 4
+    circuit_open = (("query", "id-2"), ("reason", "circuit_open"))
+    assert got[("iggy_routed_rejections_total", circuit_open)] == 1
+    assert got[("iggy_routed_breakers_open", q)] == 1
+    assert got[("iggy_routed_destinations_active", q)] == 1
+    assert got[("iggy_routed_destination_create_seconds_bucket",
+                (("le", "0.01"), ("query", "id-2")))] == 0
+    assert got[("iggy_routed_destination_create_seconds_bucket",
+                (("le", "0.025"), ("query", "id-2")))] == 1
+    assert got[("iggy_routed_destination_create_seconds_count", q)] == 1
+    assert got[("iggy_spark_degraded", (("component", "iggy_routed"), ("query", "id-2")))] == 1
+
+
+def test_spark_connect_is_refused_with_a_clear_message() -> None:
+    remote = type("SparkSession", (), {"__module__": "pyspark.sql.connect.session"})()
+    with pytest.raises(RuntimeError, match="classic SparkSession"):
+        _require_classic(remote)
+    _require_classic(type("SparkSession", (), {"__module__": "pyspark.sql.session"})())
