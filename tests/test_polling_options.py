@@ -21,6 +21,7 @@ SAMPLE = {
     "include_tables": "a", "exclude_tables": "b", "max_bytes_per_trigger": "1MB",
     "fail_on_data_loss": "true", "spill_rows": "5", "table": "t", "tracking_column": "ts",
     "max_rows_per_trigger": "5", "delete_after_read": "false", "processed_column": "done",
+    "snapshot": "initial", "snapshot_chunk_rows": "5", "snapshot_max_rows_per_trigger": "5",
 }
 
 

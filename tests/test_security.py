@@ -170,7 +170,7 @@ def test_the_job_prints_no_password_when_it_fails(
     """The job's whole output (Python driver, JVM, workers) after a failed login."""
     prepare_capture(app_dsn(secured_pg), name, seed=23)
     job = subprocess.run(
-        [sys.executable, "-m", "pg_to_iggy.pipeline", "--master", "local[1]",
+        [sys.executable, "-m", "pg_to_iggy", "--master", "local[1]",
          "--dsn", app_dsn(secured_pg, WRONG), "--slot", name, "--url", iggy_url(secured_broker),
          "--checkpoint", str(tmp_path / "checkpoint"), "--available-now"],
         capture_output=True, text=True, timeout=300,

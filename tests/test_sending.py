@@ -68,7 +68,13 @@ def _connections(port: int) -> int:
                if c.raddr and c.raddr.port == port and c.status == "ESTABLISHED")
 
 
-def test_one_client_at_a_time_and_a_reset_one_is_closed(broker: LocalIggy) -> None:
+def test_one_client_at_a_time_and_a_reset_one_is_closed() -> None:
+    # A broker of its own: connections are counted, and the session's broker has others.
+    with LocalIggy() as broker:
+        _one_client_at_a_time(broker)
+
+
+def _one_client_at_a_time(broker: LocalIggy) -> None:
     conn = IggyConnection(IggyUrl.parse(broker.url))
 
     async def many() -> set[int]:

@@ -8,15 +8,20 @@ destinations table, :func:`route` fills destination columns from a JSON payload,
 
 from __future__ import annotations
 
+from typing import TYPE_CHECKING
+
 from iggy_spark.json_route import route
 from iggy_spark.metrics import serve_metrics
 from iggy_spark.monitoring import destinations
 
+if TYPE_CHECKING:
+    from pyspark.sql import SparkSession
+
 __all__ = ["register", "destinations", "route", "serve_metrics"]
 
 
-def register(spark: object) -> None:
-    """Register the ``iggy_routed`` format on a SparkSession."""
+def register(spark: SparkSession) -> None:
+    """Register the ``iggy_routed`` format on ``spark`` (classic or Spark Connect)."""
     from iggy_spark.sink import IggyRoutedDataSource
 
-    spark.dataSource.register(IggyRoutedDataSource)  # type: ignore[attr-defined]
+    spark.dataSource.register(IggyRoutedDataSource)

@@ -108,6 +108,11 @@ def _parser() -> argparse.ArgumentParser:
 
 def main(argv: Sequence[str] | None = None) -> int:
     args = _parser().parse_args(argv)
+    # Installed first, so a SIGTERM while the JVM starts also stops cleanly. The handler only
+    # raises a flag: calling query.stop() inside it would re-enter the py4j connection the main
+    # thread is blocked on in awaitTermination and break both calls.
+    stopping = threading.Event()
+    signal.signal(signal.SIGTERM, lambda *_: stopping.set())
     from pyspark.errors import StreamingQueryException
     from pyspark.sql import SparkSession
 
@@ -128,10 +133,6 @@ def main(argv: Sequence[str] | None = None) -> int:
         source=_pairs(args.source, "--source"), sink=_pairs(args.sink, "--sink"),
         trigger=trigger,
     )
-    # The handler only raises a flag: calling query.stop() inside it would re-enter the py4j
-    # connection the main thread is blocked on in awaitTermination and break both calls.
-    stopping = threading.Event()
-    signal.signal(signal.SIGTERM, lambda *_: stopping.set())
     with contextlib.suppress(StreamingQueryException):  # a failed query is reported below
         while not stopping.is_set() and not query.awaitTermination(1):
             pass

@@ -1,32 +1,28 @@
 """The exceptions ``pg_cdc`` raises, one small hierarchy so callers can catch it as a whole.
 
-Every class is picklable with its extra attributes: Spark ships an executor's exception to the
-driver by pickling it, and a ``ConfigError`` that arrived without ``.option`` (or a
-``DecodeError`` without ``.lsn``) would lose exactly the detail that says what to fix.
+Every class keeps its constructor arguments in ``args`` and renders its message from them
+(:class:`connector_common.errors.ConnectorError`, the shape ``iggy_routed``'s errors share):
+Spark ships an executor's exception to the driver by pickling it, and a ``ConfigError`` that
+arrived without ``.option`` (or a ``SourceError`` without ``.sqlstate``) would lose exactly the
+detail that says what to fix.
 """
 
 from __future__ import annotations
 
+from connector_common.errors import ConnectorError, OptionError
+
 __all__ = ["CdcError", "ConfigError", "SlotError", "SourceError", "DecodeError"]
 
 
-class CdcError(Exception):
+class CdcError(ConnectorError):
     """Base class of every error ``pg_cdc`` raises on purpose."""
 
 
-class ConfigError(CdcError, ValueError):
-    """A reader option is missing or has a bad value.
+class ConfigError(CdcError, OptionError):
+    """A reader option is missing or has a bad value: ``option 'slot': bad value for slot: 'a b'``.
 
-    ``option`` names the option at fault; ``message`` is the whole sentence shown to the user and
-    should name the option and the bad value itself (``bad value for slot: 'a b'``).
+    ``option`` names the option at fault; ``problem`` names the bad value and what is expected.
     """
-
-    def __init__(self, option: str, message: str) -> None:
-        super().__init__(message)
-        self.option = option
-
-    def __reduce__(self) -> tuple[type[ConfigError], tuple[str, str]]:
-        return type(self), (self.option, str(self))
 
 
 class SlotError(CdcError):
@@ -43,12 +39,13 @@ class SourceError(CdcError):
     """
 
     def __init__(self, message: str, sqlstate: str | None = None, transient: bool = False) -> None:
-        super().__init__(message)
+        super().__init__(message, sqlstate, transient)
+        self.message = message
         self.sqlstate = sqlstate
         self.transient = transient
 
-    def __reduce__(self) -> tuple[type[SourceError], tuple[str, str | None, bool]]:
-        return type(self), (str(self), self.sqlstate, self.transient)
+    def _message(self) -> str:
+        return self.message
 
 
 class DecodeError(CdcError, ValueError):
@@ -60,8 +57,9 @@ class DecodeError(CdcError, ValueError):
     """
 
     def __init__(self, message: str, lsn: int | None = None) -> None:
-        super().__init__(message)
+        super().__init__(message, lsn)
+        self.message = message
         self.lsn = lsn
 
-    def __reduce__(self) -> tuple[type[DecodeError], tuple[str, int | None]]:
-        return type(self), (str(self), self.lsn)
+    def _message(self) -> str:
+        return self.message

@@ -357,7 +357,7 @@ class PipelineJob:
         self.checkpoint = Path(checkpoint)
         self.log_path = Path(log_path)
         self.command = [
-            sys.executable, "-m", "pg_to_iggy.pipeline", "--master", master, "--dsn", dsn,
+            sys.executable, "-m", "pg_to_iggy", "--master", master, "--dsn", dsn,
             "--slot", slot, "--url", url, "--checkpoint", str(checkpoint),
         ]
         for flag, options in (("--source", source), ("--sink", sink)):

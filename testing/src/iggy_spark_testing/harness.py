@@ -36,8 +36,8 @@ DSN_ENV = "PG_CDC_DSN"
 
 _SETTINGS: dict[str, str] = {
     "wal_level": "logical",
-    "max_replication_slots": "32",
-    "max_wal_senders": "32",
+    "max_replication_slots": "200",
+    "max_wal_senders": "64",
     "max_connections": "100",
     "listen_addresses": "127.0.0.1",
     # A throwaway cluster is never recovered after an OS crash, so durability is traded for

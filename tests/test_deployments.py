@@ -1,0 +1,154 @@
+"""pg_cdc → iggy_routed where users run Spark: a standalone cluster and Spark Connect.
+
+The cluster run is the ``pg-to-iggy`` job submitted to a master with two workers, so reading
+and sending happen in executor JVMs and their Python workers, never in the driver; it must
+deliver exactly what the same job delivers in local mode. Two slots created before the writes
+see the same transactions, so both runs produce the same message ids (``<commit_lsn>:<seq>``)
+and payloads, topic by topic and partition by partition.
+
+Over Spark Connect the client only describes the query; the formats are discovered, options
+validated and the data moved by the server's Python workers.
+"""
+
+from __future__ import annotations
+
+import subprocess
+import sys
+import textwrap
+from pathlib import Path
+from typing import Any
+
+import pytest
+from spark_deployments import connect_server, standalone_cluster
+
+from iggy_spark_testing.readback import read_topic
+from pg_to_iggy.pipeline import start_pipeline
+from postgres_cdc_source import slot
+from postgres_cdc_source.options import CdcOptions
+
+pytestmark = pytest.mark.e2e
+
+KINDS = ("created", "paid", "shipped")
+
+
+def _write(pg: Any, table: str) -> None:
+    with pg.connect(autocommit=True) as conn:
+        for start in range(0, 300, 50):  # several transactions, so several batches
+            with conn.transaction():
+                for i in range(start, start + 50):
+                    conn.execute(
+                        f"INSERT INTO {table} VALUES (%s, %s, %s)", (i, KINDS[i % 3], f"v{i}")
+                    )
+        conn.execute(f"UPDATE {table} SET v = v || '!' WHERE id % 7 = 0")
+        conn.execute(f"DELETE FROM {table} WHERE id % 11 = 0")
+
+
+def _delivered(url: str, stream: str) -> dict[str, list[tuple[int, int, bytes]]]:
+    return {
+        topic: [(m.partition, m.id, m.payload) for m in read_topic(url, stream, topic)]
+        for topic in KINDS
+    }
+
+
+def _options(table: str) -> dict[str, str]:
+    return {"include_tables": f"public\\.{table}", "topic_from": "kind",
+            "default_topic": "created", "partition_key_from": "id",
+            "max_bytes_per_trigger": "16KB"}
+
+
+def test_a_standalone_cluster_delivers_exactly_what_local_mode_does(
+    pg: Any, broker: Any, spark: Any, name: str, tmp_path: Path
+) -> None:
+    table = name
+    with pg.connect(autocommit=True) as conn:
+        conn.execute(f"CREATE TABLE {table} (id int PRIMARY KEY, kind text, v text)")
+    local_slot, cluster_slot = f"{name}_local", f"{name}_cluster"
+    source = _options(table)
+    for slot_name in (local_slot, cluster_slot):
+        slot.ensure_slot(CdcOptions.from_options({"dsn": pg.dsn, "slot": slot_name, **source}))
+    _write(pg, table)
+    sink = {"topic_defaults.partitions_count": "3"}
+
+    query = start_pipeline(
+        spark, dsn=pg.dsn, slot=local_slot, url=broker.url,
+        checkpoint=str(tmp_path / "local"), source=source,
+        sink={**sink, "default_stream": local_slot}, trigger={"availableNow": True},
+    )
+    query.awaitTermination(300)
+    assert query.exception() is None
+
+    with standalone_cluster(tmp_path / "cluster") as master:
+        args = [sys.executable, "-m", "pg_to_iggy", "--master", master, "--available-now",
+                "--slot", cluster_slot, "--checkpoint", str(tmp_path / "cluster-chk"),
+                "--sink", f"default_stream={cluster_slot}"]
+        args += [f"--source={k}={v}" for k, v in source.items()]
+        args += [f"--sink={k}={v}" for k, v in sink.items()]
+        job = subprocess.run(
+            args, capture_output=True, text=True, timeout=400,
+            env={"PG_CDC_DSN": pg.dsn, "IGGY_URL": broker.url, **_base_env()},
+        )
+        assert job.returncode == 0, job.stderr[-4000:]
+        # the work ran in the workers' executors, not in the driver
+        executor_logs = list((tmp_path / "cluster").glob("work*/app-*/*/stderr"))
+        assert len(executor_logs) >= 1
+
+    local = _delivered(broker.url, local_slot)
+    assert sum(map(len, local.values())) == 300 + 43 + 28  # inserts, updates, deletes
+    assert _delivered(broker.url, cluster_slot) == local
+
+
+def _base_env() -> dict[str, str]:
+    import os
+
+    return {k: v for k, v in os.environ.items() if k not in ("PG_CDC_DSN", "IGGY_URL")}
+
+
+_CONNECT_CLIENT = textwrap.dedent("""
+    import sys
+    from pyspark.sql import SparkSession
+
+    remote, dsn, slot, table, url, checkpoint = sys.argv[1:]
+    spark = SparkSession.builder.remote(remote).getOrCreate()
+    assert type(spark).__module__.startswith("pyspark.sql.connect"), type(spark)
+    changes = (
+        spark.readStream.format("pg_cdc").option("dsn", dsn).option("slot", slot)
+        .option("include_tables", "public\\\\." + table).option("topic_from", "kind")
+        .option("default_topic", "created").load()
+    )
+    query = (
+        changes.writeStream.format("iggy_routed").option("url", url)
+        .option("default_stream", slot).option("json_columns", "key,before,after")
+        .option("checkpointLocation", checkpoint).trigger(availableNow=True).start()
+    )
+    query.awaitTermination()
+    try:
+        from iggy_spark import serve_metrics
+        serve_metrics(spark, port=0)
+    except RuntimeError as exc:
+        print("metrics:", exc)
+    print("done")
+""")
+
+
+def test_spark_connect_runs_pg_cdc_into_iggy_routed(
+    pg: Any, broker: Any, name: str, tmp_path: Path
+) -> None:
+    table = name
+    with pg.connect(autocommit=True) as conn:
+        conn.execute(f"CREATE TABLE {table} (id int PRIMARY KEY, kind text, v text)")
+    source = _options(table)
+    slot.ensure_slot(CdcOptions.from_options({"dsn": pg.dsn, "slot": name, **source}))
+    _write(pg, table)
+    with connect_server(tmp_path / "connect") as remote:
+        client = subprocess.run(
+            [sys.executable, "-c", _CONNECT_CLIENT, remote, pg.dsn, name, table, broker.url,
+             str(tmp_path / "chk")],
+            capture_output=True, text=True, timeout=400,
+        )
+    assert client.returncode == 0, client.stderr[-4000:]
+    assert client.stdout.splitlines()[-1] == "done"
+    assert "serve_metrics" in client.stdout and "Spark Connect" in client.stdout
+    delivered = _delivered(broker.url, name)
+    assert sum(map(len, delivered.values())) == 300 + 43 + 28
+    ids = {m[1] for messages in delivered.values() for m in messages}
+    assert len(ids) == 300 + 43 + 28  # every change once, none invented by a replay
