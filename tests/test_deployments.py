@@ -32,7 +32,7 @@ KINDS = ("created", "paid", "shipped")
 
 
 def _write(pg: Any, table: str) -> None:
-    with pg.connect(autocommit=True) as conn:
+    with pg.connect() as conn:
         for start in range(0, 300, 50):  # several transactions, so several batches
             with conn.transaction():
                 for i in range(start, start + 50):
@@ -60,14 +60,14 @@ def test_a_standalone_cluster_delivers_exactly_what_local_mode_does(
     pg: Any, broker: Any, spark: Any, name: str, tmp_path: Path
 ) -> None:
     table = name
-    with pg.connect(autocommit=True) as conn:
+    with pg.connect() as conn:
         conn.execute(f"CREATE TABLE {table} (id int PRIMARY KEY, kind text, v text)")
     local_slot, cluster_slot = f"{name}_local", f"{name}_cluster"
     source = _options(table)
     for slot_name in (local_slot, cluster_slot):
         slot.ensure_slot(CdcOptions.from_options({"dsn": pg.dsn, "slot": slot_name, **source}))
     _write(pg, table)
-    sink = {"topic_defaults.partitions_count": "3"}
+    sink = {"topic_defaults.partitions_count": "3", "default_topic": "created"}
 
     query = start_pipeline(
         spark, dsn=pg.dsn, slot=local_slot, url=broker.url,
@@ -117,7 +117,8 @@ _CONNECT_CLIENT = textwrap.dedent("""
     )
     query = (
         changes.writeStream.format("iggy_routed").option("url", url)
-        .option("default_stream", slot).option("json_columns", "key,before,after")
+        .option("default_stream", slot).option("default_topic", "created")
+        .option("json_columns", "key,before,after")
         .option("checkpointLocation", checkpoint).trigger(availableNow=True).start()
     )
     query.awaitTermination()
@@ -134,7 +135,7 @@ def test_spark_connect_runs_pg_cdc_into_iggy_routed(
     pg: Any, broker: Any, name: str, tmp_path: Path
 ) -> None:
     table = name
-    with pg.connect(autocommit=True) as conn:
+    with pg.connect() as conn:
         conn.execute(f"CREATE TABLE {table} (id int PRIMARY KEY, kind text, v text)")
     source = _options(table)
     slot.ensure_slot(CdcOptions.from_options({"dsn": pg.dsn, "slot": name, **source}))

@@ -149,6 +149,11 @@ def test_driver_killed_repeatedly(
             target = flush_lsn(pg.dsn)
             wait_until(lambda: (committed_end(checkpoint) or 0) >= target, 120,
                        "the job to catch up", alive=lambda: job.running)
+            # The checkpoint may have caught up before this run's driver is even up: a SIGTERM
+            # then would only test the interpreter's start-up. Stop it once its query runs.
+            wait_until(lambda: "pg-to-iggy: query" in job.log_tail(400).rsplit("=== start", 1)[-1],
+                       120,
+                       "the job's query to start", alive=lambda: job.running)
             assert job.stop() == 0, job.log_tail()
         finally:
             if job.running:

@@ -133,6 +133,9 @@ def main(argv: Sequence[str] | None = None) -> int:
         source=_pairs(args.source, "--source"), sink=_pairs(args.sink, "--sink"),
         trigger=trigger,
     )
+    # What a supervisor can wait for: from here on a SIGTERM stops the query cleanly.
+    print(f"pg-to-iggy: query {query.id} started (slot {args.slot})", file=sys.stderr,
+          flush=True)
     with contextlib.suppress(StreamingQueryException):  # a failed query is reported below
         while not stopping.is_set() and not query.awaitTermination(1):
             pass

@@ -64,13 +64,13 @@ from pyspark.sql.streaming.datasource import (
     SupportsTriggerAvailableNow,
 )
 
+from postgres_cdc_source.connections import DriverConnection, connect_with_retry
 from postgres_cdc_source.decoding import Change, RowShape, row_json
 from postgres_cdc_source.destination_columns import Router
 from postgres_cdc_source.errors import SourceError
 from postgres_cdc_source.options import CdcOptions, PollingOptions
 from postgres_cdc_source.polled_table import FRONTIER_QUERY, PolledTable, inspect
 from postgres_cdc_source.polling_offset import PollOffset
-from postgres_cdc_source.reader import _connect_with_retry
 from postgres_cdc_source.schema import ARROW_SCHEMA
 from postgres_cdc_source.values import converter_for_oid
 
@@ -99,7 +99,7 @@ def _polling(options: CdcOptions) -> PollingOptions:
 
 def check_table(options: CdcOptions) -> PolledTable:
     """Connect and check the table and columns the options name (at ``load()``)."""
-    with _connect_with_retry(options, autocommit=True) as conn:
+    with connect_with_retry(options, autocommit=True) as conn:
         return inspect(conn, _polling(options))
 
 
@@ -109,34 +109,16 @@ class PgPollingStreamReader(DataSourceStreamReader, SupportsTriggerAvailableNow)
     def __init__(self, options: CdcOptions) -> None:
         self.options = options
         self.polling = _polling(options)
-        self._conn: psycopg.Connection[Any] | None = None
+        self._db = DriverConnection(options)
         self._table: PolledTable | None = None
         self._target: int | None = None
         self._done: PollOffset | None = None  # the last offset whose destructive step ran
-
-    def __getstate__(self) -> dict[str, Any]:
-        state = self.__dict__.copy()
-        state["_conn"] = None
-        return state
 
     # -- driver side ---------------------------------------------------------------------------
 
     def _driver(self, work: Callable[[psycopg.Connection[Any]], T]) -> T:
         """Run ``work`` on the driver's connection, reconnecting once if the server went away."""
-        for attempt in (1, 2):
-            if self._conn is None or self._conn.closed:
-                self._conn = _connect_with_retry(self.options, autocommit=True)
-            try:
-                return work(self._conn)
-            except psycopg.OperationalError as exc:
-                self._conn.close()
-                self._conn = None
-                if attempt == 2:
-                    raise SourceError(
-                        f"lost the connection to Postgres ({self.options.safe_dsn}): "
-                        f"{exc.__class__.__name__}"
-                    ) from exc
-        raise AssertionError("unreachable")
+        return self._db.run(work)
 
     @property
     def table(self) -> PolledTable:
@@ -225,9 +207,7 @@ class PgPollingStreamReader(DataSourceStreamReader, SupportsTriggerAvailableNow)
                      self.polling.delete_after_read else "marked", count, self.table.qualified)
 
     def stop(self) -> None:
-        if self._conn is not None:
-            self._conn.close()
-            self._conn = None
+        self._db.close()
 
     # -- executor side -------------------------------------------------------------------------
 
@@ -242,7 +222,7 @@ class PgPollingStreamReader(DataSourceStreamReader, SupportsTriggerAvailableNow)
         )
         router = Router(options)
         query, params = table.select_rows(partition.start, partition.end)
-        conn = _connect_with_retry(options, autocommit=False)
+        conn = connect_with_retry(options, autocommit=False)
         try:
             conn.read_only = True
             with _raw_text(conn.cursor(name="pg_cdc_polling"), table) as cur:

@@ -22,7 +22,6 @@ Contract with Spark (pyspark 4.3, measured; see the README's delivery section):
 from __future__ import annotations
 
 import logging
-import time
 from collections.abc import Callable, Iterator, Sequence
 from dataclasses import dataclass
 from typing import Any, TypeVar
@@ -39,9 +38,9 @@ from pyspark.sql.streaming.datasource import (
 
 from postgres_cdc_source import publication, slot, snapshot
 from postgres_cdc_source.assembly import record_batches, transactions
+from postgres_cdc_source.connections import DriverConnection, connect_with_retry
 from postgres_cdc_source.decoding.factory import make_decoder
 from postgres_cdc_source.destination_columns import Router
-from postgres_cdc_source.errors import SourceError
 from postgres_cdc_source.lsn import format_lsn, parse_lsn
 from postgres_cdc_source.options import CdcOptions
 
@@ -78,7 +77,7 @@ class PgCdcStreamReader(DataSourceStreamReader, SupportsTriggerAvailableNow):
 
     def __init__(self, options: CdcOptions) -> None:
         self.options = options
-        self._conn: psycopg.Connection[Any] | None = None
+        self._db = DriverConnection(options)
         self._checked = False
         self._target: int | None = None
         self._exported: slot.ExportedSnapshot | None = None  # held while a snapshot runs
@@ -88,7 +87,6 @@ class PgCdcStreamReader(DataSourceStreamReader, SupportsTriggerAvailableNow):
 
     def __getstate__(self) -> dict[str, Any]:
         state = self.__dict__.copy()
-        state["_conn"] = None  # a live connection cannot travel to an executor
         state["_exported"] = None
         state["_planned"] = {}
         return state
@@ -100,19 +98,7 @@ class PgCdcStreamReader(DataSourceStreamReader, SupportsTriggerAvailableNow):
         if not self._checked:
             slot.ensure_slot(self.options)
             self._checked = True
-        for attempt in (1, 2):
-            if self._conn is None or self._conn.closed:
-                self._conn = _connect_with_retry(self.options, autocommit=True)
-            try:
-                return work(self._conn)
-            except psycopg.OperationalError as exc:
-                self._conn.close()
-                self._conn = None
-                if attempt == 2 or not slot.is_transient(exc):
-                    raise slot.source_error(
-                        f"Postgres failed ({self.options.safe_dsn})", exc, self.options
-                    ) from exc
-        raise AssertionError("unreachable")
+        return self._db.run(work)
 
     def initialOffset(self) -> dict[str, Any]:
         """Where a new query starts: the slot's confirmed position (created if allowed), or with
@@ -154,7 +140,7 @@ class PgCdcStreamReader(DataSourceStreamReader, SupportsTriggerAvailableNow):
         Spark calls this before ``initialOffset``, so it must not create the slot: with
         ``snapshot=initial`` that is ``initialOffset``'s job (it exports the snapshot).
         """
-        with _connect_with_retry(self.options, autocommit=True) as conn:
+        with connect_with_retry(self.options, autocommit=True) as conn:
             self._target = slot.flush_lsn(conn)
 
     def reportLatestOffset(self) -> dict[str, Any]:
@@ -271,9 +257,7 @@ class PgCdcStreamReader(DataSourceStreamReader, SupportsTriggerAvailableNow):
         if self._exported is not None:
             self._exported.close()
             self._exported = None
-        if self._conn is not None:
-            self._conn.close()
-            self._conn = None
+        self._db.close()
 
     # -- executor side -------------------------------------------------------------------------
 
@@ -285,7 +269,7 @@ class PgCdcStreamReader(DataSourceStreamReader, SupportsTriggerAvailableNow):
             return
         assert isinstance(partition, CdcPartition)
         options = self.options
-        conn = _connect_with_retry(options, autocommit=False)
+        conn = connect_with_retry(options, autocommit=False)
         try:
             slot.bring_to(conn, options, partition.start)
             pubs = slot.publications(conn, options)
@@ -297,20 +281,3 @@ class PgCdcStreamReader(DataSourceStreamReader, SupportsTriggerAvailableNow):
             )
         finally:
             conn.close()
-
-
-def _connect_with_retry(options: CdcOptions, *, autocommit: bool) -> psycopg.Connection[Any]:
-    """Connect, riding out a server restart of up to ``_CONNECT_RETRY_SECONDS`` (on the driver
-    too: a planning call that fails stops the query).
-
-    Only what waiting can heal is retried (:func:`slot.is_transient`): a wrong password or a
-    missing database fails at once, with Postgres's message and SQLSTATE.
-    """
-    deadline = time.monotonic() + _CONNECT_RETRY_SECONDS
-    while True:
-        try:
-            return slot.connect(options, autocommit=autocommit)
-        except SourceError as exc:
-            if not exc.transient or time.monotonic() > deadline:
-                raise
-            time.sleep(1.0)
