@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import pytest
 from pyspark.sql.streaming.datasource import ReadAllAvailable
+from test_pg_cdc import slot_position
 
 from iggy_spark_testing.harness import LocalPostgres
 from postgres_cdc_source.lsn import format_lsn, parse_lsn
@@ -15,16 +16,6 @@ from postgres_cdc_source.options import CdcOptions
 from postgres_cdc_source.reader import CdcPartition, PgCdcStreamReader
 
 pytestmark = pytest.mark.services
-
-
-def confirmed(pg: LocalPostgres, slot: str) -> int:
-    with pg.connect() as conn:
-        row = conn.execute(
-            "SELECT confirmed_flush_lsn::text FROM pg_replication_slots WHERE slot_name = %s",
-            (slot,),
-        ).fetchone()
-    assert row is not None
-    return parse_lsn(row[0])
 
 
 @pytest.mark.parametrize("plugin", ["pgoutput", "test_decoding"])
@@ -41,7 +32,7 @@ def test_planning_on_an_idle_server_moves_the_slot_to_the_committed_batch_end(
         conn.execute(f"INSERT INTO {name}_{plugin} VALUES (1)")
     end = r.latestOffset(start, ReadAllAvailable())
     assert len(list(r.read(CdcPartition(parse_lsn(start["lsn"]), parse_lsn(end["lsn"]))))) == 1
-    assert confirmed(pg, f"{name}_{plugin}") == parse_lsn(start["lsn"])
+    assert slot_position(pg, f"{name}_{plugin}") == parse_lsn(start["lsn"])
     # the batch is committed; the server stays idle, so Spark never calls commit(end)
     assert r.latestOffset(end, ReadAllAvailable()) == end
-    assert format_lsn(confirmed(pg, f"{name}_{plugin}")) == end["lsn"]
+    assert format_lsn(slot_position(pg, f"{name}_{plugin}")) == end["lsn"]
