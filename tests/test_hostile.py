@@ -85,6 +85,7 @@ def cdc_options(draw: st.DrawFn) -> dict[str, str]:
         "fetch_rows": _ROWS,
         "batch_rows": _ROWS,
         "spill_rows": _ROWS,
+        "connect_retry_timeout": st.sampled_from(["0s", "30s", "2m", "1.5", "500ms"]),
     }.items():
         if draw(st.booleans()):
             options[name] = draw(values)
@@ -121,6 +122,7 @@ _CDC_BAD: dict[str, list[str]] = {
     "fetch_rows": ["0", "-5", "x", str(2**31), "1" * 400],
     "batch_rows": ["0", "1.5"],
     "spill_rows": ["", str(2**63)],
+    "connect_retry_timeout": ["", "soon", "-1s", "30 parsecs"],
 }
 
 

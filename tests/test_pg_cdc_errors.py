@@ -8,9 +8,11 @@ from __future__ import annotations
 
 import pickle
 import subprocess
+import threading
 import time
 from collections.abc import Iterator
 
+import psycopg
 import pytest
 
 from iggy_spark_testing.harness import LocalPostgres, free_port
@@ -90,8 +92,26 @@ def test_a_role_without_replication_privileges(pg: LocalPostgres, name: str) -> 
 def test_an_unreachable_server() -> None:
     dsn = f"host=127.0.0.1 port={free_port()} user=postgres password=s3cret connect_timeout=2"
     with pytest.raises(SourceError, match="cannot connect to Postgres") as info:
-        reader(dsn, "any").initialOffset()
+        reader(dsn, "any", connect_retry_timeout="0s").initialOffset()
     assert "s3cret" not in str(info.value)
+
+
+def test_a_query_starting_while_postgres_restarts_waits_for_it(name: str) -> None:
+    """Start-up rides out a restart as planning does; ``0s`` gives up at once."""
+    with LocalPostgres() as server:  # its own server: the session's is shared with other tests
+        down = threading.Thread(target=server.restart, kwargs={"down_for": 3.0})
+        down.start()
+        while psycopg.pq.PGconn.ping(server.dsn.encode()) == psycopg.pq.Ping.OK:
+            time.sleep(0.05)
+        with pytest.raises(SourceError) as info:
+            reader(server.dsn, name, connect_retry_timeout="0s").initialOffset()
+        assert info.value.transient
+        offset = reader(server.dsn, name).initialOffset()  # waits for the server to come back
+        down.join()
+        with server.connect() as conn:
+            row = conn.execute("SELECT confirmed_flush_lsn::text FROM pg_replication_slots"
+                               " WHERE slot_name = %s", (name,)).fetchone()
+        assert row is not None and offset["lsn"] == row[0]
 
 
 def test_a_slot_moved_beyond_the_checkpoint_by_someone_else(pg: LocalPostgres, name: str) -> None:
@@ -153,10 +173,12 @@ def test_what_waiting_cannot_heal_fails_at_once_with_the_servers_message_and_sql
     assert "s3cret" not in str(info.value)
 
 
-def test_connection_failures_are_transient_and_keep_their_cause(pg: LocalPostgres) -> None:
+def test_connection_failures_are_transient_and_keep_their_cause(
+    pg: LocalPostgres,
+) -> None:
     refused = f"host=127.0.0.1 port={free_port()} user=postgres connect_timeout=2"
     with pytest.raises(SourceError) as info:
-        reader(refused, "any").initialOffset()
+        reader(refused, "any", connect_retry_timeout="0s").initialOffset()
     assert info.value.transient and info.value.sqlstate is None
     # a server that ends the session (57P01) on both attempts: its message and code reach the user
     r = reader(pg.dsn, "any", create_slot="true")

@@ -100,7 +100,7 @@ def test_reprs_hide_both_passwords(secured_pg: LocalPostgres, secured_broker: Lo
 
 FAILURES = {
     "wrong postgres password": ({"dsn": WRONG}, {}),
-    "wrong postgres port": ({"port": "free"}, {}),
+    "wrong postgres port": ({"port": "free", "connect_retry_timeout": "0s"}, {}),
     "bad source option": ({"fetch_rows": "0"}, {}),
     "wrong iggy password": ({}, {"url": WRONG}),
     "bad sink option": ({}, {"max_batch_bytes": "lots"}),

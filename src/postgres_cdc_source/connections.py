@@ -1,39 +1,25 @@
-"""Connections for both readers (cdc and polling), with one retry rule.
+"""Connections for both readers (cdc and polling), with one retry rule
+(:func:`slot.connect_with_retry` to connect, :func:`slot.is_transient` within a session).
 
-Only what waiting can heal is retried (:func:`slot.is_transient`): the server starting up,
+Only what waiting can heal is retried: the server starting up,
 restarting or a lost connection. A wrong password or a missing database fails at once with
 Postgres's message and SQLSTATE, so a user never waits 30 s to learn of a typo.
 """
 
 from __future__ import annotations
 
-import time
 from collections.abc import Callable
 from typing import Any, TypeVar
 
 import psycopg
 
 from postgres_cdc_source import slot
-from postgres_cdc_source.errors import SourceError
 from postgres_cdc_source.options import CdcOptions
+from postgres_cdc_source.slot import connect_with_retry
 
 __all__ = ["DriverConnection", "connect_with_retry"]
 
 T = TypeVar("T")
-_CONNECT_RETRY_SECONDS = 30.0
-
-
-def connect_with_retry(options: CdcOptions, *, autocommit: bool) -> psycopg.Connection[Any]:
-    """Connect, riding out a server restart of up to 30 s (on the driver too: a planning call
-    that fails stops the query)."""
-    deadline = time.monotonic() + _CONNECT_RETRY_SECONDS
-    while True:
-        try:
-            return slot.connect(options, autocommit=autocommit)
-        except SourceError as exc:
-            if not exc.transient or time.monotonic() > deadline:
-                raise
-            time.sleep(1.0)
 
 
 class DriverConnection:

@@ -17,7 +17,7 @@ from typing import NamedTuple, TypeVar
 import psycopg
 from psycopg.conninfo import conninfo_to_dict, make_conninfo
 
-from connector_common.units import parse_bool, parse_byte_size, parse_int
+from connector_common.units import parse_bool, parse_byte_size, parse_duration, parse_int
 from postgres_cdc_source.errors import ConfigError
 
 __all__ = [
@@ -101,6 +101,13 @@ OPTION_DOCS: tuple[OptionDoc, ...] = (
     ),
     OptionDoc("default_stream", "(none)", "`stream` when stream_from gives none"),
     OptionDoc("default_topic", "(none)", "`topic` when topic_from gives none"),
+    OptionDoc(
+        "connect_retry_timeout",
+        "30s",
+        "how long connecting is retried while the server does not answer or is starting, "
+        "restarting or shutting down (at query start, planning and in tasks) before the query "
+        "fails; `0s` fails at once; a refused login or a missing database is never retried",
+    ),
     OptionDoc("fetch_rows", "10000", "rows fetched from the server per round trip"),
     OptionDoc("batch_rows", "10000", "rows per Arrow batch handed to Spark"),
     OptionDoc(
@@ -268,6 +275,7 @@ class CdcOptions:
     snapshot_max_rows_per_trigger: int
     mode: str = "cdc"
     polling: PollingOptions | None = None  # set exactly when mode is polling
+    connect_retry_seconds: float = 30.0
 
     @property
     def safe_dsn(self) -> str:
@@ -419,6 +427,9 @@ class CdcOptions:
             ),
             mode=mode,
             polling=polling,
+            connect_retry_seconds=_parsed(
+                "connect_retry_timeout", str(get("connect_retry_timeout")), parse_duration
+            ).total_seconds(),
         )
 
 

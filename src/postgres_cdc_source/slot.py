@@ -12,6 +12,7 @@ batch Spark replays after a crash decodes to exactly the same rows.
 from __future__ import annotations
 
 import logging
+import time
 from collections.abc import Iterator
 from dataclasses import dataclass
 from typing import Any
@@ -32,6 +33,7 @@ __all__ = [
     "SlotState",
     "ExportedSnapshot",
     "connect",
+    "connect_with_retry",
     "export_snapshot",
     "ensure_slot",
     "slot_state",
@@ -109,6 +111,20 @@ def connect(
     raise AssertionError("unreachable")
 
 
+def connect_with_retry(options: CdcOptions, *, autocommit: bool = True) -> Conn:
+    """Connect, riding out a server that is down or restarting for up to
+    ``connect_retry_timeout`` (on the driver too: a start or planning call that fails stops the
+    query); what waiting cannot heal fails at once."""
+    deadline = time.monotonic() + options.connect_retry_seconds
+    while True:
+        try:
+            return connect(options, autocommit=autocommit)
+        except SourceError as exc:
+            if not exc.transient or time.monotonic() > deadline:
+                raise
+            time.sleep(1.0)
+
+
 def _scrub(message: str, options: CdcOptions) -> str:
     """Remove the password from a server or libpq message, just in case it echoes the DSN."""
     from psycopg.conninfo import conninfo_to_dict
@@ -159,9 +175,10 @@ def ensure_slot(options: CdcOptions) -> SlotState:
     """Check the server and the slot (creating slot and publication if allowed); return its state.
 
     Every precondition that would otherwise surface as an obscure error inside a Spark task is
-    checked here, on the driver, with a message that says what to do.
+    checked here, on the driver, with a message that says what to do. A server restarting
+    while the query starts is waited for, as during planning.
     """
-    with connect(options) as conn:
+    with connect_with_retry(options) as conn:
         wal_level = conn.execute("SHOW wal_level").fetchone()
         if wal_level is None or wal_level[0] != "logical":
             raise SlotError(
@@ -218,7 +235,7 @@ def export_snapshot(options: CdcOptions) -> ExportedSnapshot | None:
     For pgoutput the publication is created first: pgoutput looks it up as of each decoded
     change, so a change between slot and publication creation could not be decoded.
     """
-    with connect(options) as conn:
+    with connect_with_retry(options) as conn:
         wal_level = conn.execute("SHOW wal_level").fetchone()
         if not options.create_slot or wal_level is None or wal_level[0] != "logical":
             return None

@@ -146,9 +146,11 @@ class LocalPostgres:
             "start",
         )
 
-    def restart(self, mode: str = "fast") -> None:
-        """Stop (``fast``, ``smart`` or ``immediate``: a crash) and start again on the same port."""
+    def restart(self, mode: str = "fast", down_for: float = 0.0) -> None:
+        """Stop (``fast``, ``smart`` or ``immediate``: a crash) and start again on the same port,
+        ``down_for`` seconds later."""
         self._run("pg_ctl", "-D", str(self.data_dir), "-m", mode, "-w", "stop")
+        time.sleep(down_for)
         self._pg_ctl_start()
 
     def stop(self) -> None:
