@@ -7,14 +7,14 @@ Every query here is a ``trigger(availableNow=True)`` run that collects its micro
 from __future__ import annotations
 
 import json
-from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
 import pyarrow as pa
 import pytest
 from chispa import assert_df_equality
-from pyspark.sql import DataFrame, Row, SparkSession
+from pyspark.sql import DataFrame, SparkSession
+from streaming import rows_of, run_available_now
 
 from iggy_spark_testing.harness import LocalPostgres
 from postgres_cdc_source.lsn import format_lsn, parse_lsn
@@ -23,46 +23,6 @@ from postgres_cdc_source.reader import CdcPartition, PgCdcStreamReader
 from postgres_cdc_source.schema import SPARK_SCHEMA
 
 PLUGINS = ["pgoutput", "test_decoding"]
-
-
-def run_once(
-    spark: SparkSession,
-    checkpoint: str,
-    options: dict[str, str],
-    on_batch: Callable[[DataFrame, int], None] | None = None,
-    keep_rows: bool = True,
-) -> list[tuple[int, list[Row]]]:
-    """One availableNow run; returns ``(batch_id, rows)`` for every non-empty batch.
-
-    ``on_batch`` sees each micro-batch first; ``keep_rows=False`` skips collecting the rows
-    (for batches too large to bring to the driver).
-    """
-    batches: list[tuple[int, list[Row]]] = []
-
-    def collect(df: DataFrame, batch_id: int) -> None:
-        if on_batch is not None:
-            on_batch(df, batch_id)
-        rows = df.collect() if keep_rows else []
-        if rows:
-            batches.append((batch_id, rows))
-
-    query = (
-        spark.readStream.format("pg_cdc")
-        .options(**options)
-        .load()
-        .writeStream.foreachBatch(collect)
-        .option("checkpointLocation", checkpoint)
-        .trigger(availableNow=True)
-        .start()
-    )
-    query.awaitTermination()
-    if query.exception() is not None:
-        raise query.exception()  # type: ignore[misc]
-    return batches
-
-
-def rows_of(batches: list[tuple[int, list[Row]]]) -> list[Row]:
-    return [row for _, rows in batches for row in rows]
 
 
 def slot_position(pg: LocalPostgres, slot: str) -> int:
@@ -108,7 +68,7 @@ def test_both_plugins_give_identical_rows_for_every_kind_of_change(
         conn.execute(f"UPDATE {name} SET id = 20 WHERE id = 2")  # primary-key change
         conn.execute(f"DELETE FROM {name} WHERE id = 1")
         conn.execute(f"TRUNCATE {name}")
-    got = {p: rows_of(run_once(spark, str(tmp_path / p), options[p])) for p in PLUGINS}
+    got = {p: rows_of(run_available_now(spark, str(tmp_path / p), options[p])) for p in PLUGINS}
 
     rows = got["pgoutput"]
     assert [r.op for r in rows] == ["insert", "insert", "update", "update", "delete", "truncate"]
@@ -154,7 +114,7 @@ def test_rollback_emits_nothing_and_interleaved_transactions_come_whole_in_commi
         a.execute(f"INSERT INTO {name} VALUES (5, 'A')")
         a.execute("COMMIT")
         r.execute("ROLLBACK")
-    rows = rows_of(run_once(spark, checkpoint, options))
+    rows = rows_of(run_available_now(spark, checkpoint, options))
     assert [(json.loads(r.after)["id"], r.seq) for r in rows] == [
         (2, 0),
         (4, 1),
@@ -231,7 +191,7 @@ def test_a_transaction_larger_than_the_byte_limit_arrives_whole_in_one_batch(
         for r in df.groupBy("commit_lsn").count().collect():
             seen.append((batch_id, parse_lsn(r["commit_lsn"]), r["count"]))
 
-    run_once(spark, checkpoint, options, on_batch=count, keep_rows=False)
+    run_available_now(spark, checkpoint, options, on_batch=count, keep_rows=False)
     per_txn = sorted(seen, key=lambda s: s[1])
     assert [c for _, _, c in per_txn] == [1, 200000, 1]
     # whole, and in one batch: the 200,000 rows of the big transaction never split
@@ -250,7 +210,8 @@ def test_available_now_runs_back_to_back_lose_and_repeat_nothing(
             conn.execute(
                 f"INSERT INTO {name} SELECT g FROM generate_series({run * 10}, {run * 10 + 9}) g"
             )
-        ids += [json.loads(r.after)["id"] for r in rows_of(run_once(spark, checkpoint, options))]
+        batches = run_available_now(spark, checkpoint, options)
+        ids += [json.loads(r.after)["id"] for r in rows_of(batches)]
     assert ids == list(range(30))
     # Spark plans once more after a run's last batch, finding nothing new: that planning
     # releases the batch, so the slot does not wait for the next run (or the next write)
@@ -274,9 +235,9 @@ def test_a_failed_batch_is_replayed_identically_after_restart(
         raise RuntimeError("injected crash before the batch commits")
 
     with pytest.raises(Exception, match="injected crash"):
-        run_once(spark, checkpoint, options, on_batch=crash)
+        run_available_now(spark, checkpoint, options, on_batch=crash)
     assert slot_position(pg, name) == before_crash  # nothing was released
-    replayed = run_once(spark, checkpoint, options)
+    replayed = run_available_now(spark, checkpoint, options)
     assert [tuple(r) for r in rows_of(replayed)] == attempted[0]
     assert [json.loads(r.after)["id"] for r in rows_of(replayed)] == list(range(51, 101))
 
@@ -295,7 +256,7 @@ def test_a_filtered_idle_table_still_releases_wal(
                 f"INSERT INTO {name}_other SELECT g FROM generate_series({run * 1000},"
                 f" {run * 1000 + 999}) g"
             )
-        assert rows_of(run_once(spark, checkpoint, options)) == []
+        assert rows_of(run_available_now(spark, checkpoint, options)) == []
     # the slot moved past the ignored writes, up to the end of the last batch Spark planned
     assert start < slot_position(pg, name) == last_batch_end(checkpoint)
 
@@ -318,7 +279,7 @@ def test_quoted_names_with_spaces_dots_quotes_and_upper_case(
         conn.execute(
             sql.SQL("INSERT INTO {} VALUES (1, 'x')").format(sql.Identifier(schema, table))
         )
-    [row] = rows_of(run_once(spark, checkpoint, options))
+    [row] = rows_of(run_available_now(spark, checkpoint, options))
     assert (row.schema, row.table, row.topic) == (schema, table, table)
     assert json.loads(row.after) == {"id": 1, column: "x"}
 

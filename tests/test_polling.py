@@ -15,6 +15,7 @@ import faulty_sources
 import psycopg
 import pytest
 from pyspark.sql import DataFrame, Row, SparkSession
+from streaming import run_available_now
 
 from iggy_spark_testing.harness import LocalPostgres
 
@@ -113,34 +114,12 @@ def test_rows_are_deleted_or_marked_only_after_spark_committed_their_batch(
     assert slot_count(pg) == slots  # polling never creates a replication slot
 
 
-def run(
-    spark: SparkSession,
-    checkpoint: str,
-    options: dict[str, str],
-    on_batch: Callable[[DataFrame, int], None] | None = None,
-    fmt: str = "pg_cdc",
-) -> list[list[Row]]:
+def run(spark: SparkSession, checkpoint: str, options: dict[str, str],
+        on_batch: Callable[[DataFrame, int], None] | None = None,
+        fmt: str = "pg_cdc") -> list[list[Row]]:
     """One availableNow run; the rows of every non-empty batch (``on_batch`` sees each first)."""
     faulty_sources.register(spark)
-    batches: list[list[Row]] = []
-
-    def collect(df: DataFrame, batch_id: int) -> None:
-        if on_batch is not None:
-            on_batch(df, batch_id)
-        if rows := df.collect():
-            batches.append(rows)
-
-    query = (
-        spark.readStream.format(fmt).options(**options).load()
-        .writeStream.foreachBatch(collect)
-        .option("checkpointLocation", checkpoint)
-        .trigger(availableNow=True)
-        .start()
-    )
-    query.awaitTermination()
-    if query.exception() is not None:
-        raise query.exception()  # type: ignore[misc]
-    return batches
+    return [rows for _, rows in run_available_now(spark, checkpoint, options, on_batch, fmt=fmt)]
 
 
 def test_a_transaction_that_commits_late_is_not_lost(
