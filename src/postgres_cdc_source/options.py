@@ -79,6 +79,20 @@ OPTION_DOCS: tuple[OptionDoc, ...] = (
         "a batch always holds at least one whole transaction",
     ),
     OptionDoc(
+        "min_partitions",
+        "(cores)",
+        "Spark partitions (tasks) a batch's changes are decoded in, each a WAL range read "
+        "through a temporary copy of the slot (`1`: one task reads the slot itself); the "
+        "default is the planning host's CPU count, `start_pipeline` passes "
+        "`spark.sparkContext.defaultParallelism`. See Parallel decoding for the order rule",
+    ),
+    OptionDoc(
+        "min_bytes_per_partition",
+        "16MB",
+        "WAL bytes below which a batch is not split further: a batch of less than twice this "
+        "is one partition",
+    ),
+    OptionDoc(
         "fail_on_data_loss",
         "true",
         "fail when the slot is found ahead of the checkpoint "
@@ -171,8 +185,8 @@ def _is_column_route(option: str, value: str | None) -> bool:
 
 CDC_ONLY = frozenset({
     "slot", "plugin", "publication", "create_slot", "include_tables", "exclude_tables",
-    "max_bytes_per_trigger", "fail_on_data_loss", "spill_rows", "snapshot",
-    "snapshot_chunk_rows", "snapshot_max_rows_per_trigger",
+    "max_bytes_per_trigger", "min_partitions", "min_bytes_per_partition", "fail_on_data_loss",
+    "spill_rows", "snapshot", "snapshot_chunk_rows", "snapshot_max_rows_per_trigger",
 })
 """Options that mean something only to ``mode=cdc``; refused with ``mode=polling``."""
 POLLING_ONLY = frozenset(
@@ -266,6 +280,8 @@ class CdcOptions:
     snapshot: str
     snapshot_chunk_rows: int
     snapshot_max_rows_per_trigger: int
+    min_partitions: int | None = None  # None: the planning host's CPU count
+    min_bytes_per_partition: int = 16 * 1024 * 1024
     mode: str = "cdc"
     polling: PollingOptions | None = None  # set exactly when mode is polling
 
@@ -359,6 +375,7 @@ class CdcOptions:
             raise ConfigError("publication", "option 'publication' only applies to plugin pgoutput")
 
         max_bytes = get("max_bytes_per_trigger")
+        min_partitions = get("min_partitions")
         topic_from, stream_from = get("topic_from"), get("stream_from")
         key_from = get("partition_key_from")
         for option, value in (
@@ -416,6 +433,12 @@ class CdcOptions:
                 "snapshot_max_rows_per_trigger",
                 str(get("snapshot_max_rows_per_trigger")),
                 _positive_int,
+            ),
+            min_partitions=_parsed("min_partitions", min_partitions, _positive_int)
+            if min_partitions is not None
+            else None,
+            min_bytes_per_partition=_parsed(
+                "min_bytes_per_partition", str(get("min_bytes_per_partition")), _positive_size
             ),
             mode=mode,
             polling=polling,
