@@ -17,7 +17,9 @@ per transaction, 6 columns), read by three contenders per plugin, interleaved ro
 
 Each run also records the CPU seconds spent by the JVM, Spark's Python workers, Postgres and the
 benchmark process itself. Then the ``max_bytes_per_trigger`` sweep: ``spark`` (pgoutput) again
-with each limit, once.
+with each limit, once. Then parallel decoding: ``spark`` (pgoutput) with ``min_partitions`` 1, 2
+and 4 interleaved round by round, plus the cost of ``pg_replication_slot_advance`` over the whole
+workload (one backend): the inputs of the scaling model in :func:`scaling_model`.
 Writes ``bench/results/source.json``; the hand-written loop's JSON is first checked equal to
 ``pg_cdc``'s on the first transactions, so the ratio compares the same work.
 """
@@ -25,6 +27,7 @@ Writes ``bench/results/source.json``; the hand-written loop's JSON is first chec
 from __future__ import annotations
 
 import argparse
+import os
 import sys
 import tempfile
 from typing import Any
@@ -136,6 +139,74 @@ def sweep(spark: Any, conn: psycopg.Connection[Any], workload: cdc.CdcWorkload,
     return points
 
 
+ADVANCE_TIMED = "copy the template slot, pg_replication_slot_advance over the whole workload"
+
+
+def by_partitions(spark: Any, conn: psycopg.Connection[Any], workload: cdc.CdcWorkload,
+                  counts: list[int], rounds: int, cpu: common.CpuMeter) -> dict[str, Any]:
+    """``pg_cdc`` (pgoutput) → ``noop`` with ``min_partitions`` = each of ``counts``,
+    interleaved (one warm-up round), and the advance cost; rates side by side in one run."""
+    template = workload.template["pgoutput"]
+
+    def contender(count: int) -> common.Contender:
+        def run(number: int) -> common.Measure:
+            with cdc.slot_copy(conn, template, f"parts_{count}_{number + 1}") as slot:
+                options = {**workload.spark_options("pgoutput", slot),
+                           "min_partitions": str(count), "min_bytes_per_partition": "1MB"}
+                measure = spark_read(spark, options)
+            if measure.items != workload.changes:
+                raise AssertionError(f"pg_cdc read {measure.items}, not {workload.changes}")
+            return measure
+        return run
+
+    def advance(_: int) -> common.Measure:
+        with cdc.slot_copy(conn, template, "advance_probe") as slot, \
+                common.stopwatch() as elapsed:
+            conn.execute("SELECT pg_replication_slot_advance(%s, pg_current_wal_flush_lsn())",
+                         (slot,))
+            seconds = elapsed()
+        return common.Measure(workload.changes, seconds, ADVANCE_TIMED)
+
+    contenders = {f"partitions_{n}": contender(n) for n in counts}
+    contenders["advance"] = advance
+    runs = common.paired_rounds(contenders, rounds, "partitions", warm_up=True, cpu=cpu)
+    result = {name: common.summarize(measures) for name, measures in runs.items()}
+    for n in counts[1:]:
+        result[f"ratio_{n}_vs_{counts[0]}"] = common.ratio(
+            runs[f"partitions_{n}"], runs[f"partitions_{counts[0]}"])
+    return result
+
+
+def scaling_model(peek: float, advance: float, task: float,
+                  cores: tuple[int, ...] = (8, 32, 128),
+                  server_cores: tuple[int, ...] = (4, 16)) -> list[dict[str, Any]]:
+    """What one slot can deliver with ``c`` executor cores (``min_partitions`` = c), from
+    per-backend rates measured here (changes/s): ``peek`` (decode and ship, one backend),
+    ``advance`` (decode without output), ``task`` (one pg_cdc task, end to end).
+
+    Partition ``i`` of ``k`` advances over ``i/k`` of the batch, then peeks ``1/k``: the last
+    one finishes after ``(k-1)/(k*advance) + 1/(k*min(peek, task))`` per change, the ceiling
+    ``advance`` as ``k`` grows. Postgres spends ``(k-1)/(2*advance) + 1/peek`` CPU-seconds per
+    change in all, spread over its cores: a server with ``s`` cores caps the rate at
+    ``s / that``. The smaller of the two is the model's rate (WAL is read ``(k+1)/2`` times,
+    from the page cache when the batch is recent).
+    """
+    points = []
+    for c in cores:
+        k = c
+        latency = (k - 1) / (k * advance) + 1 / (k * min(peek, task))
+        server_cpu = (k - 1) / (2 * advance) + 1 / peek
+        points.append({
+            "executor_cores": c,
+            "tasks_bound_changes_per_second": round(1 / latency),
+            **{f"server_{s}_cores_bound_changes_per_second": round(s / server_cpu)
+               for s in server_cores},
+            "changes_per_second": {str(s): round(min(1 / latency, s / server_cpu))
+                                   for s in server_cores},
+        })
+    return points
+
+
 def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     parser.add_argument("--changes", type=int, default=500_000)
@@ -144,10 +215,14 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--plugins", default=",".join(cdc.PLUGINS))
     parser.add_argument("--sweep", default="1MB,4MB,16MB,64MB",
                         help="max_bytes_per_trigger values ('' for none)")
+    parser.add_argument("--partitions", default="1,2,4",
+                        help="min_partitions values compared side by side ('' for none)")
     args = parser.parse_args(argv)
     plugins = [p for p in args.plugins.split(",") if p]
     limits = [s for s in args.sweep.split(",") if s]
+    counts = [int(s) for s in args.partitions.split(",") if s]
 
+    load = os.getloadavg()[0]
     with postgres() as pg, pg.connect() as conn:
         before = conn.execute("SELECT pg_current_wal_lsn() - '0/0'").fetchone()
         with common.stopwatch() as elapsed:
@@ -167,6 +242,13 @@ def main(argv: list[str] | None = None) -> int:
         }
         if limits and "pgoutput" in plugins:
             results["max_bytes_sweep"] = sweep(spark, conn, workload, limits)
+        if counts and "pgoutput" in plugins:
+            parts = by_partitions(spark, conn, workload, counts, args.rounds, cpu)
+            parts["model"] = scaling_model(
+                peek=results["pgoutput"]["raw_peek"]["per_second"],
+                advance=parts["advance"]["per_second"],
+                task=parts[f"partitions_{counts[0]}"]["per_second"])
+            results["partitions"] = parts
         spark.stop()
 
     parts = [
@@ -177,11 +259,16 @@ def main(argv: list[str] | None = None) -> int:
         f"({results[p]['raw_peek']['per_second']:,}/s)"
         for p in plugins
     ]
+    if "partitions" in results:
+        parts.append("min_partitions " + ", ".join(
+            f"{n}: {results['partitions'][f'partitions_{n}']['per_second']:,}/s"
+            for n in counts))
     summary = f"source, changes/s [{workload.changes:,} changes]: " + "; ".join(parts)
     return common.publish("source", {
         "benchmark": "pg_cdc -> noop vs hand-written psycopg loop vs raw peek",
         "config": {"changes": workload.changes, "txn_rows": args.txn_rows,
                    "rounds": args.rounds, "wal_bytes": wal_bytes, "plugins": plugins,
+                   "partitions": counts, "load_1m_at_start": round(load, 2),
                    "equivalence_rows_checked": checked},
         "results": results,
         "summary": summary,

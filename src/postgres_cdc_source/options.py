@@ -80,11 +80,11 @@ OPTION_DOCS: tuple[OptionDoc, ...] = (
     ),
     OptionDoc(
         "min_partitions",
-        "(cores)",
-        "Spark partitions (tasks) a batch's changes are decoded in, each a WAL range read "
-        "through a temporary copy of the slot (`1`: one task reads the slot itself); the "
-        "default is the planning host's CPU count, `start_pipeline` passes "
-        "`spark.sparkContext.defaultParallelism`. See Parallel decoding for the order rule",
+        "1",
+        "Spark tasks a batch's changes are decoded in, each a WAL range read through a "
+        "temporary copy of the slot; `start_pipeline` and `pg-to-iggy` default it to "
+        "`spark.sparkContext.defaultParallelism` and keep per-key order (see Parallel "
+        "decoding: composing `pg_cdc` yourself, use `in_key_order` with more than 1)",
     ),
     OptionDoc(
         "min_bytes_per_partition",
@@ -280,7 +280,7 @@ class CdcOptions:
     snapshot: str
     snapshot_chunk_rows: int
     snapshot_max_rows_per_trigger: int
-    min_partitions: int | None = None  # None: the planning host's CPU count
+    min_partitions: int = 1
     min_bytes_per_partition: int = 16 * 1024 * 1024
     mode: str = "cdc"
     polling: PollingOptions | None = None  # set exactly when mode is polling
@@ -375,7 +375,6 @@ class CdcOptions:
             raise ConfigError("publication", "option 'publication' only applies to plugin pgoutput")
 
         max_bytes = get("max_bytes_per_trigger")
-        min_partitions = get("min_partitions")
         topic_from, stream_from = get("topic_from"), get("stream_from")
         key_from = get("partition_key_from")
         for option, value in (
@@ -434,9 +433,7 @@ class CdcOptions:
                 str(get("snapshot_max_rows_per_trigger")),
                 _positive_int,
             ),
-            min_partitions=_parsed("min_partitions", min_partitions, _positive_int)
-            if min_partitions is not None
-            else None,
+            min_partitions=_parsed("min_partitions", str(get("min_partitions")), _positive_int),
             min_bytes_per_partition=_parsed(
                 "min_bytes_per_partition", str(get("min_bytes_per_partition")), _positive_size
             ),

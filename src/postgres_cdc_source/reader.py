@@ -26,7 +26,6 @@ Contract with Spark (pyspark 4.3, measured; see the README's delivery section):
 from __future__ import annotations
 
 import logging
-import os
 from collections.abc import Callable, Iterator, Sequence
 from dataclasses import dataclass
 from typing import Any, TypeVar
@@ -219,7 +218,7 @@ class PgCdcStreamReader(DataSourceStreamReader, SupportsTriggerAvailableNow):
         if end_lsn <= start_lsn:
             return []
         count = splitting.partition_count(
-            start_lsn, end_lsn, self._min_partitions(), self.options.min_bytes_per_partition
+            start_lsn, end_lsn, self.options.min_partitions, self.options.min_bytes_per_partition
         )
         if count == 1:
             return [CdcPartition(start_lsn, end_lsn)]
@@ -227,9 +226,6 @@ class PgCdcStreamReader(DataSourceStreamReader, SupportsTriggerAvailableNow):
             CdcPartition(lo, hi, copy_from=start_lsn)
             for lo, hi in splitting.sub_ranges(start_lsn, end_lsn, count)
         ]
-
-    def _min_partitions(self) -> int:
-        return self.options.min_partitions or os.cpu_count() or 1
 
     def _snapshot_partitions(
         self, start: dict[str, Any], end: dict[str, Any]
