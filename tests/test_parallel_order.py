@@ -78,14 +78,14 @@ def test_per_key_order_holds_with_four_partitions_through_faults(
         query = start()
         faults: list[float | tuple[float, float]] = []
         with SlotWatch(server.dsn, name, checkpoint) as watch:
-            run = work.start(changes=6_000, rate=1_000)
-            wait_until(lambda: work.changes >= 1_500, 60, "the workload to get going")
-            began = time.time()
-            server.restart("fast")
-            faults.append((began, time.time()))
+            run = work.start(changes=3_000, rate=1_500)
             wait_until(lambda: bool(_copies(server.dsn, name)), 60, "a parallel read",
                        every=0.02)
             faults.append(_kill_python_workers())
+            wait_until(lambda: work.changes >= 2_000, 60, "the workload to go on")
+            began = time.time()
+            server.restart("fast")
+            faults.append((began, time.time()))
             run.join(90)
             query = _finish(query, start)
             query.stop()
