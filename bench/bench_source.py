@@ -85,9 +85,8 @@ def check_same_json(conn: psycopg.Connection[Any], workload: cdc.CdcWorkload, pl
     return len(expected)
 
 
-def compare_plugin(spark: Any, conn: psycopg.Connection[Any], workload: cdc.CdcWorkload,
-                   plugin: str, rounds: int, cpu: common.CpuMeter) -> dict[str, Any]:
-    """The three contenders on one plugin, interleaved, after a warm-up round."""
+def baselines(workload: cdc.CdcWorkload, plugin: str) -> dict[str, common.Contender]:
+    """The raw peek and the hand-written loop on the template slot (peeking never moves it)."""
     template, dsn, publication = workload.template[plugin], workload.dsn, workload.publication
 
     def raw(_: int) -> common.Measure:
@@ -102,6 +101,14 @@ def compare_plugin(spark: Any, conn: psycopg.Connection[Any], workload: cdc.CdcW
             raise AssertionError(f"hand-written loop counted {count}, not {workload.changes}")
         return common.Measure(count, elapsed(), HAND_TIMED)
 
+    return {"raw_peek": raw, "handwritten": hand}
+
+
+def compare_plugin(spark: Any, conn: psycopg.Connection[Any], workload: cdc.CdcWorkload,
+                   plugin: str, rounds: int, cpu: common.CpuMeter) -> dict[str, Any]:
+    """The three contenders on one plugin, interleaved, after a warm-up round."""
+    template = workload.template[plugin]
+
     def spark_run(number: int) -> common.Measure:
         with cdc.slot_copy(conn, template, f"run_{plugin}_{number + 1}") as slot:
             measure = spark_read(spark, workload.spark_options(plugin, slot))
@@ -109,8 +116,7 @@ def compare_plugin(spark: Any, conn: psycopg.Connection[Any], workload: cdc.CdcW
             raise AssertionError(f"pg_cdc read {measure.items}, not {workload.changes}")
         return measure
 
-    contenders: dict[str, common.Contender] = {
-        "raw_peek": raw, "handwritten": hand, "spark": spark_run}
+    contenders: dict[str, common.Contender] = {**baselines(workload, plugin), "spark": spark_run}
     runs = common.paired_rounds(contenders, rounds, f"source {plugin}", warm_up=True, cpu=cpu)
     return {**common.compared(runs, baselines=("handwritten", "raw_peek")),
             "handwritten_vs_raw_peek": common.ratio(runs["handwritten"], runs["raw_peek"])}
@@ -167,13 +173,18 @@ def by_partitions(spark: Any, conn: psycopg.Connection[Any], workload: cdc.CdcWo
             seconds = elapsed()
         return common.Measure(workload.changes, seconds, ADVANCE_TIMED)
 
-    contenders = {f"partitions_{n}": contender(n) for n in counts}
-    contenders["advance"] = advance
+    contenders = {**baselines(workload, "pgoutput"), "advance": advance,
+                  **{f"partitions_{n}": contender(n) for n in counts}}
     runs = common.paired_rounds(contenders, rounds, "partitions", warm_up=True, cpu=cpu)
-    result = {name: common.summarize(measures) for name, measures in runs.items()}
-    for n in counts[1:]:
+    result: dict[str, Any] = {name: common.summarize(measures) for name, measures in runs.items()}
+    for n in counts:
         result[f"ratio_{n}_vs_{counts[0]}"] = common.ratio(
             runs[f"partitions_{n}"], runs[f"partitions_{counts[0]}"])
+        result[f"ratio_{n}_vs_handwritten"] = common.ratio(
+            runs[f"partitions_{n}"], runs["handwritten"])
+    result["model"] = scaling_model(
+        peek=result["raw_peek"]["per_second"], advance=result["advance"]["per_second"],
+        task=result[f"partitions_{counts[0]}"]["per_second"])
     return result
 
 
@@ -217,9 +228,13 @@ def main(argv: list[str] | None = None) -> int:
                         help="max_bytes_per_trigger values ('' for none)")
     parser.add_argument("--partitions", default="1,2,4",
                         help="min_partitions values compared side by side ('' for none)")
+    parser.add_argument("--partitions-only", action="store_true",
+                        help="only the min_partitions comparison (pgoutput, with its baselines), "
+                             "written to source_partitions.json")
     args = parser.parse_args(argv)
-    plugins = [p for p in args.plugins.split(",") if p]
-    limits = [s for s in args.sweep.split(",") if s]
+    only = args.partitions_only
+    plugins = ["pgoutput"] if only else [p for p in args.plugins.split(",") if p]
+    limits = [] if only else [s for s in args.sweep.split(",") if s]
     counts = [int(s) for s in args.partitions.split(",") if s]
 
     load = os.getloadavg()[0]
@@ -236,21 +251,32 @@ def main(argv: list[str] | None = None) -> int:
         common.log(f"hand-written loops produce pg_cdc's JSON: {checked} rows compared")
         spark = common.spark_session("bench-source")
         cpu = common.CpuMeter(cdc.with_postgres(common.spark_groups(spark), pg))
-        results: dict[str, Any] = {
+        results: dict[str, Any] = {} if only else {
             plugin: compare_plugin(spark, conn, workload, plugin, args.rounds, cpu)
             for plugin in plugins
         }
         if limits and "pgoutput" in plugins:
             results["max_bytes_sweep"] = sweep(spark, conn, workload, limits)
         if counts and "pgoutput" in plugins:
-            parts = by_partitions(spark, conn, workload, counts, args.rounds, cpu)
-            parts["model"] = scaling_model(
-                peek=results["pgoutput"]["raw_peek"]["per_second"],
-                advance=parts["advance"]["per_second"],
-                task=parts[f"partitions_{counts[0]}"]["per_second"])
-            results["partitions"] = parts
+            results["partitions"] = by_partitions(spark, conn, workload, counts, args.rounds, cpu)
         spark.stop()
 
+    config = {"changes": workload.changes, "txn_rows": args.txn_rows, "rounds": args.rounds,
+              "wal_bytes": wal_bytes, "plugins": plugins, "partitions": counts,
+              "min_bytes_per_partition": "1MB", "load_1m_at_start": round(load, 2),
+              "equivalence_rows_checked": checked}
+    if only:
+        by = results["partitions"]
+        return common.publish("source_partitions", {
+            "benchmark": "pg_cdc -> noop by min_partitions, side by side with the hand-written "
+                         "loop, the raw peek and pg_replication_slot_advance",
+            "config": config,
+            "results": by,
+            "summary": f"source by min_partitions [{workload.changes:,} changes]: " + ", ".join(
+                f"{n}: {by[f'partitions_{n}']['per_second']:,}/s "
+                f"({by[f'ratio_{n}_vs_handwritten']['median']:.2f}x hand-written)"
+                for n in counts),
+        })
     parts = [
         f"{p}: pg_cdc {results[p]['spark']['per_second']:,}/s = "
         f"{results[p]['ratio_vs_handwritten']['median']:.2f}x hand-written "
@@ -266,10 +292,7 @@ def main(argv: list[str] | None = None) -> int:
     summary = f"source, changes/s [{workload.changes:,} changes]: " + "; ".join(parts)
     return common.publish("source", {
         "benchmark": "pg_cdc -> noop vs hand-written psycopg loop vs raw peek",
-        "config": {"changes": workload.changes, "txn_rows": args.txn_rows,
-                   "rounds": args.rounds, "wal_bytes": wal_bytes, "plugins": plugins,
-                   "partitions": counts, "load_1m_at_start": round(load, 2),
-                   "equivalence_rows_checked": checked},
+        "config": config,
         "results": results,
         "summary": summary,
     })

@@ -37,9 +37,15 @@ def _by_destinations(sink: dict[str, Any] | None, count: int) -> dict[str, Any] 
     return next((r for r in rows if r["destinations"] == count), None)
 
 
-def _partitions(source: dict[str, Any] | None) -> dict[str, int] | None:
+def _partitions_result(results: dict[str, dict[str, Any] | None]) -> dict[str, Any] | None:
+    """The ``min_partitions`` comparison: its own run if there is one, else the full source
+    benchmark's."""
+    return (_get(results.get("source_partitions"), "results")
+            or _get(results["source"], "results", "partitions"))
+
+
+def _partitions(parts: dict[str, Any] | None) -> dict[str, int] | None:
     """pg_cdc → noop changes/s by ``min_partitions`` (pgoutput, side by side in one run)."""
-    parts = _get(source, "results", "partitions")
     if not parts:
         return None
     return {name.removeprefix("partitions_"): value["per_second"]
@@ -76,7 +82,7 @@ def latest(results: dict[str, dict[str, Any] | None]) -> dict[str, Any]:
             "target_changes_per_second", "achieved_changes_per_second", "sustained", "p50_s",
             "p99_s")} for r in by_rate],
         "source_changes_per_second": plugins["pgoutput"]["changes_per_second"],
-        "source_partitions": _partitions(source),
+        "source_partitions": _partitions(_partitions_result(results)),
         "sink_messages_per_second": {
             str(r["destinations"]): {c: r[c]["per_second"] for c in ("spark", "handwritten")}
             for r in _get(sink, "results", "by_destinations") or []},
@@ -257,10 +263,11 @@ def plots(results: dict[str, dict[str, Any] | None], figures: dict[str, Any]) ->
         def draw_partitions(ax: Any) -> None:
             counts = [int(n) for n in by_count]
             ax.plot(counts, list(by_count.values()), "o-", label="pg_cdc → noop (pgoutput)")
-            hand = _get(source, "results", "pgoutput", "handwritten", "per_second")
+            parts = _partitions_result(results)
+            hand = _get(parts, "handwritten", "per_second")
             if hand:
                 ax.axhline(hand, color="C1", ls="--", label="hand-written loop (one process)")
-            raw = _get(source, "results", "pgoutput", "raw_peek", "per_second")
+            raw = _get(parts, "raw_peek", "per_second")
             if raw:
                 ax.axhline(raw, color="C2", ls=":", label="raw peek, one backend")
             ax.set_xticks(counts, [str(c) for c in counts])
@@ -313,7 +320,8 @@ def plots(results: dict[str, dict[str, Any] | None], figures: dict[str, Any]) ->
 
 def build() -> dict[str, Any]:
     """Write ``latest.json``, ``results.md`` and the plots from whatever results exist."""
-    names = ("source", "sink", "e2e", "latency", "memory", "decoders", "broker")
+    names = ("source", "sink", "e2e", "latency", "memory", "decoders", "broker",
+             "source_partitions")
     results = {name: read_result(name) for name in names}
     figures = latest(results)
     (results_dir() / "latest.json").write_text(json.dumps(figures, indent=2) + "\n")
