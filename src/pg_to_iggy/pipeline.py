@@ -144,6 +144,10 @@ def main(argv: Sequence[str] | None = None) -> int:
     if args.master:
         builder = builder.master(args.master)
     spark = builder.getOrCreate()
+    if not spark.sparkContext.getConf().contains("spark.sql.shuffle.partitions"):
+        # in_key_order's shuffle: one sink task per core rather than Spark's default of 200
+        # (a new checkpoint records the value; a restarted query keeps the one it started with)
+        spark.conf.set("spark.sql.shuffle.partitions", str(_parallelism(spark)))
     trigger: dict[str, Any] | None = None
     if args.available_now:
         trigger = {"availableNow": True}
