@@ -178,44 +178,57 @@ def by_partitions(spark: Any, conn: psycopg.Connection[Any], workload: cdc.CdcWo
     runs = common.paired_rounds(contenders, rounds, "partitions", warm_up=True, cpu=cpu)
     result: dict[str, Any] = {name: common.summarize(measures) for name, measures in runs.items()}
     for n in counts:
-        result[f"ratio_{n}_vs_{counts[0]}"] = common.ratio(
-            runs[f"partitions_{n}"], runs[f"partitions_{counts[0]}"])
+        if n != counts[0]:
+            result[f"ratio_{n}_vs_{counts[0]}"] = common.ratio(
+                runs[f"partitions_{n}"], runs[f"partitions_{counts[0]}"])
         result[f"ratio_{n}_vs_handwritten"] = common.ratio(
             runs[f"partitions_{n}"], runs["handwritten"])
-    result["model"] = scaling_model(
-        peek=result["raw_peek"]["per_second"], advance=result["advance"]["per_second"],
-        task=result[f"partitions_{counts[0]}"]["per_second"])
     return result
 
 
-def scaling_model(peek: float, advance: float, task: float,
+def scaling_model(parts: dict[str, Any], changes: int, wal_bytes: int,
                   cores: tuple[int, ...] = (8, 32, 128),
-                  server_cores: tuple[int, ...] = (4, 16)) -> list[dict[str, Any]]:
-    """What one slot can deliver with ``c`` executor cores (``min_partitions`` = c), from
-    per-backend rates measured here (changes/s): ``peek`` (decode and ship, one backend),
-    ``advance`` (decode without output), ``task`` (one pg_cdc task, end to end).
+                  server_cores: tuple[int, ...] = (8, 32)) -> dict[str, Any]:
+    """What one slot can deliver with ``c`` executor cores (``min_partitions`` = c), from the
+    per-core costs measured in :func:`by_partitions` (CPU seconds, so the other work on a shared
+    machine does not enter): ``peek`` and ``advance`` are the changes one Postgres backend
+    decodes per CPU second with and without output, ``task`` those one pg_cdc task (its Python
+    worker and its JVM share) handles per CPU second.
 
-    Partition ``i`` of ``k`` advances over ``i/k`` of the batch, then peeks ``1/k``: the last
-    one finishes after ``(k-1)/(k*advance) + 1/(k*min(peek, task))`` per change, the ceiling
-    ``advance`` as ``k`` grows. Postgres spends ``(k-1)/(2*advance) + 1/peek`` CPU-seconds per
-    change in all, spread over its cores: a server with ``s`` cores caps the rate at
-    ``s / that``. The smaller of the two is the model's rate (WAL is read ``(k+1)/2`` times,
-    from the page cache when the batch is recent).
+    Partition ``i`` of ``k`` advances over ``i/k`` of the batch, then peeks ``1/k``. So:
+
+    * executors: ``c * task`` (tasks in parallel, one core each);
+    * the last task: it finishes after ``(k-1)/(k*advance) + 1/(k*min(peek, task))`` per change;
+    * Postgres: ``(k-1)/(2*advance) + 1/peek`` CPU seconds per change in all, over ``s`` cores;
+    * WAL: read ``(k+1)/2`` times (from the page cache when the batch is recent).
+
+    The model's rate is the smallest bound.
     """
+    def per_cpu_second(name: str, *groups: str) -> float:
+        spent = sum(parts[name]["median_cpu_seconds"][g] for g in groups)
+        return changes / max(spent, 1e-9)
+
+    peek = per_cpu_second("raw_peek", "postgres")
+    advance = per_cpu_second("advance", "postgres")
+    task = per_cpu_second("partitions_1", "python_workers", "jvm")
     points = []
     for c in cores:
         k = c
-        latency = (k - 1) / (k * advance) + 1 / (k * min(peek, task))
-        server_cpu = (k - 1) / (2 * advance) + 1 / peek
+        last_task = 1 / ((k - 1) / (k * advance) + 1 / (k * min(peek, task)))
+        server = {s: s / ((k - 1) / (2 * advance) + 1 / peek) for s in server_cores}
         points.append({
             "executor_cores": c,
-            "tasks_bound_changes_per_second": round(1 / latency),
-            **{f"server_{s}_cores_bound_changes_per_second": round(s / server_cpu)
-               for s in server_cores},
-            "changes_per_second": {str(s): round(min(1 / latency, s / server_cpu))
-                                   for s in server_cores},
+            "executors_bound": round(c * task),
+            "last_task_bound": round(last_task),
+            **{f"postgres_{s}_cores_bound": round(v) for s, v in server.items()},
+            "changes_per_second": {f"postgres_{s}_cores": round(min(c * task, last_task, v))
+                                   for s, v in server.items()},
+            "wal_read_bytes_per_second": {
+                f"postgres_{s}_cores": round(min(c * task, last_task, v) * wal_bytes / changes
+                                             * (k + 1) / 2) for s, v in server.items()},
         })
-    return points
+    return {"per_cpu_second": {"peek": round(peek), "advance": round(advance),
+                               "task": round(task)}, "points": points}
 
 
 def main(argv: list[str] | None = None) -> int:
@@ -258,7 +271,10 @@ def main(argv: list[str] | None = None) -> int:
         if limits and "pgoutput" in plugins:
             results["max_bytes_sweep"] = sweep(spark, conn, workload, limits)
         if counts and "pgoutput" in plugins:
-            results["partitions"] = by_partitions(spark, conn, workload, counts, args.rounds, cpu)
+            parts = by_partitions(spark, conn, workload, counts, args.rounds, cpu)
+            if "partitions_1" in parts:
+                parts["model"] = scaling_model(parts, workload.changes, wal_bytes)
+            results["partitions"] = parts
         spark.stop()
 
     config = {"changes": workload.changes, "txn_rows": args.txn_rows, "rounds": args.rounds,
