@@ -17,7 +17,9 @@ per transaction, 6 columns), read by three contenders per plugin, interleaved ro
 
 Each run also records the CPU seconds spent by the JVM, Spark's Python workers, Postgres and the
 benchmark process itself. Then the ``max_bytes_per_trigger`` sweep: ``spark`` (pgoutput) again
-with each limit, once.
+with each limit, once. Then parallel decoding: ``spark`` (pgoutput) with ``min_partitions`` 1, 2
+and 4 interleaved round by round, plus the cost of ``pg_replication_slot_advance`` over the whole
+workload (one backend): the inputs of the scaling model in :func:`scaling_model`.
 Writes ``bench/results/source.json``; the hand-written loop's JSON is first checked equal to
 ``pg_cdc``'s on the first transactions, so the ratio compares the same work.
 """
@@ -25,6 +27,7 @@ Writes ``bench/results/source.json``; the hand-written loop's JSON is first chec
 from __future__ import annotations
 
 import argparse
+import os
 import sys
 import tempfile
 from typing import Any
@@ -82,9 +85,8 @@ def check_same_json(conn: psycopg.Connection[Any], workload: cdc.CdcWorkload, pl
     return len(expected)
 
 
-def compare_plugin(spark: Any, conn: psycopg.Connection[Any], workload: cdc.CdcWorkload,
-                   plugin: str, rounds: int, cpu: common.CpuMeter) -> dict[str, Any]:
-    """The three contenders on one plugin, interleaved, after a warm-up round."""
+def baselines(workload: cdc.CdcWorkload, plugin: str) -> dict[str, common.Contender]:
+    """The raw peek and the hand-written loop on the template slot (peeking never moves it)."""
     template, dsn, publication = workload.template[plugin], workload.dsn, workload.publication
 
     def raw(_: int) -> common.Measure:
@@ -99,6 +101,14 @@ def compare_plugin(spark: Any, conn: psycopg.Connection[Any], workload: cdc.CdcW
             raise AssertionError(f"hand-written loop counted {count}, not {workload.changes}")
         return common.Measure(count, elapsed(), HAND_TIMED)
 
+    return {"raw_peek": raw, "handwritten": hand}
+
+
+def compare_plugin(spark: Any, conn: psycopg.Connection[Any], workload: cdc.CdcWorkload,
+                   plugin: str, rounds: int, cpu: common.CpuMeter) -> dict[str, Any]:
+    """The three contenders on one plugin, interleaved, after a warm-up round."""
+    template = workload.template[plugin]
+
     def spark_run(number: int) -> common.Measure:
         with cdc.slot_copy(conn, template, f"run_{plugin}_{number + 1}") as slot:
             measure = spark_read(spark, workload.spark_options(plugin, slot))
@@ -106,8 +116,7 @@ def compare_plugin(spark: Any, conn: psycopg.Connection[Any], workload: cdc.CdcW
             raise AssertionError(f"pg_cdc read {measure.items}, not {workload.changes}")
         return measure
 
-    contenders: dict[str, common.Contender] = {
-        "raw_peek": raw, "handwritten": hand, "spark": spark_run}
+    contenders: dict[str, common.Contender] = {**baselines(workload, plugin), "spark": spark_run}
     runs = common.paired_rounds(contenders, rounds, f"source {plugin}", warm_up=True, cpu=cpu)
     return {**common.compared(runs, baselines=("handwritten", "raw_peek")),
             "handwritten_vs_raw_peek": common.ratio(runs["handwritten"], runs["raw_peek"])}
@@ -136,6 +145,92 @@ def sweep(spark: Any, conn: psycopg.Connection[Any], workload: cdc.CdcWorkload,
     return points
 
 
+ADVANCE_TIMED = "copy the template slot, pg_replication_slot_advance over the whole workload"
+
+
+def by_partitions(spark: Any, conn: psycopg.Connection[Any], workload: cdc.CdcWorkload,
+                  counts: list[int], rounds: int, cpu: common.CpuMeter) -> dict[str, Any]:
+    """``pg_cdc`` (pgoutput) → ``noop`` with ``min_partitions`` = each of ``counts``,
+    interleaved (one warm-up round), and the advance cost; rates side by side in one run."""
+    template = workload.template["pgoutput"]
+
+    def contender(count: int) -> common.Contender:
+        def run(number: int) -> common.Measure:
+            with cdc.slot_copy(conn, template, f"parts_{count}_{number + 1}") as slot:
+                options = {**workload.spark_options("pgoutput", slot),
+                           "min_partitions": str(count), "min_bytes_per_partition": "1MB"}
+                measure = spark_read(spark, options)
+            if measure.items != workload.changes:
+                raise AssertionError(f"pg_cdc read {measure.items}, not {workload.changes}")
+            return measure
+        return run
+
+    def advance(_: int) -> common.Measure:
+        with cdc.slot_copy(conn, template, "advance_probe") as slot, \
+                common.stopwatch() as elapsed:
+            conn.execute("SELECT pg_replication_slot_advance(%s, pg_current_wal_flush_lsn())",
+                         (slot,))
+            seconds = elapsed()
+        return common.Measure(workload.changes, seconds, ADVANCE_TIMED)
+
+    contenders = {**baselines(workload, "pgoutput"), "advance": advance,
+                  **{f"partitions_{n}": contender(n) for n in counts}}
+    runs = common.paired_rounds(contenders, rounds, "partitions", warm_up=True, cpu=cpu)
+    result: dict[str, Any] = {name: common.summarize(measures) for name, measures in runs.items()}
+    for n in counts:
+        if n != counts[0]:
+            result[f"ratio_{n}_vs_{counts[0]}"] = common.ratio(
+                runs[f"partitions_{n}"], runs[f"partitions_{counts[0]}"])
+        result[f"ratio_{n}_vs_handwritten"] = common.ratio(
+            runs[f"partitions_{n}"], runs["handwritten"])
+    return result
+
+
+def scaling_model(parts: dict[str, Any], changes: int, wal_bytes: int,
+                  cores: tuple[int, ...] = (8, 32, 128),
+                  server_cores: tuple[int, ...] = (8, 32)) -> dict[str, Any]:
+    """What one slot can deliver with ``c`` executor cores (``min_partitions`` = c), from the
+    per-core costs measured in :func:`by_partitions` (CPU seconds, so the other work on a shared
+    machine does not enter): ``peek`` and ``advance`` are the changes one Postgres backend
+    decodes per CPU second with and without output, ``task`` those one pg_cdc task (its Python
+    worker and its JVM share) handles per CPU second.
+
+    Partition ``i`` of ``k`` advances over ``i/k`` of the batch, then peeks ``1/k``. So:
+
+    * executors: ``c * task`` (tasks in parallel, one core each);
+    * the last task: it finishes after ``(k-1)/(k*advance) + 1/(k*min(peek, task))`` per change;
+    * Postgres: ``(k-1)/(2*advance) + 1/peek`` CPU seconds per change in all, over ``s`` cores;
+    * WAL: read ``(k+1)/2`` times (from the page cache when the batch is recent).
+
+    The model's rate is the smallest bound.
+    """
+    def per_cpu_second(name: str, *groups: str) -> float:
+        spent = sum(parts[name]["median_cpu_seconds"][g] for g in groups)
+        return changes / max(spent, 1e-9)
+
+    peek = per_cpu_second("raw_peek", "postgres")
+    advance = per_cpu_second("advance", "postgres")
+    task = per_cpu_second("partitions_1", "python_workers", "jvm")
+    points = []
+    for c in cores:
+        k = c
+        last_task = 1 / ((k - 1) / (k * advance) + 1 / (k * min(peek, task)))
+        server = {s: s / ((k - 1) / (2 * advance) + 1 / peek) for s in server_cores}
+        points.append({
+            "executor_cores": c,
+            "executors_bound": round(c * task),
+            "last_task_bound": round(last_task),
+            **{f"postgres_{s}_cores_bound": round(v) for s, v in server.items()},
+            "changes_per_second": {f"postgres_{s}_cores": round(min(c * task, last_task, v))
+                                   for s, v in server.items()},
+            "wal_read_bytes_per_second": {
+                f"postgres_{s}_cores": round(min(c * task, last_task, v) * wal_bytes / changes
+                                             * (k + 1) / 2) for s, v in server.items()},
+        })
+    return {"per_cpu_second": {"peek": round(peek), "advance": round(advance),
+                               "task": round(task)}, "points": points}
+
+
 def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     parser.add_argument("--changes", type=int, default=500_000)
@@ -144,10 +239,18 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--plugins", default=",".join(cdc.PLUGINS))
     parser.add_argument("--sweep", default="1MB,4MB,16MB,64MB",
                         help="max_bytes_per_trigger values ('' for none)")
+    parser.add_argument("--partitions", default="1,2,4",
+                        help="min_partitions values compared side by side ('' for none)")
+    parser.add_argument("--partitions-only", action="store_true",
+                        help="only the min_partitions comparison (pgoutput, with its baselines), "
+                             "written to source_partitions.json")
     args = parser.parse_args(argv)
-    plugins = [p for p in args.plugins.split(",") if p]
-    limits = [s for s in args.sweep.split(",") if s]
+    only = args.partitions_only
+    plugins = ["pgoutput"] if only else [p for p in args.plugins.split(",") if p]
+    limits = [] if only else [s for s in args.sweep.split(",") if s]
+    counts = [int(s) for s in args.partitions.split(",") if s]
 
+    load = os.getloadavg()[0]
     with postgres() as pg, pg.connect() as conn:
         before = conn.execute("SELECT pg_current_wal_lsn() - '0/0'").fetchone()
         with common.stopwatch() as elapsed:
@@ -161,14 +264,35 @@ def main(argv: list[str] | None = None) -> int:
         common.log(f"hand-written loops produce pg_cdc's JSON: {checked} rows compared")
         spark = common.spark_session("bench-source")
         cpu = common.CpuMeter(cdc.with_postgres(common.spark_groups(spark), pg))
-        results: dict[str, Any] = {
+        results: dict[str, Any] = {} if only else {
             plugin: compare_plugin(spark, conn, workload, plugin, args.rounds, cpu)
             for plugin in plugins
         }
         if limits and "pgoutput" in plugins:
             results["max_bytes_sweep"] = sweep(spark, conn, workload, limits)
+        if counts and "pgoutput" in plugins:
+            parts = by_partitions(spark, conn, workload, counts, args.rounds, cpu)
+            if "partitions_1" in parts:
+                parts["model"] = scaling_model(parts, workload.changes, wal_bytes)
+            results["partitions"] = parts
         spark.stop()
 
+    config = {"changes": workload.changes, "txn_rows": args.txn_rows, "rounds": args.rounds,
+              "wal_bytes": wal_bytes, "plugins": plugins, "partitions": counts,
+              "min_bytes_per_partition": "1MB", "load_1m_at_start": round(load, 2),
+              "equivalence_rows_checked": checked}
+    if only:
+        by = results["partitions"]
+        return common.publish("source_partitions", {
+            "benchmark": "pg_cdc -> noop by min_partitions, side by side with the hand-written "
+                         "loop, the raw peek and pg_replication_slot_advance",
+            "config": config,
+            "results": by,
+            "summary": f"source by min_partitions [{workload.changes:,} changes]: " + ", ".join(
+                f"{n}: {by[f'partitions_{n}']['per_second']:,}/s "
+                f"({by[f'ratio_{n}_vs_handwritten']['median']:.2f}x hand-written)"
+                for n in counts),
+        })
     parts = [
         f"{p}: pg_cdc {results[p]['spark']['per_second']:,}/s = "
         f"{results[p]['ratio_vs_handwritten']['median']:.2f}x hand-written "
@@ -177,12 +301,14 @@ def main(argv: list[str] | None = None) -> int:
         f"({results[p]['raw_peek']['per_second']:,}/s)"
         for p in plugins
     ]
+    if "partitions" in results:
+        parts.append("min_partitions " + ", ".join(
+            f"{n}: {results['partitions'][f'partitions_{n}']['per_second']:,}/s"
+            for n in counts))
     summary = f"source, changes/s [{workload.changes:,} changes]: " + "; ".join(parts)
     return common.publish("source", {
         "benchmark": "pg_cdc -> noop vs hand-written psycopg loop vs raw peek",
-        "config": {"changes": workload.changes, "txn_rows": args.txn_rows,
-                   "rounds": args.rounds, "wal_bytes": wal_bytes, "plugins": plugins,
-                   "equivalence_rows_checked": checked},
+        "config": config,
         "results": results,
         "summary": summary,
     })

@@ -37,6 +37,21 @@ def _by_destinations(sink: dict[str, Any] | None, count: int) -> dict[str, Any] 
     return next((r for r in rows if r["destinations"] == count), None)
 
 
+def _partitions_result(results: dict[str, dict[str, Any] | None]) -> dict[str, Any] | None:
+    """The ``min_partitions`` comparison: its own run if there is one, else the full source
+    benchmark's."""
+    return (_get(results.get("source_partitions"), "results")
+            or _get(results["source"], "results", "partitions"))
+
+
+def _partitions(parts: dict[str, Any] | None) -> dict[str, int] | None:
+    """pg_cdc → noop changes/s by ``min_partitions`` (pgoutput, side by side in one run)."""
+    if not parts:
+        return None
+    return {name.removeprefix("partitions_"): value["per_second"]
+            for name, value in parts.items() if name.startswith("partitions_")}
+
+
 def latest(results: dict[str, dict[str, Any] | None]) -> dict[str, Any]:
     """The headline figures, flat, as the README and CI read them."""
     source, sink, e2e = results["source"], results["sink"], results["e2e"]
@@ -74,6 +89,7 @@ def latest(results: dict[str, dict[str, Any] | None]) -> dict[str, Any]:
             "target_changes_per_second", "achieved_changes_per_second", "sustained", "p50_s",
             "p99_s")} for r in by_rate],
         "source_changes_per_second": plugins["pgoutput"]["changes_per_second"],
+        "source_partitions": _partitions(_partitions_result(results)),
         "sink_messages_per_second": {
             str(r["destinations"]): {c: r[c]["per_second"] for c in ("spark", "handwritten")}
             for r in _get(sink, "results", "by_destinations") or []},
@@ -261,6 +277,25 @@ def plots(results: dict[str, dict[str, Any] | None], figures: dict[str, Any]) ->
             ax.legend(fontsize=8)
         save("source_max_bytes", draw_sweep,
              "pg_cdc throughput vs max_bytes_per_trigger (pgoutput)")
+    by_count = figures.get("source_partitions")
+    if by_count:
+        def draw_partitions(ax: Any) -> None:
+            counts = [int(n) for n in by_count]
+            ax.plot(counts, list(by_count.values()), "o-", label="pg_cdc → noop (pgoutput)")
+            parts = _partitions_result(results)
+            hand = _get(parts, "handwritten", "per_second")
+            if hand:
+                ax.axhline(hand, color="C1", ls="--", label="hand-written loop (one process)")
+            raw = _get(parts, "raw_peek", "per_second")
+            if raw:
+                ax.axhline(raw, color="C2", ls=":", label="raw peek, one backend")
+            ax.set_xticks(counts, [str(c) for c in counts])
+            ax.set_xlabel("min_partitions (tasks per batch; 2 cores here)")
+            ax.set_ylabel("changes / s")
+            ax.set_ylim(bottom=0)
+            ax.legend(fontsize=8)
+        save("source_partitions", draw_partitions,
+             "pg_cdc throughput vs partitions per batch (one slot)")
     rows = _get(sink, "results", "by_destinations")
     if rows:
         def draw_sink(ax: Any) -> None:
@@ -305,7 +340,7 @@ def plots(results: dict[str, dict[str, Any] | None], figures: dict[str, Any]) ->
 def build() -> dict[str, Any]:
     """Write ``latest.json``, ``results.md`` and the plots from whatever results exist."""
     names = ("source", "sink", "e2e", "latency", "memory", "decoders", "broker", "snapshot",
-             "polling", "reliability")
+             "polling", "reliability", "source_partitions")
     results = {name: read_result(name) for name in names}
     figures = latest(results)
     (results_dir() / "latest.json").write_text(json.dumps(figures, indent=2) + "\n")

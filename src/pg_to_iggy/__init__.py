@@ -7,6 +7,7 @@ It lives apart from either connector because it needs both; install it with
 
 from __future__ import annotations
 
+from pg_to_iggy.ordering import in_key_order
 from pg_to_iggy.pipeline import JSON_COLUMNS, main, start_pipeline
 
-__all__ = ["JSON_COLUMNS", "main", "start_pipeline"]
+__all__ = ["JSON_COLUMNS", "in_key_order", "main", "start_pipeline"]

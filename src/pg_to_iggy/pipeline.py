@@ -31,6 +31,8 @@ import threading
 from collections.abc import Mapping, Sequence
 from typing import TYPE_CHECKING, Any
 
+from pg_to_iggy.ordering import in_key_order
+
 if TYPE_CHECKING:
     from pyspark.sql import SparkSession
     from pyspark.sql.streaming import StreamingQuery
@@ -58,12 +60,22 @@ def start_pipeline(
 
     ``trigger`` is passed to ``DataStreamWriter.trigger`` (e.g. ``{"processingTime": "1
     second"}`` or ``{"availableNow": True}``); by default batches run back to back.
+
+    Batches are decoded in ``min_partitions`` tasks (default: the session's default
+    parallelism); with more than one, :func:`~pg_to_iggy.ordering.in_key_order` keeps each key's
+    changes in commit order on their way to Iggy.
     """
+    options = {key.lower(): value for key, value in (source or {}).items()}
+    if options.get("mode", "cdc") == "cdc" and "min_partitions" not in options:
+        options["min_partitions"] = str(_parallelism(spark))
     reader = spark.readStream.format("pg_cdc").option("dsn", dsn).option("slot", slot)
-    for key, value in (source or {}).items():
+    for key, value in options.items():
         reader = reader.option(key, value)
+    changes = reader.load()  # validates the options, min_partitions included
+    if int(options.get("min_partitions", "1")) > 1:  # a valid number: load() checked it
+        changes = in_key_order(changes)
     writer = (
-        reader.load().writeStream.format("iggy_routed")
+        changes.writeStream.format("iggy_routed")
         .option("url", url)
         .option("checkpointLocation", checkpoint)
         .option("json_columns", JSON_COLUMNS)
@@ -75,6 +87,15 @@ def start_pipeline(
     if query_name:
         writer = writer.queryName(query_name)
     return writer.start()
+
+
+def _parallelism(spark: SparkSession) -> int:
+    """The executor cores Spark schedules tasks on (1 where it cannot say, as on Spark
+    Connect, which has no SparkContext: pass ``min_partitions`` there)."""
+    try:
+        return max(1, int(spark.sparkContext.defaultParallelism))
+    except Exception:  # noqa: BLE001 - Spark Connect raises its own error types here
+        return 1
 
 
 def _pairs(items: Sequence[str] | None, flag: str) -> dict[str, str]:
@@ -123,6 +144,10 @@ def main(argv: Sequence[str] | None = None) -> int:
     if args.master:
         builder = builder.master(args.master)
     spark = builder.getOrCreate()
+    if not spark.sparkContext.getConf().contains("spark.sql.shuffle.partitions"):
+        # in_key_order's shuffle: one sink task per core rather than Spark's default of 200
+        # (a new checkpoint records the value; a restarted query keeps the one it started with)
+        spark.conf.set("spark.sql.shuffle.partitions", str(_parallelism(spark)))
     trigger: dict[str, Any] | None = None
     if args.available_now:
         trigger = {"availableNow": True}

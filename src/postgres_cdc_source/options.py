@@ -79,6 +79,20 @@ OPTION_DOCS: tuple[OptionDoc, ...] = (
         "a batch always holds at least one whole transaction",
     ),
     OptionDoc(
+        "min_partitions",
+        "1",
+        "Spark tasks a batch's changes are decoded in, each a WAL range read through a "
+        "temporary copy of the slot; `start_pipeline` and `pg-to-iggy` default it to "
+        "`spark.sparkContext.defaultParallelism` and keep per-key order (see Parallel "
+        "decoding: composing `pg_cdc` yourself, use `in_key_order` with more than 1)",
+    ),
+    OptionDoc(
+        "min_bytes_per_partition",
+        "16MB",
+        "WAL bytes below which a batch is not split further: a batch of less than twice this "
+        "is one partition",
+    ),
+    OptionDoc(
         "fail_on_data_loss",
         "true",
         "fail when the slot is found ahead of the checkpoint "
@@ -178,8 +192,8 @@ def _is_column_route(option: str, value: str | None) -> bool:
 
 CDC_ONLY = frozenset({
     "slot", "plugin", "publication", "create_slot", "include_tables", "exclude_tables",
-    "max_bytes_per_trigger", "fail_on_data_loss", "spill_rows", "snapshot",
-    "snapshot_chunk_rows", "snapshot_max_rows_per_trigger",
+    "max_bytes_per_trigger", "min_partitions", "min_bytes_per_partition", "fail_on_data_loss",
+    "spill_rows", "snapshot", "snapshot_chunk_rows", "snapshot_max_rows_per_trigger",
 })
 """Options that mean something only to ``mode=cdc``; refused with ``mode=polling``."""
 POLLING_ONLY = frozenset(
@@ -273,6 +287,8 @@ class CdcOptions:
     snapshot: str
     snapshot_chunk_rows: int
     snapshot_max_rows_per_trigger: int
+    min_partitions: int = 1
+    min_bytes_per_partition: int = 16 * 1024 * 1024
     mode: str = "cdc"
     polling: PollingOptions | None = None  # set exactly when mode is polling
     connect_retry_seconds: float = 30.0
@@ -424,6 +440,10 @@ class CdcOptions:
                 "snapshot_max_rows_per_trigger",
                 str(get("snapshot_max_rows_per_trigger")),
                 _positive_int,
+            ),
+            min_partitions=_parsed("min_partitions", str(get("min_partitions")), _positive_int),
+            min_bytes_per_partition=_parsed(
+                "min_bytes_per_partition", str(get("min_bytes_per_partition")), _positive_size
             ),
             mode=mode,
             polling=polling,

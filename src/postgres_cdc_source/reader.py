@@ -1,4 +1,4 @@
-"""The ``pg_cdc`` streaming reader: LSN offsets, one partition per batch, peek, and commit.
+"""The ``pg_cdc`` streaming reader: LSN offsets, a batch's partitions, peek, and commit.
 
 Contract with Spark (pyspark 4.3, measured; see the README's delivery section):
 
@@ -14,6 +14,10 @@ Contract with Spark (pyspark 4.3, measured; see the README's delivery section):
   batch ending at ``start`` is in ``commits/``; ``commit`` is at-most-once, is not called when
   nothing is new, and never runs for the last batch of an ``availableNow`` run). So an idle
   server's slot reaches the last committed batch's end within one trigger.
+* A batch is read by one task peeking the slot, or (``min_partitions`` > 1 and a batch of at
+  least twice ``min_bytes_per_partition``) by several tasks, each peeking one WAL sub-range
+  (:mod:`postgres_cdc_source.splitting`) from a temporary copy of the slot; either way the query's
+  slot moves only as above.
 * With ``snapshot=initial``, batches first read the tables (:mod:`postgres_cdc_source.snapshot`:
   offsets at the slot's consistent point carrying the snapshot's progress, one partition per
   chunk), then stream from that point.
@@ -36,7 +40,7 @@ from pyspark.sql.streaming.datasource import (
     SupportsTriggerAvailableNow,
 )
 
-from postgres_cdc_source import publication, slot, snapshot
+from postgres_cdc_source import publication, slot, snapshot, splitting
 from postgres_cdc_source.assembly import record_batches, transactions
 from postgres_cdc_source.connections import DriverConnection, connect_with_retry
 from postgres_cdc_source.decoding.factory import make_decoder
@@ -58,10 +62,12 @@ _CONNECT_RETRY_SECONDS = 30.0
 
 @dataclass(frozen=True)
 class CdcPartition(InputPartition):
-    """The one split of a batch: the slot's changes in ``(start, end]``, as integer LSNs."""
+    """The slot's changes in ``(start, end]`` (integer LSNs): a whole batch, read from the slot,
+    or with ``copy_from`` (the batch's start) one sub-range of it, read from a temporary copy."""
 
     start: int
     end: int
+    copy_from: int | None = None
 
 
 def _offset(lsn: int) -> dict[str, str]:
@@ -209,7 +215,17 @@ class PgCdcStreamReader(DataSourceStreamReader, SupportsTriggerAvailableNow):
         if snapshot.in_progress(start):
             return self._snapshot_partitions(start, end)
         start_lsn, end_lsn = _lsn(start), _lsn(end)
-        return [CdcPartition(start_lsn, end_lsn)] if end_lsn > start_lsn else []
+        if end_lsn <= start_lsn:
+            return []
+        count = splitting.partition_count(
+            start_lsn, end_lsn, self.options.min_partitions, self.options.min_bytes_per_partition
+        )
+        if count == 1:
+            return [CdcPartition(start_lsn, end_lsn)]
+        return [
+            CdcPartition(lo, hi, copy_from=start_lsn)
+            for lo, hi in splitting.sub_ranges(start_lsn, end_lsn, count)
+        ]
 
     def _snapshot_partitions(
         self, start: dict[str, Any], end: dict[str, Any]
@@ -271,11 +287,20 @@ class PgCdcStreamReader(DataSourceStreamReader, SupportsTriggerAvailableNow):
         options = self.options
         conn = connect_with_retry(options, autocommit=False)
         try:
-            slot.bring_to(conn, options, partition.start)
+            copy = None
+            if partition.copy_from is None:
+                slot.bring_to(conn, options, partition.start)
+            else:
+                if conn.info.server_version >= 140000:
+                    # a killed executor ends the session (and drops the copy) within a second,
+                    # not only when the running statement finishes
+                    conn.execute("SELECT set_config('client_connection_check_interval', '1s',"
+                                 " false)")
+                copy = slot.temporary_copy(conn, options, partition.copy_from, partition.start)
             pubs = slot.publications(conn, options)
             conn.commit()
             decoder = make_decoder(options, conn)
-            events = decoder.events(slot.peek(conn, options, partition.end, pubs))
+            events = decoder.events(slot.peek(conn, options, partition.end, pubs, copy))
             yield from record_batches(
                 transactions(events, options.spill_rows), Router(options), options.batch_rows
             )

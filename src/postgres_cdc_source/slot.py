@@ -13,6 +13,7 @@ from __future__ import annotations
 
 import logging
 import time
+import uuid
 from collections.abc import Iterator
 from dataclasses import dataclass
 from typing import Any
@@ -40,6 +41,7 @@ __all__ = [
     "flush_lsn",
     "advance",
     "bring_to",
+    "temporary_copy",
     "peek",
     "publications",
     "is_transient",
@@ -344,17 +346,57 @@ def bring_to(conn: Conn, options: CdcOptions, start: int) -> None:
             f"replication slot {options.slot!r} is in use by another session (PID "
             f"{state.active_pid}): stop the other consumer or use another slot"
         )
-    if state.confirmed_flush < start:
-        advance(conn, options.slot, start)
-    elif state.confirmed_flush > start:
+    _move_up(conn, options, options.slot, state.confirmed_flush, start)
+
+
+def _move_up(conn: Conn, options: CdcOptions, name: str, confirmed: int, start: int) -> None:
+    """Advance slot ``name`` (found at ``confirmed``) to ``start``, or report data loss if the
+    query's slot is already beyond ``start``."""
+    if confirmed < start:
+        advance(conn, name, start)
+    elif confirmed > start:
         message = (
-            f"replication slot {options.slot!r} is at {format_lsn(state.confirmed_flush)}, "
+            f"replication slot {options.slot!r} is at {format_lsn(confirmed)}, "
             f"beyond this batch's start {format_lsn(start)}: changes in between were consumed "
             "elsewhere and cannot be read again"
         )
         if options.fail_on_data_loss:
             raise SlotError(message + " (set fail_on_data_loss=false to skip ahead)")
         log.warning("%s; skipping ahead because fail_on_data_loss=false", message)
+
+
+def temporary_copy(conn: Conn, options: CdcOptions, batch_start: int, start: int) -> str:
+    """Copy the query's slot into a temporary slot of this session, put it at ``start`` (a
+    point inside the batch beginning at ``batch_start``) and return its name.
+
+    The copy has the slot's ``restart_lsn``, so a transaction that began before ``start`` is
+    still decoded whole; advancing only decodes (no output), about 1/15 of the cost of peeking.
+    The copy is dropped by Postgres when this session ends, however it ends (a killed executor
+    included), and its name is new for every read, so queries, tasks and retries never collide.
+    The query's own slot is not moved here.
+    """
+    name = f"{options.slot[:24]}_part_{uuid.uuid4().hex}"
+    try:
+        conn.execute(
+            "SELECT pg_copy_logical_replication_slot(%s, %s, true)", (options.slot, name)
+        )
+    except pgerrors.UndefinedObject:
+        raise SlotError(
+            f"replication slot {options.slot!r} disappeared: the stream cannot "
+            "continue from its checkpoint (recreate the slot and start a new checkpoint)"
+        ) from None
+    except pgerrors.ConfigurationLimitExceeded as exc:
+        raise SlotError(
+            f"cannot copy replication slot {options.slot!r} for a parallel read "
+            f"({exc.diag.message_primary}): raise max_replication_slots by the number of "
+            "partitions read at once, or lower min_partitions"
+        ) from None
+    state = slot_state(conn, name)
+    assert state is not None
+    _move_up(conn, options, name, state.confirmed_flush, batch_start)
+    if start > max(batch_start, state.confirmed_flush):
+        advance(conn, name, start)
+    return name
 
 
 def publications(conn: Conn, options: CdcOptions) -> list[str]:
@@ -380,20 +422,23 @@ def peek(
     options: CdcOptions,
     upto: int,
     pubs: list[str],
+    slot: str | None = None,
 ) -> Iterator[Row]:
     """Stream ``(lsn, xid, data)`` rows up to ``upto`` without consuming them.
 
     A server-side cursor fetches ``fetch_rows`` at a time, so a transaction of a million changes
-    never sits whole in this process. ``conn`` must not be in autocommit mode.
+    never sits whole in this process. ``conn`` must not be in autocommit mode. ``slot`` names a
+    temporary copy to read instead of the query's slot.
     """
     query, plugin_options = _peek_query(options, pubs)
+    name = slot or options.slot
     try:
         with conn.cursor(name="pg_cdc_peek", binary=True) as cur:
             cur.itersize = options.fetch_rows
-            cur.execute(query, (options.slot, format_lsn(upto), None, plugin_options))
+            cur.execute(query, (name, format_lsn(upto), None, plugin_options))
             yield from cur
     except pgerrors.ObjectInUse as exc:
-        raise SlotError(_in_use(options.slot, exc)) from None
+        raise SlotError(_in_use(name, exc)) from None
 
 
 def first_commit_end(
