@@ -82,9 +82,8 @@ OPTION_DOCS: tuple[OptionDoc, ...] = (
         "min_partitions",
         "1",
         "Spark tasks a batch's changes are decoded in, each a WAL range read through a "
-        "temporary copy of the slot; `start_pipeline` and `pg-to-iggy` default it to "
-        "`spark.sparkContext.defaultParallelism` and keep per-key order (see Parallel "
-        "decoding: composing `pg_cdc` yourself, use `in_key_order` with more than 1)",
+        "temporary copy of the slot; above 1, `start_pipeline` and `pg-to-iggy` keep per-key "
+        "order (composing `pg_cdc` yourself, use `in_key_order`: see Parallel decoding)",
     ),
     OptionDoc(
         "min_bytes_per_partition",
