@@ -1,0 +1,115 @@
+"""The decoders' ``key``/``after`` JSON of a whole row, built by Postgres inside the SELECT.
+
+Readers of whole rows (the snapshot's chunks) would otherwise fetch every value as text and
+convert and serialize it in Python, one value at a time: that per-value work was most of a
+snapshot's cost. For the types whose converter (:mod:`postgres_cdc_source.values`) is a plain
+rewrite of the output text, the same JSON can be written by a SQL expression, so the row
+arrives as three ready strings and the worker only moves them into Arrow.
+
+The expressions must give exactly the bytes ``orjson.dumps`` gives for the converted value
+(tests compare them on random values of every type here). Each starts from the value's output
+text, ``format('%s', v)``, which runs the type's output function as pgoutput does (a plain
+``::text`` cast does not always: ``bpchar`` drops trailing blanks, ``inet`` adds the mask):
+
+* converter ``str`` (text, numeric, dates, uuid, inet, enums, domains, any type not built in):
+  ``to_json(text)``, whose string escaping is orjson's (``\\"``, ``\\\\``, ``\\b\\f\\n\\r\\t``,
+  other control characters as lower-case ``\\u00xx``, everything else as is);
+* ``int`` (smallint, integer, bigint, oid): the text is already the JSON number;
+* ``bool``: ``true``/``false``; ``json``/``jsonb`` (``orjson.Fragment``): the text as is;
+* ``timestamp``/``timestamptz``: the converters' string rewrites, spelled in SQL.
+
+Any other converter (floats, ``bytea``, arrays) has no expression: :func:`row_json_sql`
+returns ``None`` and the caller converts in Python, as the decoders do.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable, Sequence
+
+import orjson
+from psycopg import sql
+
+from postgres_cdc_source import values
+
+__all__ = ["column_json_sql", "row_json_sql"]
+
+_Render = Callable[[sql.Composable], sql.Composable]
+
+
+def _text(column: sql.Composable) -> sql.Composable:
+    """The value's output text (``%%`` because queries carrying it are run with parameters)."""
+    return sql.SQL("format('%%s', {})").format(column)
+
+
+def _string(column: sql.Composable) -> sql.Composable:
+    return sql.SQL("to_json({})::text").format(_text(column))
+
+
+def _number(column: sql.Composable) -> sql.Composable:
+    return _text(column)
+
+
+def _bool(column: sql.Composable) -> sql.Composable:
+    return sql.SQL("CASE WHEN {} THEN 'true' ELSE 'false' END").format(column)
+
+
+def _timestamp(column: sql.Composable) -> sql.Composable:
+    # values._timestamp: "... BC" as is, else the first space becomes "T"
+    t = _text(column)
+    return sql.SQL(
+        "to_json(CASE WHEN right({t}, 3) = ' BC' OR strpos({t}, ' ') = 0 THEN {t} "
+        "ELSE split_part({t}, ' ', 1) || 'T' || substr({t}, strpos({t}, ' ') + 1) END)::text"
+    ).format(t=t)
+
+
+def _timestamptz(column: sql.Composable) -> sql.Composable:
+    # values._timestamptz: "+00" -> "T...+00:00"; "... BC" and words as is; else "T" and an
+    # offset of two digits gets ":00"
+    t = _text(column)
+    return sql.SQL(
+        "to_json(CASE "
+        "WHEN right({t}, 3) = '+00' THEN split_part({t}, ' ', 1) || 'T' "
+        "|| substr({t}, strpos({t}, ' ') + 1, length({t}) - strpos({t}, ' ') - 3) || '+00:00' "
+        "WHEN right({t}, 3) = ' BC' OR strpos({t}, ' ') = 0 THEN {t} "
+        "ELSE split_part({t}, ' ', 1) || 'T' || substr({t}, strpos({t}, ' ') + 1) "
+        "|| CASE WHEN {t} ~ '[+-][^+-]{{2}}$' THEN ':00' ELSE '' END END)::text"
+    ).format(t=t)
+
+
+_RENDER: dict[object, _Render] = {
+    str: _string,
+    int: _number,
+    orjson.Fragment: _number,
+    values.converter_for_oid(16): _bool,
+    values.converter_for_oid(1114): _timestamp,
+    values.converter_for_oid(1184): _timestamptz,
+}
+
+
+def column_json_sql(type_oid: int, column: sql.Composable) -> sql.Composable | None:
+    """SQL giving the JSON of ``column`` (of type ``type_oid``) as the decoders write it,
+    ``'null'`` for NULL; ``None`` if its converter has no SQL spelling."""
+    render = _RENDER.get(values.converter_for_oid(type_oid))
+    if render is None:
+        return None
+    return sql.SQL("CASE WHEN {c} IS NULL THEN 'null' ELSE {json} END").format(
+        c=column, json=render(column))
+
+
+def row_json_sql(
+    names: Sequence[str], type_oids: Sequence[int]
+) -> tuple[sql.Composable, list[str]] | None:
+    """SQL giving ``orjson.dumps({name: converted value, ...})`` of the row's columns in order,
+    with its parameters (the JSON-quoted names, passed as values so no name is ever SQL);
+    ``None`` when a column's type has no SQL spelling."""
+    parts: list[sql.Composable] = []
+    params: list[str] = []
+    for i, (name, oid) in enumerate(zip(names, type_oids, strict=True)):
+        value = column_json_sql(oid, sql.Identifier(name))
+        if value is None:
+            return None
+        parts.extend([sql.SQL("%s::text"), value])
+        params.append(("{" if i == 0 else ",") + orjson.dumps(name).decode() + ":")
+    if not parts:
+        return sql.SQL("'{}'::text"), []
+    return sql.SQL("({} || '}}')").format(sql.SQL(" || ").join(parts)), params
