@@ -13,7 +13,7 @@ from hypothesis import strategies as st
 from psycopg import sql
 
 from iggy_spark_testing.harness import LocalPostgres
-from postgres_cdc_source.sql_json import column_json_sql, row_json_sql
+from postgres_cdc_source.sql_json import column_json_sql, row_json_sql, text_json_sql
 from postgres_cdc_source.values import SESSION_SETTINGS, converter_for_oid
 
 pytestmark = pytest.mark.services
@@ -54,8 +54,9 @@ def _expected(type_oid: int, text: str | None) -> str:
 
 
 def _rendered(conn: psycopg.Connection[Any], type_name: str, literals: list[str]
-              ) -> list[tuple[str | None, str, int]]:
-    """Per value: its output text, the SQL-built JSON, the type OID."""
+              ) -> list[tuple[str | None, str, int, str | None]]:
+    """Per value: its output text, the SQL-built JSON, the type OID, the SQL-built JSON string
+    of its text (as snapshot ids carry keys)."""
     column = sql.Identifier("v")
     oid = conn.execute(sql.SQL("SELECT {}::regtype::oid").format(sql.Literal(type_name))
                        ).fetchone()
@@ -64,9 +65,11 @@ def _rendered(conn: psycopg.Connection[Any], type_name: str, literals: list[str]
     assert render is not None, type_name
     values = sql.SQL(", ").join(sql.SQL("({}::{})").format(sql.SQL(v), sql.SQL(type_name))
                                 for v in literals)
-    rows = conn.execute(sql.SQL("SELECT v::text IS NULL, format('%%s', v), {} FROM (VALUES {}) "
-                                "AS t(v)").format(render, values), []).fetchall()
-    return [(None if is_null else text, json, int(oid[0])) for is_null, text, json in rows]
+    rows = conn.execute(sql.SQL("SELECT v::text IS NULL, format('%%s', v), {}, {} FROM "
+                                "(VALUES {}) AS t(v)").format(
+        render, text_json_sql(int(oid[0]), column), values), []).fetchall()
+    return [(None if is_null else text, json, int(oid[0]), text_json)
+            for is_null, text, json, text_json in rows]
 
 
 @pytest.mark.parametrize("timezone", ["UTC", "Asia/Kolkata", "America/New_York"])
@@ -75,8 +78,10 @@ def test_every_rendered_type_matches_the_converters(pg: LocalPostgres, timezone:
     with psycopg.connect(pg.dsn, autocommit=True, options=_SESSION) as conn:
         conn.execute(sql.SQL("SET TimeZone = {}").format(sql.Literal(timezone)))
         for type_name, literals in CASES:
-            for text, json, oid in _rendered(conn, type_name, literals):
+            for text, json, oid, text_json in _rendered(conn, type_name, literals):
                 assert json == _expected(oid, text), (type_name, text)
+                if text is not None:
+                    assert text_json == orjson.dumps(text).decode(), (type_name, text)
 
 
 def test_types_converted_in_python_have_no_sql_rendering() -> None:
@@ -90,9 +95,12 @@ def test_types_converted_in_python_have_no_sql_rendering() -> None:
 @given(st.lists(st.text(st.characters(blacklist_categories=("Cs",), blacklist_characters="\0"),
                         max_size=30), min_size=1, max_size=20))
 def test_any_text_is_escaped_as_orjson_escapes_it(pg: LocalPostgres, texts: list[str]) -> None:
+    render = column_json_sql(25, sql.Identifier("v"))
+    assert render is not None
     with psycopg.connect(pg.dsn, autocommit=True, options=_SESSION) as conn:
-        rendered = _rendered(conn, "text", [sql.Literal(t).as_string(conn) for t in texts])
-    assert [json for _, json, _ in rendered] == [orjson.dumps(t).decode() for t in texts]
+        rendered = conn.execute(sql.SQL("SELECT {} FROM unnest(%s::text[]) AS t(v)").format(
+            render), [texts]).fetchall()
+    assert [json for (json,) in rendered] == [orjson.dumps(t).decode() for t in texts]
 
 
 def test_a_row_is_the_decoders_object_with_any_column_names(pg: LocalPostgres) -> None:

