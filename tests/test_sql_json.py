@@ -104,14 +104,15 @@ def test_any_text_is_escaped_as_orjson_escapes_it(pg: LocalPostgres, texts: list
 
 
 def test_a_row_is_the_decoders_object_with_any_column_names(pg: LocalPostgres) -> None:
-    names = ["id", 'we"ird\\name', "ünï", "n"]
-    row, params = row_json_sql(names, [20, 25, 3802, 1700])  # type: ignore[misc]
+    names = ["id", 'we"ird\\name 100%', "ünï", "n"]
+    row = row_json_sql(names, [20, 25, 3802, 1700], [sql.Identifier(f"c{i}") for i in range(4)])
+    assert row is not None
     literals = ["5", "'x'", "'{\"a\": 1}'::jsonb", "NULL::numeric"]
-    columns = sql.SQL(", ").join(sql.SQL("{} AS {}").format(sql.SQL(v), sql.Identifier(n))
-                                 for v, n in zip(literals, names, strict=True))
+    columns = sql.SQL(", ").join(sql.SQL("{} AS {}").format(sql.SQL(v), sql.Identifier(f"c{i}"))
+                                 for i, v in enumerate(literals))
     with psycopg.connect(pg.dsn, autocommit=True, options=_SESSION) as conn:
         got = conn.execute(sql.SQL("SELECT {} FROM (SELECT {}) AS t").format(row, columns),
-                           params).fetchone()
+                           []).fetchone()
     assert got is not None
     expected = orjson.dumps({"id": 5, names[1]: "x", "ünï": orjson.Fragment('{"a": 1}'),
                              "n": None}).decode()

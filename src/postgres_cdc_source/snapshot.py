@@ -356,9 +356,8 @@ def read_chunk(options: CdcOptions, part: SnapshotPartition) -> Iterator[pa.Reco
         in_sql = None if router.by_column else _json_columns(table, part.consistent_point)
         with conn.cursor(name="pg_cdc_snapshot") as cur:
             if in_sql is not None:  # the JSON built by Postgres, the worker only moves it
-                columns, column_params = in_sql
-                cur.execute(sql.SQL("SELECT {} FROM ONLY {}{}").format(columns, name, where),
-                            [*column_params, *params])
+                cur.execute(sql.SQL("SELECT {} FROM ONLY {}{}").format(in_sql, name, where),
+                            params)
                 yield from _ready_batches(cur, part, router, options.batch_rows)
             else:
                 cur.itersize = options.fetch_rows
@@ -372,11 +371,9 @@ def read_chunk(options: CdcOptions, part: SnapshotPartition) -> Iterator[pa.Reco
         conn.close()
 
 
-def _json_columns(
-    table: SnapshotTable, consistent_point: int
-) -> tuple[sql.Composable, list[str]] | None:
-    """``key``, ``after`` and ``id`` of a row as SQL (:mod:`postgres_cdc_source.sql_json`) with
-    their parameters; ``None`` when a column's type needs converting in Python."""
+def _json_columns(table: SnapshotTable, consistent_point: int) -> sql.Composable | None:
+    """``key``, ``after`` and ``id`` of a row as SQL (:mod:`postgres_cdc_source.sql_json`);
+    ``None`` when a column's type needs converting in Python."""
     after = row_json_sql(table.columns, table.type_oids)
     key = row_json_sql([table.columns[i] for i in table.identity],
                        [table.type_oids[i] for i in table.identity])
@@ -385,14 +382,13 @@ def _json_columns(
     # id: <point>:read:["schema","table",<chunk key values as JSON strings of their text>]
     prefix = f"{format_lsn(consistent_point)}:{READ}:" + orjson.dumps(
         [table.schema, table.table]).decode()[:-1]
-    id_parts: list[sql.Composable] = [sql.SQL("%s::text")]
+    id_parts: list[sql.Composable] = [sql.Literal(prefix.replace("%", "%%"))]
     for column in table.chunk_key:  # as the JSON string of its text, whatever its type
         oid = table.type_oids[table.columns.index(column)] if column in table.columns else 0
         id_parts += [sql.SQL("','"), text_json_sql(oid, sql.Identifier(column))]
     id_sql = sql.SQL("({} || ']')").format(sql.SQL(" || ").join(id_parts))
-    key_sql = key[0] if table.identity else sql.SQL("NULL::text")
-    return (sql.SQL("{}, {}, {}").format(key_sql, after[0], id_sql),
-            [*(key[1] if table.identity else []), *after[1], prefix])
+    return sql.SQL("{}, {}, {}").format(
+        key if table.identity else sql.SQL("NULL::text"), after, id_sql)
 
 
 def _ready_batches(

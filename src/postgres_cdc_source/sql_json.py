@@ -140,19 +140,20 @@ def text_json_sql(type_oid: int, column: sql.Composable) -> sql.Composable:
 
 
 def row_json_sql(
-    names: Sequence[str], type_oids: Sequence[int]
-) -> tuple[sql.Composable, list[str]] | None:
-    """SQL giving ``orjson.dumps({name: converted value, ...})`` of the row's columns in order,
-    with its parameters (the JSON-quoted names, passed as values so no name is ever SQL);
-    ``None`` when a column's type has no SQL spelling."""
+    names: Sequence[str], type_oids: Sequence[int],
+    columns: Sequence[sql.Composable] | None = None,
+) -> sql.Composable | None:
+    """SQL giving ``orjson.dumps({name: converted value, ...})`` of the row's columns in order
+    (``columns``: how the query names them, by default their identifiers); ``None`` when a
+    column's type has no SQL spelling. For queries run with parameters, where ``%%`` is ``%``."""
+    refs = columns if columns is not None else [sql.Identifier(n) for n in names]
     parts: list[sql.Composable] = []
-    params: list[str] = []
-    for i, (name, oid) in enumerate(zip(names, type_oids, strict=True)):
-        value = column_json_sql(oid, sql.Identifier(name))
+    for i, (name, oid, column) in enumerate(zip(names, type_oids, refs, strict=True)):
+        value = column_json_sql(oid, column)
         if value is None:
             return None
-        parts.extend([sql.SQL("%s::text"), value])
-        params.append(("{" if i == 0 else ",") + orjson.dumps(name).decode() + ":")
+        label = ("{" if i == 0 else ",") + orjson.dumps(name).decode() + ":"
+        parts += [sql.Literal(label.replace("%", "%%")), value]
     if not parts:
-        return sql.SQL("'{}'::text"), []
-    return sql.SQL("({} || '}}')").format(sql.SQL(" || ").join(parts)), params
+        return sql.SQL("'{{}}'::text")
+    return sql.SQL("({} || '}}')").format(sql.SQL(" || ").join(parts))
