@@ -153,14 +153,16 @@ def _wide_table(schema: str, in_sql: bool) -> tuple[str, str]:
     return create.format(schema=schema), insert.format(schema=schema)
 
 
-@pytest.mark.parametrize(("plugin", "in_sql"), [
-    ("pgoutput", True), ("test_decoding", True), ("pgoutput", False), ("test_decoding", False)])
+@pytest.mark.parametrize(("plugin", "in_sql", "key_from"), [
+    ("pgoutput", True, "key"), ("test_decoding", True, "key"), ("pgoutput", False, "key"),
+    ("test_decoding", False, "key"), ("pgoutput", True, "i2")])
 def test_snapshot_row_is_what_the_decoder_gives_for_the_same_row(
-    pg: LocalPostgres, name: str, plugin: str, in_sql: bool, caplog: pytest.LogCaptureFixture
+    pg: LocalPostgres, name: str, plugin: str, in_sql: bool, key_from: str,
+    caplog: pytest.LogCaptureFixture,
 ) -> None:
-    """Read by the snapshot, then deleted and inserted again: ``after`` and ``key`` of the
-    snapshot row equal those of the decoded insert, for every type, whether the snapshot's
-    JSON was built by Postgres or in Python."""
+    """Read by the snapshot, then deleted and inserted again: ``after``, ``key`` and the routing
+    columns of the snapshot row equal those of the decoded insert, for every type, whether the
+    snapshot's JSON was built by Postgres or in Python (as it is for routes by a column)."""
     create, insert = _wide_table(name, in_sql)
     with psycopg.connect(pg.dsn, autocommit=True) as conn:
         conn.execute(sql.SQL("CREATE SCHEMA {}").format(sql.Identifier(name)))
@@ -170,7 +172,7 @@ def test_snapshot_row_is_what_the_decoder_gives_for_the_same_row(
         table = snapshot.describe(conn, name, "wide")
     assert table is not None
     assert (snapshot._json_columns(table, 0) is not None) is in_sql
-    options = _options(pg, name, plugin, topic_from="table", partition_key_from="key")
+    options = _options(pg, name, plugin, topic_from="table", partition_key_from=key_from)
     query = InProcessQuery(options, available_now=True)
     try:
         with caplog.at_level(logging.INFO, logger="postgres_cdc_source.reader"):
@@ -187,6 +189,7 @@ def test_snapshot_row_is_what_the_decoder_gives_for_the_same_row(
     expected: dict[str, Any] = {k: insert[k] for k in ("schema", "table", "key", "after",
                                                        "unchanged", "topic", "partition_key")}
     assert {k: read[k] for k in expected} == expected
+    assert read["partition_key"] == ("-3" if key_from == "i2" else read["key"])
     assert "g" not in orjson.loads(read["after"])  # generated columns are not published
     assert query.batches[0][2][0].snapshot is not None  # read in the exported snapshot
     assert read["lsn"] == read["commit_lsn"] == query.batches[0][0]["lsn"]

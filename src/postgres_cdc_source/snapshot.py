@@ -358,7 +358,8 @@ def read_chunk(options: CdcOptions, part: SnapshotPartition) -> Iterator[pa.Reco
             if in_sql is not None:  # the JSON built by Postgres, the worker only moves it
                 cur.execute(sql.SQL("SELECT {} FROM ONLY {}{}").format(in_sql, name, where),
                             params)
-                yield from _ready_batches(cur, part, router, options.batch_rows)
+                yield from _ready_batches(cur, part, router, options.fetch_rows,
+                                          options.batch_rows)
             else:
                 cur.itersize = options.fetch_rows
                 cur.execute(sql.SQL("SELECT {}, {} FROM ONLY {}{}").format(
@@ -392,18 +393,22 @@ def _json_columns(table: SnapshotTable, consistent_point: int) -> sql.Composable
 
 
 def _ready_batches(
-    cur: psycopg.Cursor[Any], part: SnapshotPartition, router: Router, batch_rows: int
+    cur: psycopg.Cursor[Any], part: SnapshotPartition, router: Router, fetch_rows: int,
+    batch_rows: int,
 ) -> Iterator[pa.RecordBatch]:
-    """Rows of ``(key, after, id)`` JSON text -> Arrow batches, ``batch_rows`` per round trip."""
+    """Rows of ``(key, after, id)`` JSON text, ``fetch_rows`` per round trip -> Arrow batches
+    of ``batch_rows``: per row, Python only routes (when routing is on)."""
     table = part.table
     point = format_lsn(part.consistent_point)
     route = router.route if router.active else None
-    while rows := cur.fetchmany(batch_rows):
-        keys, afters, ids = (list(c) for c in zip(*rows, strict=True))
-        places = ([route(Change(part.consistent_point, 0, table.schema, table.table, READ, k,
-                                None, a, ())) for k, a in zip(keys, afters, strict=True)]
-                  if route is not None else [])
-        yield _batch(table, point, keys, afters, ids, places)
+    while fetched := cur.fetchmany(fetch_rows):
+        for start in range(0, len(fetched), batch_rows):
+            rows = fetched[start:start + batch_rows]
+            keys, afters, ids = (list(c) for c in zip(*rows, strict=True))
+            places = [route(Change(part.consistent_point, 0, table.schema, table.table, READ, k,
+                                   None, a, ())) for k, a in zip(keys, afters, strict=True)
+                      ] if route is not None else []
+            yield _batch(table, point, keys, afters, ids, places)
 
 
 def _batches(
