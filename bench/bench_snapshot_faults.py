@@ -79,6 +79,44 @@ def compare(model: dict[str, dict[Any, Any]], tables: dict[str, dict[Any, Any]]
     return out
 
 
+def explain_wrong(model: dict[str, dict[Any, Any]], tables: dict[str, dict[Any, Any]],
+                  messages: list[dict[str, Any]], specs: dict[str, Any]) -> list[dict[str, Any]]:
+    """For each wrong row: the columns that differ, and what the messages held for its key
+    (whether a snapshot read had it, and the ops and ``unchanged`` lists of its changes)."""
+    import orjson
+
+    def pk(table: str, text: Any) -> Any:
+        values = orjson.loads(text) if isinstance(text, str) else text
+        spec = specs[table]
+        if not values or any(k not in values for k in spec.primary_key):
+            return None
+        return spec.key_of(values)
+
+    history: dict[tuple[str, Any], list[str]] = {}
+    for m in messages:
+        table = m.get("table")
+        if table not in specs:
+            continue
+        for k in {pk(table, m.get("key")), pk(table, m.get("after"))} - {None}:
+            unchanged = ",".join(m.get("unchanged") or ())
+            history.setdefault((table, k), []).append(
+                m["op"] + (f"(unchanged {unchanged})" if unchanged else "")
+                + ("" if m["op"] == "read" else f"@{m.get('commit_lsn')}"))
+    out = []
+    for name, table in tables.items():
+        for key, row in table.items():
+            rebuilt = model.get(name, {}).get(key)
+            if rebuilt is None or rebuilt == row:
+                continue
+            out.append({
+                "table": name, "key": repr(key),
+                "columns": {c: [repr(rebuilt.get(c))[:40], repr(row.get(c))[:40]]
+                            for c in row if rebuilt.get(c) != row.get(c)},
+                "messages": history.get((name, key), [])[-8:],
+            })
+    return out[:20]
+
+
 def run(args: argparse.Namespace, pg: LocalPostgres, broker: LocalIggy, root: Path
         ) -> dict[str, Any]:
     work = Workload(pg.dsn, NAME, seed=args.seed)
@@ -162,6 +200,7 @@ def run(args: argparse.Namespace, pg: LocalPostgres, broker: LocalIggy, root: Pa
         "extra": totals["extra"],
         "wrong": totals["wrong"],
         "per_table": per_table,
+        "wrong_rows": explain_wrong(model, tables, messages, work.tables),
         "batches": len(read_checkpoint(checkpoint)),
         "snapshot_seconds": round(snapshot_seconds, 1),
         "wall_seconds": round(wall, 1),
