@@ -1,15 +1,16 @@
 """The decoders' ``key``/``after`` JSON of a whole row, built by Postgres inside the SELECT.
 
-Readers of whole rows (the snapshot's chunks, polling's batches) would otherwise fetch every value as text and
-convert and serialize it in Python, one value at a time: that per-value work was most of a
-snapshot's cost. For the types whose converter (:mod:`postgres_cdc_source.values`) is a plain
-rewrite of the output text, the same JSON can be written by a SQL expression, so the row
-arrives as ready strings and the worker only moves them into Arrow.
+Readers of whole rows (the snapshot's chunks, polling's batches) would otherwise fetch every
+value as text and convert and serialize it in Python, one value at a time: that per-value work
+was most of a snapshot's cost. For the types whose converter (:mod:`postgres_cdc_source.values`)
+is a plain rewrite of the output text, the same JSON can be written by a SQL expression, so the
+row arrives as ready strings and the worker only moves them into Arrow.
 
 The expressions must give exactly the bytes ``orjson.dumps`` gives for the converted value
-(tests compare them on edge values of every type here, and on random text). Each starts from the value's output
-text, ``format('%s', v)``, which runs the type's output function as pgoutput does (a plain
-``::text`` cast does not always: ``bpchar`` drops trailing blanks, ``inet`` adds the mask):
+(tests compare them on edge values of every type here, and on random text). Each starts from
+the value's output text, ``format('%s', v)``, which runs the type's output function as pgoutput
+does (a plain ``::text`` cast does not always: ``bpchar`` drops trailing blanks, ``inet`` adds
+the mask):
 
 * converter ``str`` (text, numeric, dates, uuid, inet, enums, domains, any type not built in):
   ``to_json(text)``, whose string escaping is orjson's (``\\"``, ``\\\\``, ``\\b\\f\\n\\r\\t``,
