@@ -35,6 +35,8 @@ BENCHMARKS: dict[str, tuple[list[str], list[str]]] = {
     "latency": ([], ["--rates", "1000", "--seconds", "10"]),
     "memory": ([], ["--sizes", "10000,100000"]),
     "reliability": ([], ["--changes", "3000", "--kills", "1", "--outage", "5"]),
+    "snapshot_faults": ([], ["--rows", "3000", "--kills", "1", "--chunk-rows", "300",
+                             "--max-rows-per-trigger", "300"]),
     # 3,000/s is what 2 cores sustain with generator, Postgres, Spark and broker on them.
     "soak": (["--rate", "3000"], ["--seconds", "60", "--warmup", "20", "--rate", "1000"]),
 }

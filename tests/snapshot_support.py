@@ -6,30 +6,27 @@ several at once -> commit), with offsets round-tripped through JSON as Spark sto
 exercises the real planning and reading against the real Postgres in a second, without a JVM;
 the end-to-end tests run the same source under real Spark.
 
-:func:`replay` is the consumer: it rebuilds the tables from messages. ``strict`` replay is the
-exact-consistency check (every change applies to exactly the state the snapshot plus earlier
-changes left: an insert never meets an existing row, an update or delete always finds one);
-lenient replay is upsert semantics, what a consumer of a resumed snapshot relies on.
+:func:`~iggy_spark_testing.replay.replay` (re-exported here) is the consumer that rebuilds the
+tables from the messages.
 """
 
 from __future__ import annotations
 
 import json
 import pickle
-from collections.abc import Iterable, Mapping, Sequence
+from collections.abc import Mapping, Sequence
 from concurrent.futures import ThreadPoolExecutor
 from typing import Any
 
-import orjson
 import pyarrow as pa
 
-from iggy_spark_testing.workload import Key, Row, TableSpec
+from iggy_spark_testing.replay import Message, ordered, replay
 from postgres_cdc_source import snapshot
 from postgres_cdc_source.lsn import parse_lsn
 from postgres_cdc_source.options import CdcOptions
 from postgres_cdc_source.reader import PgCdcStreamReader
 
-Message = dict[str, Any]
+__all__ = ["InProcessQuery", "Message", "ordered", "replay"]
 
 
 class InProcessQuery:
@@ -105,59 +102,3 @@ class InProcessQuery:
 def _spark_json(offset: dict[str, Any]) -> dict[str, Any]:
     loaded: dict[str, Any] = json.loads(json.dumps(offset))
     return loaded
-
-
-def _json(value: Any) -> Any:
-    return orjson.loads(value) if isinstance(value, str) else value
-
-
-def _pk(spec: TableSpec, values: Mapping[str, Any] | None) -> Key | None:
-    if values is None or any(k not in values for k in spec.primary_key):
-        return None
-    return spec.key_of(values)
-
-
-def ordered(messages: Iterable[Message]) -> list[Message]:
-    """A consumer's order: the snapshot's rows (as delivered), then the changes in commit order,
-    each change once (by id, as Iggy consumers deduplicate)."""
-    reads, changes, seen = [], [], set()
-    for message in messages:
-        if message["op"] == snapshot.READ:
-            reads.append(message)
-        elif message["id"] not in seen:
-            seen.add(message["id"])
-            changes.append(message)
-    changes.sort(key=lambda m: (parse_lsn(m["commit_lsn"]), int(m["seq"])))
-    return reads + changes
-
-
-def replay(
-    messages: Sequence[Message], specs: Mapping[str, TableSpec], *, strict: bool
-) -> tuple[dict[str, dict[Key, Row]], list[str]]:
-    """The tables the messages rebuild (in :func:`ordered` order), and with ``strict`` every
-    change that did not apply to exactly the state before it."""
-    model: dict[str, dict[Key, Row]] = {name: {} for name in specs}
-    problems: list[str] = []
-    for message in ordered(messages):
-        spec = specs[message["table"]]
-        rows = model[spec.name]
-        op = message["op"]
-        after = _json(message.get("after"))
-        if op == "truncate":
-            rows.clear()
-            continue
-        old_key = _pk(spec, _json(message.get("key")))
-        old = rows.pop(old_key, None) if old_key is not None and op != snapshot.READ else None
-        if strict and op in ("update", "delete") and old is None:
-            problems.append(f"{op} of {spec.name} {old_key} missing from the snapshot")
-        if op == "delete":
-            continue
-        row = dict(after or {})
-        for name in message.get("unchanged") or ():
-            row[name] = (old or {}).get(name)
-        new_key = _pk(spec, row)
-        assert new_key is not None, message
-        if strict and new_key in rows:
-            problems.append(f"{op} of {spec.name} {new_key} meets a row already there")
-        rows[new_key] = row
-    return model, problems

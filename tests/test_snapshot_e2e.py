@@ -16,7 +16,6 @@ import time
 from pathlib import Path
 from typing import Any
 
-import psycopg
 import pytest
 from pyspark.sql import SparkSession
 from snapshot_support import replay
@@ -27,6 +26,8 @@ from iggy_spark_testing.chaos import (
     committed_end,
     flush_lsn,
     read_checkpoint,
+    slot_exists,
+    snapshot_finished,
     wait_until,
 )
 from iggy_spark_testing.harness import LocalPostgres
@@ -52,19 +53,6 @@ def _messages(url: str, name: str) -> list[dict[str, Any]]:
     return [dict(m.change or {}, id=m.id) for m in read_back(url, [name])]
 
 
-def _snapshot_done(checkpoint: Path) -> bool:
-    """Whether a committed batch ends with the snapshot finished (an offset without it)."""
-    committed = {b.id for b in read_checkpoint(checkpoint) if b.committed_at is not None}
-    return any('"snapshot"' not in (checkpoint / "offsets" / str(i)).read_text()
-               for i in committed)
-
-
-def _slot_exists(dsn: str, name: str) -> bool:
-    with psycopg.connect(dsn) as conn:
-        query = "SELECT 1 FROM pg_replication_slots WHERE slot_name = %s"
-        return conn.execute(query, (name,)).fetchone() is not None
-
-
 def test_snapshot_then_stream_through_spark_and_iggy(
     spark: SparkSession, pg: LocalPostgres, broker: LocalIggy, name: str, tmp_path: Path
 ) -> None:
@@ -79,9 +67,9 @@ def test_snapshot_then_stream_through_spark_and_iggy(
     )
     stop = threading.Event()
     try:
-        wait_until(lambda: _slot_exists(pg.dsn, name), 120, "the slot")
+        wait_until(lambda: slot_exists(pg.dsn, name), 120, "the slot")
         run = work.start(stop=stop, rate=30)  # writes while the snapshot is read
-        wait_until(lambda: _snapshot_done(checkpoint), 120, "the snapshot to finish")
+        wait_until(lambda: snapshot_finished(checkpoint), 120, "the snapshot to finish")
         stop.set()
         run.join(60)
         target = flush_lsn(pg.dsn)
@@ -120,7 +108,7 @@ def test_driver_killed_during_the_snapshot(
     stop = threading.Event()
     try:
         job.start()
-        wait_until(lambda: _slot_exists(pg.dsn, name), 120, "the slot", alive=lambda: job.running)
+        wait_until(lambda: slot_exists(pg.dsn, name), 120, "the slot", alive=lambda: job.running)
         run = work.start(stop=stop, rate=30)  # on through the kill and the restart
         job.wait_for_batch_after(0, 120, committed=True)
         job.kill()

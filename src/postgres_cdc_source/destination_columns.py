@@ -55,6 +55,12 @@ class Router:
         self._key = _picker(options.partition_key_from, "key", lambda c: c.key)
         self._default_stream = options.default_stream
         self._default_topic = options.default_topic
+        self.by_column = any(
+            spec is not None and spec != builtin
+            for spec, builtin in ((options.stream_from, "schema"), (options.topic_from, "table"),
+                                  (options.partition_key_from, "key"))
+        )
+        """Whether a route reads a row column (:attr:`Change.values`), not only names/key."""
         self.active = any(
             x is not None
             for x in (

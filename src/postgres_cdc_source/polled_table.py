@@ -27,6 +27,7 @@ from postgres_cdc_source.decoding.test_decoding import CATALOG_QUERY, table_info
 from postgres_cdc_source.errors import ConfigError
 from postgres_cdc_source.options import PollingOptions
 from postgres_cdc_source.polling_offset import PollOffset
+from postgres_cdc_source.sql_json import row_json_sql
 
 __all__ = ["PolledTable", "inspect"]
 
@@ -111,17 +112,29 @@ class PolledTable:
         )
         return where, {"frontier": end.frontier, "tracking": end.tracking}
 
+    def json_columns(self) -> sql.Composable | None:
+        """The row's ``key`` and ``after`` JSON, built by Postgres (:mod:`~postgres_cdc_source.
+        sql_json`); ``None`` when a column's type needs converting in Python."""
+        after = row_json_sql(self.columns, self.type_oids, [self._col(c) for c in self.columns])
+        names = [self.columns[i] for i in self.key]
+        key = row_json_sql(names, [self.type_oids[i] for i in self.key],
+                           [self._col(c) for c in names])
+        if after is None or key is None:
+            return None
+        return sql.SQL("{}, {}").format(key if self.key else sql.SQL("NULL::text"), after)
+
     def select_rows(
-        self, start: PollOffset, end: PollOffset
+        self, start: PollOffset, end: PollOffset, columns: sql.Composable | None = None
     ) -> tuple[sql.Composed, dict[str, Any]]:
-        """The batch's rows: xmin, widened xid, ctid, then every column, in tracking order."""
+        """The batch's rows: xmin, widened xid, ctid, then every column (or ``columns``, e.g.
+        :meth:`json_columns`), in tracking order."""
         where, params = self.batch(start, end)
         query = sql.SQL(
             "SELECT t.xmin::text, {x}::text, t.ctid::text, {cols} FROM {tbl} AS t, {snap}"
             " WHERE {where} ORDER BY {t}"
         ).format(
             x=_ROW_XID,
-            cols=sql.SQL(", ").join(self._col(c) for c in self.columns),
+            cols=columns or sql.SQL(", ").join(self._col(c) for c in self.columns),
             tbl=self._ident(),
             snap=_SNAPSHOT,
             where=where,

@@ -221,15 +221,18 @@ class PgPollingStreamReader(DataSourceStreamReader, SupportsTriggerAvailableNow)
             [converter_for_oid(oid) for oid in table.type_oids], table.key, True,
         )
         router = Router(options)
-        query, params = table.select_rows(partition.start, partition.end)
+        in_sql = None if router.by_column else table.json_columns()
+        query, params = table.select_rows(partition.start, partition.end, in_sql)
         conn = connect_with_retry(options, autocommit=False)
         try:
             conn.read_only = True
-            with _raw_text(conn.cursor(name="pg_cdc_polling"), table) as cur:
+            cursor = conn.cursor(name="pg_cdc_polling")
+            with cursor if in_sql is not None else _raw_text(cursor, table) as cur:
                 cur.execute(query, params)
                 while rows := cur.fetchmany(options.fetch_rows):
                     for start in range(0, len(rows), options.batch_rows):
-                        yield _arrow(rows[start:start + options.batch_rows], shape, router)
+                        yield _arrow(rows[start:start + options.batch_rows], shape, router,
+                                     ready=in_sql is not None)
             conn.rollback()
         finally:
             conn.close()
@@ -255,12 +258,17 @@ def _raw_text(cur: psycopg.Cursor[Any], table: PolledTable) -> psycopg.Cursor[An
     return cur
 
 
-def _arrow(rows: Sequence[tuple[Any, ...]], shape: RowShape, router: Router) -> pa.RecordBatch:
-    """One Arrow batch of ``read`` rows (xmin, row xid, ctid, columns...) in schema order."""
+def _arrow(
+    rows: Sequence[tuple[Any, ...]], shape: RowShape, router: Router, *, ready: bool
+) -> pa.RecordBatch:
+    """One Arrow batch of ``read`` rows (xmin, row xid, ctid, then the columns' text, or with
+    ``ready`` the key and after JSON Postgres built) in schema order."""
     n = len(rows)
     string = pa.string()
-    xmin, row_xid, ctid = (pa.array(c, string) for c in list(zip(*rows, strict=True))[:3])
-    keys, afters = zip(*row_json(shape, (row[3:] for row in rows)), strict=True)
+    columns = list(zip(*rows, strict=True))
+    xmin, row_xid, ctid = (pa.array(c, string) for c in columns[:3])
+    keys, afters = (columns[3], columns[4]) if ready else zip(
+        *row_json(shape, (row[3:] for row in rows)), strict=True)
     key = pa.array(keys, string)
     # The version's writer and its key: identical when a batch is read again, new when the row
     # was updated since. A table without a key falls back to the row's physical place.

@@ -49,6 +49,7 @@ from postgres_cdc_source.destination_columns import Router
 from postgres_cdc_source.lsn import format_lsn
 from postgres_cdc_source.options import CdcOptions
 from postgres_cdc_source.schema import ARROW_SCHEMA
+from postgres_cdc_source.sql_json import row_json_sql, text_json_sql
 from postgres_cdc_source.values import converter_for_oid
 
 __all__ = [
@@ -349,18 +350,65 @@ def read_chunk(options: CdcOptions, part: SnapshotPartition) -> Iterator[pa.Reco
                             "at the current state", part.snapshot, exc.diag.message_primary,
                             part.table.schema, part.table.table)
         table = part.table
+        router = Router(options)
         where, params = _range(table, part.lo, part.hi)
-        query = sql.SQL("SELECT {}, {} FROM ONLY {}{}").format(
-            sql.SQL(", ").join(map(sql.Identifier, table.columns)),
-            sql.SQL(", ").join(map(sql.Identifier, table.chunk_key)),
-            sql.Identifier(table.schema, table.table), where)
+        name = sql.Identifier(table.schema, table.table)
+        in_sql = None if router.by_column else _json_columns(table, part.consistent_point)
         with conn.cursor(name="pg_cdc_snapshot") as cur:
-            cur.itersize = options.fetch_rows
-            cur.execute(query, params)
-            yield from _batches(cur, part, Router(options), options.batch_rows)
+            if in_sql is not None:  # the JSON built by Postgres, the worker only moves it
+                cur.execute(sql.SQL("SELECT {} FROM ONLY {}{}").format(in_sql, name, where),
+                            params)
+                yield from _ready_batches(cur, part, router, options.fetch_rows,
+                                          options.batch_rows)
+            else:
+                cur.itersize = options.fetch_rows
+                cur.execute(sql.SQL("SELECT {}, {} FROM ONLY {}{}").format(
+                    sql.SQL(", ").join(map(sql.Identifier, table.columns)),
+                    sql.SQL(", ").join(map(sql.Identifier, table.chunk_key)), name, where),
+                    params)
+                yield from _batches(cur, part, router, options.batch_rows)
         conn.rollback()
     finally:
         conn.close()
+
+
+def _json_columns(table: SnapshotTable, consistent_point: int) -> sql.Composable | None:
+    """``key``, ``after`` and ``id`` of a row as SQL (:mod:`postgres_cdc_source.sql_json`);
+    ``None`` when a column's type needs converting in Python."""
+    after = row_json_sql(table.columns, table.type_oids)
+    key = row_json_sql([table.columns[i] for i in table.identity],
+                       [table.type_oids[i] for i in table.identity])
+    if after is None or key is None:
+        return None
+    # id: <point>:read:["schema","table",<chunk key values as JSON strings of their text>]
+    prefix = f"{format_lsn(consistent_point)}:{READ}:" + orjson.dumps(
+        [table.schema, table.table]).decode()[:-1]
+    id_parts: list[sql.Composable] = [sql.Literal(prefix.replace("%", "%%"))]
+    for column in table.chunk_key:  # as the JSON string of its text, whatever its type
+        oid = table.type_oids[table.columns.index(column)] if column in table.columns else 0
+        id_parts += [sql.SQL("','"), text_json_sql(oid, sql.Identifier(column))]
+    id_sql = sql.SQL("({} || ']')").format(sql.SQL(" || ").join(id_parts))
+    return sql.SQL("{}, {}, {}").format(
+        key if table.identity else sql.SQL("NULL::text"), after, id_sql)
+
+
+def _ready_batches(
+    cur: psycopg.Cursor[Any], part: SnapshotPartition, router: Router, fetch_rows: int,
+    batch_rows: int,
+) -> Iterator[pa.RecordBatch]:
+    """Rows of ``(key, after, id)`` JSON text, ``fetch_rows`` per round trip -> Arrow batches
+    of ``batch_rows``: per row, Python only routes (when routing is on)."""
+    table = part.table
+    point = format_lsn(part.consistent_point)
+    route = router.route if router.active else None
+    while fetched := cur.fetchmany(fetch_rows):
+        for start in range(0, len(fetched), batch_rows):
+            rows = fetched[start:start + batch_rows]
+            keys, afters, ids = (list(c) for c in zip(*rows, strict=True))
+            places = [route(Change(part.consistent_point, 0, table.schema, table.table, READ, k,
+                                   None, a, ())) for k, a in zip(keys, afters, strict=True)
+                      ] if route is not None else []
+            yield _batch(table, point, keys, afters, ids, places)
 
 
 def _batches(
@@ -399,8 +447,9 @@ def _batches(
         afters.append(after)
         ids.append(prefix + dumps([table.schema, table.table, *row[width:]]).decode())
         if route is not None:
+            row_values = dict(zip(names, values, strict=True))  # for routes by a column
             places.append(route(Change(part.consistent_point, 0, table.schema, table.table, READ,
-                                       key, None, after, ())))
+                                       key, None, after, (), row_values)))
         if len(ids) >= batch_rows:
             yield _batch(table, point, keys, afters, ids, places)
             keys, afters, ids, places = [], [], [], []

@@ -72,6 +72,9 @@ __all__ = [
     "PipelineJob",
     "wait_until",
     "flush_lsn",
+    "snapshot_finished",
+    "last_offset_in_snapshot",
+    "slot_exists",
 ]
 
 
@@ -129,6 +132,29 @@ def committed_end(checkpoint: str | os.PathLike[str]) -> int | None:
     """End LSN of the last batch in ``commits/``: how far the slot may safely have moved."""
     committed = [b for b in read_checkpoint(checkpoint) if b.committed_at is not None]
     return committed[-1].end if committed else None
+
+
+def snapshot_finished(checkpoint: str | os.PathLike[str]) -> bool:
+    """Whether a committed batch of a ``snapshot=initial`` query ends with the snapshot done (an
+    offset without ``"snapshot"``)."""
+    root = Path(checkpoint)
+    committed = {b.id for b in read_checkpoint(root) if b.committed_at is not None}
+    return any('"snapshot"' not in (root / "offsets" / str(i)).read_text() for i in committed)
+
+
+def last_offset_in_snapshot(checkpoint: str | os.PathLike[str]) -> bool:
+    """Whether the last planned batch (committed or not) still reads the snapshot."""
+    root = Path(checkpoint)
+    batches = read_checkpoint(root)
+    return bool(batches) and '"snapshot"' in (root / "offsets" / str(batches[-1].id)).read_text()
+
+
+def slot_exists(dsn: str, slot: str) -> bool:
+    import psycopg
+
+    with psycopg.connect(dsn) as conn:
+        query = "SELECT 1 FROM pg_replication_slots WHERE slot_name = %s"
+        return conn.execute(query, (slot,)).fetchone() is not None
 
 
 def in_flight(
