@@ -74,6 +74,8 @@ def latest(results: dict[str, dict[str, Any] | None]) -> dict[str, Any]:
         "e2e_ratio": _get(e2e, "results", "ratio_vs_handwritten", "median"),
         "snapshot_ratio": _get(results["snapshot"], "results", "ratio_vs_handwritten", "median"),
         "snapshot_ratio_vs_copy": _get(results["snapshot"], "results", "ratio_vs_copy", "median"),
+        "snapshot_1m_ratio": _get(results["snapshot_1m"], "results", "ratio_vs_handwritten",
+                                  "median"),
         "polling_ratio": _get(results["polling"], "results", "ratio_vs_handwritten", "median"),
         "reliability": {k: _get(results["reliability"], k) for k in (
             "faults_injected", "changes", "missing", "invented", "duplicates", "order_violations",
@@ -340,7 +342,7 @@ def plots(results: dict[str, dict[str, Any] | None], figures: dict[str, Any]) ->
 def build() -> dict[str, Any]:
     """Write ``latest.json``, ``results.md`` and the plots from whatever results exist."""
     names = ("source", "sink", "e2e", "latency", "memory", "decoders", "broker", "snapshot",
-             "polling", "reliability", "source_partitions")
+             "snapshot_1m", "polling", "reliability", "source_partitions")
     results = {name: read_result(name) for name in names}
     figures = latest(results)
     (results_dir() / "latest.json").write_text(json.dumps(figures, indent=2) + "\n")
