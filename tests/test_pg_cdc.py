@@ -285,11 +285,12 @@ def test_quoted_names_with_spaces_dots_quotes_and_upper_case(
 
 
 def test_bad_options_fail_at_load_naming_the_option(spark: SparkSession, pg: LocalPostgres) -> None:
-    with pytest.raises(Exception, match=r"bad value for slot: 'Bad-Name' \(Postgres allows"):
+    with pytest.raises(Exception, match=r"option 'slot': bad value: 'Bad-Name' \(Postgres allows"):
         spark.readStream.format("pg_cdc").option("dsn", pg.dsn).option("slot", "Bad-Name").load()
     with pytest.raises(
         Exception,
-        match="unknown pg_cdc option 'max_bytes_per_triger'; did you mean 'max_bytes_per_trigger'",
+        match="option 'max_bytes_per_triger': unknown option for format pg_cdc; "
+        "did you mean 'max_bytes_per_trigger'",
     ):
         (
             spark.readStream.format("pg_cdc")

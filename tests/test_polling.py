@@ -181,7 +181,7 @@ def test_bad_polling_options_fail_at_load(
     spark: SparkSession, pg: LocalPostgres, name: str
 ) -> None:
     base = {"dsn": pg.dsn, "mode": "polling", "table": name, "tracking_column": "ts"}
-    with pytest.raises(Exception, match="option 'slot' only applies to mode=cdc"):
+    with pytest.raises(Exception, match="option 'slot': only applies to mode=cdc"):
         spark.readStream.format("pg_cdc").options(**base, slot=name).load()
-    with pytest.raises(Exception, match=f"bad value for table: '{name}' does not exist"):
+    with pytest.raises(Exception, match=f"option 'table': bad value: '{name}' does not exist"):
         spark.readStream.format("pg_cdc").options(**base).load()

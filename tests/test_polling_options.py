@@ -34,26 +34,26 @@ def test_every_mode_specific_option_is_documented_and_sampled() -> None:
 
 @pytest.mark.parametrize("option", sorted(CDC_ONLY))
 def test_cdc_options_are_refused_with_polling_by_name(option: str) -> None:
-    with pytest.raises(ConfigError, match=f"option '{option}' only applies to mode=cdc") as err:
+    with pytest.raises(ConfigError, match=f"option '{option}': only applies to mode=cdc") as err:
         CdcOptions.from_options({**POLLING, option: SAMPLE[option]})
     assert err.value.option == option
 
 
 @pytest.mark.parametrize("option", sorted(POLLING_ONLY - {"table", "tracking_column"}))
 def test_polling_options_are_refused_with_cdc_by_name(option: str) -> None:
-    with pytest.raises(ConfigError, match=f"option '{option}' only applies to mode=polling"):
+    with pytest.raises(ConfigError, match=f"option '{option}': only applies to mode=polling"):
         CdcOptions.from_options({**CDC, option: SAMPLE[option]})
 
 
 @pytest.mark.parametrize(
     ("options", "option", "message"),
     [
-        ({**POLLING, "mode": "poll"}, "mode", "bad value for mode: 'poll'"),
-        ({**POLLING, "table": " "}, "table", "'table' is required with mode=polling"),
+        ({**POLLING, "mode": "poll"}, "mode", "option 'mode': bad value: 'poll'"),
+        ({**POLLING, "table": " "}, "table", "'table': is required with mode=polling"),
         ({k: v for k, v in POLLING.items() if k != "tracking_column"}, "tracking_column",
-         "'tracking_column' is required"),
-        ({**POLLING, "max_rows_per_trigger": "0"}, "max_rows_per_trigger", "bad value for"),
-        ({**POLLING, "delete_after_read": "yes please"}, "delete_after_read", "bad value for"),
+         "'tracking_column': is required"),
+        ({**POLLING, "max_rows_per_trigger": "0"}, "max_rows_per_trigger", "bad value"),
+        ({**POLLING, "delete_after_read": "yes please"}, "delete_after_read", "bad value"),
         ({**POLLING, "delete_after_read": "true", "processed_column": "done"},
          "processed_column", "exclude each other"),
     ],

@@ -42,7 +42,8 @@ def read_batch(reader: PgPollingStreamReader, start: dict[str, Any]) -> tuple[
     ("ddl", "extra", "option", "message"),
     [
         ("(id serial PRIMARY KEY, ts int)", {"table": "no_such_table"}, "table", "does not exist"),
-        ("(id serial PRIMARY KEY, ts int)", {"table": "a.b.c.d"}, "table", "bad value for table"),
+        ("(id serial PRIMARY KEY, ts int)", {"table": "a.b.c.d"}, "table",
+         "option 'table': bad value"),
         ("(id serial PRIMARY KEY, other int)", {}, "tracking_column", "has no column 'ts'"),
         ("(id serial PRIMARY KEY, ts json)", {}, "tracking_column", "cannot be ordered"),
         ("(id serial PRIMARY KEY, ts point)", {}, "tracking_column", "cannot be ordered"),

@@ -19,7 +19,7 @@ class CdcError(ConnectorError):
 
 
 class ConfigError(CdcError, OptionError):
-    """A reader option is missing or has a bad value: ``option 'slot': bad value for slot: 'a b'``.
+    """A reader option is missing or has a bad value: ``option 'slot': bad value: 'a b' (...)``.
 
     ``option`` names the option at fault; ``problem`` names the bad value and what is expected.
     """

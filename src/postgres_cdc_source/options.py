@@ -211,7 +211,7 @@ def _parsed(option: str, text: str, parse: Callable[[str], T]) -> T:
     try:
         return parse(text)
     except ValueError as exc:
-        raise ConfigError(option, f"bad value for {option}: {exc}") from None
+        raise ConfigError(option, f"bad value: {exc}") from None
 
 
 def _positive_int(text: str) -> int:
@@ -231,7 +231,7 @@ def _regex(option: str, text: str | None) -> re.Pattern[str] | None:
     try:
         return re.compile(text)
     except (re.error, OverflowError, RecursionError) as exc:  # a{99999999999}: OverflowError
-        raise ConfigError(option, f"bad regular expression for {option}: {text!r}: {exc}") from None
+        raise ConfigError(option, f"bad regular expression {text!r}: {exc}") from None
 
 
 def redact_dsn(dsn: str) -> str:
@@ -330,56 +330,56 @@ class CdcOptions:
             if key not in known and key not in _PASSTHROUGH:
                 close = difflib.get_close_matches(key, sorted(known), n=1)
                 hint = f"; did you mean {close[0]!r}?" if close else ""
-                raise ConfigError(key, f"unknown pg_cdc option {key!r}{hint}")
+                raise ConfigError(key, f"unknown option for format pg_cdc{hint}")
         mode = opts.get("mode", "cdc")
         if mode not in MODES:
             raise ConfigError(
-                "mode", f"bad value for mode: {mode!r} (expected one of {', '.join(MODES)})"
+                "mode", f"bad value: {mode!r} (expected one of {', '.join(MODES)})"
             )
         for key in sorted(opts):
             if key in _MODE_DEFAULTS[mode]:
                 other = "polling" if mode == "cdc" else "cdc"
                 raise ConfigError(
-                    key, f"option {key!r} only applies to mode={other}, not mode={mode}"
+                    key, f"only applies to mode={other}, not mode={mode}"
                 )
         get = {**_DEFAULTS, **opts}.get
 
         dsn = get("dsn")
         if not dsn:
-            raise ConfigError("dsn", "option 'dsn' is required (a libpq conninfo or URI)")
+            raise ConfigError("dsn", "is required (a libpq conninfo or URI)")
         if "\x00" in dsn:
-            raise ConfigError("dsn", "bad value for dsn: it contains a NUL character")
+            raise ConfigError("dsn", "bad value: it contains a NUL character")
         try:
             conninfo_to_dict(dsn)
         except psycopg.ProgrammingError:
             raise ConfigError(
-                "dsn", "bad value for dsn: not a valid libpq conninfo or URI"
+                "dsn", "bad value: not a valid libpq conninfo or URI"
             ) from None
 
         polling = _polling_options(get) if mode == "polling" else None
         slot = (get("slot") or "") if polling is None else ""  # polling has no slot
         if not slot and polling is None:
-            raise ConfigError("slot", "option 'slot' is required")
+            raise ConfigError("slot", "is required")
         if polling is None and not _SLOT_NAME.fullmatch(slot):
             raise ConfigError(
                 "slot",
-                f"bad value for slot: {slot!r} (Postgres allows 1-63 lower-case letters, "
+                f"bad value: {slot!r} (Postgres allows 1-63 lower-case letters, "
                 "digits and underscores)",
             )
         plugin = str(get("plugin"))
         if plugin not in PLUGINS:
             raise ConfigError(
-                "plugin", f"bad value for plugin: {plugin!r} (expected one of {', '.join(PLUGINS)})"
+                "plugin", f"bad value: {plugin!r} (expected one of {', '.join(PLUGINS)})"
             )
         publication = get("publication") or slot
         if "\x00" in publication or len(publication.encode()) > 63:
             raise ConfigError(
                 "publication",
-                f"bad value for publication: {publication[:80]!r} (Postgres names are at most "
+                f"bad value: {publication[:80]!r} (Postgres names are at most "
                 "63 bytes, without NUL characters)",
             )
         if "publication" in opts and plugin != "pgoutput":
-            raise ConfigError("publication", "option 'publication' only applies to plugin pgoutput")
+            raise ConfigError("publication", "only applies to plugin pgoutput")
 
         max_bytes = get("max_bytes_per_trigger")
         topic_from, stream_from = get("topic_from"), get("stream_from")
@@ -390,12 +390,12 @@ class CdcOptions:
             ("partition_key_from", key_from),
         ):
             if value is not None and not value.strip():
-                raise ConfigError(option, f"bad value for {option}: empty")
+                raise ConfigError(option, "bad value: empty")
             default = _ROUTE_DEFAULT.get(option)
             if default is not None and _is_column_route(option, value) and not get(default):
                 raise ConfigError(
                     default,
-                    f"option {default!r} is required with {option}={value!r}: a change whose "
+                    f"is required with {option}={value!r}: a change whose "
                     f"row does not carry column {value!r} (a delete under the default replica "
                     f"identity carries only the key) is routed there",
                 )
@@ -403,12 +403,12 @@ class CdcOptions:
         if snapshot not in SNAPSHOT_MODES:
             raise ConfigError(
                 "snapshot",
-                f"bad value for snapshot: {snapshot!r} "
+                f"bad value: {snapshot!r} "
                 f"(expected one of {', '.join(SNAPSHOT_MODES)})",
             )
         for option in ("snapshot_chunk_rows", "snapshot_max_rows_per_trigger"):
             if option in opts and snapshot != "initial":
-                raise ConfigError(option, f"option {option!r} only applies with snapshot=initial")
+                raise ConfigError(option, "only applies with snapshot=initial")
         return cls(
             dsn=dsn,
             slot=slot,
@@ -458,15 +458,15 @@ def _polling_options(get: Callable[[str], str | None]) -> PollingOptions:
     for option in ("table", "tracking_column"):
         value = get(option)
         if not value or not value.strip():
-            raise ConfigError(option, f"option {option!r} is required with mode=polling")
+            raise ConfigError(option, "is required with mode=polling")
         if "\x00" in value:
-            raise ConfigError(option, f"bad value for {option}: it contains a NUL character")
+            raise ConfigError(option, "bad value: it contains a NUL character")
         names[option] = value
     max_rows = get("max_rows_per_trigger")
     delete = _parsed("delete_after_read", str(get("delete_after_read")), parse_bool)
     processed = get("processed_column")
     if processed is not None and not processed.strip():
-        raise ConfigError("processed_column", "bad value for processed_column: empty")
+        raise ConfigError("processed_column", "bad value: empty")
     if delete and processed is not None:
         raise ConfigError(
             "processed_column",

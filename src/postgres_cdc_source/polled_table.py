@@ -216,15 +216,15 @@ def inspect(conn: psycopg.Connection[Any], options: PollingOptions) -> PolledTab
         ).fetchone()
     except psycopg.DatabaseError as exc:  # a malformed name: to_regclass raises on syntax
         raise ConfigError(
-            "table", f"bad value for table: {options.table!r}: {exc.diag.message_primary}"
+            "table", f"bad value: {options.table!r}: {exc.diag.message_primary}"
         ) from exc
     if row is None:
         raise ConfigError(
-            "table", f"bad value for table: {options.table!r} does not exist (or is not visible)"
+            "table", f"bad value: {options.table!r} does not exist (or is not visible)"
         )
     schema, name, kind, oid = row
     if kind not in _TABLE_KINDS:
-        raise ConfigError("table", f"bad value for table: {schema}.{name} is not a table")
+        raise ConfigError("table", f"bad value: {schema}.{name} is not a table")
     catalog = conn.execute(CATALOG_QUERY, (schema, name)).fetchall()
     info = table_info_from_rows(schema, name, catalog)
     assert info is not None
@@ -234,7 +234,7 @@ def inspect(conn: psycopg.Connection[Any], options: PollingOptions) -> PolledTab
     if tracking is None:
         raise ConfigError(
             "tracking_column",
-            f"bad value for tracking_column: {schema}.{name} has no column "
+            f"bad value: {schema}.{name} has no column "
             f"{options.tracking_column!r}",
         )
     processed = None
@@ -244,7 +244,7 @@ def inspect(conn: psycopg.Connection[Any], options: PollingOptions) -> PolledTab
             what = "no column" if processed is None else "a non-boolean column"
             raise ConfigError(
                 "processed_column",
-                f"bad value for processed_column: {schema}.{name} has {what} "
+                f"bad value: {schema}.{name} has {what} "
                 f"{options.processed_column!r} (it must be boolean)",
             )
     key = tuple(i for i, c in enumerate(columns) if c.key)
@@ -286,7 +286,7 @@ def _check_orderable(conn: psycopg.Connection[Any], table: PolledTable) -> None:
     except (pgerrors.UndefinedFunction, pgerrors.UndefinedObject) as exc:
         raise ConfigError(
             "tracking_column",
-            f"bad value for tracking_column: {table.tracking!r} of {table.qualified} cannot be "
+            f"bad value: {table.tracking!r} of {table.qualified} cannot be "
             f"ordered ({exc.diag.message_primary})",
         ) from exc
 
