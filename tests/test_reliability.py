@@ -57,9 +57,11 @@ SINK = {"topic_defaults.partitions_count": "3"}
 def judge(
     url: str, work: Workload, watch: SlotWatch, faults: list[float | tuple[float, float]],
 ) -> OracleReport:
-    """The oracle's verdict, duplicates explained by the checkpoint, and the slot samples."""
+    """The oracle's verdict, the slot samples, and no duplicates: delivery is effectively once
+    (the default), so a replayed batch must not resend what landed."""
     report = verify(url, [work.schema], work)
     assert report.ok, str(report)
+    assert report.duplicates == 0, f"{report.duplicates} duplicates: {report}"
     assert report.delivered == report.changes == work.changes
     suspects = in_flight(watch.batches(), faults)
     unexplained = unexplained_duplicates(report.duplicated_commits, suspects, report.commits)
