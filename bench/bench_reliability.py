@@ -63,7 +63,7 @@ NAME = "reliability"
 SINK = {"topic_defaults.partitions_count": "3"}
 KINDS = ("kill", "kill_in_batch", "kill_after_sink_commit", "broker_restart", "postgres_fast",
          "postgres_immediate")
-WEIGHTS = (2, 2, 2, 4, 3, 3)
+WEIGHTS = (1, 1, 1, 4, 3, 3)
 _TESTS = Path(__file__).resolve().parent.parent / "tests"
 
 
