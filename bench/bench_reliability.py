@@ -63,7 +63,8 @@ NAME = "reliability"
 SINK = {"topic_defaults.partitions_count": "3"}
 KINDS = ("kill", "kill_in_batch", "kill_after_sink_commit", "broker_restart", "postgres_fast",
          "postgres_immediate")
-WEIGHTS = (1, 1, 1, 4, 3, 3)
+WEIGHTS = (1, 1, 1, 8, 5, 5)
+OFF_SCHEDULE = ("kill_in_batch", "kill_after_sink_commit", "broker_restart")
 _TESTS = Path(__file__).resolve().parent.parent / "tests"
 
 
@@ -200,8 +201,8 @@ def _exceptions(
 
 
 def run_campaign(
-    pg: LocalPostgres, broker: LocalIggy, root: Path, *, name: str, delivery: str, faults: int,
-    exception_rounds: int, rate: float, seed: int,
+    pg: LocalPostgres, broker: LocalIggy, root: Path, *, name: str, delivery: str,
+    schedule: list[str], exception_rounds: int, rate: float, seed: int, budget: float,
 ) -> dict[str, Any]:
     work, source = prepare_capture(pg.dsn, name, seed=seed)
     checkpoint = root / f"checkpoint-{name}"
@@ -210,24 +211,23 @@ def run_campaign(
                       log_path=root / f"job-{name}.log", source=source, sink=sink)
     rng = random.Random(seed)
     campaign = Campaign(pg, broker, root, job, rng)
-    schedule = rng.choices(KINDS, WEIGHTS, k=faults)
     stop = threading.Event()
     started = time.monotonic()
     with SlotWatch(pg.dsn, name, checkpoint, interval=0.5) as watch:
         background = work.start(rate=rate, stop=stop)
         try:
-            for number, kind in enumerate(schedule):
-                campaign.settle()
-                fault = campaign.inject(kind)
-                log(f"[{name}] fault {number + 1}/{faults}: {kind} ({work.changes:,} changes "
-                    f"committed, {time.monotonic() - started:.0f}s)")
-                del fault
-            campaign.settle()
-            if exception_rounds:
-                job.stop()
+            if exception_rounds:  # first: in this process's Spark, before the job's JVM starts
                 campaign.faults += _exceptions(pg, broker, root, checkpoint, name, source,
                                                sink, exception_rounds)
-                job.start()
+            for number, kind in enumerate(schedule):
+                if time.monotonic() - started > budget:
+                    log(f"[{name}] the time budget is spent after {number} faults")
+                    break
+                campaign.settle()
+                campaign.inject(kind)
+                log(f"[{name}] fault {number + 1}/{len(schedule)}: {kind} "
+                    f"({work.changes:,} changes committed, {time.monotonic() - started:.0f}s)")
+            campaign.settle()
             stop.set()
             stats = background.join(600)
             target = flush_lsn(pg.dsn)
@@ -287,13 +287,16 @@ def run_campaign(
 
 def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
-    parser.add_argument("--faults", type=int, default=90,
+    parser.add_argument("--faults", type=int, default=100,
                         help="faults from outside (kills, restarts) with the feature on")
-    parser.add_argument("--exception-rounds", type=int, default=3,
+    parser.add_argument("--exception-rounds", type=int, default=6,
                         help="rounds of one exception at each of the 4 commit points")
-    parser.add_argument("--off-faults", type=int, default=8,
+    parser.add_argument("--off-faults", type=int, default=len(OFF_SCHEDULE),
                         help="faults of the at_least_once comparison run (0: none)")
-    parser.add_argument("--rate", type=float, default=150.0, help="changes per second")
+    parser.add_argument("--inject-minutes", type=float, default=30.0,
+                        help="stop injecting outside faults after this long (then the "
+                             "exceptions, the catch-up and the verdict)")
+    parser.add_argument("--rate", type=float, default=80.0, help="changes per second")
     parser.add_argument("--seed", type=int, default=7)
     args = parser.parse_args(argv)
     started = time.time()
@@ -303,22 +306,36 @@ def main(argv: list[str] | None = None) -> int:
         try:
             runs["effectively_once"] = run_campaign(
                 pg, broker, Path(tmp), name=NAME, delivery="effectively_once",
-                faults=args.faults, exception_rounds=args.exception_rounds, rate=args.rate,
-                seed=args.seed)
+                schedule=random.Random(args.seed).choices(KINDS, WEIGHTS, k=args.faults),
+                exception_rounds=args.exception_rounds, rate=args.rate, seed=args.seed,
+                budget=args.inject_minutes * 60)
+            write_result("reliability", _result(args, runs, started))
             if args.off_faults:
                 runs["at_least_once"] = run_campaign(
                     pg, broker, Path(tmp), name=f"{NAME}_off", delivery="at_least_once",
-                    faults=args.off_faults, exception_rounds=0, rate=args.rate,
-                    seed=args.seed + 1)
+                    schedule=[OFF_SCHEDULE[i % len(OFF_SCHEDULE)] for i in range(args.off_faults)],
+                    exception_rounds=0, rate=args.rate, seed=args.seed + 1, budget=1e9)
         finally:
             broker.stop()
+    result = _result(args, runs, started)
+    path = write_result("reliability", result)
+    print(f"reliability: {result['verdict']}: {result['faults_injected']} faults, "
+          f"{result['changes']:,} changes, missing {result['missing']}, duplicates "
+          f"{result['duplicates']:,} (at_least_once: {result['duplicates_at_least_once']} over "
+          f"{result['faults_at_least_once']} faults) -> {path}")
+    return 0 if result["verdict"] == "ok" else 1
+
+
+def _result(args: argparse.Namespace, runs: dict[str, Any], started: float) -> dict[str, Any]:
     on = runs["effectively_once"]
-    result = {
+    return {
         "benchmark": "effectively-once delivery under a campaign of faults (kill -9 of the job at "
                      "random moments, in a batch and right after the sink's commit; broker "
                      "restarts; Postgres fast and immediate restarts; an exception at each "
                      "commit point), judged by the consistency oracle",
-        "config": {"faults": args.faults, "exception_rounds": args.exception_rounds,
+        "config": {"faults": args.faults, "inject_minutes": args.inject_minutes,
+                   "weights": dict(zip(KINDS, WEIGHTS, strict=True)),
+                   "exception_rounds": args.exception_rounds,
                    "off_faults": args.off_faults, "rate_per_second": args.rate,
                    "seed": args.seed, "partitions_per_topic": int(SINK["topic_defaults."
                                                                       "partitions_count"]),
@@ -333,12 +350,6 @@ def main(argv: list[str] | None = None) -> int:
         "wall_seconds": round(time.time() - started, 1),
         "runs": runs,
     }
-    path = write_result("reliability", result)
-    print(f"reliability: {result['verdict']}: {result['faults_injected']} faults, "
-          f"{result['changes']:,} changes, missing {result['missing']}, duplicates "
-          f"{result['duplicates']:,} (at_least_once: {result['duplicates_at_least_once']} over "
-          f"{result['faults_at_least_once']} faults) -> {path}")
-    return 0 if result["verdict"] == "ok" else 1
 
 
 if __name__ == "__main__":
