@@ -101,14 +101,17 @@ class Campaign:
         self.checkpoint = job.checkpoint
         self.faults: list[Fault] = []
 
-    def settle(self) -> None:
-        """The job running and past its first committed batch since (re)start or fault."""
+    def settle(self, spacing: float) -> None:
+        """The job running and past its first committed batch since a (re)start; after other
+        faults, a committed batch or ``spacing`` seconds, whichever comes first (faults may
+        then overlap a recovery: that is part of the test)."""
         if not self.job.running:
             self.job.start()
-            self.job.wait_for_batch_after(self.job.started_at or 0, 240, committed=True)
-        else:
-            since = self.faults[-1].ended if self.faults else 0.0
-            self.job.wait_for_batch_after(since, 240, committed=True)
+            self.job.wait_for_batch_after(self.job.started_at or 0, 300, committed=True)
+            return
+        since = self.faults[-1].ended if self.faults else 0.0
+        with contextlib.suppress(TimeoutError):
+            self.job.wait_for_batch_after(since, spacing, committed=True)
 
     def inject(self, kind: str) -> Fault:
         getattr(self, kind)()
@@ -203,6 +206,7 @@ def _exceptions(
 def run_campaign(
     pg: LocalPostgres, broker: LocalIggy, root: Path, *, name: str, delivery: str,
     schedule: list[str], exception_rounds: int, rate: float, seed: int, budget: float,
+    spacing: float,
 ) -> dict[str, Any]:
     work, source = prepare_capture(pg.dsn, name, seed=seed)
     checkpoint = root / f"checkpoint-{name}"
@@ -223,11 +227,11 @@ def run_campaign(
                 if time.monotonic() - started > budget:
                     log(f"[{name}] the time budget is spent after {number} faults")
                     break
-                campaign.settle()
+                campaign.settle(spacing)
                 campaign.inject(kind)
                 log(f"[{name}] fault {number + 1}/{len(schedule)}: {kind} "
                     f"({work.changes:,} changes committed, {time.monotonic() - started:.0f}s)")
-            campaign.settle()
+            campaign.settle(300)
             stop.set()
             stats = background.join(600)
             target = flush_lsn(pg.dsn)
@@ -289,13 +293,16 @@ def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     parser.add_argument("--faults", type=int, default=100,
                         help="faults from outside (kills, restarts) with the feature on")
-    parser.add_argument("--exception-rounds", type=int, default=6,
+    parser.add_argument("--exception-rounds", type=int, default=3,
                         help="rounds of one exception at each of the 4 commit points")
     parser.add_argument("--off-faults", type=int, default=len(OFF_SCHEDULE),
                         help="faults of the at_least_once comparison run (0: none)")
     parser.add_argument("--inject-minutes", type=float, default=30.0,
                         help="stop injecting outside faults after this long (then the "
                              "exceptions, the catch-up and the verdict)")
+    parser.add_argument("--spacing", type=float, default=8.0,
+                        help="seconds at most between faults other than kills (a committed "
+                             "batch ends the wait sooner)")
     parser.add_argument("--rate", type=float, default=80.0, help="changes per second")
     parser.add_argument("--seed", type=int, default=7)
     args = parser.parse_args(argv)
@@ -308,13 +315,14 @@ def main(argv: list[str] | None = None) -> int:
                 pg, broker, Path(tmp), name=NAME, delivery="effectively_once",
                 schedule=random.Random(args.seed).choices(KINDS, WEIGHTS, k=args.faults),
                 exception_rounds=args.exception_rounds, rate=args.rate, seed=args.seed,
-                budget=args.inject_minutes * 60)
+                budget=args.inject_minutes * 60, spacing=args.spacing)
             write_result("reliability", _result(args, runs, started))
             if args.off_faults:
                 runs["at_least_once"] = run_campaign(
                     pg, broker, Path(tmp), name=f"{NAME}_off", delivery="at_least_once",
                     schedule=[OFF_SCHEDULE[i % len(OFF_SCHEDULE)] for i in range(args.off_faults)],
-                    exception_rounds=0, rate=args.rate, seed=args.seed + 1, budget=1e9)
+                    exception_rounds=0, rate=args.rate, seed=args.seed + 1, budget=1e9,
+                    spacing=300)
         finally:
             broker.stop()
     result = _result(args, runs, started)
@@ -334,6 +342,7 @@ def _result(args: argparse.Namespace, runs: dict[str, Any], started: float) -> d
                      "restarts; Postgres fast and immediate restarts; an exception at each "
                      "commit point), judged by the consistency oracle",
         "config": {"faults": args.faults, "inject_minutes": args.inject_minutes,
+                   "spacing_seconds": args.spacing,
                    "weights": dict(zip(KINDS, WEIGHTS, strict=True)),
                    "exception_rounds": args.exception_rounds,
                    "off_faults": args.off_faults, "rate_per_second": args.rate,
