@@ -100,22 +100,37 @@ class Campaign:
         self.pg, self.broker, self.root, self.job, self.rng = pg, broker, root, job, rng
         self.checkpoint = job.checkpoint
         self.faults: list[Fault] = []
+        self.job_exits = 0
 
     def settle(self, spacing: float) -> None:
         """The job running and past its first committed batch since a (re)start; after other
         faults, a committed batch or ``spacing`` seconds, whichever comes first (faults may
         then overlap a recovery: that is part of the test)."""
         if not self.job.running:
+            if self.faults and self.faults[-1].kind.startswith("kill"):
+                pass
+            elif self.job.pid is not None:
+                # The query failed under the fault and the job exited: restart it, as its
+                # supervisor would, and count it.
+                self.job.stop()
+                self.job_exits += 1
+                log(f"the job exited after {self.faults[-1].kind if self.faults else 'start'}; "
+                    "restarting it")
             self.job.start()
             self.job.wait_for_batch_after(self.job.started_at or 0, 300, committed=True)
             return
         since = self.faults[-1].ended if self.faults else 0.0
-        with contextlib.suppress(TimeoutError):
+        with contextlib.suppress(TimeoutError, RuntimeError):
             self.job.wait_for_batch_after(since, spacing, committed=True)
 
-    def inject(self, kind: str) -> Fault:
-        getattr(self, kind)()
-        return self.faults[-1]
+    def inject(self, kind: str) -> bool:
+        """Apply one fault; ``False`` if its moment never came (the job died meanwhile)."""
+        try:
+            getattr(self, kind)()
+        except (TimeoutError, RuntimeError) as exc:
+            log(f"{kind} not injected: {exc}")
+            return False
+        return True
 
     def _kill(self, kind: str) -> None:
         killed = self.job.kill()
@@ -228,15 +243,20 @@ def run_campaign(
                     log(f"[{name}] the time budget is spent after {number} faults")
                     break
                 campaign.settle(spacing)
-                campaign.inject(kind)
+                if not campaign.inject(kind):
+                    continue
                 log(f"[{name}] fault {number + 1}/{len(schedule)}: {kind} "
                     f"({work.changes:,} changes committed, {time.monotonic() - started:.0f}s)")
             campaign.settle(300)
             stop.set()
             stats = background.join(600)
             target = flush_lsn(pg.dsn)
-            wait_until(lambda: (committed_end(checkpoint) or 0) >= target, 900,
-                       "the job to catch up", alive=lambda: job.running)
+            for _ in range(3):  # a job that exits under a late fault is restarted
+                campaign.settle(300)
+                with contextlib.suppress(RuntimeError):
+                    wait_until(lambda: (committed_end(checkpoint) or 0) >= target, 900,
+                               "the job to catch up", alive=lambda: job.running)
+                    break
             stopped = job.stop()
         finally:
             stop.set()
@@ -260,6 +280,7 @@ def run_campaign(
         "delivery_guarantee": delivery,
         "faults_injected": len(all_faults),
         "faults_by_kind": {k: sum(1 for f in all_faults if f.kind == k) for k in kinds},
+        "job_exits_restarted": campaign.job_exits,
         "changes": report.changes,
         "messages": report.messages,
         "delivered": report.delivered,
