@@ -51,7 +51,8 @@ def test_sink_figures_come_from_the_ledger(tmp_path: Path) -> None:
     ledger = Ledger(tmp_path / "destinations.json")
     ledger.apply(0, [TaskReport(routed=Counter({"s/a": 3, "s/dlq": 1}),
                                 rejected=Counter({"circuit_open": 1}), dead_lettered=1,
-                                resumed=5, at_least_once=2, created=["s/a"], create_seconds=[0.02], admitted=[("s", "a")],
+                                resumed=5, at_least_once=2, created=["s/a"],
+                                create_seconds=[0.02], admitted=[("s", "a")],
                                 breakers={"s/a": {"state": "open", "consecutive_failures": 5,
                                                   "opened_at": 1.0, "last_error": "x"}})])
     collector = _Collector(None)

@@ -156,8 +156,8 @@ class _Collector:
                 degraded.add_metric([q.label, _SOURCE_DEGRADED],
                                     float(bool(q.slot.get("degraded"))))
         yield from (batches, rows, duration, input_rate, processed, routed, rejected, missing,
-                    dead, dropped, resumed, fallbacks, active, open_breakers, create, degraded, lag, retained,
-                    slot_active, commit_failures)
+                    dead, dropped, resumed, fallbacks, active, open_breakers, create, degraded,
+                    lag, retained, slot_active, commit_failures)
 
     def progress(self, progress: Any) -> None:
         """Fold one ``StreamingQueryProgress`` in (listener thread)."""
