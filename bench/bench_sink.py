@@ -68,13 +68,15 @@ def write_parquet(table: pa.Table, directory: Path, files: int) -> None:
         pq.write_table(table.slice(start, step), directory / f"part-{number}.parquet")
 
 
-def spark_write(spark: Any, source: Path, url: str, messages: int) -> common.Measure:
+def spark_write(spark: Any, source: Path, url: str, messages: int,
+                options: dict[str, str] | None = None) -> common.Measure:
     checkpoint = tempfile.mkdtemp(prefix="bench-sink-")
 
     def start() -> Any:
         return (spark.readStream.schema(SCHEMA).parquet(str(source))
                 .writeStream.format("iggy_routed").option("url", url)
                 .option("admission.max_destinations", "1000")
+                .options(**(options or {}))
                 .option("checkpointLocation", checkpoint)
                 .trigger(availableNow=True).start())
 

@@ -149,7 +149,8 @@ class FaultyCdcSource(DataSource):
 
 class FaultyWriter(IggyRoutedStreamWriter):
     def __init__(self, writer: IggyRoutedStreamWriter, fault: Fault) -> None:
-        super().__init__(writer.options, writer.admitted, writer.ledger)
+        super().__init__(writer.options, writer.admitted, writer.ledger, writer.breakers,
+                         writer.clock, writer.plan)
         self.fault = fault
 
     def write(self, iterator: Iterator[pa.RecordBatch]) -> TaskReport:

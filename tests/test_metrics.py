@@ -51,7 +51,8 @@ def test_sink_figures_come_from_the_ledger(tmp_path: Path) -> None:
     ledger = Ledger(tmp_path / "destinations.json")
     ledger.apply(0, [TaskReport(routed=Counter({"s/a": 3, "s/dlq": 1}),
                                 rejected=Counter({"circuit_open": 1}), dead_lettered=1,
-                                created=["s/a"], create_seconds=[0.02], admitted=[("s", "a")],
+                                resumed=5, at_least_once=2, created=["s/a"],
+                                create_seconds=[0.02], admitted=[("s", "a")],
                                 breakers={"s/a": {"state": "open", "consecutive_failures": 5,
                                                   "opened_at": 1.0, "last_error": "x"}})])
     collector = _Collector(None)
@@ -64,6 +65,8 @@ def test_sink_figures_come_from_the_ledger(tmp_path: Path) -> None:
     assert got[("iggy_routed_rejections_total", circuit_open)] == 1
     assert got[("iggy_routed_breakers_open", q)] == 1
     assert got[("iggy_routed_destinations_active", q)] == 1
+    assert got[("iggy_routed_replay_skipped_total", q)] == 5
+    assert got[("iggy_routed_at_least_once_fallbacks_total", q)] == 2
     assert got[("iggy_routed_destination_create_seconds_bucket",
                 (("le", "0.01"), ("query", "id-2")))] == 0
     assert got[("iggy_routed_destination_create_seconds_bucket",

@@ -96,6 +96,10 @@ class _Collector:
                           ("query", "action"))
         dead = counter("iggy_routed_dead_lettered", "rows sent to the dead-letter destination")
         dropped = counter("iggy_routed_dropped", "rows dropped by policy")
+        resumed = counter("iggy_routed_replay_skipped", "messages a replayed batch found "
+                          "already in Iggy and did not send again")
+        fallbacks = counter("iggy_routed_at_least_once_fallbacks", "groups a replay could not "
+                            "decide on within delivery_scan_messages, sent again in full")
         active = gauge("iggy_routed_destinations_active", "destinations admitted by the query")
         open_breakers = gauge("iggy_routed_breakers_open", "destinations with an open breaker")
         create = HistogramMetricFamily("iggy_routed_destination_create_seconds",
@@ -131,6 +135,8 @@ class _Collector:
                     missing.add_metric([q.label, action], count)
                 dead.add_metric(label, data["dead_lettered"])
                 dropped.add_metric(label, data["dropped"])
+                resumed.add_metric(label, data["delivery"]["resumed"])
+                fallbacks.add_metric(label, data["delivery"]["at_least_once"])
                 active.add_metric(label, sum(1 for e in entries if e.get("admitted")))
                 opened = sum(1 for e in entries if e["breaker"] != "closed")
                 open_breakers.add_metric(label, opened)
@@ -150,8 +156,8 @@ class _Collector:
                 degraded.add_metric([q.label, _SOURCE_DEGRADED],
                                     float(bool(q.slot.get("degraded"))))
         yield from (batches, rows, duration, input_rate, processed, routed, rejected, missing,
-                    dead, dropped, active, open_breakers, create, degraded, lag, retained,
-                    slot_active, commit_failures)
+                    dead, dropped, resumed, fallbacks, active, open_breakers, create, degraded,
+                    lag, retained, slot_active, commit_failures)
 
     def progress(self, progress: Any) -> None:
         """Fold one ``StreamingQueryProgress`` in (listener thread)."""

@@ -51,6 +51,7 @@ if TYPE_CHECKING:
 __all__ = [
     "OPTION_DOCS",
     "ColumnNames",
+    "DeliveryGuarantee",
     "FailurePolicy",
     "KeyEncoding",
     "OptionDoc",
@@ -72,6 +73,13 @@ class FailurePolicy(StrEnum):
     ERROR = "error"
     DROP = "drop"
     DLQ = "dlq"
+
+
+class DeliveryGuarantee(StrEnum):
+    """``delivery_guarantee``: what a replayed micro-batch sends again."""
+
+    EFFECTIVELY_ONCE = "effectively_once"
+    AT_LEAST_ONCE = "at_least_once"
 
 
 class KeyEncoding(StrEnum):
@@ -141,6 +149,13 @@ OPTION_DOCS: tuple[OptionDoc, ...] = (
               "DLQ as `too_large` with on_admission_failure=dlq"),
     OptionDoc("send_timeout", "60s", "how long a task keeps retrying a send while the server is "
               "unreachable before it fails (and Spark does not commit the batch)"),
+    OptionDoc("delivery_guarantee", "effectively_once", "`effectively_once`: a replayed batch "
+              "sends only what did not land yet (see Delivery semantics; falls back to "
+              "at-least-once, with a warning, where it cannot decide); `at_least_once`: a "
+              "replayed batch is sent again in full, and messages carry no origin header"),
+    OptionDoc("delivery_scan_messages", "10000", "effectively_once: how many messages of each "
+              "partition's tail a replayed task reads back, at most, looking for what it "
+              "already sent; past it that group falls back to at-least-once"),
     OptionDoc("json_columns", "(none)", "comma-separated string columns holding JSON text "
               "(e.g. pg_cdc's `key,before,after`), embedded in the payload as JSON, "
               "not as strings"),
@@ -234,6 +249,8 @@ class RoutedOptions:
     json_columns: frozenset[str] = frozenset()
     max_message_bytes: int = MAX_MESSAGE_BYTES
     prewarm_deadline: float = 60.0
+    delivery: DeliveryGuarantee = DeliveryGuarantee.EFFECTIVELY_ONCE
+    delivery_scan_messages: int = 10_000
 
     @classmethod
     def from_options(cls, options: Mapping[str, str]) -> RoutedOptions:
@@ -281,6 +298,8 @@ class RoutedOptions:
             send_timeout=parse("send_timeout", _seconds),
             max_message_bytes=parse("max_message_bytes", _message_size),
             prewarm_deadline=parse("prewarm_deadline", _seconds),
+            delivery=parse("delivery_guarantee", _choice(DeliveryGuarantee)),
+            delivery_scan_messages=parse("delivery_scan_messages", _at_least(1)),
             json_columns=frozenset(
                 name.strip() for name in raw.get("json_columns", "").split(",") if name.strip()
             ),

@@ -53,6 +53,8 @@ class TaskReport(WriterCommitMessage):
     admitted: list[tuple[str, str]] = field(default_factory=list)
     breakers: dict[str, dict[str, Any]] = field(default_factory=dict)  # BreakerSnapshot.to_dict
     last_error: str | None = None
+    resumed: int = 0  # messages of a replay found already landed, not sent again
+    at_least_once: int = 0  # groups a replay could not decide on, sent again in full
 
 
 def ledger_path(checkpoint_location: str | None) -> Path | None:
@@ -80,6 +82,7 @@ class Ledger:
         }
         if path is not None and path.exists():
             self.data = json.loads(path.read_text())
+        self.data.setdefault("delivery", {"resumed": 0, "at_least_once": 0})
         self.data.setdefault("create_latency", {
             "buckets": [0] * len(CREATE_BUCKETS), "sum": 0.0, "count": 0})
 
@@ -126,6 +129,8 @@ class Ledger:
             for key, snapshot in report.breakers.items():
                 breakers.setdefault(key, []).append(BreakerSnapshot.from_dict(snapshot))
             batch.last_error = report.last_error or batch.last_error
+            batch.resumed += report.resumed
+            batch.at_least_once += report.at_least_once
 
         def entry(key: str) -> dict[str, Any]:
             stream, _, topic = key.partition("/")
@@ -155,6 +160,8 @@ class Ledger:
             totals = Counter(self.data[name])
             totals.update(counter)
             self.data[name] = dict(totals)
+        self.data["delivery"]["resumed"] += batch.resumed
+        self.data["delivery"]["at_least_once"] += batch.at_least_once
         self.data["dropped"] += batch.dropped
         self.data["dead_lettered"] += batch.dead_lettered
         self.data["last_error"] = batch.last_error or self.data["last_error"]
@@ -176,6 +183,7 @@ class Ledger:
             f"{len(batch.routed)} destinations ({len(batch.created)} created), rejected "
             f"{dict(batch.rejected) or 0}, missing destination {dict(batch.missing) or 0}, "
             f"dead-lettered {batch.dead_lettered}, dropped {batch.dropped}, "
+            f"found landed by a replay {batch.resumed}, sent at-least-once {batch.at_least_once}, "
             f"open breakers {open_breakers}; status {status}"
         )
 

@@ -19,13 +19,16 @@ from typing import TYPE_CHECKING, Any, TypeVar
 
 from iggy_spark.admission import Destination
 from iggy_spark.connection import IggyConnection
+from iggy_spark.delivery import ORIGIN_HEADER, Origin, landed_in_tail
 from iggy_spark.errors import DestinationError, SendError, ServerError, UnknownDestination
 from iggy_spark.options import TopicDefaults
 
 if TYPE_CHECKING:
     import apache_iggy
 
-__all__ = ["Topic", "ensure_topic", "prewarm", "send", "is_disconnection", "Disconnected"]
+__all__ = [
+    "Topic", "ensure_topic", "prewarm", "send", "landed", "is_disconnection", "Disconnected",
+]
 
 T = TypeVar("T")
 
@@ -207,15 +210,37 @@ async def send(
     messages: Sequence[apache_iggy.SendMessage],
     *,
     timeout: float,
-) -> None:
-    """Send ``messages`` in order to one partition (``None``: let the server balance)."""
+    first: Origin | None = None,
+    scan_limit: int = 0,
+) -> tuple[int, bool]:
+    """Send ``messages`` in order to one partition (``None``: let the server balance).
+
+    A send that failed with the connection may have landed all the same. With ``first`` (the
+    origin of ``messages[0]``: effectively-once delivery) each retry first reads the
+    partition's tail and sends only what is not there; returns how many messages it so found
+    already landed, and whether a retry could not decide within ``scan_limit`` (then it sent
+    them all: at-least-once).
+    """
     import apache_iggy
 
     partitioning = (apache_iggy.Partitioning.balanced() if partition is None
                     else apache_iggy.Partitioning.partition_id(partition))
     batch = list(messages)
+    state = {"attempts": 0, "skipped": 0, "undecided": False}
 
     async def attempt(client: apache_iggy.IggyClient) -> None:
+        nonlocal batch
+        state["attempts"] += 1
+        if first is not None and state["attempts"] > 1:
+            done = await _tail_landed(client, destination, partition, first, scan_limit)
+            if done is None:
+                state["undecided"] = True
+            else:
+                skip = min(max(0, done - first.seq - int(state["skipped"])), len(batch))
+                batch = batch[skip:]
+                state["skipped"] += skip
+            if not batch:
+                return
         await client.send_messages(destination.stream, destination.topic, partitioning, batch)
 
     try:
@@ -224,3 +249,77 @@ async def send(
         raise
     except Exception as exc:  # noqa: BLE001
         raise SendError(destination.stream, destination.topic, str(exc)) from exc
+    return int(state["skipped"]), bool(state["undecided"])
+
+_SCAN_PAGE = 1000
+
+
+def _origin(message: apache_iggy.ReceiveMessage) -> Origin | None:
+    headers = message.user_headers()
+    if not headers:
+        return None
+    return Origin.decode(headers.to_scalar_dict().get(ORIGIN_HEADER))
+
+
+async def _tail_landed(
+    client: apache_iggy.IggyClient,
+    destination: Destination,
+    partition: int | None,
+    me: Origin,
+    limit: int,
+) -> int | None:
+    import apache_iggy
+
+    consumer = apache_iggy.Consumer.Single("iggy-spark-delivery")
+    details = await client.get_topic(destination.stream, destination.topic)
+    if details is None:
+        return 0  # nothing can have landed in a topic that does not exist
+    found = 0
+    for p in details.partitions:
+        if (partition is not None and p.id != partition) or not p.messages_count:
+            continue
+        end, scanned, verdict = p.current_offset + 1, 0, None
+        while verdict is None and end > 0 and scanned < limit:
+            start = max(0, end - min(_SCAN_PAGE, limit - scanned))
+            page = await client.poll_messages(
+                destination.stream, destination.topic, consumer=consumer,
+                polling_strategy=apache_iggy.PollingStrategy.Offset(start),
+                count=end - start, auto_commit=False, partition_id=p.id)
+            page = [m for m in page if m.offset() < end]
+            if not page:
+                break  # below the oldest message kept (expired segments): the start
+            scanned += len(page)
+            verdict = landed_in_tail((_origin(m) for m in reversed(page)), me)
+            end = page[0].offset()
+        if verdict is None:
+            if end > 0 and scanned >= limit:
+                return None
+            verdict = 0
+        found = max(found, verdict)
+    return found
+
+
+async def landed(
+    conn: IggyConnection,
+    destination: Destination,
+    partition: int | None,
+    me: Origin,
+    *,
+    limit: int,
+    timeout: float,
+) -> int | None:
+    """How many messages of ``me``'s group (query, batch, task) already landed, from the tail.
+
+    Polls by offset, a page at a time, from the partition's last message backwards (never a
+    consumer offset: reading changes nothing on the server), at most ``limit`` messages per
+    partition. ``partition=None`` (the server balanced the group's sends) reads every
+    partition and takes the longest prefix. ``None``: undecided within ``limit``.
+    """
+    try:
+        return await _retrying(
+            conn, lambda client: _tail_landed(client, destination, partition, me, limit), timeout)
+    except (Disconnected, ServerError):
+        raise
+    except Exception as exc:  # noqa: BLE001
+        raise SendError(destination.stream, destination.topic,
+                        f"could not read the partition tail back: {exc}") from exc

@@ -29,7 +29,8 @@ class IggyRoutedDataSource(DataSource):
         # and must not fail there where the sink's client libraries are not installed.
         require("iggy_routed", "iggy", "apache_iggy", "xxhash")
         from iggy_spark.columns import check_columns
-        from iggy_spark.options import RoutedOptions
+        from iggy_spark.delivery import plan_batch
+        from iggy_spark.options import DeliveryGuarantee, RoutedOptions
         from iggy_spark.report import Ledger, ledger_path
         from iggy_spark.writer import IggyRoutedStreamWriter, prewarm_once
 
@@ -38,4 +39,10 @@ class IggyRoutedDataSource(DataSource):
         path = ledger_path(self.options.get("checkpointlocation"))
         ledger = Ledger(path)
         prewarm_once(options)
-        return IggyRoutedStreamWriter(options, ledger.admitted, path, ledger.breakers)
+        plan = None
+        if options.delivery is DeliveryGuarantee.EFFECTIVELY_ONCE:
+            plan = plan_batch(None if path is None else path.parent.parent,
+                              None if path is None else path.parent,
+                              ledger.data["last_batch"], options.delivery_scan_messages)
+        return IggyRoutedStreamWriter(options, ledger.admitted, path, ledger.breakers,
+                                      plan=plan)

@@ -12,7 +12,9 @@ against that destination's circuit breaker, and once it opens the destination's 
 rows follow ``on_admission_failure`` (``dlq``/``drop`` let the batch commit, ``error`` fails
 it). A lost connection (every destination at once) or a refused login never counts: it fails
 the task, Spark does not commit the batch and the source does not move past it, so the batch
-is replayed (duplicates possible, never loss). Stable ids let consumers drop those duplicates.
+is replayed. With ``delivery_guarantee=effectively_once`` (the default) the replay sends only
+what did not land the first time (:mod:`iggy_spark.delivery`); with ``at_least_once`` it sends
+everything again, and stable ids let consumers drop the duplicates.
 """
 
 from __future__ import annotations
@@ -35,10 +37,11 @@ from typing import TYPE_CHECKING, Any
 import orjson
 from pyspark.sql.datasource import DataSourceStreamArrowWriter, WriterCommitMessage
 
-from iggy_spark import sending
+from iggy_spark import delivery, sending
 from iggy_spark.admission import Destination, Reason, check_partition_id, rejection
 from iggy_spark.breaker import BreakerBoard, BreakerSnapshot, BreakerState, Claim, Clock
 from iggy_spark.connection import IggyConnection
+from iggy_spark.delivery import ORIGIN_HEADER, BatchPlan, Origin
 from iggy_spark.encoding import EncodedBatch, encode_batch
 from iggy_spark.errors import (
     DestinationError,
@@ -89,6 +92,8 @@ class _Outcome:
     sent: int = 0
     refused: list[Message] = field(default_factory=list)
     error: BaseException | None = None
+    resumed: int = 0  # of ``sent``: found already landed when a send was retried
+    undecided: bool = False  # a retry could not tell what landed and sent it all again
 
 
 _prewarmed: set[tuple[Any, ...]] = set()
@@ -163,6 +168,8 @@ class _Task:
         options: RoutedOptions,
         admitted: frozenset[Destination],
         board: BreakerBoard,
+        origin: Origin | None = None,
+        scan: bool = False,
     ) -> None:
         import apache_iggy
 
@@ -181,6 +188,14 @@ class _Task:
         self.touched: dict[Destination, sending.Topic] = {}
         self.destinations: dict[tuple[str, str], Destination] = {}
         self._message = apache_iggy.SendMessage
+        # Effectively-once delivery: each group numbers its messages; in a replay (``scan``)
+        # each group first reads how many of them landed before, and skips those.
+        self.origin = origin
+        self.scan = scan
+        self.prefix = None if origin is None else f"{origin.query}:{origin.batch}:{origin.task}:"
+        self.seqs: dict[Group, int] = defaultdict(int)
+        self.landed: dict[Group, int] = {}
+        self.first_seq: dict[Group, int] = {}
 
     # -- admission -----------------------------------------------------------------------------
 
@@ -307,11 +322,42 @@ class _Task:
         self, group: Group, payload: bytes, headers: Headers | None, message_id: int
     ) -> None:
         """Buffer one message in its group; send everything once ``max_batch_bytes`` is reached."""
+        if self.prefix is not None:
+            seq = self.seqs[group]
+            self.seqs[group] = seq + 1
+            if self.scan and seq < self._landed(group):
+                self.report.resumed += 1
+                self.report.routed[str(group[0])] += 1
+                return
+            if group not in self.groups:
+                self.first_seq[group] = seq
+            origin: Headers = {ORIGIN_HEADER: self.prefix + str(seq)}
+            headers = {**headers, **origin} if headers else origin
         self.groups[group].append(self._message(payload, headers, message_id or None))
         self.raw[group].append((payload, headers, message_id))
         self.buffered += len(payload)
         if self.buffered >= self.options.max_batch_bytes:
             self.flush()
+
+    def _landed(self, group: Group) -> int:
+        """How many of ``group``'s messages an earlier attempt landed (read once per group)."""
+        known = self.landed.get(group)
+        if known is not None:
+            return known
+        assert self.origin is not None
+        destination, partition = group
+        found = self.conn.run(sending.landed(
+            self.conn, destination, partition, self.origin,
+            limit=self.options.delivery_scan_messages, timeout=self.options.send_timeout))
+        if found is None:
+            self.report.at_least_once += 1
+            _warn(f"iggy_routed: replay of batch {self.origin.batch}, task {self.origin.task}: "
+                  f"cannot tell what landed in {destination} partition {partition} within the "
+                  f"last {self.options.delivery_scan_messages} messages (delivery_scan_messages)"
+                  "; sending the group again in full (at-least-once)")
+            found = 0
+        self.landed[group] = found
+        return found
 
     def reject(self, destination: Destination, reason: Reason, enc: EncodedBatch, i: int) -> None:
         """Apply ``on_admission_failure`` to a refused row."""
@@ -366,14 +412,17 @@ class _Task:
         """
         if not self.groups:
             return
-        groups, raw = self.groups, self.raw
+        groups, raw, first = self.groups, self.raw, self.first_seq
         self.groups, self.raw, self.buffered = defaultdict(list), defaultdict(list), 0
-        outcomes = self.conn.run(self._send_all(groups, raw))
+        self.first_seq = {}
+        outcomes = self.conn.run(self._send_all(groups, raw, first))
         failure: BaseException | None = None
         refused: dict[Destination, list[Message]] = defaultdict(list)
         for (destination, _), outcome in zip(groups, outcomes, strict=True):
             if outcome.sent:
                 self.report.routed[str(destination)] += outcome.sent
+            self.report.resumed += outcome.resumed
+            self.report.at_least_once += outcome.undecided
             if outcome.error is not None or outcome.refused:
                 with _state_lock:  # the topic may have changed (deleted, repartitioned)
                     _topics.pop((self.options.url, destination), None)
@@ -388,7 +437,8 @@ class _Task:
         self.flush()  # the dead letters, if any
 
     async def _send_all(
-        self, groups: dict[Group, list[apache_iggy.SendMessage]], raw: dict[Group, list[Message]]
+        self, groups: dict[Group, list[apache_iggy.SendMessage]], raw: dict[Group, list[Message]],
+        first: dict[Group, int],
     ) -> list[_Outcome]:
         gate = asyncio.Semaphore(self.options.max_concurrent_destinations)
         # A destination on probation (half-open) sends one group at a time: the first is the
@@ -396,7 +446,8 @@ class _Task:
         probing = {d: asyncio.Lock() for d, _ in groups
                    if self.board.state(d) is BreakerState.HALF_OPEN}
         return list(await asyncio.gather(*(
-            self._send_group(d, p, m, raw[d, p], gate, probing.get(d) or nullcontext())
+            self._send_group(d, p, m, raw[d, p], gate, probing.get(d) or nullcontext(),
+                             first.get((d, p)))
             for (d, p), m in groups.items()
         )))
 
@@ -404,6 +455,7 @@ class _Task:
         self, destination: Destination, partition: int | None,
         messages: list[apache_iggy.SendMessage], raw: list[Message],
         gate: asyncio.Semaphore, probe: AbstractAsyncContextManager[Any],
+        first_seq: int | None = None,
     ) -> _Outcome:
         """Send one group in order, chunk by chunk, retrying a refused chunk with backoff.
 
@@ -420,10 +472,13 @@ class _Task:
                     outcome.refused = raw[outcome.sent:]
                     break
                 chunk = messages[outcome.sent:outcome.sent + _MESSAGES_PER_SEND]
+                first = (None if self.origin is None or first_seq is None
+                         else self.origin._replace(seq=first_seq + outcome.sent))
                 try:
                     async with gate:
-                        await sending.send(self.conn, destination, partition, chunk,
-                                           timeout=timeout)
+                        resumed, undecided = await sending.send(
+                            self.conn, destination, partition, chunk, timeout=timeout,
+                            first=first, scan_limit=self.options.delivery_scan_messages)
                 except SendError as exc:
                     attempt += 1
                     if destination == self.options.dlq:
@@ -438,6 +493,8 @@ class _Task:
                     break
                 self.board.record_success(destination)
                 outcome.sent += len(chunk)
+                outcome.resumed += resumed
+                outcome.undecided = outcome.undecided or undecided
                 attempt = 0
         return outcome
 
@@ -460,6 +517,7 @@ class IggyRoutedStreamWriter(DataSourceStreamArrowWriter):
         ledger: Path | None,
         breakers: Mapping[Destination, BreakerSnapshot] | None = None,
         clock: Clock = time.time,
+        plan: BatchPlan | None = None,
     ) -> None:
         self.options = options
         self.admitted = admitted
@@ -467,17 +525,29 @@ class IggyRoutedStreamWriter(DataSourceStreamArrowWriter):
         self.breakers = dict(breakers or {})
         self.clock = clock  # wall clock: breaker opening times travel between processes
         self.probes = None if ledger is None else ledger.parent / "probes" / uuid.uuid4().hex
+        self.plan = plan
 
     def write(self, iterator: Iterator[pa.RecordBatch]) -> TaskReport:
+        origin: Origin | None = None
+        scan = False
+        if self.plan is not None:
+            decided = _task_origin(self.plan)
+            if decided == _SEND_NOTHING:
+                return TaskReport()  # the ledger holds the whole batch: it all landed
+            assert isinstance(decided, tuple)
+            origin, scan = decided
         board = BreakerBoard(self.options.breaker, self.clock, self.breakers,
                              _probe_claims(self.probes))
-        task = _Task(self.options, self.admitted, board)
+        task = _Task(self.options, self.admitted, board, origin, scan)
         for batch in iterator:
             task.route(batch)
         return task.finish()
 
     def commit(self, messages: list[WriterCommitMessage | None], batchId: int) -> None:
         """Every task of ``batchId`` succeeded: fold their reports into the ledger, log a line."""
+        if self.plan is not None and self.plan.batch != batchId:
+            _warn(f"iggy_routed: the writer was planned for batch {self.plan.batch} but Spark "
+                  f"commits batch {batchId}; tasks used Spark's id")
         line = Ledger(self.ledger).apply(
             batchId, [m for m in messages if isinstance(m, TaskReport)]
         )
@@ -495,11 +565,47 @@ class IggyRoutedStreamWriter(DataSourceStreamArrowWriter):
                    "source will replay it")
 
 
-def _log_batch(line: str) -> None:
-    """Log at INFO; in Spark's worker processes nobody configures logging, so add a handler."""
+_SEND_NOTHING = "send nothing"
+
+
+def _task_origin(plan: BatchPlan) -> tuple[Origin | None, bool] | str:
+    """This task's origin and whether it must look for what landed, or :data:`_SEND_NOTHING`.
+
+    Spark's own batch id (the ``streaming.sql.batchId`` local property every task of the batch
+    gets) is the one trusted: a wrong id could make a task skip what it never sent. Without it
+    the task falls back to at-least-once (no origin), with a warning.
+    """
+    identity = delivery.task_identity()
+    if identity is None or identity.batch is None:
+        _warn("iggy_routed: the write task cannot read Spark's batch id; sending at-least-once")
+        return None, False
+    batch, scan = identity.batch, plan.replay or identity.retry
+    if batch != plan.batch:
+        _warn(f"iggy_routed: task {identity.partition}: the driver planned batch {plan.batch}, "
+              f"Spark runs {batch}; reading partition tails to find what landed")
+        scan = True
+    if batch <= plan.last_delivered:
+        _log_batch(f"iggy_routed batch {batch}, task {identity.partition}: already delivered "
+                   "(the ledger holds it); sending nothing")
+        return _SEND_NOTHING
+    return Origin(plan.query, batch, identity.partition, 0), scan
+
+
+def _warn(line: str) -> None:
+    _ensure_handler()
+    log.warning(line)
+
+
+def _ensure_handler() -> None:
+    """In Spark's worker processes nobody configures logging: add a handler."""
     if not log.handlers and not logging.getLogger().handlers:
         handler = logging.StreamHandler()
         handler.setFormatter(logging.Formatter("%(asctime)s %(name)s %(levelname)s %(message)s"))
         log.addHandler(handler)
         log.setLevel(logging.INFO)
+
+
+def _log_batch(line: str) -> None:
+    """Log at INFO (see :func:`_ensure_handler`)."""
+    _ensure_handler()
     log.info(line)

@@ -1,0 +1,149 @@
+"""Effectively-once delivery against the local broker over TCP, without Spark.
+
+A write task is called the way Spark calls it, with the task's identity (partition id, Spark's
+batch id, attempt) set as a replay would see it. An interrupted first attempt is reproduced by
+running the same task on a prefix of its rows: the sink numbers a group's messages in order, so
+that is exactly what a crash after that prefix was acknowledged leaves in the partition.
+"""
+
+from __future__ import annotations
+
+import json
+from typing import Any
+
+import pyarrow as pa
+import pytest
+from broker_fixtures import poll_all
+
+from iggy_local import LocalIggy
+from iggy_spark import delivery
+from iggy_spark.delivery import ORIGIN_HEADER, BatchPlan, Origin, TaskIdentity
+from iggy_spark.options import RoutedOptions
+from iggy_spark.report import TaskReport
+from iggy_spark.writer import IggyRoutedStreamWriter
+
+pytestmark = pytest.mark.services
+
+
+def rows(name: str, numbers: range, partitions: int = 2) -> pa.RecordBatch:
+    ns = list(numbers)
+    return pa.RecordBatch.from_pydict({
+        "stream": [name] * len(ns), "topic": ["t"] * len(ns),
+        "partition_id": [n % partitions for n in ns], "n": ns,
+    })
+
+
+def write(
+    broker: LocalIggy, monkeypatch: pytest.MonkeyPatch, batch: pa.RecordBatch, *,
+    task: int = 0, spark_batch: int = 4, replay: bool = False, last_delivered: int = 3,
+    retry: bool = False, query: str = "q1", plan: bool = True, **options: str,
+) -> TaskReport:
+    monkeypatch.setattr(delivery, "task_identity",
+                        lambda: TaskIdentity(task, spark_batch, retry))
+    writer = IggyRoutedStreamWriter(
+        RoutedOptions.from_options({
+            "url": broker.url, "partition_key_encoding": "partition_id",
+            "topic_defaults.partitions_count": "2", **options}),
+        frozenset(), None,
+        plan=BatchPlan(query, 4, last_delivered, replay, 10_000) if plan else None,
+    )
+    return writer.write(iter([batch]))
+
+
+def landed(broker: LocalIggy, name: str) -> list[tuple[int, int, Any]]:
+    """(partition, n, origin header) of every message, in partition and offset order."""
+    return [(m.partition, json.loads(m.payload)["n"], m.headers.get(ORIGIN_HEADER))
+            for m in poll_all(broker.address, name, "t")]
+
+
+def ns(broker: LocalIggy, name: str) -> list[int]:
+    return [n for _, n, _ in landed(broker, name)]
+
+
+def test_messages_carry_their_origin(
+    broker: LocalIggy, name: str, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    write(broker, monkeypatch, rows(name, range(6)), task=3)
+    got = landed(broker, name)
+    assert [(p, n) for p, n, _ in got] == [(0, 0), (0, 2), (0, 4), (1, 1), (1, 3), (1, 5)]
+    assert [Origin.decode(h) for _, _, h in got] == [
+        Origin("q1", 4, 3, seq) for seq in (0, 1, 2, 0, 1, 2)]
+
+
+def test_an_interrupted_batch_resends_only_what_did_not_land(
+    broker: LocalIggy, name: str, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """Two tasks of one batch write the same partitions, with another query's messages in
+    between; each task's first attempt landed a different prefix. The replay completes each
+    group exactly, in order."""
+    write(broker, monkeypatch, rows(name, range(0, 100)), spark_batch=3, last_delivered=2)
+    write(broker, monkeypatch, rows(name, range(0, 37)), task=0)  # crashed after 37 rows
+    write(broker, monkeypatch, rows(name, range(1000, 1010)), query="other")
+    write(broker, monkeypatch, rows(name, range(500, 511)), task=1)  # ... and this one after 11
+    first = write(broker, monkeypatch, rows(name, range(0, 60)), task=0, replay=True)
+    second = write(broker, monkeypatch, rows(name, range(500, 580)), task=1, replay=True)
+    assert (first.resumed, second.resumed, first.at_least_once) == (37, 11, 0)
+    assert sum(first.routed.values()) == 60 and sum(second.routed.values()) == 80
+    got = landed(broker, name)
+    by_writer: dict[tuple[str, int, int], list[int]] = {}
+    for _, n, header in got:
+        origin = Origin.decode(header)
+        assert origin is not None
+        by_writer.setdefault((origin.query, origin.batch, origin.task), []).append(n)
+    assert {k: sorted(v) for k, v in by_writer.items()} == {
+        ("q1", 3, 0): list(range(100)), ("q1", 4, 0): list(range(60)),
+        ("q1", 4, 1): list(range(500, 580)), ("other", 4, 0): list(range(1000, 1010))}
+    for partition in (0, 1):  # each task's rows in their order in each partition
+        for low, high in ((0, 60), (500, 580)):
+            seq = [n for p, n, h in got if p == partition and low <= n < high
+                   and h.startswith("q1:4:")]
+            assert seq == [n for n in range(low, high) if n % 2 == partition]
+
+
+def test_a_replay_of_a_batch_that_fully_landed_sends_nothing(
+    broker: LocalIggy, name: str, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    write(broker, monkeypatch, rows(name, range(20)))
+    again = write(broker, monkeypatch, rows(name, range(20)), replay=True)
+    assert again.resumed == 20 and sum(again.routed.values()) == 20
+    assert sorted(ns(broker, name)) == list(range(20))
+
+
+def test_a_retried_task_counts_as_a_replay(
+    broker: LocalIggy, name: str, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """Spark retries a failed task within the same batch: no new writer, no marker; the
+    attempt number alone says the earlier attempt may have sent a prefix."""
+    write(broker, monkeypatch, rows(name, range(8)))
+    write(broker, monkeypatch, rows(name, range(20)), retry=True)
+    assert sorted(ns(broker, name)) == list(range(20))
+
+
+def test_a_batch_the_ledger_holds_is_not_sent_at_all(
+    broker: LocalIggy, name: str, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    write(broker, monkeypatch, rows(name, range(5)))
+    report = write(broker, monkeypatch, rows(name, range(5, 9)), last_delivered=4, replay=True)
+    assert report == TaskReport()
+    assert ns(broker, name) == [0, 2, 4, 1, 3]
+
+
+def test_past_the_scan_bound_it_falls_back_to_at_least_once(
+    broker: LocalIggy, name: str, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    write(broker, monkeypatch, rows(name, range(10)))
+    write(broker, monkeypatch, rows(name, range(100, 130)), query="other")
+    report = write(broker, monkeypatch, rows(name, range(10)), replay=True,
+                   delivery_scan_messages="5")
+    assert report.at_least_once == 2 and report.resumed == 0  # both partitions undecided
+    assert sorted(n for n in ns(broker, name) if n < 10) == sorted([*range(10)] * 2)
+
+
+def test_at_least_once_sends_again_and_adds_no_header(
+    broker: LocalIggy, name: str, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    write(broker, monkeypatch, rows(name, range(6)), plan=False)
+    write(broker, monkeypatch, rows(name, range(6)), plan=False, replay=True)
+    got = landed(broker, name)
+    assert sorted(n for _, n, _ in got) == sorted([*range(6)] * 2)
+    assert {h for _, _, h in got} == {None}
