@@ -19,6 +19,7 @@ from pyspark.sql.streaming import StreamingQuery
 
 import iggy_spark
 from iggy_local import LocalIggy
+from iggy_spark.delivery import ORIGIN_HEADER, Origin
 from iggy_spark.encoding import message_id
 
 
@@ -133,7 +134,10 @@ def test_payload_headers_and_ids_round_trip_and_keys_keep_their_order(
     per_key: dict[str, list[int]] = {}
     for m in sorted(polled, key=lambda m: (m.partition, m.offset)):
         i = int(m.payload.decode().split("-")[1])
-        assert m.headers == {"seq": str(i)} and m.id == message_id(f"msg-{i}")
+        headers = dict(m.headers)
+        # the user's headers arrive as sent, beside effectively-once's origin header
+        assert Origin.decode(headers.pop(ORIGIN_HEADER)) is not None
+        assert headers == {"seq": str(i)} and m.id == message_id(f"msg-{i}")
         per_key.setdefault(f"k{i % 5}", []).append(i)
     assert all(seq == sorted(seq) for seq in per_key.values())
 
