@@ -827,7 +827,12 @@ class Workload:
         while True:
             with self._connect() as conn:
                 query = "SELECT pg_xact_status(%s::text::xid8)"
-                row = conn.execute(query, (str(full_xid),)).fetchone()
+                try:
+                    row = conn.execute(query, (str(full_xid),)).fetchone()
+                except psycopg.errors.InvalidParameterValue:
+                    # "transaction ID ... is in the future": a crash (immediate stop) lost the
+                    # WAL that assigned the id, so its commit record never became durable either
+                    return False
             status = row[0] if row else None
             if status in ("committed", "aborted"):
                 return bool(status == "committed")
