@@ -157,6 +157,12 @@ def test_pgoutput_unchanged_toast_column_is_omitted_and_named() -> None:
     assert change.after == '{"id":1,"name":"x","doc":null,"tags":null}'
     assert change.unchanged == ("big",)
     assert change.key == '{"id":1}'
+    # the new row with its placeholder is kept for completing it later, and a spilled change
+    # (pickled) still holds the placeholder itself
+    assert change.new_row == {"id": 1, "name": "x", "doc": None, "tags": None, "big": UNCHANGED}
+    assert pickle.loads(pickle.dumps(change)).new_row["big"] is UNCHANGED
+    (_, whole, _) = decode_po(txn(ITEMS, m_update(16400, ["1", "x", None, None, "b"])))
+    assert whole.new_row is None  # only changes with unchanged columns carry it
 
 
 def test_pgoutput_full_identity_sends_the_old_row() -> None:

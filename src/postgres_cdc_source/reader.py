@@ -40,7 +40,7 @@ from pyspark.sql.streaming.datasource import (
     SupportsTriggerAvailableNow,
 )
 
-from postgres_cdc_source import publication, slot, snapshot, splitting
+from postgres_cdc_source import publication, reselect, slot, snapshot, splitting
 from postgres_cdc_source.assembly import record_batches, transactions
 from postgres_cdc_source.connections import DriverConnection, connect_with_retry
 from postgres_cdc_source.decoding.factory import make_decoder
@@ -68,6 +68,8 @@ class CdcPartition(InputPartition):
     start: int
     end: int
     copy_from: int | None = None
+    reselect_until: int | None = None
+    """Complete unchanged TOAST values up to here (:mod:`postgres_cdc_source.reselect`)."""
 
 
 def _offset(lsn: int) -> dict[str, str]:
@@ -168,12 +170,34 @@ class PgCdcStreamReader(DataSourceStreamReader, SupportsTriggerAvailableNow):
     def latestOffset(self, start: dict[str, Any], limit: ReadLimit) -> dict[str, Any]:
         if snapshot.in_progress(start):
             return self._driver(lambda conn: self._plan_snapshot(conn, start))
-        if self._exported is not None:  # the snapshot's batches are committed
-            self._exported.close()
-            self._exported = None
+        horizon = start.get(snapshot.RESELECT_UNTIL)
+        if horizon == snapshot.PENDING:  # the snapshot's batches are committed
+            horizon = self._reselect_horizon()
         start_lsn = _lsn(start)
         max_bytes = limit.max_bytes if isinstance(limit, ReadMaxBytes) else None
-        return _offset(self._driver(lambda conn: self._plan(conn, start_lsn, max_bytes)))
+        end = _offset(self._driver(lambda conn: self._plan(conn, start_lsn, max_bytes)))
+        if horizon is not None:  # kept in every later offset: key changes are completed too
+            end[snapshot.RESELECT_UNTIL] = horizon
+        return end
+
+    def _reselect_horizon(self) -> str | None:
+        """``None`` when every chunk read the exported snapshot (this process exported it and
+        its session lived to the end); otherwise the WAL position now, past every chunk's read,
+        up to which the stream completes unchanged TOAST values from the tables."""
+        exported, self._exported = self._exported, None
+        exact = exported is not None and exported.survived()
+        if exported is not None:
+            exported.close()
+        if exact:
+            return None
+        horizon = self._driver(lambda conn: slot.insert_lsn(conn))
+        log.warning(
+            "pg_cdc snapshot: some chunks were read without the exported snapshot (a restart, "
+            "or a slot that already existed); changes up to %s, and later changes of a row's "
+            "key, get unchanged TOAST values read from the tables (see the README)",
+            format_lsn(horizon),
+        )
+        return format_lsn(horizon)
 
     def _plan(self, conn: psycopg.Connection[Any], start: int, max_bytes: int | None) -> int:
         # Spark asks for the end of batch N only once batch N-1 (ending at `start`) is in
@@ -217,13 +241,15 @@ class PgCdcStreamReader(DataSourceStreamReader, SupportsTriggerAvailableNow):
         start_lsn, end_lsn = _lsn(start), _lsn(end)
         if end_lsn <= start_lsn:
             return []
+        horizon = end.get(snapshot.RESELECT_UNTIL)
+        until = None if horizon is None else parse_lsn(str(horizon))
         count = splitting.partition_count(
             start_lsn, end_lsn, self.options.min_partitions, self.options.min_bytes_per_partition
         )
         if count == 1:
-            return [CdcPartition(start_lsn, end_lsn)]
+            return [CdcPartition(start_lsn, end_lsn, reselect_until=until)]
         return [
-            CdcPartition(lo, hi, copy_from=start_lsn)
+            CdcPartition(lo, hi, copy_from=start_lsn, reselect_until=until)
             for lo, hi in splitting.sub_ranges(start_lsn, end_lsn, count)
         ]
 
@@ -301,8 +327,8 @@ class PgCdcStreamReader(DataSourceStreamReader, SupportsTriggerAvailableNow):
             conn.commit()
             decoder = make_decoder(options, conn)
             events = decoder.events(slot.peek(conn, options, partition.end, pubs, copy))
-            yield from record_batches(
-                transactions(events, options.spill_rows), Router(options), options.batch_rows
-            )
+            txns = reselect.complete(transactions(events, options.spill_rows), options,
+                                     partition.reselect_until)
+            yield from record_batches(txns, Router(options), options.batch_rows)
         finally:
             conn.close()

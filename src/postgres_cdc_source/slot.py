@@ -22,6 +22,9 @@ import psycopg
 from psycopg import errors as pgerrors
 from psycopg import sql
 from psycopg.abc import AdaptContext
+from psycopg.adapt import AdaptersMap
+from psycopg.types.numeric import IntDumper
+from psycopg.types.string import StrDumperUnknown, TextLoader
 
 from postgres_cdc_source import publication
 from postgres_cdc_source.decoding.factory import plugin_options
@@ -31,6 +34,7 @@ from postgres_cdc_source.options import CdcOptions
 from postgres_cdc_source.values import SESSION_SETTINGS
 
 __all__ = [
+    "TEXT_VALUES",
     "SlotState",
     "ExportedSnapshot",
     "connect",
@@ -39,6 +43,7 @@ __all__ = [
     "ensure_slot",
     "slot_state",
     "flush_lsn",
+    "insert_lsn",
     "advance",
     "bring_to",
     "temporary_copy",
@@ -64,6 +69,16 @@ class SlotState:
     active_pid: int | None
     restart_lsn: int
     confirmed_flush: int
+
+
+TEXT_VALUES = AdaptersMap()
+"""Adapters (``connect(context=...)``) that load every value as the text of its type's output
+function, exactly what the output plugins send, for readers of rows that convert them as the
+decoders do: psycopg falls back to OID 0's loader for every type it has no loader for, and this
+map has no other. Parameters go as text of unknown type, so Postgres types them from context."""
+TEXT_VALUES.register_loader(0, TextLoader)
+TEXT_VALUES.register_dumper(str, StrDumperUnknown)
+TEXT_VALUES.register_dumper(int, IntDumper)  # a server-side cursor's FETCH count
 
 
 def connect(
@@ -228,6 +243,18 @@ class ExportedSnapshot:
     def close(self) -> None:
         self.conn.close()
 
+    def survived(self) -> bool:
+        """Whether the exporting session is still there, so every transaction that imported the
+        snapshot while it lived got it; a session that died (Postgres restarted) took the
+        snapshot with it. Asking ends the export: call it once the snapshot is read."""
+        if self.conn.closed:
+            return False
+        try:  # a walsender runs only the simple-query protocol
+            result = self.conn.pgconn.exec_(b"SELECT 1")
+        except psycopg.Error:
+            return False
+        return result.status == psycopg.pq.ExecStatus.TUPLES_OK
+
 
 def export_snapshot(options: CdcOptions) -> ExportedSnapshot | None:
     """Create the slot on a replication connection, exporting the snapshot of its consistent
@@ -284,6 +311,14 @@ def _create_slot(conn: Conn, options: CdcOptions) -> None:
             f" ALTER ROLE {user} REPLICATION, or create slot {options.slot!r} as a "
             "superuser"
         ) from None
+
+
+def insert_lsn(conn: Conn) -> int:
+    """The server's WAL insert position: past the commit record of every transaction visible
+    now (with ``synchronous_commit=off`` one is visible before its record is flushed)."""
+    row = conn.execute("SELECT (pg_current_wal_insert_lsn() - '0/0')::int8").fetchone()
+    assert row is not None
+    return int(row[0])
 
 
 def flush_lsn(conn: Conn) -> int:

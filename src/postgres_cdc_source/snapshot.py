@@ -9,8 +9,9 @@ delivered. While a snapshot runs, an offset is::
 slot stays there until then). ``snapshot`` is the :class:`Position` reached: every captured
 table sorting before ``table``, and the rows of ``table`` whose chunk key is at most ``after``,
 are delivered (``after`` null: all of ``table``; ``table`` null: nothing yet); ``chunks``
-counts the chunks delivered, for progress. The offset of a finished snapshot is the plain
-stream offset ``{"lsn": ...}``.
+counts the chunks delivered, for progress. The offset of a finished snapshot is
+``{"lsn": ..., "reselect_until": "pending"}``: the stream's first planning replaces ``pending``
+with an LSN (the snapshot was not exact: :mod:`postgres_cdc_source.reselect`) or drops it.
 
 A chunk is a range ``(lo, hi]`` of a table's primary key (of ``ctid`` for a table without one),
 read by one Spark partition in a ``REPEATABLE READ`` transaction that imports the snapshot the
@@ -37,9 +38,6 @@ import psycopg
 import pyarrow as pa
 from psycopg import errors as pgerrors
 from psycopg import sql
-from psycopg.adapt import AdaptersMap
-from psycopg.types.numeric import IntDumper
-from psycopg.types.string import StrDumperUnknown, TextLoader
 from pyspark.sql.datasource import InputPartition
 
 from postgres_cdc_source import slot
@@ -55,6 +53,7 @@ from postgres_cdc_source.values import converter_for_oid
 __all__ = [
     "READ", "Position", "Chunk", "SnapshotTable", "SnapshotPartition", "in_progress",
     "start_offset", "position_of", "offset_of", "offset_key", "captured_tables", "describe",
+    "RESELECT_UNTIL", "PENDING",
     "plan", "read_chunk",
 ]
 
@@ -111,11 +110,19 @@ def start_offset(consistent_point: int) -> dict[str, Any]:
     return offset_of(consistent_point, Position(None, None, 0))
 
 
+RESELECT_UNTIL = "reselect_until"
+PENDING = "pending"
+
+
 def offset_of(consistent_point: int, position: Position | None) -> dict[str, Any]:
-    """The offset at ``position`` (``None``: the snapshot is finished), keys in canonical order."""
+    """The offset at ``position``, keys in canonical order. ``None``: the snapshot is finished,
+    and whether the stream must complete unchanged values (:mod:`postgres_cdc_source.reselect`)
+    is decided when the next batch is planned, once every chunk has been read."""
     offset: dict[str, Any] = {"lsn": format_lsn(consistent_point)}
     if position is not None:
         offset["snapshot"] = position.as_json()
+    else:
+        offset[RESELECT_UNTIL] = PENDING
     return offset
 
 
@@ -318,12 +325,6 @@ def plan(
 # -- reading (executors) ---------------------------------------------------------------------
 
 
-_TEXT_ONLY = AdaptersMap()
-# Every value as the text of its type's output function, exactly what pgoutput sends: psycopg
-# falls back to OID 0's loader for every type it has no loader for, and this map has no other.
-_TEXT_ONLY.register_loader(0, TextLoader)
-_TEXT_ONLY.register_dumper(str, StrDumperUnknown)  # parameters of unknown type, as text
-_TEXT_ONLY.register_dumper(int, IntDumper)  # the server-side cursor's FETCH count
 
 
 def read_chunk(options: CdcOptions, part: SnapshotPartition) -> Iterator[pa.RecordBatch]:
@@ -336,7 +337,7 @@ def read_chunk(options: CdcOptions, part: SnapshotPartition) -> Iterator[pa.Reco
     delivers again after the snapshot, so each key still ends in its latest state (and a
     replayed chunk carries the same ids).
     """
-    conn = slot.connect(options, autocommit=False, context=_TEXT_ONLY)
+    conn = slot.connect(options, autocommit=False, context=slot.TEXT_VALUES)
     try:
         conn.isolation_level = psycopg.IsolationLevel.REPEATABLE_READ
         conn.read_only = True

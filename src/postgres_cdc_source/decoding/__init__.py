@@ -75,6 +75,10 @@ class Change(NamedTuple):
     """Decoded column values for routing by a column, kept only when the decoder is asked to
     (``keep_values``): per column, the new row's value, else the old row's (``REPLICA IDENTITY
     FULL``), else the key's. ``None`` otherwise, and for truncate."""
+    new_row: dict[str, Any] | None = None
+    """The new row's converted values in table order, :data:`UNCHANGED` for the columns in
+    ``unchanged``; kept only for changes that have such columns, so that
+    :mod:`postgres_cdc_source.reselect` can complete them with the same JSON."""
 
 
 class Commit(NamedTuple):
@@ -108,6 +112,9 @@ class _Unchanged:
 
     def __repr__(self) -> str:
         return "UNCHANGED"
+
+    def __reduce__(self) -> str:
+        return "UNCHANGED"  # unpickled as the module's singleton: a spilled change keeps it
 
 
 UNCHANGED: Final = _Unchanged()
@@ -221,6 +228,7 @@ def build_change(
     converters = shape.converters
     key = before = after = None
     unchanged: tuple[str, ...] = ()
+    new_row = None
     try:
         if new is not None:
             if new_has_unchanged:
@@ -229,6 +237,7 @@ def build_change(
                 unchanged = tuple(
                     n for n, v in zip(names, new_values, strict=True) if v is UNCHANGED
                 )
+                new_row = dict(zip(names, new_values, strict=True))
             else:
                 texts: Sequence[Any] = new  # str or None: there is no UNCHANGED
                 new_values = [
@@ -238,7 +247,7 @@ def build_change(
             if op == INSERT:  # the key an insert creates, so routing by key sees every op
                 return Change(lsn, seq, shape.schema, shape.table, op,
                               _json(_key(shape, new_values)), None, _dumps(after).decode(),
-                              unchanged, after if keep_values else None)
+                              unchanged, after if keep_values else None, new_row)
             if old is None:  # Postgres sent no old key: the key has not changed
                 key = _key(shape, new_values)
         if old is not None:
@@ -256,7 +265,7 @@ def build_change(
     before_json = _json(before)
     key_json = before_json if key is before else _json(key)  # FULL: the key is the old row
     return Change(lsn, seq, shape.schema, shape.table, op, key_json, before_json,
-                  _json(after), unchanged, values)
+                  _json(after), unchanged, values, new_row)
 
 
 def row_json(
