@@ -70,7 +70,7 @@ def test_bad_tables_and_columns_are_refused_at_load_naming_the_option(
 # (column, value of row 1, value of row 2); the last three have no SQL rendering (sql_json), so
 # without them the JSON is built by Postgres, with them in Python
 _COLUMNS = [
-    ("id int", "1", "2"), ("sub text", "'x''y'", "'é'"),
+    ("id int", "1", "2"), ("sub text", "'x''y'", "'é'"), ('"p%s" text', "'%'", "NULL"),
     ("ts timestamptz", "'2024-01-02 03:04:05.5+02'", "'infinity'"), ("b boolean", "true", "NULL"),
     ("c char(5)", "'ab'", "NULL"), ("ip inet", "'10.0.0.1'", "'::1/128'"),
     ("j jsonb", "'{\"k\": [1, 2.50]}'", "'null'"), ("u uuid", "gen_random_uuid()", "NULL"),

@@ -28,6 +28,7 @@ from postgres_cdc_source.errors import ConfigError
 from postgres_cdc_source.options import PollingOptions
 from postgres_cdc_source.polling_offset import PollOffset
 from postgres_cdc_source.sql_json import row_json_sql
+from postgres_cdc_source.sql_names import Name
 
 __all__ = ["PolledTable", "inspect"]
 
@@ -68,10 +69,10 @@ class PolledTable:
     # -- SQL ----------------------------------------------------------------------------------
 
     def _ident(self) -> sql.Composable:
-        return sql.Identifier(self.schema, self.name)
+        return Name(self.schema, self.name)
 
     def _col(self, name: str) -> sql.Composable:
-        return sql.SQL("t.{}").format(sql.Identifier(name))
+        return sql.SQL("t.{}").format(Name(name))
 
     def _unprocessed(self) -> sql.Composable:
         if self.processed is None:
@@ -197,7 +198,7 @@ class PolledTable:
             stmt = sql.SQL("UPDATE {tbl} AS t SET {p} = true FROM {snap} WHERE {where}")
         return stmt.format(
             tbl=self._ident(), snap=_SNAPSHOT, where=where,
-            p=sql.Identifier(self.processed or ""),
+            p=Name(self.processed or ""),
         ), params
 
 

@@ -48,6 +48,7 @@ from postgres_cdc_source.lsn import format_lsn
 from postgres_cdc_source.options import CdcOptions
 from postgres_cdc_source.schema import ARROW_SCHEMA
 from postgres_cdc_source.sql_json import row_json_sql, text_json_sql
+from postgres_cdc_source.sql_names import Name
 from postgres_cdc_source.values import converter_for_oid
 
 __all__ = [
@@ -218,7 +219,7 @@ def _row(values: Sequence[Any]) -> sql.Composable:
 
 
 def _key_columns(table: SnapshotTable) -> sql.Composable:
-    return sql.SQL("({})").format(sql.SQL(", ").join(map(sql.Identifier, table.chunk_key)))
+    return sql.SQL("({})").format(sql.SQL(", ").join(map(Name, table.chunk_key)))
 
 
 def _range(
@@ -244,10 +245,10 @@ def _next_bound(
 ) -> Key | None:
     """The upper bound of the chunk of about ``rows`` rows after ``lo``; ``None`` when the rest
     of the table (up to ``limit``) fits in it."""
-    name = sql.Identifier(table.schema, table.table)
     if table.chunk_key == (_CTID,):
         start = _block(lo) if lo else 0
-        stats = conn.execute(_STATS, (name.as_string(conn),)).fetchone()
+        regclass = sql.Identifier(table.schema, table.table).as_string(conn)
+        stats = conn.execute(_STATS, (regclass,)).fetchone()
         assert stats is not None
         per_block = table.rows_per_block or 100.0  # never analyzed: a guess, only sizes chunks
         end = start + max(1, int(rows / per_block))
@@ -256,10 +257,11 @@ def _next_bound(
         return (f"({end},0)",)
     where, params = _range(table, lo, limit)
     columns = sql.SQL(", ").join(
-        sql.SQL("{}::text").format(sql.Identifier(c)) for c in table.chunk_key
+        sql.SQL("{}::text").format(Name(c)) for c in table.chunk_key
     )
     query = sql.SQL("SELECT {} FROM ONLY {}{} ORDER BY {} OFFSET %s LIMIT 1").format(
-        columns, name, where, sql.SQL(", ").join(map(sql.Identifier, table.chunk_key)))
+        columns, Name(table.schema, table.table), where,
+        sql.SQL(", ").join(map(Name, table.chunk_key)))
     row = conn.execute(query, [*params, rows - 1]).fetchone()
     if row is None:
         return None
@@ -353,7 +355,7 @@ def read_chunk(options: CdcOptions, part: SnapshotPartition) -> Iterator[pa.Reco
         table = part.table
         router = Router(options)
         where, params = _range(table, part.lo, part.hi)
-        name = sql.Identifier(table.schema, table.table)
+        name = Name(table.schema, table.table)
         in_sql = None if router.by_column else _json_columns(table, part.consistent_point)
         with conn.cursor(name="pg_cdc_snapshot") as cur:
             if in_sql is not None:  # the JSON built by Postgres, the worker only moves it
@@ -364,8 +366,8 @@ def read_chunk(options: CdcOptions, part: SnapshotPartition) -> Iterator[pa.Reco
             else:
                 cur.itersize = options.fetch_rows
                 cur.execute(sql.SQL("SELECT {}, {} FROM ONLY {}{}").format(
-                    sql.SQL(", ").join(map(sql.Identifier, table.columns)),
-                    sql.SQL(", ").join(map(sql.Identifier, table.chunk_key)), name, where),
+                    sql.SQL(", ").join(map(Name, table.columns)),
+                    sql.SQL(", ").join(map(Name, table.chunk_key)), name, where),
                     params)
                 yield from _batches(cur, part, router, options.batch_rows)
         conn.rollback()
@@ -387,7 +389,7 @@ def _json_columns(table: SnapshotTable, consistent_point: int) -> sql.Composable
     id_parts: list[sql.Composable] = [sql.Literal(prefix.replace("%", "%%"))]
     for column in table.chunk_key:  # as the JSON string of its text, whatever its type
         oid = table.type_oids[table.columns.index(column)] if column in table.columns else 0
-        id_parts += [sql.SQL("','"), text_json_sql(oid, sql.Identifier(column))]
+        id_parts += [sql.SQL("','"), text_json_sql(oid, Name(column))]
     id_sql = sql.SQL("({} || ']')").format(sql.SQL(" || ").join(id_parts))
     return sql.SQL("{}, {}, {}").format(
         key if table.identity else sql.SQL("NULL::text"), after, id_sql)

@@ -36,6 +36,7 @@ import orjson
 from psycopg import sql
 
 from postgres_cdc_source import values
+from postgres_cdc_source.sql_names import Name
 
 __all__ = ["column_json_sql", "row_json_sql", "text_json_sql"]
 
@@ -147,7 +148,7 @@ def row_json_sql(
     """SQL giving ``orjson.dumps({name: converted value, ...})`` of the row's columns in order
     (``columns``: how the query names them, by default their identifiers); ``None`` when a
     column's type has no SQL spelling. For queries run with parameters, where ``%%`` is ``%``."""
-    refs = columns if columns is not None else [sql.Identifier(n) for n in names]
+    refs = columns if columns is not None else [Name(n) for n in names]
     parts: list[sql.Composable] = []
     for i, (name, oid, column) in enumerate(zip(names, type_oids, refs, strict=True)):
         value = column_json_sql(oid, column)
