@@ -127,6 +127,23 @@ def _lsn(offset: dict[str, str]) -> int:
     return parse_lsn(offset["lsn"])
 
 
+@pytest.mark.parametrize("floats", [False, True])  # the JSON built by Python either way
+def test_routes_by_a_row_column_read_the_rows_values(
+    pg: LocalPostgres, name: str, floats: bool
+) -> None:
+    extra = ", f float8" if floats else ""
+    with pg.connect() as conn:
+        conn.execute(f"CREATE TABLE {name} (id int PRIMARY KEY, ts int, kind text, n int{extra})")
+        conn.execute(f"INSERT INTO {name} (id, ts, kind, n) VALUES (1, 1, 'order', 7),"
+                     " (2, 2, 'refund', NULL), (3, 3, NULL, 9)")
+    reader = PgPollingStreamReader(CdcOptions.from_options(polling(
+        pg.dsn, name, stream_from="kind", topic_from="n", partition_key_from="id",
+        default_stream="misc", default_topic="none")))
+    _, rows = read_batch(reader, reader.initialOffset())
+    assert [(r["stream"], r["topic"], r["partition_key"]) for r in rows] == [
+        ("order", "7", "1"), ("refund", "none", "2"), ("misc", "9", "3")]
+
+
 def test_a_row_updated_after_it_was_read_is_not_deleted_unseen(
     pg: LocalPostgres, name: str
 ) -> None:

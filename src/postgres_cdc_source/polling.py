@@ -267,7 +267,8 @@ def _arrow(
     string = pa.string()
     columns = list(zip(*rows, strict=True))
     xmin, row_xid, ctid = (pa.array(c, string) for c in columns[:3])
-    keys, afters = (columns[3], columns[4]) if ready else zip(
+    # Postgres built the JSON (no route reads a column), or Python converts the text
+    keys, afters, values = (columns[3], columns[4], [None] * n) if ready else zip(
         *row_json(shape, (row[3:] for row in rows)), strict=True)
     key = pa.array(keys, string)
     # The version's writer and its key: identical when a batch is read again, new when the row
@@ -276,8 +277,8 @@ def _arrow(
     nulls = pa.nulls(n, string)
     stream = topic = partition_key = nulls
     if router.active:
-        changes = (Change(0, 0, shape.schema, shape.table, READ_OP, k, None, a, ())
-                   for k, a in zip(keys, afters, strict=True))
+        changes = (Change(0, 0, shape.schema, shape.table, READ_OP, k, None, a, (), v)
+                   for k, a, v in zip(keys, afters, values, strict=True))
         stream, topic, partition_key = (
             pa.array(c, string) for c in zip(*map(router.route, changes), strict=True))
     return pa.RecordBatch.from_arrays(

@@ -270,9 +270,10 @@ def build_change(
 
 def row_json(
     shape: RowShape, rows: Iterable[Sequence[str | None]]
-) -> Iterator[tuple[str | None, str]]:
-    """``(key, after)`` of whole rows given as output text: what :func:`build_change` gives for
-    an insert of each (same converters, same JSON), without building a :class:`Change`.
+) -> Iterator[tuple[str | None, str, dict[str, Any]]]:
+    """``(key, after, values)`` of whole rows given as output text: what :func:`build_change`
+    gives for an insert of each with ``keep_values`` (same converters, same JSON; ``values``
+    for routes by a column), without building a :class:`Change`.
 
     For readers of rows rather than changes (``mode=polling``), where this is the hot path.
     A value its converter rejects raises :func:`build_change`'s :class:`DecodeError`.
@@ -288,10 +289,12 @@ def row_json(
             build_change(shape, 0, 0, INSERT, None, raw, old_is_full=False,
                          new_has_unchanged=False)
             raise
+        row = dict(zip(names, values, strict=True))
         yield (
             _dumps(dict(zip(key_names, [values[i] for i in key], strict=True))).decode()
             if key else None,
-            _dumps(dict(zip(names, values, strict=True))).decode(),
+            _dumps(row).decode(),
+            row,
         )
 
 
