@@ -15,13 +15,14 @@ from typing import Any
 
 import pyarrow as pa
 import pytest
-from broker_fixtures import poll_all
+from broker_fixtures import connect, poll_all, run
 
 from iggy_local import LocalIggy
 from iggy_spark import sending
 from iggy_spark.encoding import message_id
 from iggy_spark.errors import AdmissionError, ServerError
 from iggy_spark.options import RoutedOptions
+from iggy_spark.partitioning import partition_for_key
 from iggy_spark.report import Ledger, TaskReport
 from iggy_spark.writer import IggyRoutedStreamWriter
 
@@ -289,6 +290,40 @@ def test_four_tasks_creating_one_destination_at_once(broker: LocalIggy, name: st
     created = [out.get(timeout=5) for _ in procs]
     assert sum(len(c) for c in created) <= 1  # at most one task saw itself create it
     assert len(poll_all(broker.address, name, "shared")) == 4
+
+
+def test_a_streams_existing_topics_are_learned_in_one_listing(
+    broker: LocalIggy, name: str, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """Topics made beforehand (with their own partition counts) are never looked up one by one;
+    the one that is missing is still created, and keys spread over the real counts."""
+
+    async def make() -> None:
+        client = await connect(broker.address)
+        await client.create_stream(name)
+        await client.create_topic(name, "two", partitions_count=2)
+        await client.create_topic(name, "five", partitions_count=5)
+
+    run(make())
+    ensured: list[str] = []
+    real = sending.ensure_topic
+
+    async def ensure(conn: Any, destination: Any, **kwargs: Any) -> sending.Topic:
+        ensured.append(str(destination))
+        return await real(conn, destination, **kwargs)
+
+    monkeypatch.setattr(sending, "ensure_topic", ensure)
+    keys = [f"k{i}" for i in range(40)]
+    rows = batch(stream=[name] * 120, topic=["two", "five", "new"] * 40,
+                 partition_key=[k for k in keys for _ in range(3)], n=list(range(120)))
+    report = make_writer(broker).write(iter([rows]))
+    assert ensured == [f"{name}/new"] and report.created == [f"{name}/new"]
+    for topic, count in (("two", 2), ("five", 5)):
+        for partition in range(count):
+            got = {json.loads(m.payload)["n"] // 3
+                   for m in poll_all(broker.address, name, topic, partition)}
+            assert got == {i for i, k in enumerate(keys)
+                           if partition_for_key(k.encode(), count) == partition}
 
 
 def test_ledger_folds_reports_once_per_batch(tmp_path: Any) -> None:

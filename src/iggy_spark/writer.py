@@ -72,6 +72,9 @@ _DLQ_ERROR = "iggy_spark.error"
 # Worker processes outlive tasks: known topics persist across batches in them. Breakers do not:
 # the driver keeps them in the ledger and seeds every task's board (see breaker.py).
 _topics: dict[tuple[Any, ...], sending.Topic] = {}
+_LIST_SECONDS = 5.0
+"""How long listing a stream's topics may wait for the broker: it only saves round trips, and a
+failed listing leaves every lookup to ``ensure_topic`` (which waits ``send_timeout``)."""
 _state_lock = threading.Lock()
 
 Group = tuple[Destination, int | None]
@@ -186,6 +189,7 @@ class _Task:
         self.buffered = 0
         self.verdicts: dict[Destination, Reason | None] = {}
         self.touched: dict[Destination, sending.Topic] = {}
+        self.listed: set[str] = set()  # streams whose topics this task has listed
         self.destinations: dict[tuple[str, str], Destination] = {}
         self._message = apache_iggy.SendMessage
         # Effectively-once delivery: each group numbers its messages; in a replay (``scan``)
@@ -211,6 +215,8 @@ class _Task:
         key = (self.options.url, destination)
         with _state_lock:
             known = _topics.get(key)
+        if known is None and destination.stream not in self.listed:
+            known = self._list_stream(destination, key)
         if known is None:
             options = self.options
             started = time.monotonic()
@@ -225,6 +231,23 @@ class _Task:
                 _topics[key] = known
         self.touched[destination] = known
         return known
+
+    def _list_stream(self, destination: Destination, key: tuple[Any, ...]) -> sending.Topic | None:
+        """Learn every topic of the destination's stream in one request (once per stream per
+        task) and return the destination's, if it exists; ``None`` leaves it to
+        :func:`sending.ensure_topic`, which creates what is missing and counts failures."""
+        stream = destination.stream
+        self.listed.add(stream)
+        try:
+            topics = self.conn.run(sending.list_topics(
+                self.conn, stream, timeout=min(self.options.send_timeout, _LIST_SECONDS)))
+        except (sending.Disconnected, ServerError, RuntimeError):  # the SDK's bare errors
+            return None  # ensure_topic tries again, with the breaker's accounting
+        with _state_lock:
+            for name, partitions in topics.items():
+                _topics.setdefault((self.options.url, Destination(stream, name)),
+                                   sending.Topic(partitions, False))
+            return _topics.get(key)
 
     def verdict(self, destination: Destination) -> Reason | None:
         """Name, list and cap checks, then the breaker, then the topic itself; decided once per
