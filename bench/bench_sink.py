@@ -1,6 +1,7 @@
 """``iggy_routed`` send speed against a hand-written SDK loop, for 1 to 500 destinations.
 
     python -m bench.bench_sink [--messages 300000] [--rounds 5] [--destinations 1,10,50,500]
+        [--delivery-guarantee effectively_once|at_least_once]
 
 The input is a table of prepared rows (``stream``, ``topic``, a string ``id``, and five payload
 columns: long, string, double, boolean, an 80-character string), spread evenly over the
@@ -92,7 +93,8 @@ def hand_send(address: str, rows: list[tuple[Any, ...]]) -> int:
 
 
 def compare(spark: Any, work: Path, messages: int, destinations: int, rounds: int,
-            files: int, *, warm_up: bool, cpu: common.CpuMeter) -> dict[str, Any]:
+            files: int, *, warm_up: bool, cpu: common.CpuMeter, guarantee: str
+            ) -> dict[str, Any]:
     """Both contenders for one destination count, interleaved, a fresh broker per round."""
     topics = [f"t{i}" for i in range(destinations)]
     source = work / f"d{destinations}"
@@ -110,7 +112,8 @@ def compare(spark: Any, work: Path, messages: int, destinations: int, rounds: in
 
     def spark_run(number: int) -> common.Measure:
         current = broker.current
-        measure = spark_write(spark, source, current.url, messages)
+        measure = spark_write(spark, source, current.url, messages,
+                              {"delivery_guarantee": guarantee})
         iggy.expect_messages(current.address, "spark", topics, messages)  # what items claims
         return measure
 
@@ -130,7 +133,13 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--destinations", default="1,10,50,500")
     parser.add_argument("--files", type=int, default=os.cpu_count() or 2,
                         help="Parquet files, hence Spark write tasks (default: one per core)")
+    parser.add_argument("--delivery-guarantee", default="effectively_once",
+                        choices=("effectively_once", "at_least_once"),
+                        help="the sink's option (the default, effectively_once, adds a header "
+                             "per message the hand-written loop does not send); at_least_once "
+                             "writes bench/results/sink_at_least_once.json")
     args = parser.parse_args(argv)
+    guarantee = args.delivery_guarantee
     counts = [int(d) for d in args.destinations.split(",")]
 
     work = Path(tempfile.mkdtemp(prefix="bench-sink-"))
@@ -138,7 +147,7 @@ def main(argv: list[str] | None = None) -> int:
         spark = common.spark_session("bench-sink")
         cpu = common.CpuMeter(common.spark_groups(spark))
         results = [compare(spark, work, args.messages, d, args.rounds, args.files,
-                           warm_up=number == 0, cpu=cpu)
+                           warm_up=number == 0, cpu=cpu, guarantee=guarantee)
                    for number, d in enumerate(counts)]
         spark.stop()
     finally:
@@ -150,9 +159,11 @@ def main(argv: list[str] | None = None) -> int:
         f"({r['handwritten']['per_second']:,}/s)"
         for r in results
     )
-    return common.publish("sink", {
+    name = "sink" if guarantee == "effectively_once" else f"sink_{guarantee}"
+    return common.publish(name, {
         "benchmark": "DataFrame -> iggy_routed vs hand-written SDK loop",
         "config": {"messages": args.messages, "rounds": args.rounds, "files": args.files,
+                   "delivery_guarantee": guarantee,
                    "payload_fields": FIELDS, "schema": SCHEMA,
                    "broker": "LocalIggy(process=True), fresh per round"},
         "results": {"by_destinations": results},
