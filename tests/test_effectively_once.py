@@ -16,7 +16,7 @@ import pytest
 from broker_fixtures import poll_all
 
 from iggy_local import LocalIggy
-from iggy_spark import delivery
+from iggy_spark import delivery, writer
 from iggy_spark.delivery import ORIGIN_HEADER, BatchPlan, Origin, TaskIdentity
 from iggy_spark.options import RoutedOptions
 from iggy_spark.report import TaskReport
@@ -56,18 +56,35 @@ def landed(broker: LocalIggy, name: str) -> list[tuple[int, int, Any]]:
             for m in poll_all(broker.address, name, "t")]
 
 
+def writers(got: list[tuple[int, int, Any]]) -> list[tuple[int, int, Origin]]:
+    """(partition, n, origin) with each message attributed to the header that ends its send:
+    a send lands whole, so its messages sit together, the marked one last."""
+    attributed: list[tuple[int, int, Origin]] = []
+    carried: tuple[int, Origin] | None = None
+    for partition, n, header in reversed(got):
+        if header is not None:
+            origin = Origin.decode(header)
+            assert origin is not None
+            carried = (partition, origin)
+        assert carried is not None and carried[0] == partition, "a message after the last mark"
+        attributed.append((partition, n, carried[1]))
+    return attributed[::-1]
+
+
 def ns(broker: LocalIggy, name: str) -> list[int]:
     return [n for _, n, _ in landed(broker, name)]
 
 
-def test_messages_carry_their_origin(
+def test_the_last_message_of_every_send_carries_its_origin(
     broker: LocalIggy, name: str, monkeypatch: pytest.MonkeyPatch
 ) -> None:
-    write(broker, monkeypatch, rows(name, range(6)), task=3)
+    monkeypatch.setattr(writer, "_MESSAGES_PER_SEND", 2)
+    write(broker, monkeypatch, rows(name, range(10)), task=3)
     got = landed(broker, name)
-    assert [(p, n) for p, n, _ in got] == [(0, 0), (0, 2), (0, 4), (1, 1), (1, 3), (1, 5)]
-    assert [Origin.decode(h) for _, _, h in got] == [
-        Origin("q1", 4, 3, seq) for seq in (0, 1, 2, 0, 1, 2)]
+    assert [(p, n) for p, n, _ in got] == [(p, n) for p in (0, 1) for n in range(p, 10, 2)]
+    mark = {1: Origin("q1", 4, 3, 1), 3: Origin("q1", 4, 3, 3), 4: Origin("q1", 4, 3, 4)}
+    assert [Origin.decode(h) if h else None for _, _, h in got] == [
+        mark.get(seq) for _ in (0, 1) for seq in range(5)]  # sends of 2, 2 and 1 messages
 
 
 def test_an_interrupted_batch_resends_only_what_did_not_land(
@@ -84,19 +101,17 @@ def test_an_interrupted_batch_resends_only_what_did_not_land(
     second = write(broker, monkeypatch, rows(name, range(500, 580)), task=1, replay=True)
     assert (first.resumed, second.resumed, first.at_least_once) == (37, 11, 0)
     assert sum(first.routed.values()) == 60 and sum(second.routed.values()) == 80
-    got = landed(broker, name)
+    got = writers(landed(broker, name))
     by_writer: dict[tuple[str, int, int], list[int]] = {}
-    for _, n, header in got:
-        origin = Origin.decode(header)
-        assert origin is not None
+    for _, n, origin in got:
         by_writer.setdefault((origin.query, origin.batch, origin.task), []).append(n)
     assert {k: sorted(v) for k, v in by_writer.items()} == {
         ("q1", 3, 0): list(range(100)), ("q1", 4, 0): list(range(60)),
         ("q1", 4, 1): list(range(500, 580)), ("other", 4, 0): list(range(1000, 1010))}
     for partition in (0, 1):  # each task's rows in their order in each partition
         for low, high in ((0, 60), (500, 580)):
-            seq = [n for p, n, h in got if p == partition and low <= n < high
-                   and h.startswith("q1:4:")]
+            seq = [n for p, n, o in got if p == partition and low <= n < high
+                   and (o.query, o.batch) == ("q1", 4)]
             assert seq == [n for n in range(low, high) if n % 2 == partition]
 
 

@@ -1,16 +1,17 @@
 """Effectively-once delivery: a replayed micro-batch sends only what did not land yet.
 
-Iggy 0.9 does not deduplicate, so the sink does. Every message carries one user header,
-:data:`ORIGIN_HEADER`, naming the query that wrote it, the batch, the Spark task (its partition
-id) and its sequence number within that task's (destination, partition) group:
-``<query>:<batch>:<task>:<seq>``. Within a group the sink sends in order and a chunk goes only
-once the previous one was acknowledged, so what landed of a group is a prefix of it, and the
-highest sequence number found in the partition's tail says how long the prefix is.
+Iggy 0.9 does not deduplicate, so the sink does. The last message of every send carries one
+user header, :data:`ORIGIN_HEADER`, naming the query that wrote it, the batch, the Spark task
+(its partition id) and its sequence number within that task's (destination, partition) group:
+``<query>:<batch>:<task>:<seq>``. Within a group the sink sends in order, a send goes only once
+the previous one was acknowledged, and a send lands whole, so what landed of a group is a
+prefix of it ending at a marked message: the highest sequence number found in the partition's
+tail says how long the prefix is. (A header on every message cost 0.76x the sink's speed.)
 
 Three cases, decided without touching Iggy in the common one:
 
 * **A new batch** (the driver found no "started" marker for it): tasks send everything, with
-  the header. The only cost is the header's bytes.
+  the headers. The only cost is one header per send.
 * **A batch the ledger already holds** (``commit`` ran for it: every message was acknowledged,
   then the crash came before Spark wrote ``commits/N``): tasks send nothing.
 * **A replay** (the marker exists: the batch was planned before, maybe sent in part; or Spark
