@@ -38,10 +38,12 @@ def _by_destinations(sink: dict[str, Any] | None, count: int) -> dict[str, Any] 
 
 
 def _partitions_result(results: dict[str, dict[str, Any] | None]) -> dict[str, Any] | None:
-    """The ``min_partitions`` comparison: its own run if there is one, else the full source
-    benchmark's."""
-    return (_get(results.get("source_partitions"), "results")
-            or _get(results["source"], "results", "partitions"))
+    """The ``min_partitions`` comparison from whichever run is newer: its own
+    (``--partitions-only``) or the full source run's section."""
+    runs = [(str(_get(r, "machine", "measured_at") or ""), section) for r, section in (
+        (results.get("source_partitions"), _get(results.get("source_partitions"), "results")),
+        (results["source"], _get(results["source"], "results", "partitions"))) if section]
+    return max(runs, key=lambda run: run[0])[1] if runs else None
 
 
 def _partitions(parts: dict[str, Any] | None) -> dict[str, int] | None:

@@ -12,8 +12,9 @@ from __future__ import annotations
 
 import pickle
 import tempfile
-from collections.abc import Callable, Iterable, Iterator
+from collections.abc import Callable, Iterable, Iterator, Sequence
 from datetime import UTC, datetime, timedelta
+from itertools import chain
 from typing import IO
 
 import pyarrow as pa
@@ -86,45 +87,63 @@ _TIMESTAMP = ARROW_SCHEMA.field("commit_ts").type
 _NAMES = ARROW_SCHEMA.field("unchanged").type
 
 
-class _Columns:
-    """One Arrow batch being filled, column by column.
+def _lsn_texts(lsns: Sequence[int]) -> list[str]:
+    """``format_lsn`` of each LSN. When they share the high word (all but a batch crossing a
+    4 GiB boundary) the low words are formatted by one ``%`` over the whole batch, in C: the
+    f-string per LSN was a tenth of the reader's time per change."""
+    high = lsns[0] >> 32
+    base = high << 32
+    lows = tuple(map(base.__rsub__, lsns))
+    if min(lows) >= 0 and max(lows) <= 0xFFFF_FFFF:
+        return ((f"{high:X}/%X " * len(lows)) % lows).split()
+    return [f"{lsn >> 32:X}/{lsn & 0xFFFF_FFFF:X}" for lsn in lsns]
 
-    Rows arrive a transaction chunk at a time: the chunk's changes are transposed with one
-    ``zip`` and appended to per-column lists, the transaction's own values (commit LSN, xid,
-    time) are repeated, and ``id`` is joined by Arrow when the batch is built. Per change, Python
-    only formats its LSN (and routes it, when routing is on).
+
+def _repeated(ends: list[int], values: pa.Array) -> pa.Array:
+    """``values[i]`` repeated up to row ``ends[i]``: a transaction's own values for each of its
+    rows, built by Arrow from one entry per transaction chunk."""
+    return pc.run_end_decode(pa.RunEndEncodedArray.from_arrays(pa.array(ends, pa.int32()), values))
+
+
+class _Columns:
+    """One Arrow batch being filled.
+
+    Rows arrive a transaction chunk at a time and are kept as they are; the batch is transposed
+    once (one ``zip``) when it is built. The transaction's own values (commit LSN, xid, time) are
+    kept once per chunk and repeated by Arrow, ``id`` is joined by Arrow, LSN texts are
+    formatted in one operation. Per change, Python does nothing here but route it (when routing
+    is on).
     """
 
     def __init__(self) -> None:
         self.rows = 0
-        self.lsn: list[str] = []
-        self.commit_lsn: list[str] = []
-        self.xid: list[int] = []
-        self.micros: list[int] = []
-        self.changes: list[list[object]] = [[] for _ in range(8)]  # seq .. unchanged
+        self.parts: list[list[Change]] = []
+        self.ends: list[int] = []  # the row each chunk ends at
+        self.commit_lsn: list[str] = []  # per chunk
+        self.xid: list[int] = []  # per chunk
+        self.micros: list[int] = []  # per chunk
         self.destinations: list[tuple[str | None, str | None, str | None]] = []
 
     def add(
         self, changes: list[Change], commit_lsn: str, xid: int, micros: int,
         route: Callable[[Change], tuple[str | None, str | None, str | None]] | None,
     ) -> None:
-        n = len(changes)
-        lsns, *rest = zip(*changes, strict=True)
-        del rest[len(self.changes):]  # Change.values is for the router only
-        self.lsn.extend([f"{lsn >> 32:X}/{lsn & 0xFFFF_FFFF:X}" for lsn in lsns])
-        self.commit_lsn.extend([commit_lsn] * n)
-        self.xid.extend([xid] * n)
-        self.micros.extend([micros] * n)
-        for column, values in zip(self.changes, rest, strict=True):
-            column.extend(values)
+        self.parts.append(changes)
+        self.rows += len(changes)
+        self.ends.append(self.rows)
+        self.commit_lsn.append(commit_lsn)
+        self.xid.append(xid)
+        self.micros.append(micros)
         if route is not None:
             self.destinations.extend(map(route, changes))
-        self.rows += n
 
     def batch(self) -> pa.RecordBatch:
-        seq, schema, table, op, key, before, after, unchanged = self.changes
+        rows = self.parts[0] if len(self.parts) == 1 else list(chain.from_iterable(self.parts))
+        lsn, seq, schema, table, op, key, before, after, unchanged, _values, _new_row = zip(
+            *rows, strict=True)  # values and new_row are for the router and reselect only
         string = pa.string()
-        commit_lsn = pa.array(self.commit_lsn, string)
+        ends = self.ends
+        commit_lsn = _repeated(ends, pa.array(self.commit_lsn, string))
         seq_array = pa.array(seq, pa.int32())
         if any(unchanged):
             names = pa.array(unchanged, _NAMES)
@@ -138,10 +157,10 @@ class _Columns:
             stream = topic = key_column = pa.nulls(self.rows, string)
         return pa.RecordBatch.from_arrays(
             [
-                pa.array(self.lsn, string),
+                pa.array(_lsn_texts(lsn), string),
                 commit_lsn,
-                pa.array(self.xid, pa.int64()),
-                pa.array(self.micros, pa.int64()).view(_TIMESTAMP),
+                _repeated(ends, pa.array(self.xid, pa.int64())),
+                _repeated(ends, pa.array(self.micros, pa.int64())).view(_TIMESTAMP),
                 seq_array,
                 pa.array(schema, string),
                 pa.array(table, string),

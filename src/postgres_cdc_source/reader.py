@@ -25,8 +25,10 @@ Contract with Spark (pyspark 4.3, measured; see the README's delivery section):
 
 from __future__ import annotations
 
+import gc
 import logging
 from collections.abc import Callable, Iterator, Sequence
+from contextlib import contextmanager
 from dataclasses import dataclass
 from typing import Any, TypeVar
 
@@ -329,6 +331,27 @@ class PgCdcStreamReader(DataSourceStreamReader, SupportsTriggerAvailableNow):
             events = decoder.events(slot.peek(conn, options, partition.end, pubs, copy))
             txns = reselect.complete(transactions(events, options.spill_rows), options,
                                      partition.reselect_until)
-            yield from record_batches(txns, Router(options), options.batch_rows)
+            with _collector_paused():
+                yield from record_batches(txns, Router(options), options.batch_rows)
         finally:
             conn.close()
+
+
+@contextmanager
+def _collector_paused() -> Iterator[None]:
+    """Pause Python's cyclic garbage collector while a partition is decoded.
+
+    Decoding allocates a few containers per change (a row dict, the key's dict, a tuple), none of
+    them in a reference cycle: reference counting frees them all, and the collector, triggered
+    every 700 allocations, finds nothing; it was about 7% of the read's instructions (callgrind,
+    pgoutput). The few cycles made meanwhile (an exception's traceback) are collected once the
+    read ends. It is re-enabled even if the read fails or is closed early, and left alone if it
+    was already off (a concurrent read in the same process).
+    """
+    was_enabled = gc.isenabled()
+    gc.disable()
+    try:
+        yield
+    finally:
+        if was_enabled:
+            gc.enable()

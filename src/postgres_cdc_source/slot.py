@@ -462,16 +462,18 @@ def peek(
     """Stream ``(lsn, xid, data)`` rows up to ``upto`` without consuming them.
 
     A server-side cursor fetches ``fetch_rows`` at a time, so a transaction of a million changes
-    never sits whole in this process. ``conn`` must not be in autocommit mode. ``slot`` names a
-    temporary copy to read instead of the query's slot.
+    never sits whole in this process. The rows of each fetch are handed on from its list, not
+    through the cursor's per-row ``__next__`` (a Python call per change, 2-3% of a read).
+    ``conn`` must not be in autocommit mode. ``slot`` names a temporary copy to read instead of
+    the query's slot.
     """
     query, plugin_options = _peek_query(options, pubs)
     name = slot or options.slot
     try:
         with conn.cursor(name="pg_cdc_peek", binary=True) as cur:
-            cur.itersize = options.fetch_rows
             cur.execute(query, (name, format_lsn(upto), None, plugin_options))
-            yield from cur
+            while rows := cur.fetchmany(options.fetch_rows):
+                yield from rows
     except pgerrors.ObjectInUse as exc:
         raise SlotError(_in_use(name, exc)) from None
 

@@ -28,7 +28,7 @@ from __future__ import annotations
 import struct
 from collections.abc import Iterable, Iterator
 from datetime import UTC, datetime, timedelta
-from typing import Any
+from typing import Any, NamedTuple
 
 import orjson
 
@@ -151,6 +151,26 @@ def _new_row(columns: tuple[tuple[str, Converter], ...], data: bytes) -> dict[st
     return row if pos == len(data) else None
 
 
+class _FastShape(NamedTuple):
+    """What :meth:`PgOutputDecoder.events`' hot path needs of a kept relation, in one lookup."""
+
+    schema: str
+    table: str
+    columns: tuple[tuple[str, Converter], ...]
+    key_names: tuple[str, ...]
+    key_one: str | None
+    """The key column's name when the key is exactly one column (the usual primary key)."""
+
+    @classmethod
+    def of(cls, shape: RowShape) -> _FastShape:
+        return cls(shape.schema, shape.table, tuple(zip(shape.names, shape.converters,
+                                                        strict=True)),
+                   shape.key_names, shape.key_names[0] if len(shape.key_names) == 1 else None)
+
+
+_new = tuple.__new__  # builds a Change without NamedTuple.__new__'s Python frame
+
+
 class PgOutputDecoder:
     """Decoder for one pgoutput peek session; see the module docstring for the protocol.
 
@@ -164,18 +184,47 @@ class PgOutputDecoder:
         self._filter = table_filter
         self._keep_values = keep_values
         self._relations: dict[int, RowShape] = {}
-        self._columns: dict[int, tuple[tuple[str, Converter], ...]] = {}
+        self._fast: dict[int, _FastShape] = {}  # kept relations only
 
     def events(self, rows: Iterable[PeekRow]) -> Iterator[Event]:
         xid = -1  # xid of the open transaction; -1 outside one
         seq = 0
+        fast = self._fast
+        keep_values = self._keep_values
         for lsn, _row_xid, payload in rows:
-            if isinstance(payload, str):
+            if type(payload) is bytes:
+                data = payload
+            elif isinstance(payload, str):
                 raise decode_error(_PLUGIN, lsn, "got text, expected bytes: peek pgoutput with "
                                    "pg_logical_slot_peek_binary_changes")
-            data = payload if type(payload) is bytes else bytes(payload)
+            else:
+                data = bytes(payload)
             try:
                 kind = data[0]
+                # The hot path, inline: an insert, or an update that did not change the key
+                # ('N' alone at byte 5), of a kept table, every column sent. Anything else, or
+                # a row _new_row cannot take, goes the general way (which also names errors).
+                if (kind == 73 or kind == 85) and xid >= 0 and data[5] == 78:
+                    shape = fast.get(_u32(data, 1)[0])
+                    if shape is not None:
+                        try:
+                            row = _new_row(shape.columns, data)
+                        except (ValueError, IndexError, KeyError, TypeError, struct.error):
+                            row = None
+                        if row is not None:
+                            one = shape.key_one
+                            if one is not None:
+                                key: str | None = _dumps({one: row[one]}).decode()
+                            elif shape.key_names:
+                                key = _dumps({n: row[n] for n in shape.key_names}).decode()
+                            else:
+                                key = None
+                            yield _new(Change, (lsn, seq, shape.schema, shape.table,
+                                                INSERT if kind == 73 else UPDATE, key, None,
+                                                _dumps(row).decode(), (),
+                                                row if keep_values else None, None))
+                            seq += 1
+                            continue
                 if kind in _CHANGE_KINDS:
                     if xid < 0:
                         raise ValueError(f"{chr(kind)!r} message outside a transaction")
@@ -234,7 +283,10 @@ class PgOutputDecoder:
         keep = self._filter is None or self._filter(schema, table)
         shape = RowShape(schema, table, names, [converter_for_oid(t) for t in types], key, keep)
         self._relations[relid] = shape
-        self._columns[relid] = tuple(zip(shape.names, shape.converters, strict=True))
+        if keep:
+            self._fast[relid] = _FastShape.of(shape)
+        else:
+            self._fast.pop(relid, None)
 
     def _shape(self, relid: int) -> RowShape:
         try:
@@ -243,23 +295,13 @@ class PgOutputDecoder:
             raise ValueError(f"no Relation message was sent for relation {relid}") from None
 
     def _change(self, kind: int, lsn: int, seq: int, data: bytes) -> Change | None:
-        """Decode an I, U or D message; ``None`` if its table is filtered out."""
+        """Decode an I, U or D message the hot path in :meth:`events` did not take; ``None``
+        if its table is filtered out."""
         (relid,) = _u32(data, 1)
         shape = self._shape(relid)
         if not shape.keep:
             return None
         marker = data[5]
-        if marker == 78:  # 'N' alone: an insert, or an update that did not change the key
-            try:
-                row = _new_row(self._columns[relid], data)
-            except (ValueError, IndexError, KeyError, TypeError, struct.error):
-                row = None  # the general path below reports it precisely
-            if row is not None and kind in (73, 85):
-                key = (_dumps({name: row[name] for name in shape.key_names}).decode()
-                       if shape.key else None)
-                return Change(lsn, seq, shape.schema, shape.table,
-                              INSERT if kind == 73 else UPDATE, key, None, _dumps(row).decode(), (),
-                              row if self._keep_values else None)
         old: list[RawValue] | None = None
         old_is_full = False
         pos = 6
