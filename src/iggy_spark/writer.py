@@ -72,9 +72,7 @@ _DLQ_ERROR = "iggy_spark.error"
 # Worker processes outlive tasks: known topics persist across batches in them. Breakers do not:
 # the driver keeps them in the ledger and seeds every task's board (see breaker.py).
 _topics: dict[tuple[Any, ...], sending.Topic] = {}
-_LIST_SECONDS = 5.0
-"""How long listing a stream's topics may wait for the broker: it only saves round trips, and a
-failed listing leaves every lookup to ``ensure_topic`` (which waits ``send_timeout``)."""
+
 _state_lock = threading.Lock()
 
 Group = tuple[Destination, int | None]
@@ -240,9 +238,11 @@ class _Task:
         self.listed.add(stream)
         try:
             topics = self.conn.run(sending.list_topics(
-                self.conn, stream, timeout=min(self.options.send_timeout, _LIST_SECONDS)))
-        except (sending.Disconnected, ServerError, RuntimeError):  # the SDK's bare errors
+                self.conn, stream, timeout=self.options.send_timeout))
+        except (ServerError, RuntimeError):  # RuntimeError: the SDK's own errors
             return None  # ensure_topic tries again, with the breaker's accounting
+        # sending.Disconnected (the broker unreachable for send_timeout) ends the task, as it
+        # would have from ensure_topic: waiting twice would only double the outage's cost
         with _state_lock:
             for name, partitions in topics.items():
                 _topics.setdefault((self.options.url, Destination(stream, name)),
