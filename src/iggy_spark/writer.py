@@ -72,7 +72,6 @@ _DLQ_ERROR = "iggy_spark.error"
 # Worker processes outlive tasks: known topics persist across batches in them. Breakers do not:
 # the driver keeps them in the ledger and seeds every task's board (see breaker.py).
 _topics: dict[tuple[Any, ...], sending.Topic] = {}
-
 _state_lock = threading.Lock()
 
 Group = tuple[Destination, int | None]

@@ -39,7 +39,7 @@ from psycopg import sql
 from postgres_cdc_source import slot, snapshot
 from postgres_cdc_source.decoding import UNCHANGED, UPDATE, Change, Commit
 from postgres_cdc_source.options import CdcOptions
-from postgres_cdc_source.sql_json import column_json_sql, row_json_sql
+from postgres_cdc_source.sql_json import row_json_sql
 from postgres_cdc_source.sql_names import Name
 from postgres_cdc_source.values import Converter, converter_for_oid
 
@@ -85,16 +85,14 @@ def _moves_key(change: Change) -> bool:
 class _Table:
     """How to look rows of one table up by primary key, and convert what comes back."""
 
-    def __init__(self, described: snapshot.SnapshotTable) -> None:
-        oids = dict(zip(described.columns, described.type_oids, strict=True))
+    def __init__(self, described: snapshot.SnapshotTable, key_json: sql.Composable) -> None:
         self.key = described.chunk_key
-        self.converters: dict[str, Converter] = {c: converter_for_oid(o) for c, o in oids.items()}
+        self.converters: dict[str, Converter] = {
+            c: converter_for_oid(o)
+            for c, o in zip(described.columns, described.type_oids, strict=True)}
         self.name = Name(described.schema, described.table)
         self.label = f"{described.schema}.{described.table}"
-        refs = [Name("t", k) for k in self.key]
-        key_json = row_json_sql(self.key, [oids[k] for k in self.key], refs)
-        assert key_json is not None  # _lookup_table checked every key column has a spelling
-        self.key_json = key_json
+        self.key_json = key_json  # the key's JSON as the decoders write it, built by Postgres
 
     def query(self, columns: Sequence[str]) -> sql.Composed:
         """``(key JSON, column text...)`` of the rows whose key is in the JSON array parameter;
@@ -200,7 +198,8 @@ def _lookup_table(conn: psycopg.Connection[Any], schema: str, table: str) -> _Ta
     if described is None or described.chunk_key == ("ctid",):
         return None
     oids = dict(zip(described.columns, described.type_oids, strict=True))
-    if any(k not in oids or column_json_sql(oids[k], sql.SQL("v")) is None
-           for k in described.chunk_key):
+    key = described.chunk_key
+    if any(k not in oids for k in key):
         return None
-    return _Table(described)
+    key_json = row_json_sql(key, [oids[k] for k in key], [Name("t", k) for k in key])
+    return None if key_json is None else _Table(described, key_json)

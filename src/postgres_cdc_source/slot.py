@@ -22,9 +22,6 @@ import psycopg
 from psycopg import errors as pgerrors
 from psycopg import sql
 from psycopg.abc import AdaptContext
-from psycopg.adapt import AdaptersMap
-from psycopg.types.numeric import IntDumper
-from psycopg.types.string import StrDumperUnknown, TextLoader
 
 from postgres_cdc_source import publication
 from postgres_cdc_source.decoding.factory import plugin_options
@@ -34,7 +31,6 @@ from postgres_cdc_source.options import CdcOptions
 from postgres_cdc_source.values import SESSION_SETTINGS
 
 __all__ = [
-    "TEXT_VALUES",
     "SlotState",
     "ExportedSnapshot",
     "connect",
@@ -69,16 +65,6 @@ class SlotState:
     active_pid: int | None
     restart_lsn: int
     confirmed_flush: int
-
-
-TEXT_VALUES = AdaptersMap()
-"""Adapters (``connect(context=...)``) that load every value as the text of its type's output
-function, exactly what the output plugins send, for readers of rows that convert them as the
-decoders do: psycopg falls back to OID 0's loader for every type it has no loader for, and this
-map has no other. Parameters go as text of unknown type, so Postgres types them from context."""
-TEXT_VALUES.register_loader(0, TextLoader)
-TEXT_VALUES.register_dumper(str, StrDumperUnknown)
-TEXT_VALUES.register_dumper(int, IntDumper)  # a server-side cursor's FETCH count
 
 
 def connect(

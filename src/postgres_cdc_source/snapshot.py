@@ -38,6 +38,9 @@ import psycopg
 import pyarrow as pa
 from psycopg import errors as pgerrors
 from psycopg import sql
+from psycopg.adapt import AdaptersMap
+from psycopg.types.numeric import IntDumper
+from psycopg.types.string import StrDumperUnknown, TextLoader
 from pyspark.sql.datasource import InputPartition
 
 from postgres_cdc_source import slot
@@ -327,6 +330,12 @@ def plan(
 # -- reading (executors) ---------------------------------------------------------------------
 
 
+_TEXT_ONLY = AdaptersMap()
+# Every value as the text of its type's output function, exactly what pgoutput sends: psycopg
+# falls back to OID 0's loader for every type it has no loader for, and this map has no other.
+_TEXT_ONLY.register_loader(0, TextLoader)
+_TEXT_ONLY.register_dumper(str, StrDumperUnknown)  # parameters of unknown type, as text
+_TEXT_ONLY.register_dumper(int, IntDumper)  # the server-side cursor's FETCH count
 
 
 def read_chunk(options: CdcOptions, part: SnapshotPartition) -> Iterator[pa.RecordBatch]:
@@ -339,7 +348,7 @@ def read_chunk(options: CdcOptions, part: SnapshotPartition) -> Iterator[pa.Reco
     delivers again after the snapshot, so each key still ends in its latest state (and a
     replayed chunk carries the same ids).
     """
-    conn = slot.connect(options, autocommit=False, context=slot.TEXT_VALUES)
+    conn = slot.connect(options, autocommit=False, context=_TEXT_ONLY)
     try:
         conn.isolation_level = psycopg.IsolationLevel.REPEATABLE_READ
         conn.read_only = True
