@@ -1,6 +1,6 @@
 """The whole pipeline, ``pg_cdc`` → ``iggy_routed``, against a hand-written single process.
 
-    python -m bench.bench_e2e [--changes 300000] [--rounds 5]
+    python -m bench.bench_e2e [--changes 300000] [--rounds 5] [--min-partitions 1,2]
 
 One throwaway Postgres and one workload (``bench.cdc``: half inserts, half updates, 1,000 changes
 per transaction); per round a fresh broker (its own process) with the destination created for
@@ -10,6 +10,8 @@ both contenders, then, interleaved:
   routing by table (``topic_from=table``) into stream ``spark``, ``trigger(availableNow=True)``.
   Timed from the first micro-batch's start to the last one's end: peek, decode, Arrow, JSON
   payloads, sending, every acknowledgement. JVM and query start-up excluded (``wall_seconds``).
+  With ``min_partitions`` above 1 (contenders ``spark_partitions_<n>``) the pipeline decodes
+  each batch in that many tasks and restores per-key order (``in_key_order``) before the sink.
 * ``handwritten``: one Python process: peek the template slot through a server-side cursor,
   decode (:mod:`bench.handwritten`), build the very same JSON payload and message id per change
   with orjson and xxh3, and send with the SDK in batches of 1,000, each awaited.
@@ -55,10 +57,17 @@ def hand_pipeline(workload: cdc.CdcWorkload, address: str) -> int:
     return asyncio.run(main())
 
 
-def spark_pipeline(spark: Any, workload: cdc.CdcWorkload, slot: str, url: str) -> common.Measure:
+def stream_of(partitions: int) -> str:
+    """Each contender's own stream: ``spark`` for one task per batch."""
+    return "spark" if partitions == 1 else f"spark_partitions_{partitions}"
+
+
+def spark_pipeline(spark: Any, workload: cdc.CdcWorkload, slot: str, url: str,
+                   partitions: int) -> common.Measure:
     checkpoint = tempfile.mkdtemp(prefix="bench-e2e-")
     source = {**workload.spark_options(PLUGIN, slot), "topic_from": "table",
-              "default_stream": "spark"}
+              "default_stream": stream_of(partitions), "min_partitions": str(partitions),
+              "min_bytes_per_partition": "1MB"}
     source.pop("dsn")
     source.pop("slot")
 
@@ -80,8 +89,9 @@ def same_messages(address: str, count: int = 1000) -> int:
 
 
 def compare(spark: Any, conn: psycopg.Connection[Any], workload: cdc.CdcWorkload,
-            rounds: int, cpu: common.CpuMeter) -> tuple[dict[str, Any], int]:
-    broker = iggy.RoundBrokers(("spark", "hand"), [cdc.TABLE])
+            rounds: int, cpu: common.CpuMeter,
+            partitions: list[int]) -> tuple[dict[str, Any], int]:
+    broker = iggy.RoundBrokers(("hand", *map(stream_of, partitions)), [cdc.TABLE])
     checked = 0
 
     def hand(number: int) -> common.Measure:
@@ -91,23 +101,34 @@ def compare(spark: Any, conn: psycopg.Connection[Any], workload: cdc.CdcWorkload
         iggy.expect_messages(address, "hand", [cdc.TABLE], workload.changes)
         return common.Measure(sent, elapsed(), HAND_TIMED)
 
-    def spark_run(number: int) -> common.Measure:
-        nonlocal checked
-        current = broker.current
-        with cdc.slot_copy(conn, workload.template[PLUGIN], f"e2e_{number + 1}") as slot:
-            measure = spark_pipeline(spark, workload, slot, current.url)
-        iggy.expect_messages(current.address, "spark", [cdc.TABLE], workload.changes)  # items
-        if number == 0:
-            checked = same_messages(current.address)
-        return measure
+    def spark_run(count: int) -> common.Contender:
+        def run(number: int) -> common.Measure:
+            nonlocal checked
+            current = broker.current
+            with cdc.slot_copy(conn, workload.template[PLUGIN],
+                               f"e2e_{count}_{number + 1}") as slot:
+                measure = spark_pipeline(spark, workload, slot, current.url, count)
+            iggy.expect_messages(current.address, stream_of(count), [cdc.TABLE],
+                                 workload.changes)
+            if number == 0 and count == 1:  # in_key_order reorders across keys: compare one
+                checked = same_messages(current.address)
+            return measure
+        return run
 
-    contenders: dict[str, common.Contender] = {"handwritten": hand, "spark": spark_run}
+    contenders: dict[str, common.Contender] = {
+        "handwritten": hand,
+        **{stream_of(n): spark_run(n) for n in partitions},
+    }
     try:
         runs = common.paired_rounds(contenders, rounds, "e2e", warm_up=True, cpu=cpu,
                              setup=broker.start)
     finally:
         broker.close()
-    return common.compared(runs), checked
+    results = common.compared(runs)
+    for n in partitions[1:]:
+        results[f"ratio_partitions_{n}_vs_handwritten"] = common.ratio(
+            runs[f"spark_partitions_{n}"], runs["handwritten"])
+    return results, checked
 
 
 def main(argv: list[str] | None = None) -> int:
@@ -115,23 +136,32 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--changes", type=int, default=300_000)
     parser.add_argument("--txn-rows", type=int, default=1000)
     parser.add_argument("--rounds", type=int, default=5)
+    parser.add_argument("--min-partitions", default="1,2",
+                        help="min_partitions values run side by side (the first must be 1)")
     args = parser.parse_args(argv)
+    partitions = [int(s) for s in args.min_partitions.split(",")]
+    if partitions[0] != 1:
+        parser.error("--min-partitions must start with 1 (the ratio reported as e2e_ratio)")
 
     with postgres() as pg, pg.connect() as conn:
         workload = cdc.write_workload(conn, pg.dsn, args.changes, args.txn_rows)
         spark = common.spark_session("bench-e2e")
         cpu = common.CpuMeter(cdc.with_postgres(common.spark_groups(spark), pg))
-        results, checked = compare(spark, conn, workload, args.rounds, cpu)
+        results, checked = compare(spark, conn, workload, args.rounds, cpu, partitions)
         spark.stop()
 
     summary = (f"end to end, changes/s [{workload.changes:,} changes, pgoutput]: pg_cdc -> "
                f"iggy_routed {results['spark']['per_second']:,}/s = "
                f"{results['ratio_vs_handwritten']['median']:.2f}x hand-written pipeline "
-               f"({results['handwritten']['per_second']:,}/s)")
+               f"({results['handwritten']['per_second']:,}/s)" + "".join(
+                   f"; min_partitions={n}: {results[f'spark_partitions_{n}']['per_second']:,}/s "
+                   f"= {results[f'ratio_partitions_{n}_vs_handwritten']['median']:.2f}x"
+                   for n in partitions[1:]))
     return common.publish("e2e", {
         "benchmark": "pg_cdc -> iggy_routed vs hand-written single-process pipeline",
         "config": {"changes": workload.changes, "txn_rows": args.txn_rows, "plugin": PLUGIN,
                    "rounds": args.rounds, "identical_messages_checked": checked,
+                   "min_partitions": partitions, "shuffle_partitions": 2,
                    "broker": "LocalIggy(process=True), fresh per round"},
         "results": results,
         "summary": summary,
