@@ -5,6 +5,9 @@ from __future__ import annotations
 
 import base64
 import math
+import subprocess
+import sys
+import textwrap
 from datetime import UTC, date, datetime, time, timedelta, timezone
 from decimal import Decimal
 from typing import Any
@@ -134,6 +137,28 @@ def test_routing_columns_stay_out_of_the_json() -> None:
 
 def test_only_routing_columns_gives_an_empty_object() -> None:
     assert encode({"stream": ["s", "s"]}).payloads == [b"{}", b"{}"]
+
+
+def test_held_payloads_cost_about_their_own_size_in_memory() -> None:
+    """The writer holds a flush's worth of payloads (``max_batch_bytes`` of them): their memory
+    must follow their bytes. orjson's output would keep a block of about 4 KB per payload (200
+    MiB here for 6 MB of payloads), so ``max_batch_bytes`` would not bound memory at all."""
+    script = textwrap.dedent("""
+        import psutil, pyarrow as pa
+        from iggy_spark.encoding import encode_batch
+        from iggy_spark.options import RoutedOptions
+        options = RoutedOptions.from_options({"url": "iggy://u:p@localhost:8090"})
+        batch = pa.record_batch({"n": list(range(10_000)), "note": ["x" * 100] * 10_000})
+        process = psutil.Process()
+        before = process.memory_info().rss
+        held = [encode_batch(batch, options).payloads for _ in range(5)]
+        print(process.memory_info().rss - before, sum(len(p) for b in held for p in b))
+    """)
+    out = subprocess.run([sys.executable, "-c", script], check=True, capture_output=True,
+                         text=True).stdout  # a fresh interpreter: its allocator holds nothing
+    grown, payload_bytes = map(int, out.split())
+    assert payload_bytes > 5_000_000
+    assert grown < 3 * payload_bytes, f"{grown:,} bytes of memory for {payload_bytes:,}"
 
 
 def test_json_scalar_types_round_trip() -> None:

@@ -67,7 +67,7 @@ def test_defaults() -> None:
     assert options.topic_defaults == TopicDefaults(1, None, None)
     assert options.create_destinations is True
     assert options.max_concurrent_destinations == 16
-    assert options.max_batch_bytes == 8 * 1024 * 1024
+    assert options.max_batch_bytes == 32 * 1024 * 1024
 
 
 def test_documented_defaults_are_the_parsed_ones() -> None:

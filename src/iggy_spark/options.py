@@ -142,8 +142,10 @@ OPTION_DOCS: tuple[OptionDoc, ...] = (
               "of an allowlist are created or looked up in parallel for at most this long; "
               "what is not ready by then is logged and done on first use"),
     OptionDoc("max_concurrent_destinations", "16", "destinations a task sends to at the same time"),
-    OptionDoc("max_batch_bytes", "8MB", "payload bytes a task buffers (all destinations "
-              "together) before it sends and waits for the acknowledgements: bounds memory"),
+    OptionDoc("max_batch_bytes", "32MB", "payload bytes a task buffers (all destinations "
+              "together) before it sends and waits for the acknowledgements: bounds memory "
+              "(about 4x this for messages of a few hundred bytes, with the SDK's message "
+              "objects); with many destinations, more of it means fewer, larger sends"),
     OptionDoc("max_message_bytes", "64000000", "largest payload a row may have (Iggy's limit, "
               "or lower to match your server's); a larger row fails the query, or goes to the "
               "DLQ as `too_large` with on_admission_failure=dlq"),
