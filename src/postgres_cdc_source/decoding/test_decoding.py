@@ -440,19 +440,10 @@ def _inline(
     the catalog's regex: what :meth:`TestDecodingDecoder._change` builds for it, or ``None``
     for anything else (an unchanged TOAST value, a changed table, a value its converter
     rejects), which the general path then decodes or names as an error."""
-    fast = table.fast
     shape = table.shape
-    if fast is None or shape is None or "unchanged-toast-datum" in line:
+    raw = _catalog_tuple(table, line, pos)
+    if raw is None or shape is None:
         return None
-    match = fast.match(line, pos)
-    if match is None:
-        return None
-    raw: list[Any] = list(match.groups())  # str, or None for null
-    if "''" in line:  # some quoted value has an escaped quote
-        for i in table.quoted:
-            value = raw[i]
-            if value is not None:
-                raw[i] = value.replace("''", "'")
     try:
         values = [None if r is None else c(r) for c, r in zip(shape.converters, raw, strict=True)]
     except (ValueError, KeyError, TypeError):
@@ -475,6 +466,23 @@ def _columns(line: str, pos: int) -> tuple[Columns, int]:
     return columns, pos
 
 
+def _catalog_tuple(table: _Table, line: str, pos: int) -> list[Any] | None:
+    """The value texts (``None`` for null) of a new tuple from ``pos`` to the end, aligned with
+    the catalog's shape, if the catalog's regex matches it whole; else ``None``."""
+    if table.fast is None or "unchanged-toast-datum" in line:
+        return None  # the catalog regex does not accept that marker
+    match = table.fast.match(line, pos)
+    if match is None:
+        return None
+    raw: list[Any] = list(match.groups())
+    if "''" in line:  # some quoted value has an escaped quote
+        for i in table.quoted:
+            value = raw[i]
+            if value is not None:
+                raw[i] = value.replace("''", "'")
+    return raw
+
+
 def _new_tuple(table: _Table, line: str, pos: int) -> tuple[RowShape, list[RawValue], bool]:
     """The new tuple from ``pos`` to the end: (its shape, raw values, any UNCHANGED).
 
@@ -483,23 +491,16 @@ def _new_tuple(table: _Table, line: str, pos: int) -> tuple[RowShape, list[RawVa
     accept that marker), and fails when the table changed since the row was written; then the
     columns are parsed one by one.
     """
-    if table.fast is not None and "unchanged-toast-datum" not in line:
-        match = table.fast.match(line, pos)
-        if match is not None:
-            assert table.shape is not None
-            raw: list[Any] = list(match.groups())  # str, or None for null
-            if "''" in line:  # some quoted value has an escaped quote
-                for i in table.quoted:
-                    value = raw[i]
-                    if value is not None:
-                        raw[i] = value.replace("''", "'")
-            return table.shape, raw, False
+    raw = _catalog_tuple(table, line, pos)
+    if raw is not None:
+        assert table.shape is not None
+        return table.shape, raw, False
     columns, end = _columns(line, pos)
     if end != len(line):
         raise ValueError(f"cannot parse the new tuple at offset {end}")
     shape = table.shape_for(tuple((name, type_name) for name, type_name, _ in columns))
-    raw = [value for name, _, value in columns if name not in table.generated]
-    return shape, raw, any(value is UNCHANGED for value in raw)
+    values = [value for name, _, value in columns if name not in table.generated]
+    return shape, values, any(value is UNCHANGED for value in values)
 
 
 def _align(table: _Table, shape: RowShape, columns: Columns) -> list[RawValue] | None:
