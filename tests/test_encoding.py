@@ -161,6 +161,45 @@ def test_held_payloads_cost_about_their_own_size_in_memory() -> None:
     assert grown < 3 * payload_bytes, f"{grown:,} bytes of memory for {payload_bytes:,}"
 
 
+_JSON_ROUTED = RoutedOptions.from_options({"url": URL, "json_columns": "doc"})
+_json_doc = st.one_of(st.none(), st.dictionaries(
+    _unicode, st.integers(-(2**63), 2**63 - 1) | _unicode, max_size=3))
+
+
+@settings(max_examples=200)
+@given(st.lists(st.tuples(
+    st.none() | _unicode, st.none() | st.integers(-(2**63), 2**63 - 1), st.none() | st.booleans(),
+    st.none() | st.floats(allow_nan=False, allow_infinity=False), _json_doc,
+), max_size=12), st.sampled_from([pa.string(), pa.large_string()]), st.booleans())
+def test_payloads_are_byte_for_byte_what_orjson_writes_for_the_row(
+    rows: list[tuple[Any, ...]], text_type: pa.DataType, dictionary: bool
+) -> None:
+    """The payload is built column by column; it must equal, byte for byte, orjson's dump of
+    the row as a dict: strings with quotes, backslashes, control characters and any Unicode,
+    64-bit integers, booleans, floats, nulls, a json_columns column embedded as it is, and a
+    column name that itself needs escaping."""
+    texts = pa.array([r[0] for r in rows], text_type)
+    docs = [None if r[4] is None else orjson.dumps(r[4]).decode() for r in rows]
+    batch = {
+        'we"ird\\name': texts.dictionary_encode() if dictionary else texts,
+        "n": pa.array([r[1] for r in rows], pa.int64()),
+        "b": pa.array([r[2] for r in rows], pa.bool_()),
+        "f": pa.array([r[3] for r in rows], pa.float64()),
+        "doc": pa.array(docs, pa.string()),
+        "topic": pa.array(["t"] * len(rows), pa.string()),  # routing: not in the payload
+    }
+    expected = [
+        orjson.dumps({'we"ird\\name': s, "n": n, "b": b, "f": f,
+                      "doc": None if doc is None else orjson.Fragment(doc)})
+        for (s, n, b, f, _), doc in zip(rows, docs, strict=True)
+    ]
+    assert encode(batch, _JSON_ROUTED).payloads == expected
+
+
+def test_a_json_columns_column_that_is_not_text_is_refused() -> None:
+    refused({"doc": [1, 2]}, "doc", None, _JSON_ROUTED)
+
+
 def test_json_scalar_types_round_trip() -> None:
     ts = datetime(2024, 2, 29, 23, 59, 58, 123456, tzinfo=UTC)
     rows = payload_json({

@@ -45,6 +45,7 @@ column.
 from __future__ import annotations
 
 import math
+import re
 from base64 import b64encode
 from collections.abc import Callable
 from dataclasses import dataclass, field
@@ -276,51 +277,88 @@ def _too_big(size: int, limit: int) -> str:
 def _json_payloads(
     batch: pa.RecordBatch, routing: frozenset[str], json_columns: frozenset[str], rows: int
 ) -> list[bytes]:
+    """Every row as the JSON object of its non-routing columns, in column order: byte for byte
+    what ``orjson.dumps`` of the row as a dict writes, built column by column.
+
+    Each column becomes an Arrow array of its values' JSON texts (Arrow casts numbers and
+    formats dates; strings without anything to escape are quoted as they are; orjson writes the
+    rest one value at a time), and one join per row writes the objects. Per row this costs a
+    fraction of building a dict and dumping it, and the payloads come out as bytes objects of
+    their own size: orjson's own output keeps a block of a few KB per payload, which the writer
+    would hold until its flush (200 MiB for 6 MB of small payloads).
+    """
     fields = [name for name in batch.schema.names if name not in routing]
     if not fields:
         return [b"{}"] * rows
-    values = [
-        _embedded_json(batch.column(name), name) if name in json_columns
-        else _json_values(batch.column(name), name)
-        for name in fields
-    ]
     has_maps = any(_contains_map(batch.schema.field(name).type) for name in fields)
     option = orjson.OPT_NON_STR_KEYS if has_maps else 0
-    dumps = orjson.dumps
-    # Each payload is copied to a bytes object of its own size: orjson writes into a buffer of
-    # a few KB and shrinks it in place, so every payload the writer holds until its flush would
-    # keep a whole block (about 4 KB, however small the message). Held, those cost 12x their
-    # payload in memory and 3 µs of page faults each; the copy costs 0.3 µs.
-    return [
-        memoryview(dumps(dict(zip(fields, row, strict=True)), option=option)).tobytes()
-        for row in zip(*values, strict=True)
-    ]
+    parts: list[pa.Array | pa.Scalar] = []
+    for number, name in enumerate(fields):
+        opening = ("{" if number == 0 else ",") + orjson.dumps(name).decode() + ":"
+        parts += [pa.scalar(opening, _JSON), _json_texts(batch.column(name), name,
+                                                          name in json_columns, option)]
+    objects = pc.binary_join_element_wise(*parts, _CLOSE, _NOTHING)
+    return cast(list[bytes], objects.cast(pa.large_binary()).to_pylist())
 
 
-def _embedded_json(array: pa.Array, name: str) -> list[Any]:
-    """A ``json_columns`` column: its JSON text goes into the payload as is (not re-parsed)."""
-    if not _is_text(array.type):
-        raise EncodingError(name, None, f"is listed in json_columns but is {array.type}, "
-                            "not a string column of JSON text")
-    fragment = orjson.Fragment
-    return [None if text is None else fragment(text) for text in array.to_pylist()]
+_JSON = pa.large_string()  # the JSON texts of a batch can outgrow a 2 GB string array
+_NULL, _QUOTE, _CLOSE, _NOTHING = (pa.scalar(text, _JSON) for text in ("null", '"', "}", ""))
+_ESCAPED = re.compile(rb'[\x00-\x1f"\\]')
+"""What a JSON string must escape, and all that orjson escapes (it writes UTF-8 as is)."""
 
 
-def _json_values(array: pa.Array, name: str) -> list[Any]:
-    """One top-level payload column as JSON-ready Python values.
+def _json_texts(array: pa.Array, name: str, embedded: bool, option: int) -> pa.Array:
+    """One payload column as the JSON text of each value (``null`` for nulls).
 
-    Temporal and decimal columns are formatted by Arrow in one pass (several times faster than
-    building ``datetime`` objects); :func:`_converter` formats nested ones identically.
+    ``embedded`` (a ``json_columns`` column): its text is JSON already and goes in as is.
     """
     t = array.type
+    if embedded:
+        if not _is_text(t):
+            raise EncodingError(name, None, f"is listed in json_columns but is {t}, not a "
+                                "string column of JSON text")
+        return pc.fill_null(array.cast(_JSON), _NULL)
     if pa.types.is_dictionary(t):
-        return _json_values(array.dictionary_decode(), name)
+        return _json_texts(array.dictionary_decode(), name, embedded, option)
+    if (pa.types.is_string(t) or pa.types.is_large_string(t)) and not _needs_escapes(array):
+        return pc.fill_null(
+            pc.binary_join_element_wise(_QUOTE, array.cast(_JSON), _QUOTE, _NOTHING), _NULL)
+    if pa.types.is_integer(t) or pa.types.is_boolean(t):
+        return pc.fill_null(array.cast(_JSON), _NULL)
+    text = _formatted(array)
+    if text is not None:
+        return pc.fill_null(
+            pc.binary_join_element_wise(_QUOTE, text.cast(_JSON), _QUOTE, _NOTHING), _NULL)
+    dumps = orjson.dumps
+    return pa.array([dumps(value, option=option).decode() for value in _json_values(array, name)],
+                    _JSON)
+
+
+def _needs_escapes(array: pa.Array) -> bool:
+    """Whether a string array's characters may need escaping in JSON (its whole data buffer
+    is searched at once: bytes outside the array's slice can only make this say yes)."""
+    data = array.buffers()[2]
+    return data is not None and _ESCAPED.search(memoryview(data)) is not None
+
+
+def _formatted(array: pa.Array) -> pa.Array | None:
+    """A temporal or decimal column as text, formatted by Arrow in one pass (several times
+    faster than building ``datetime`` objects; :func:`_converter` formats nested ones
+    identically); ``None`` for other types."""
+    t = array.type
     if pa.types.is_timestamp(t):
         naive = array.view(pa.timestamp(t.unit))  # a zoned column stores UTC instants
         text = pc.replace_substring(naive.cast(pa.string()), " ", "T", max_replacements=1)
-        return (pc.binary_join_element_wise(text, "Z", "") if t.tz else text).to_pylist()
+        return pc.binary_join_element_wise(text, "Z", "") if t.tz else text
     if pa.types.is_date(t) or pa.types.is_time(t) or pa.types.is_decimal(t):
-        return array.cast(pa.string()).to_pylist()
+        return array.cast(pa.string())
+    return None
+
+
+def _json_values(array: pa.Array, name: str) -> list[Any]:
+    """A payload column of any other type (floats, binary, nested...) as JSON-ready Python
+    values, for orjson."""
+    t = array.type
     if t in _FLOATS and pc.all(pc.is_finite(array)).as_py() is not False:
         return array.to_pylist()
     convert = _converter(t, name)
