@@ -170,14 +170,15 @@ _json_doc = st.one_of(st.none(), st.dictionaries(
 @given(st.lists(st.tuples(
     st.none() | _unicode, st.none() | st.integers(-(2**63), 2**63 - 1), st.none() | st.booleans(),
     st.none() | st.floats(allow_nan=False, allow_infinity=False), _json_doc,
+    st.none() | st.lists(st.none() | _unicode, max_size=3),
 ), max_size=12), st.sampled_from([pa.string(), pa.large_string()]), st.booleans())
 def test_payloads_are_byte_for_byte_what_orjson_writes_for_the_row(
     rows: list[tuple[Any, ...]], text_type: pa.DataType, dictionary: bool
 ) -> None:
     """The payload is built column by column; it must equal, byte for byte, orjson's dump of
     the row as a dict: strings with quotes, backslashes, control characters and any Unicode,
-    64-bit integers, booleans, floats, nulls, a json_columns column embedded as it is, and a
-    column name that itself needs escaping."""
+    64-bit integers, booleans, floats, lists of strings, nulls, a json_columns column embedded
+    as it is, and a column name that itself needs escaping."""
     texts = pa.array([r[0] for r in rows], text_type)
     docs = [None if r[4] is None else orjson.dumps(r[4]).decode() for r in rows]
     batch = {
@@ -187,11 +188,12 @@ def test_payloads_are_byte_for_byte_what_orjson_writes_for_the_row(
         "f": pa.array([r[3] for r in rows], pa.float64()),
         "doc": pa.array(docs, pa.string()),
         "topic": pa.array(["t"] * len(rows), pa.string()),  # routing: not in the payload
+        "l": pa.array([r[5] for r in rows], pa.list_(text_type)),
     }
     expected = [
         orjson.dumps({'we"ird\\name': s, "n": n, "b": b, "f": f,
-                      "doc": None if doc is None else orjson.Fragment(doc)})
-        for (s, n, b, f, _), doc in zip(rows, docs, strict=True)
+                      "doc": None if doc is None else orjson.Fragment(doc), "l": items})
+        for (s, n, b, f, _, items), doc in zip(rows, docs, strict=True)
     ]
     assert encode(batch, _JSON_ROUTED).payloads == expected
 

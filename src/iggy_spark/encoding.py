@@ -302,7 +302,8 @@ def _json_payloads(
 
 
 _JSON = pa.large_string()  # the JSON texts of a batch can outgrow a 2 GB string array
-_NULL, _QUOTE, _CLOSE, _NOTHING = (pa.scalar(text, _JSON) for text in ("null", '"', "}", ""))
+_NULL, _QUOTE, _CLOSE, _NOTHING, _COMMA, _OPEN_LIST, _CLOSE_LIST = (
+    pa.scalar(text, _JSON) for text in ("null", '"', "}", "", ",", "[", "]"))
 _ESCAPED = re.compile(rb'[\x00-\x1f"\\]')
 """What a JSON string must escape, and all that orjson escapes (it writes UTF-8 as is)."""
 
@@ -320,18 +321,41 @@ def _json_texts(array: pa.Array, name: str, embedded: bool, option: int) -> pa.A
         return pc.fill_null(array.cast(_JSON), _NULL)
     if pa.types.is_dictionary(t):
         return _json_texts(array.dictionary_decode(), name, embedded, option)
-    if (pa.types.is_string(t) or pa.types.is_large_string(t)) and not _needs_escapes(array):
-        return pc.fill_null(
-            pc.binary_join_element_wise(_QUOTE, array.cast(_JSON), _QUOTE, _NOTHING), _NULL)
+    if _is_plain_text(t) and not _needs_escapes(array):
+        return _quoted(array)
     if pa.types.is_integer(t) or pa.types.is_boolean(t):
         return pc.fill_null(array.cast(_JSON), _NULL)
     text = _formatted(array)
     if text is not None:
-        return pc.fill_null(
-            pc.binary_join_element_wise(_QUOTE, text.cast(_JSON), _QUOTE, _NOTHING), _NULL)
+        return _quoted(text)
+    if (pa.types.is_list(t) or pa.types.is_large_list(t)) and _is_plain_text(t.value_type):
+        items = array.flatten()  # the items of the non-null lists, in order
+        if not _needs_escapes(items):
+            return _json_lists(array, _quoted(items))
     dumps = orjson.dumps
     return pa.array([dumps(value, option=option).decode() for value in _json_values(array, name)],
                     _JSON)
+
+
+def _is_plain_text(t: pa.DataType) -> bool:
+    return pa.types.is_string(t) or pa.types.is_large_string(t)
+
+
+def _quoted(text: pa.Array) -> pa.Array:
+    """Strings that need no escapes as JSON strings; nulls as ``null``."""
+    return pc.fill_null(
+        pc.binary_join_element_wise(_QUOTE, text.cast(_JSON), _QUOTE, _NOTHING), _NULL)
+
+
+def _json_lists(lists: pa.Array, items: pa.Array) -> pa.Array:
+    """A list column as JSON arrays, given its items' JSON texts (``lists.flatten()`` order)."""
+    lengths = pc.fill_null(pc.list_value_length(lists), 0)
+    offsets = pa.concat_arrays([pa.array([0], pa.int64()),
+                                pc.cumulative_sum(lengths).cast(pa.int64())])
+    joined = pc.binary_join(pa.LargeListArray.from_arrays(offsets, items, mask=lists.is_null()),
+                            _COMMA)
+    return pc.fill_null(pc.binary_join_element_wise(_OPEN_LIST, joined, _CLOSE_LIST, _NOTHING),
+                        _NULL)
 
 
 def _needs_escapes(array: pa.Array) -> bool:
