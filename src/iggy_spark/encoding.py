@@ -32,7 +32,8 @@ The row contract follows Spark's Kafka sink. Column names come from :class:`Colu
     random id.
 
 JSON payload (no ``value`` column): an object of every column that is not a routing column
-above, in column order, with orjson. Timestamps are ISO-8601: with a time zone, the UTC
+above, in column order, byte for byte as orjson writes it (built column-wise: see
+:func:`_json_payloads`). Timestamps are ISO-8601: with a time zone, the UTC
 instant with a ``Z`` suffix; without (``TIMESTAMP_NTZ``) no suffix; the fraction has the
 column's precision (``.ffffff`` for Spark). Dates and times are ISO-8601, decimals exact
 strings (``"12.50"``), binary base64, structs objects, arrays arrays, maps objects (non-string
