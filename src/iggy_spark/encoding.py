@@ -321,7 +321,7 @@ def _json_texts(array: pa.Array, name: str, embedded: bool, option: int) -> pa.A
                                 "string column of JSON text")
         return pc.fill_null(array.cast(_JSON), _NULL)
     if pa.types.is_dictionary(t):
-        return _json_texts(array.dictionary_decode(), name, embedded, option)
+        return _json_texts(array.dictionary_decode(), name, False, option)
     if _is_plain_text(t) and not _needs_escapes(array):
         return _quoted(array)
     if pa.types.is_integer(t) or pa.types.is_boolean(t):
@@ -381,8 +381,8 @@ def _formatted(array: pa.Array) -> pa.Array | None:
 
 
 def _json_values(array: pa.Array, name: str) -> list[Any]:
-    """A payload column of any other type (floats, binary, nested...) as JSON-ready Python
-    values, for orjson."""
+    """A payload column Arrow cannot write as JSON texts (floats, binary, nested values, strings
+    with characters to escape...) as JSON-ready Python values, for orjson."""
     t = array.type
     if t in _FLOATS and pc.all(pc.is_finite(array)).as_py() is not False:
         return array.to_pylist()

@@ -449,8 +449,7 @@ def _inline(
     except (ValueError, KeyError, TypeError):
         return None
     after = dict(zip(shape.names, values, strict=True))
-    key = (_dumps({n: values[i] for n, i in zip(shape.key_names, shape.key, strict=True)})
-           .decode() if shape.key else None)
+    key = _dumps({n: after[n] for n in shape.key_names}).decode() if shape.key else None
     return _new(Change, (lsn, seq, shape.schema, shape.table, op, key, None,
                          _dumps(after).decode(), (), after if keep_values else None, None))
 
