@@ -5,6 +5,7 @@ Postgres; the order rule through Spark and Iggy is in test_reliability.py."""
 from __future__ import annotations
 
 import os
+import re
 import signal
 import subprocess
 import sys
@@ -124,3 +125,44 @@ def test_a_reader_killed_mid_read_leaves_no_temporary_slot(pg: LocalPostgres, na
         worker.wait()
     # the server notices the closed socket at once; allow it a moment to end the backend
     wait_until(lambda: copies[0] not in _temporary_slots(pg), 10, "the copy to be dropped")
+
+
+def _end_reading_sessions(pg: LocalPostgres) -> int:
+    """End every session holding a read open (the driver's own is idle, in autocommit) as an
+    administrator would (57P01); how many there were."""
+    with pg.connect() as conn:
+        return len(conn.execute(
+            "SELECT pg_terminate_backend(pid) FROM pg_stat_activity"
+            " WHERE application_name = 'pg_cdc' AND state = 'idle in transaction'").fetchall())
+
+
+@pytest.mark.parametrize("which", [0, -1], ids=["slot", "copy"])
+def test_a_session_ended_mid_read_goes_on_where_it_stopped(
+    pg: LocalPostgres, name: str, which: int, caplog: pytest.LogCaptureFixture
+) -> None:
+    """The server ends a task's session after its first rows (a restart, a failover, an
+    administrator): the task reads the partition again and gives exactly the rows of an
+    undisturbed read, none twice, rather than failing the query."""
+    with pg.connect() as conn:
+        conn.execute(f"CREATE TABLE {name} (id int PRIMARY KEY, v text)")
+    reader = _reader(pg, name, "pgoutput", 2)
+    start = parse_lsn(reader.initialOffset()["lsn"])
+    with pg.connect() as conn:
+        for i in range(0, 600, 100):
+            conn.execute(f"INSERT INTO {name} SELECT g, md5(g::text) FROM generate_series("
+                         f"{i}, {i + 99}) g")
+        end = parse_lsn(conn.execute("SELECT pg_current_wal_flush_lsn()::text").fetchone()[0])  # type: ignore[index]
+    part = reader.partitions({"lsn": format_lsn(start)}, {"lsn": format_lsn(end)})[which]
+    undisturbed = pa.Table.from_batches(list(reader.read(part)))
+    assert undisturbed.num_rows >= 200
+
+    batches = reader.read(part)
+    given = [next(batches)]
+    assert _end_reading_sessions(pg) == 1
+    given += list(batches)
+    assert pa.Table.from_batches(given).equals(undisturbed)
+    # the rows given before the session ended (what the reader had already fetched) are skipped
+    skipped = re.search(r"reading the partition again, skipping the (\d+) rows already given",
+                        caplog.text)
+    assert skipped and given[0].num_rows <= int(skipped[1]) < undisturbed.num_rows
+    assert _temporary_slots(pg) == []

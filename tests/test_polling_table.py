@@ -10,7 +10,7 @@ import pytest
 from pyspark.sql.streaming.datasource import ReadAllAvailable
 
 from iggy_spark_testing.harness import LocalPostgres
-from postgres_cdc_source.errors import ConfigError
+from postgres_cdc_source.errors import ConfigError, SourceError
 from postgres_cdc_source.options import CdcOptions, PollingOptions
 from postgres_cdc_source.polled_table import inspect
 from postgres_cdc_source.polling import PgPollingStreamReader
@@ -208,3 +208,32 @@ def test_a_role_without_delete_privilege_is_refused_at_load(pg: LocalPostgres, n
     with pytest.raises(ConfigError, match=f"role '{name}' lacks DELETE") as err:
         PgCdcDataSource(polling(dsn, name, delete_after_read="true")).schema()
     assert err.value.option == "delete_after_read"
+
+
+def test_a_session_ended_mid_read_fails_transient_and_keeps_its_cause(
+    pg: LocalPostgres, name: str
+) -> None:
+    """Rows may leave a polled range between two selects, so a read that lost its session after
+    giving rows cannot skip what it gave: it fails, transient, with the server's code (a
+    cluster's task retry reads it whole again)."""
+    with pg.connect() as conn:
+        conn.execute(f"CREATE TABLE {name} (id int PRIMARY KEY, ts int)")
+        conn.execute(f"INSERT INTO {name} SELECT g, g FROM generate_series(1, 300) g")
+    reader = PgPollingStreamReader(
+        CdcOptions.from_options(polling(pg.dsn, name, batch_rows="50", fetch_rows="50"))
+    )
+    start = reader.initialOffset()
+    end = reader.latestOffset(start, ReadAllAvailable())
+    (partition,) = reader.partitions(start, end)
+    batches = reader.read(partition)
+    assert next(batches).num_rows == 50
+    with pg.connect() as conn:
+        ended = conn.execute(
+            "SELECT pg_terminate_backend(pid) FROM pg_stat_activity"
+            " WHERE application_name = 'pg_cdc' AND state = 'idle in transaction'").fetchall()
+    assert len(ended) == 1
+    with pytest.raises(SourceError) as info:
+        list(batches)
+    assert info.value.transient and info.value.sqlstate in ("57P01", None)
+    assert "after 50 rows of the partition" in str(info.value)
+    assert [len(b) for b in reader.read(partition)] == [50] * 6  # and a new read is whole

@@ -8,16 +8,23 @@ Postgres's message and SQLSTATE, so a user never waits 30 s to learn of a typo.
 
 from __future__ import annotations
 
-from collections.abc import Callable
+import logging
+import time
+from collections.abc import Callable, Generator, Iterator
+from contextlib import closing
 from typing import Any, TypeVar
 
 import psycopg
+import pyarrow as pa
 
 from postgres_cdc_source import slot
+from postgres_cdc_source.errors import SourceError
 from postgres_cdc_source.options import CdcOptions
 from postgres_cdc_source.slot import connect_with_retry
 
-__all__ = ["DriverConnection", "connect_with_retry"]
+__all__ = ["DriverConnection", "connect_with_retry", "riding_out_restarts"]
+
+log = logging.getLogger(__name__)
 
 T = TypeVar("T")
 
@@ -52,3 +59,53 @@ class DriverConnection:
         if self._conn is not None:
             self._conn.close()
             self._conn = None
+
+
+def riding_out_restarts(
+    read: Callable[[], Generator[pa.RecordBatch, None, None]], options: CdcOptions, *,
+    repeatable: bool,
+) -> Iterator[pa.RecordBatch]:
+    """``read()``'s batches, read again when the session is lost on the way (the server
+    restarted or failed over, or an administrator ended the session).
+
+    A task that fails stops a ``local[N]`` query for good (Spark retries no task there), and on
+    a cluster it costs a task retry that reads the partition again from its start; a restart
+    that a read can wait out should cost neither. ``repeatable`` says that ``read()`` gives the
+    same rows each time (a peek of a fixed LSN range from a slot at a fixed position): the new
+    read skips the rows already given, so the partition goes on where it stopped. Any other read
+    is started again only if it had given nothing yet; after that the failure is raised, marked
+    transient. Waiting stops ``connect_retry_timeout`` after the first failure; what waiting
+    cannot heal is raised at once, as it came.
+    """
+    given = 0
+    deadline: float | None = None
+    while True:
+        skip = given
+        try:
+            with closing(read()) as batches:
+                for batch in batches:
+                    if skip >= batch.num_rows:
+                        skip -= batch.num_rows
+                        continue
+                    if skip:
+                        batch, skip = batch.slice(skip), 0
+                    given += batch.num_rows
+                    yield batch
+            return
+        except (psycopg.OperationalError, SourceError) as exc:
+            transient = exc.transient if isinstance(exc, SourceError) else slot.is_transient(exc)
+            now = time.monotonic()
+            deadline = deadline or now + options.connect_retry_seconds
+            if not transient:
+                raise
+            if (given and not repeatable) or now > deadline:
+                if isinstance(exc, SourceError):
+                    raise
+                raise slot.source_error(
+                    f"lost the connection to Postgres ({options.safe_dsn}) after {given} rows "
+                    "of the partition", exc, options,
+                ) from exc
+            log.warning("pg_cdc: lost the connection to Postgres mid-read (%s); reading the "
+                        "partition again, skipping the %d rows already given",
+                        exc.sqlstate or type(exc).__name__, given)
+            time.sleep(1.0)

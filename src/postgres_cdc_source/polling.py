@@ -48,7 +48,7 @@ index on the tracking column ``WHERE processed IS NOT TRUE``), a scan of the tab
 from __future__ import annotations
 
 import logging
-from collections.abc import Callable, Iterator, Sequence
+from collections.abc import Callable, Generator, Iterator, Sequence
 from dataclasses import dataclass
 from typing import Any, TypeVar
 
@@ -64,7 +64,11 @@ from pyspark.sql.streaming.datasource import (
     SupportsTriggerAvailableNow,
 )
 
-from postgres_cdc_source.connections import DriverConnection, connect_with_retry
+from postgres_cdc_source.connections import (
+    DriverConnection,
+    connect_with_retry,
+    riding_out_restarts,
+)
 from postgres_cdc_source.decoding import Change, RowShape, row_json
 from postgres_cdc_source.destination_columns import Router
 from postgres_cdc_source.errors import SourceError
@@ -212,8 +216,16 @@ class PgPollingStreamReader(DataSourceStreamReader, SupportsTriggerAvailableNow)
     # -- executor side -------------------------------------------------------------------------
 
     def read(self, partition: InputPartition) -> Iterator[pa.RecordBatch]:
-        """Select the batch's rows with a server-side cursor; yield them as Arrow batches."""
+        """Select the batch's rows with a server-side cursor; yield them as Arrow batches.
+
+        A lost session is selected again only while nothing was given: a row updated meanwhile
+        leaves the batch's range, so the rows are not the same the second time."""
         assert isinstance(partition, PollingPartition)
+        yield from riding_out_restarts(
+            lambda: self._selected(partition), self.options, repeatable=False
+        )
+
+    def _selected(self, partition: PollingPartition) -> Generator[pa.RecordBatch, None, None]:
         options = self.options
         table = partition.table
         shape = RowShape(

@@ -27,7 +27,7 @@ from __future__ import annotations
 
 import gc
 import logging
-from collections.abc import Callable, Iterator, Sequence
+from collections.abc import Callable, Generator, Iterator, Sequence
 from contextlib import contextmanager
 from dataclasses import dataclass
 from typing import Any, TypeVar
@@ -44,7 +44,11 @@ from pyspark.sql.streaming.datasource import (
 
 from postgres_cdc_source import publication, reselect, slot, snapshot, splitting
 from postgres_cdc_source.assembly import record_batches, transactions
-from postgres_cdc_source.connections import DriverConnection, connect_with_retry
+from postgres_cdc_source.connections import (
+    DriverConnection,
+    connect_with_retry,
+    riding_out_restarts,
+)
 from postgres_cdc_source.decoding.factory import make_decoder
 from postgres_cdc_source.destination_columns import Router
 from postgres_cdc_source.lsn import format_lsn, parse_lsn
@@ -309,9 +313,19 @@ class PgCdcStreamReader(DataSourceStreamReader, SupportsTriggerAvailableNow):
         """Peek the slot from ``start`` to ``end`` and yield the batch's rows as Arrow batches
         (or read one snapshot chunk)."""
         if isinstance(partition, snapshot.SnapshotPartition):
-            yield from snapshot.read_chunk(self.options, partition)
+            yield from riding_out_restarts(
+                lambda: snapshot.read_chunk(self.options, partition), self.options,
+                repeatable=False,
+            )
             return
         assert isinstance(partition, CdcPartition)
+        yield from riding_out_restarts(
+            lambda: self._peeked(partition), self.options, repeatable=True
+        )
+
+    def _peeked(self, partition: CdcPartition) -> Generator[pa.RecordBatch, None, None]:
+        """The batch's rows: the slot (or a temporary copy) put at the partition's start and
+        peeked to its end, which gives the same rows however often it is done."""
         options = self.options
         conn = connect_with_retry(options, autocommit=False)
         try:

@@ -29,7 +29,7 @@ from __future__ import annotations
 
 import logging
 import re
-from collections.abc import Iterator, Sequence
+from collections.abc import Generator, Iterator, Sequence
 from dataclasses import dataclass
 from typing import Any
 
@@ -338,7 +338,9 @@ _TEXT_ONLY.register_dumper(str, StrDumperUnknown)  # parameters of unknown type,
 _TEXT_ONLY.register_dumper(int, IntDumper)  # the server-side cursor's FETCH count
 
 
-def read_chunk(options: CdcOptions, part: SnapshotPartition) -> Iterator[pa.RecordBatch]:
+def read_chunk(
+    options: CdcOptions, part: SnapshotPartition
+) -> Generator[pa.RecordBatch, None, None]:
     """The chunk's rows as Arrow batches of ``batch_rows``, streamed through a server-side
     cursor (``fetch_rows`` per round trip), so memory does not grow with the table.
 
