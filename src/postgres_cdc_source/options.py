@@ -118,8 +118,9 @@ OPTION_DOCS: tuple[OptionDoc, ...] = (
         "connect_retry_timeout",
         "30s",
         "how long connecting (and reading again after a session lost mid-read) is retried "
-        "while the server does not answer or is starting, restarting or shutting down (at query start, planning and in tasks) before the query "
-        "fails; `0s` fails at once; a refused login or a missing database is never retried",
+        "while the server does not answer or is starting, restarting or shutting down (at "
+        "query start, planning and in tasks) before the query fails; `0s` fails at once; a "
+        "refused login or a missing database is never retried",
     ),
     OptionDoc("fetch_rows", "10000", "rows fetched from the server per round trip"),
     OptionDoc("batch_rows", "10000", "rows per Arrow batch handed to Spark"),
