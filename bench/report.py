@@ -77,7 +77,8 @@ def latest(results: dict[str, dict[str, Any] | None]) -> dict[str, Any]:
         "changes_per_second": {c: _get(source, "results", p, c, "per_second")
                                for c in ("spark", "handwritten", "raw_peek")},
     } for p in ("pgoutput", "test_decoding")}
-    partition_ratios = _partition_ratios(_partitions_result(results))
+    parts = _partitions_result(results)
+    partition_ratios = _partition_ratios(parts)
     figures: dict[str, Any] = {
         "source_ratio": plugins["pgoutput"]["ratio_vs_handwritten"],
         # the default is one task per batch; this machine's two cores, used by two
@@ -108,7 +109,7 @@ def latest(results: dict[str, dict[str, Any] | None]) -> dict[str, Any]:
             "target_changes_per_second", "achieved_changes_per_second", "sustained", "p50_s",
             "p99_s")} for r in by_rate],
         "source_changes_per_second": plugins["pgoutput"]["changes_per_second"],
-        "source_partitions": _partitions(_partitions_result(results)),
+        "source_partitions": _partitions(parts),
         "sink_messages_per_second": {
             str(r["destinations"]): {c: r[c]["per_second"] for c in ("spark", "handwritten")}
             for r in _get(sink, "results", "by_destinations") or []},

@@ -128,15 +128,6 @@ def test_a_reader_killed_mid_read_leaves_no_temporary_slot(pg: LocalPostgres, na
     wait_until(lambda: copies[0] not in _temporary_slots(pg), 10, "the copy to be dropped")
 
 
-def _end_reading_sessions(pg: LocalPostgres) -> int:
-    """End every session holding a read open (the driver's own is idle, in autocommit) as an
-    administrator would (57P01); how many there were."""
-    with pg.connect() as conn:
-        return len(conn.execute(
-            "SELECT pg_terminate_backend(pid) FROM pg_stat_activity"
-            " WHERE application_name = 'pg_cdc' AND state = 'idle in transaction'").fetchall())
-
-
 @pytest.mark.parametrize("copy", [False, True], ids=["slot", "copy"])
 def test_a_session_ended_mid_read_goes_on_where_it_stopped(
     pg: LocalPostgres, name: str, copy: bool, caplog: pytest.LogCaptureFixture
@@ -166,7 +157,7 @@ def test_a_session_ended_mid_read_goes_on_where_it_stopped(
 
     batches = reader.read(part)
     given = [next(batches)]
-    assert _end_reading_sessions(pg) == 1
+    assert pg.end_reads() == 1
     given += list(batches)
     assert pa.Table.from_batches(given).equals(undisturbed)
     # the rows given before the session ended (what the reader had already fetched) are skipped

@@ -93,11 +93,10 @@ def riding_out_restarts(
                     yield batch
             return
         except (psycopg.OperationalError, SourceError) as exc:
-            transient = exc.transient if isinstance(exc, SourceError) else slot.is_transient(exc)
+            if not (exc.transient if isinstance(exc, SourceError) else slot.is_transient(exc)):
+                raise
             now = time.monotonic()
             deadline = deadline or now + options.connect_retry_seconds
-            if not transient:
-                raise
             if (given and not repeatable) or now > deadline:
                 if isinstance(exc, SourceError):
                     raise

@@ -153,6 +153,16 @@ class LocalPostgres:
         time.sleep(down_for)
         self._pg_ctl_start()
 
+    def end_reads(self) -> int:
+        """End every ``pg_cdc`` session holding a read open, as an administrator would
+        (``pg_terminate_backend``: 57P01), and say how many there were. A reader's driver
+        connection sits idle in autocommit and is spared."""
+        with self.connect() as conn:
+            return len(conn.execute(
+                "SELECT pg_terminate_backend(pid) FROM pg_stat_activity"
+                " WHERE application_name = 'pg_cdc' AND state = 'idle in transaction'"
+            ).fetchall())
+
     def stop(self) -> None:
         """Stop the server and delete its directory. Idempotent."""
         if self._root is None:
