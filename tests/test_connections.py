@@ -81,9 +81,12 @@ def test_a_read_that_gave_rows_fails_transient_if_not_repeatable() -> None:
     assert isinstance(info.value.__cause__, pgerrors.AdminShutdown)
 
 
-def test_what_waiting_cannot_heal_is_raised_as_it_came() -> None:
-    read = Flaky([3, 3], [4], error=pgerrors.InsufficientPrivilege)
-    with pytest.raises(pgerrors.InsufficientPrivilege):
+@pytest.mark.parametrize("error", [pgerrors.QueryCanceled, pgerrors.InsufficientPrivilege])
+def test_what_waiting_cannot_heal_is_raised_as_it_came(error: type[psycopg.Error]) -> None:
+    """A ``statement_timeout`` (57014, an OperationalError like a lost session) or a missing
+    privilege (42501) would fail the same way again: no second read."""
+    read = Flaky([3, 3], [4], error=error)
+    with pytest.raises(error):
         rows(riding_out_restarts(read, OPTIONS, repeatable=True))
     assert read.reads == 1
 
@@ -100,14 +103,20 @@ def test_waiting_stops_after_connect_retry_timeout(monkeypatch: pytest.MonkeyPat
 
 
 def test_a_closed_read_closes_its_session() -> None:
-    """Spark stops consuming (a limit, a cancelled task): the read's own cleanup runs."""
+    """Spark stops consuming (a limit, a cancelled task): the read's own cleanup runs then,
+    even while something else still holds the inner read (no waiting for its collection)."""
     closed = []
+    held: list[Iterator[pa.RecordBatch]] = []
 
-    def read() -> Iterator[pa.RecordBatch]:
+    def body() -> Iterator[pa.RecordBatch]:
         try:
             yield from (pa.RecordBatch.from_pydict({"i": [n]}) for n in range(5))
         finally:
             closed.append(True)
+
+    def read() -> Iterator[pa.RecordBatch]:
+        held.append(body())
+        return held[-1]
 
     batches = riding_out_restarts(read, OPTIONS, repeatable=True)
     next(batches)
