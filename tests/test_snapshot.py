@@ -103,6 +103,46 @@ def test_replayed_batch_after_a_driver_crash_reads_later_state_and_still_converg
     assert model == read_tables(pg.dsn, name, work.tables.values())
 
 
+def test_a_replayed_batch_reads_the_chunks_its_offset_pinned(
+    pg: LocalPostgres, name: str
+) -> None:
+    """Rows deleted and inserted inside an interrupted batch's range before its replay: the
+    new reader reads the chunks the offset pinned, so every row goes to the Spark partition
+    that had its key the first time (the sink's replay reads back what each task landed), and
+    each chunk holds what its range holds now."""
+    table = sql.Identifier(name, "t")
+    with psycopg.connect(pg.dsn, autocommit=True) as conn:
+        conn.execute(sql.SQL("CREATE SCHEMA {}").format(sql.Identifier(name)))
+        conn.execute(sql.SQL("CREATE TABLE {} (id int PRIMARY KEY, v text)").format(table))
+        conn.execute(sql.SQL("INSERT INTO {} SELECT g * 10, 'v' FROM generate_series(1, 100) g"
+                             ).format(table))
+    first = InProcessQuery(_options(pg, name, "pgoutput"))
+    planned = first.plan()
+    assert planned is not None
+    end, partitions = planned
+    bounds = [(p.table.table, p.lo, p.hi) for p in partitions]
+    assert len(bounds) >= 3
+    first.close()  # the driver dies, and its exported snapshot with it
+    with psycopg.connect(pg.dsn, autocommit=True) as conn:
+        conn.execute(sql.SQL("DELETE FROM {} WHERE id <= 200").format(table))
+        conn.execute(sql.SQL("INSERT INTO {} SELECT g * 10 + 5, 'new' FROM generate_series(1, 60) g"
+                             ).format(table))
+    second = InProcessQuery(_options(pg, name, "pgoutput"), offset=first.offset)
+    try:
+        replayed = second.reader.partitions(first.offset, end)
+        assert [(p.table.table, p.lo, p.hi) for p in replayed] == bounds
+        unpinned = {k: v for k, v in end.items() if k != snapshot.PLANNED}
+        assert [(p.table.table, p.lo, p.hi) for p in second.reader.partitions(
+            first.offset, unpinned)] != bounds  # bounds found again would split otherwise
+        keys = [sorted(orjson.loads(r["key"])["id"] for r in second.read([p]))
+                for p in replayed]
+    finally:
+        second.close()
+    now = [*range(210, 1001, 10), *range(15, 606, 10)]
+    assert keys == [sorted(k for k in now if (lo is None or k > int(lo[0]))
+                           and (hi is None or k <= int(hi[0]))) for _, lo, hi in bounds]
+
+
 _DOCS = TableSpec("docs", (Column("id", "int", "int"), Column("n", "int", "int"),
                            Column("body", "text", "text")), ("id",))
 

@@ -95,6 +95,9 @@ class EncodedBatch:
     payloads: list[bytes]
     headers: list[dict[str, str | bytes] | None]
     ids: list[int]
+    keyed: bool = False
+    """The batch has an id column: its rows say what each message is (0 in ``ids``: a null
+    id), so a replay can skip what landed by id (:mod:`iggy_spark.delivery`)."""
     invalid: dict[int, EncodingError] = field(default_factory=dict)
     """Rows that cannot become a message (null or oversize payload, bad header, id or key),
     collected instead of raised when bad rows have a dead-letter destination to go to; their
@@ -144,6 +147,7 @@ def encode_batch(batch: pa.RecordBatch, options: RoutedOptions) -> EncodedBatch:
         payloads=_payloads(batch, columns, options, rows, problems),
         headers=_headers(batch, columns.headers, rows, problems),
         ids=_ids(batch, columns.id, rows, problems),
+        keyed=columns.id in batch.schema.names,
         invalid=problems.rows,
     )
 

@@ -13,13 +13,13 @@ from __future__ import annotations
 import asyncio
 import re
 import time
-from collections.abc import Awaitable, Callable, Sequence
+from collections.abc import AsyncIterator, Awaitable, Callable, Sequence
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any, TypeVar
 
 from iggy_spark.admission import Destination
 from iggy_spark.connection import IggyConnection
-from iggy_spark.delivery import ORIGIN_HEADER, Origin, landed_in_tail
+from iggy_spark.delivery import ORIGIN_HEADER, Landed, Origin, TailScan, landed_count
 from iggy_spark.errors import DestinationError, SendError, ServerError, UnknownDestination
 from iggy_spark.options import TopicDefaults
 
@@ -245,14 +245,11 @@ async def send(
         nonlocal batch
         state["attempts"] += 1
         if first is not None and state["attempts"] > 1:
-            done = await _tail_landed(client, destination, partition, first, scan_limit)
+            done = await _tail_count(client, destination, partition, first, scan_limit)
             if done is None:
                 state["undecided"] = True
-            else:
-                skip = min(max(0, done - first.seq - int(state["skipped"])), len(batch))
-                batch = batch[skip:]
-                state["skipped"] += skip
-            if not batch:
+            elif done >= first.seq + len(batch):  # a send lands whole: all of it, or none
+                state["skipped"] = len(batch)
                 return
         await client.send_messages(destination.stream, destination.topic, partitioning, batch)
 
@@ -274,25 +271,26 @@ def _origin(message: apache_iggy.ReceiveMessage) -> Origin | None:
     return Origin.decode(headers.to_scalar_dict().get(ORIGIN_HEADER))
 
 
-async def _tail_landed(
-    client: apache_iggy.IggyClient,
-    destination: Destination,
-    partition: int | None,
-    me: Origin,
-    limit: int,
-) -> int | None:
+async def _tails(
+    client: apache_iggy.IggyClient, destination: Destination, partition: int | None, limit: int
+) -> AsyncIterator[AsyncIterator[list[apache_iggy.ReceiveMessage]]]:
+    """For each partition of the group (``None``: every partition), its tail as pages of at
+    most :data:`_SCAN_PAGE` messages, newest page first and each page newest message first,
+    at most ``limit`` messages each. Polls by offset (never a consumer offset: reading changes
+    nothing on the server). A partition's pages raise :class:`_ScanBound` where ``limit`` cut
+    them before its start."""
     import apache_iggy
 
     consumer = apache_iggy.Consumer.Single("iggy-spark-delivery")
     details = await client.get_topic(destination.stream, destination.topic)
     if details is None:
-        return 0  # nothing can have landed in a topic that does not exist
-    found = 0
-    for p in details.partitions:
-        if (partition is not None and p.id != partition) or not p.messages_count:
-            continue
-        end, scanned, verdict = p.current_offset + 1, 0, None
-        while verdict is None and end > 0 and scanned < limit:
+        return  # nothing can have landed in a topic that does not exist
+
+    async def pages(p: Any) -> AsyncIterator[list[apache_iggy.ReceiveMessage]]:
+        end, scanned = p.current_offset + 1, 0
+        while end > 0:
+            if scanned >= limit:
+                raise _ScanBound
             start = max(0, end - min(_SCAN_PAGE, limit - scanned))
             page = await client.poll_messages(
                 destination.stream, destination.topic, consumer=consumer,
@@ -300,16 +298,62 @@ async def _tail_landed(
                 count=end - start, auto_commit=False, partition_id=p.id)
             page = [m for m in page if m.offset() < end]
             if not page:
-                break  # below the oldest message kept (expired segments): the start
+                return  # below the oldest message kept (expired segments): the start
             scanned += len(page)
-            verdict = landed_in_tail((_origin(m) for m in reversed(page)), me)
             end = page[0].offset()
-        if verdict is None:
-            if end > 0 and scanned >= limit:
-                return None
-            verdict = 0
-        found = max(found, verdict)
+            yield page[::-1]
+
+    for p in details.partitions:
+        if (partition is None or p.id == partition) and p.messages_count:
+            yield pages(p)
+
+
+class _ScanBound(Exception):
+    """A partition's tail is longer than the scan bound."""
+
+
+async def _tail_count(
+    client: apache_iggy.IggyClient,
+    destination: Destination,
+    partition: int | None,
+    me: Origin,
+    limit: int,
+) -> int | None:
+    """:func:`~iggy_spark.delivery.landed_count` over the group's partitions (the longest
+    prefix); ``None``: undecided within ``limit``."""
+    found = 0
+    async for tail in _tails(client, destination, partition, limit):
+        verdict: int | None = None
+        try:
+            async for page in tail:
+                verdict = landed_count(map(_origin, page), me)
+                if verdict is not None:
+                    break
+        except _ScanBound:
+            return None
+        found = max(found, verdict or 0)
     return found
+
+
+async def _tail_ids(
+    client: apache_iggy.IggyClient,
+    destination: Destination,
+    partition: int | None,
+    me: Origin,
+    limit: int,
+) -> Landed:
+    """The group's messages found in its partitions' tails (:class:`~iggy_spark.delivery
+    .TailScan`), at most ``limit`` messages read per partition."""
+    landed = Landed()
+    async for tail in _tails(client, destination, partition, limit):
+        scan = TailScan(me, landed)
+        try:
+            async for page in tail:
+                if scan.feed((_origin(m), m.id()) for m in page):
+                    break
+        except _ScanBound:
+            pass
+    return landed
 
 
 async def landed(
@@ -320,17 +364,24 @@ async def landed(
     *,
     limit: int,
     timeout: float,
-) -> int | None:
-    """How many messages of ``me``'s group (query, batch, task) already landed, from the tail.
+    ids: bool,
+) -> Landed | None:
+    """What ``me``'s group (query, batch, task) already landed, from its partitions' tails.
 
-    Polls by offset, a page at a time, from the partition's last message backwards (never a
-    consumer offset: reading changes nothing on the server), at most ``limit`` messages per
-    partition. ``partition=None`` (the server balanced the group's sends) reads every
-    partition and takes the longest prefix. ``None``: undecided within ``limit``.
+    With ``ids`` every message of the group found, by id (the whole group's if
+    :attr:`~iggy_spark.delivery.Landed.complete`); otherwise only how many landed (its
+    newest mark), or ``None`` when that is undecided within ``limit`` messages per partition.
+    ``partition=None`` (the server balanced the group's sends) reads every partition.
     """
+
+    async def read(client: apache_iggy.IggyClient) -> Landed | None:
+        if ids:
+            return await _tail_ids(client, destination, partition, me, limit)
+        count = await _tail_count(client, destination, partition, me, limit)
+        return None if count is None else Landed(count)
+
     try:
-        return await _retrying(
-            conn, lambda client: _tail_landed(client, destination, partition, me, limit), timeout)
+        return await _retrying(conn, read, timeout)
     except (Disconnected, ServerError):
         raise
     except Exception as exc:  # noqa: BLE001

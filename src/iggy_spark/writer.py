@@ -189,13 +189,15 @@ class _Task:
         self.listed: set[str] = set()  # streams whose topics this task has listed
         self.destinations: dict[tuple[str, str], Destination] = {}
         self._message = apache_iggy.SendMessage
-        # Effectively-once delivery: each group numbers its messages; in a replay (``scan``)
-        # each group first reads how many of them landed before, and skips those.
+        # Effectively-once delivery: each group numbers the messages it sends; in a replay
+        # (``scan``) each group first reads what landed before, skips it and numbers on.
         self.origin = origin
         self.scan = scan
         self.prefix = None if origin is None else f"{origin.query}:{origin.batch}:{origin.task}:"
-        self.seqs: dict[Group, int] = defaultdict(int)
-        self.landed: dict[Group, int] = {}
+        self.keyed = False  # rows carry message ids: a replay skips by id, not by count
+        self.seqs: dict[Group, int] = {}
+        self.rows: dict[Group, int] = defaultdict(int)  # rows of the group routed so far
+        self.landed: dict[Group, delivery.Landed] = {}
         self.first_seq: dict[Group, int] = {}
 
     # -- admission -----------------------------------------------------------------------------
@@ -300,6 +302,7 @@ class _Task:
         message; everything else is decided once per destination.
         """
         enc = encode_batch(batch, self.options)
+        self.keyed = enc.keyed
         missing = self.options.missing
         by_id = self.options.partition_key_encoding.value == "partition_id"
         known = self.destinations
@@ -345,12 +348,12 @@ class _Task:
     ) -> None:
         """Buffer one message in its group; send everything once ``max_batch_bytes`` is reached."""
         if self.prefix is not None:
-            seq = self.seqs[group]
-            self.seqs[group] = seq + 1
-            if self.scan and seq < self._landed(group):
+            if self.scan and self._landed_before(group, message_id):
                 self.report.resumed += 1
                 self.report.routed[str(group[0])] += 1
                 return
+            seq = self.seqs.get(group, 0)
+            self.seqs[group] = seq + 1
             if group not in self.groups:
                 self.first_seq[group] = seq
         self.groups[group].append(self._message(payload, headers, message_id or None))
@@ -359,24 +362,41 @@ class _Task:
         if self.buffered >= self.options.max_batch_bytes:
             self.flush()
 
-    def _landed(self, group: Group) -> int:
-        """How many of ``group``'s messages an earlier attempt landed (read once per group)."""
-        known = self.landed.get(group)
-        if known is not None:
-            return known
+    def _landed_before(self, group: Group, message_id: int) -> bool:
+        """Whether this row of a replay landed in an earlier attempt (see
+        :mod:`iggy_spark.delivery`): by id when rows carry ids, else by its place in the group.
+        """
+        landed = self.landed.get(group)
+        if landed is None:
+            landed = self.landed[group] = self._read_landed(group)
+            self.seqs[group] = landed.count  # the group's numbering goes on after what landed
+        if self.keyed:
+            return landed.take(message_id)
+        row = self.rows[group]
+        self.rows[group] = row + 1
+        return row < landed.count
+
+    def _read_landed(self, group: Group) -> delivery.Landed:
+        """What ``group`` landed in earlier attempts (read once per group per task)."""
         assert self.origin is not None
         destination, partition = group
+        limit = self.options.delivery_scan_messages
         found = self.conn.run(sending.landed(
-            self.conn, destination, partition, self.origin,
-            limit=self.options.delivery_scan_messages, timeout=self.options.send_timeout))
-        if found is None:
+            self.conn, destination, partition, self.origin, limit=limit,
+            timeout=self.options.send_timeout, ids=self.keyed))
+        where = (f"replay of batch {self.origin.batch}, task {self.origin.task}, "
+                 f"{destination} partition {partition}")
+        if found is None or not found.trusted:
             self.report.at_least_once += 1
-            _warn(f"iggy_routed: replay of batch {self.origin.batch}, task {self.origin.task}: "
-                  f"cannot tell what landed in {destination} partition {partition} within the "
-                  f"last {self.options.delivery_scan_messages} messages (delivery_scan_messages)"
-                  "; sending the group again in full (at-least-once)")
-            found = 0
-        self.landed[group] = found
+            _warn(f"iggy_routed: {where}: cannot tell what landed within the last {limit} "
+                  "messages (delivery_scan_messages), or a later batch of this query is "
+                  "there already; sending the group again in full (at-least-once)")
+            return delivery.Landed()
+        if self.keyed and not found.complete:
+            self.report.at_least_once += 1
+            _warn(f"iggy_routed: {where}: found {len(found.covered)} of the {found.count} "
+                  f"messages that landed within the last {limit} (delivery_scan_messages); "
+                  "the others are sent again (at-least-once)")
         return found
 
     def reject(self, destination: Destination, reason: Reason, enc: EncodedBatch, i: int) -> None:
@@ -525,12 +545,12 @@ class _Task:
         self, chunk: list[apache_iggy.SendMessage], last: Message, seq: int
     ) -> list[apache_iggy.SendMessage]:
         """``chunk`` with its last message carrying the origin header (``seq``: its number in
-        the group). One header per send is enough: a send lands whole or not at all, so the
-        newest header of a group says how many of its messages landed; on every message it
-        cost 0.76x the sink's speed (the SDK converts each message's headers)."""
+        the group; then the chunk's length). One header per send is enough: a send lands whole
+        and contiguous, so the header tells which messages before it are the send's; on every
+        message it cost 0.76x the sink's speed (the SDK converts each message's headers)."""
         assert self.prefix is not None
         payload, headers, message_id = last
-        origin: Headers = {ORIGIN_HEADER: self.prefix + str(seq)}
+        origin: Headers = {ORIGIN_HEADER: f"{self.prefix}{seq}:{len(chunk)}"}
         return [*chunk[:-1], self._message(payload, {**headers, **origin} if headers else origin,
                                            message_id or None)]
 

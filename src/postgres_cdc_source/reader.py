@@ -232,7 +232,7 @@ class PgCdcStreamReader(DataSourceStreamReader, SupportsTriggerAvailableNow):
         position = snapshot.position_of(start)
         assert position is not None
         chunks, reached = snapshot.plan(conn, self.options, position, None, bounded=True)
-        end = snapshot.offset_of(_lsn(start), reached)
+        end = snapshot.offset_of(_lsn(start), reached, chunks)
         self._planned[(snapshot.offset_key(start), snapshot.offset_key(end))] = chunks
         log.info(
             "pg_cdc snapshot: next batch reads %d chunks; then %s",
@@ -262,18 +262,25 @@ class PgCdcStreamReader(DataSourceStreamReader, SupportsTriggerAvailableNow):
     def _snapshot_partitions(
         self, start: dict[str, Any], end: dict[str, Any]
     ) -> list[snapshot.SnapshotPartition]:
-        """The chunks planned for ``(start, end]``; planned again when Spark replays a batch
-        this process did not plan (after a restart)."""
+        """The chunks planned for ``(start, end]``: when Spark replays a batch this process did
+        not plan (after a restart), the ones ``end`` pins, so each row goes to the same Spark
+        partition again; planned anew only for an offset that pins none."""
         chunks = self._planned.pop((snapshot.offset_key(start), snapshot.offset_key(end)), None)
         if chunks is None:
-            first, last = snapshot.position_of(start), snapshot.position_of(end)
-            assert first is not None
-            chunks = self._driver(
-                lambda conn: snapshot.plan(conn, self.options, first, last, bounded=False)[0]
-            )
+            chunks = self._driver(lambda conn: self._replanned(conn, start, end))
         name = self._exported.name if self._exported is not None else None
         point = _lsn(start)
         return [snapshot.SnapshotPartition(c.table, c.lo, c.hi, name, point) for c in chunks]
+
+    def _replanned(
+        self, conn: psycopg.Connection[Any], start: dict[str, Any], end: dict[str, Any]
+    ) -> list[snapshot.Chunk]:
+        pinned = snapshot.planned_chunks(conn, end)
+        if pinned is not None:
+            return pinned
+        first, last = snapshot.position_of(start), snapshot.position_of(end)
+        assert first is not None
+        return snapshot.plan(conn, self.options, first, last, bounded=False)[0]
 
     def commit(self, end: dict[str, Any]) -> None:
         """Spark has durably committed every batch up to ``end``: release that WAL.

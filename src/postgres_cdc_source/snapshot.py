@@ -13,6 +13,16 @@ counts the chunks delivered, for progress. The offset of a finished snapshot is
 ``{"lsn": ..., "reselect_until": "pending"}``: the stream's first planning replaces ``pending``
 with an LSN (the snapshot was not exact: :mod:`postgres_cdc_source.reselect`) or drops it.
 
+The end offset of a snapshot batch also pins the chunks it was planned with, in order::
+
+    "planned": [["public", "t", null, ["41"]], ["public", "t", ["41"], ["82"]], ...]
+
+so a batch replayed after a restart gives every row to the Spark partition that had it the
+first time (bounds found again after rows were deleted or inserted would split differently).
+That lets the sink's effectively-once delivery, which reads back what each task landed, skip
+exactly what landed (see :mod:`iggy_spark.delivery`: a chunk read again without the exported
+snapshot holds other rows, so the sink skips by message id).
+
 A chunk is a range ``(lo, hi]`` of a table's primary key (of ``ctid`` for a table without one),
 read by one Spark partition in a ``REPEATABLE READ`` transaction that imports the snapshot the
 slot exported, so every chunk sees the tables exactly as of the consistent point. Bounds only
@@ -57,8 +67,8 @@ from postgres_cdc_source.values import converter_for_oid
 __all__ = [
     "READ", "Position", "Chunk", "SnapshotTable", "SnapshotPartition", "in_progress",
     "start_offset", "position_of", "offset_of", "offset_key", "captured_tables", "describe",
-    "RESELECT_UNTIL", "PENDING",
-    "plan", "read_chunk",
+    "RESELECT_UNTIL", "PENDING", "PLANNED",
+    "plan", "planned_chunks", "read_chunk",
 ]
 
 log = logging.getLogger(__name__)
@@ -116,18 +126,52 @@ def start_offset(consistent_point: int) -> dict[str, Any]:
 
 RESELECT_UNTIL = "reselect_until"
 PENDING = "pending"
+PLANNED = "planned"
 
 
-def offset_of(consistent_point: int, position: Position | None) -> dict[str, Any]:
-    """The offset at ``position``, keys in canonical order. ``None``: the snapshot is finished,
-    and whether the stream must complete unchanged values (:mod:`postgres_cdc_source.reselect`)
-    is decided when the next batch is planned, once every chunk has been read."""
+def offset_of(
+    consistent_point: int, position: Position | None, chunks: Sequence[Chunk] = ()
+) -> dict[str, Any]:
+    """The offset at ``position``, reached by reading ``chunks``. ``None``: the snapshot is
+    finished, and whether the stream must complete unchanged values
+    (:mod:`postgres_cdc_source.reselect`) is decided when the next batch is planned, once every
+    chunk has been read."""
     offset: dict[str, Any] = {"lsn": format_lsn(consistent_point)}
     if position is not None:
         offset["snapshot"] = position.as_json()
     else:
         offset[RESELECT_UNTIL] = PENDING
+    if chunks:
+        offset[PLANNED] = [[c.table.schema, c.table.table, _json_key(c.lo), _json_key(c.hi)]
+                           for c in chunks]
     return offset
+
+
+def _json_key(key: Key | None) -> list[str] | None:
+    return None if key is None else list(key)
+
+
+def _key(value: Any) -> Key | None:
+    return None if value is None else tuple(str(v) for v in value)
+
+
+def planned_chunks(conn: Conn, end: dict[str, Any]) -> list[Chunk] | None:
+    """The chunks the batch ending at ``end`` was planned with, in their order (chunks of a
+    table dropped since are left out: nothing of it can be read). ``None``: ``end`` does not
+    say (written before offsets pinned their chunks); plan the range again."""
+    planned = end.get(PLANNED)
+    if planned is None:
+        return None
+    tables: dict[tuple[str, str], SnapshotTable | None] = {}
+    chunks = []
+    for schema, name, lo, hi in planned:
+        key = (str(schema), str(name))
+        if key not in tables:
+            tables[key] = describe(conn, *key)
+        table = tables[key]
+        if table is not None:
+            chunks.append(Chunk(table, _key(lo), _key(hi)))
+    return chunks
 
 
 def position_of(offset: dict[str, Any]) -> Position | None:

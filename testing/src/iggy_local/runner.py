@@ -68,7 +68,7 @@ class LocalIggy:
         self._stop: asyncio.Event | None = None
         self._child: subprocess.Popen[bytes] | None = None
         self._child_log: IO[bytes] | None = None
-        self._refused_sends: set[tuple[str, str]] = set()
+        self._refused_sends: dict[tuple[str, str], int] = {}
 
     # -- public surface -----------------------------------------------------------------------
 
@@ -117,19 +117,22 @@ class LocalIggy:
             self._thread.join(STOP_TIMEOUT)
         self._reap()
 
-    def refuse_sends(self, stream: str, topic: str, refuse: bool = True) -> None:
+    def refuse_sends(
+        self, stream: str, topic: str, refuse: bool = True, *, after: int = 0
+    ) -> None:
         """Test-only fault switch: make sends to ``stream/topic`` fail with a server error
-        (``refuse=False`` heals it), so a test can break one destination while others flow.
+        once the topic holds ``after`` messages (``refuse=False`` heals it), so a test can break
+        one destination while others flow, or stop a batch part way through its sends.
 
-        Thread mode only; the set is read by the broker's loop on every send (a set membership
-        test, atomic under the GIL).
+        Thread mode only; the map is read by the broker's loop on every send (a dict lookup,
+        atomic under the GIL).
         """
         if self.process:
             raise RuntimeError("refuse_sends works with the in-process broker (process=False)")
         if refuse:
-            self._refused_sends.add((stream, topic))
+            self._refused_sends[stream, topic] = after
         else:
-            self._refused_sends.discard((stream, topic))
+            self._refused_sends.pop((stream, topic), None)
 
     def kill(self) -> None:
         """Crash the broker: SIGKILL in process mode (no flush, no goodbye); else :meth:`stop`."""

@@ -98,9 +98,10 @@ class BrokerServer:
         default_factory=dict, init=False, repr=False
     )
     _sessions: count[int] = field(default_factory=lambda: count(1), init=False, repr=False)
-    refused_sends: set[tuple[str, str]] = field(default_factory=set, repr=False)
+    refused_sends: dict[tuple[str, str], int] = field(default_factory=dict, repr=False)
     """Test-only fault switch: sends to these ``(stream, topic)`` names get a server error
-    (``Error``, code 1) while everything else works, as a destination that broke would."""
+    (``Error``, code 1) once the topic holds the number of messages given (0: at once), while
+    everything else works, as a destination that broke would."""
 
     def __post_init__(self) -> None:
         self._reads: dict[int, Handler] = {
@@ -321,10 +322,11 @@ class BrokerServer:
     def _send_messages(self, _conn: Connection, body: bytes) -> bytes:
         request = decode_send_messages(body)
         topic = self.store.topic(request.stream, request.topic)
-        if self.refused_sends and (
-            (self.store.streams[topic.stream_id].name, topic.name) in self.refused_sends
-        ):
-            raise BrokerError(ErrorCode.ERROR, f"sends to topic {topic.name!r} are switched off")
+        if self.refused_sends:
+            after = self.refused_sends.get((self.store.streams[topic.stream_id].name, topic.name))
+            if after is not None and sum(p.next_offset for p in topic.partitions) >= after:
+                raise BrokerError(ErrorCode.ERROR,
+                                  f"sends to topic {topic.name!r} are switched off")
         checksums = verify_batch(request.batch, request.messages_count)
         partition = topic.choose_partition(request.partitioning, request.partitioning_value)
         base_offset = self.store.append(topic, partition, bytearray(request.batch), checksums)
@@ -365,7 +367,7 @@ async def run_broker(
     password: str,
     stop: asyncio.Event,
     on_ready: Callable[[BrokerServer], None] | None = None,
-    refused_sends: set[tuple[str, str]] | None = None,
+    refused_sends: dict[tuple[str, str], int] | None = None,
 ) -> None:
     """Serve a store (in memory, or in ``data_dir``) until ``stop`` is set, then drop every
     client and close the store.
