@@ -25,11 +25,11 @@ from bench.common import machine, results_dir
 from iggy_spark_testing.harness import postgres
 from postgres_cdc_source.decoding import Change, Decoder, PeekRow
 from postgres_cdc_source.decoding.pgoutput import PgOutputDecoder, pgoutput_options
-from postgres_cdc_source.decoding.test_decoding import (
+from postgres_cdc_source.decoding.text_format import (
     CATALOG_QUERY,
     TEST_DECODING_OPTIONS,
     TableInfo,
-    TestDecodingDecoder,
+    TextFormatDecoder,
     table_info_from_rows,
 )
 from postgres_cdc_source.values import SESSION_SETTINGS
@@ -92,7 +92,7 @@ def main(argv: list[str] | None = None) -> int:
     pgoutput, text, info = capture(args.rows)
     results = {
         "pgoutput": measure(PgOutputDecoder, pgoutput, args.repeat),
-        "test_decoding": measure(lambda: TestDecodingDecoder(lambda schema, table: info), text,
+        "test_decoding": measure(lambda: TextFormatDecoder(lambda schema, table: info), text,
                                  args.repeat),
     }
     po, td = (results[p]["changes_per_second"] for p in ("pgoutput", "test_decoding"))

@@ -100,7 +100,7 @@ def check_same_json(dsn: str, rows: int = 200) -> int:
     from pyspark.sql.streaming.datasource import ReadMaxRows
 
     from postgres_cdc_source.options import CdcOptions
-    from postgres_cdc_source.polling import PgPollingStreamReader
+    from postgres_cdc_source.polling.reader import PgPollingStreamReader
 
     reader = PgPollingStreamReader(CdcOptions.from_options(options(dsn)))
     start = reader.initialOffset()

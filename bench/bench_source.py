@@ -62,7 +62,7 @@ def check_same_json(conn: psycopg.Connection[Any], workload: cdc.CdcWorkload, pl
     ``transactions`` transactions (read with the project's reader, outside Spark)."""
     from postgres_cdc_source.lsn import parse_lsn
     from postgres_cdc_source.options import CdcOptions
-    from postgres_cdc_source.reader import CdcPartition, PgCdcStreamReader
+    from postgres_cdc_source.stream.reader import CdcPartition, PgCdcStreamReader
 
     with handwritten.connect(workload.dsn) as hand:
         txns = handwritten.transactions(hand, plugin, workload.template[plugin],

@@ -48,9 +48,9 @@ from iggy_spark.report import TaskReport
 from iggy_spark.sink import IggyRoutedDataSource
 from iggy_spark.writer import IggyRoutedStreamWriter
 from pg_to_iggy.pipeline import JSON_COLUMNS
-from postgres_cdc_source.polling import PgPollingStreamReader
-from postgres_cdc_source.reader import PgCdcStreamReader
+from postgres_cdc_source.polling.reader import PgPollingStreamReader
 from postgres_cdc_source.source import PgCdcDataSource
+from postgres_cdc_source.stream.reader import PgCdcStreamReader
 
 POINTS = ("write", "writer_commit", "latest_offset", "reader_commit")
 _OPTIONS = ("fault_at", "fault_marker")

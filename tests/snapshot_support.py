@@ -24,7 +24,7 @@ from iggy_spark_testing.replay import Message, ordered, replay
 from postgres_cdc_source import snapshot
 from postgres_cdc_source.lsn import parse_lsn
 from postgres_cdc_source.options import CdcOptions
-from postgres_cdc_source.reader import PgCdcStreamReader
+from postgres_cdc_source.stream.reader import PgCdcStreamReader
 
 __all__ = ["InProcessQuery", "Message", "ordered", "replay"]
 

@@ -19,7 +19,7 @@ from iggy_spark_testing.harness import LocalPostgres
 from postgres_cdc_source.abandon import RECORD_FILE, abandon_batch, main
 from postgres_cdc_source.lsn import parse_lsn
 from postgres_cdc_source.options import CdcOptions
-from postgres_cdc_source.reader import PgCdcStreamReader
+from postgres_cdc_source.stream.reader import PgCdcStreamReader
 
 pytestmark = pytest.mark.e2e
 

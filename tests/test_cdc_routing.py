@@ -13,7 +13,7 @@ from iggy_spark_testing.harness import LocalPostgres
 from postgres_cdc_source.errors import ConfigError
 from postgres_cdc_source.lsn import parse_lsn
 from postgres_cdc_source.options import CdcOptions
-from postgres_cdc_source.reader import CdcPartition, PgCdcStreamReader
+from postgres_cdc_source.stream.reader import CdcPartition, PgCdcStreamReader
 
 pytestmark = pytest.mark.services
 

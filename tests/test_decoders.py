@@ -27,6 +27,7 @@ from hypothesis import strategies as st
 from psycopg import sql
 
 from iggy_spark_testing.harness import LocalPostgres
+from postgres_cdc_source.catalog import CATALOG_QUERY, ColumnInfo, TableInfo, table_info_from_rows
 from postgres_cdc_source.decoding import (
     UNCHANGED,
     Begin,
@@ -37,14 +38,7 @@ from postgres_cdc_source.decoding import (
     RawValue,
 )
 from postgres_cdc_source.decoding.pgoutput import PgOutputDecoder, pgoutput_options
-from postgres_cdc_source.decoding.test_decoding import (
-    CATALOG_QUERY,
-    TEST_DECODING_OPTIONS,
-    ColumnInfo,
-    TableInfo,
-    TestDecodingDecoder,
-    table_info_from_rows,
-)
+from postgres_cdc_source.decoding.text_format import TEST_DECODING_OPTIONS, TextFormatDecoder
 from postgres_cdc_source.errors import DecodeError
 from postgres_cdc_source.lsn import format_lsn, parse_lsn
 from postgres_cdc_source.values import SESSION_SETTINGS
@@ -303,7 +297,7 @@ def decode_td(rows: Sequence[PeekRow], *infos: TableInfo | None,
             calls.append((schema, table))
         return by_name.get((schema, table))
 
-    return list(TestDecodingDecoder(lookup, table_filter).events(rows))
+    return list(TextFormatDecoder(lookup, table_filter).events(rows))
 
 
 def test_test_decoding_quoted_identifiers_types_and_hostile_values() -> None:
@@ -497,7 +491,7 @@ class Slots:
     def decode(self, table_filter: Callable[[str, str], bool] | None = None
                ) -> tuple[list[Event], list[Event]]:
         po = list(PgOutputDecoder(table_filter).events(self.rows("pgoutput")))
-        td = list(TestDecodingDecoder(self.lookup, table_filter).events(self.rows("test_decoding")))
+        td = list(TextFormatDecoder(self.lookup, table_filter).events(self.rows("test_decoding")))
         return po, td
 
     def both(self, table_filter: Callable[[str, str], bool] | None = None) -> list[Any]:

@@ -9,7 +9,7 @@ import pytest
 
 from iggy_spark_testing.harness import LocalPostgres
 from postgres_cdc_source.options import CdcOptions
-from postgres_cdc_source.reader import DEGRADED_AFTER, PgCdcStreamReader
+from postgres_cdc_source.stream.reader import DEGRADED_AFTER, PgCdcStreamReader
 
 pytestmark = pytest.mark.services
 

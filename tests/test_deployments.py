@@ -23,8 +23,8 @@ from spark_deployments import connect_server, standalone_cluster
 
 from iggy_spark_testing.readback import read_topic
 from pg_to_iggy.pipeline import start_pipeline
-from postgres_cdc_source import slot
 from postgres_cdc_source.options import CdcOptions
+from postgres_cdc_source.stream import slot
 
 pytestmark = pytest.mark.e2e
 

@@ -61,7 +61,7 @@ def test_wheel_holds_the_connectors_and_nothing_from_tests_or_tooling(
 
 def test_pg_cdc_imports_and_reads_options_without_the_sink_or_its_sdk() -> None:
     result = _run(_blocking("apache_iggy", "xxhash") + (
-        "from postgres_cdc_source.reader import PgCdcStreamReader\n"
+        "from postgres_cdc_source.stream.reader import PgCdcStreamReader\n"
         "from postgres_cdc_source.options import CdcOptions\n"
         "CdcOptions.from_options({'dsn': 'host=x', 'slot': 's', 'max_bytes_per_trigger': '8MB'})\n"
         "assert 'iggy_spark' not in sys.modules, 'pg_cdc imported the sink'\n"

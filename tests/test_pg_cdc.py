@@ -19,8 +19,8 @@ from streaming import rows_of, run_available_now
 from iggy_spark_testing.harness import LocalPostgres
 from postgres_cdc_source.lsn import format_lsn, parse_lsn
 from postgres_cdc_source.options import CdcOptions
-from postgres_cdc_source.reader import CdcPartition, PgCdcStreamReader
 from postgres_cdc_source.schema import SPARK_SCHEMA
+from postgres_cdc_source.stream.reader import CdcPartition, PgCdcStreamReader
 
 PLUGINS = ["pgoutput", "test_decoding"]
 

@@ -19,7 +19,7 @@ from iggy_spark_testing.harness import LocalPostgres, free_port
 from postgres_cdc_source.errors import ConfigError, SlotError, SourceError
 from postgres_cdc_source.lsn import format_lsn, parse_lsn
 from postgres_cdc_source.options import CdcOptions
-from postgres_cdc_source.reader import CdcPartition, PgCdcStreamReader
+from postgres_cdc_source.stream.reader import CdcPartition, PgCdcStreamReader
 
 
 def reader(dsn: str, slot: str, **extra: str) -> PgCdcStreamReader:

@@ -12,10 +12,10 @@ from pyspark.sql.streaming.datasource import ReadAllAvailable
 from iggy_spark_testing.harness import LocalPostgres
 from postgres_cdc_source.errors import ConfigError, SourceError
 from postgres_cdc_source.options import CdcOptions, PollingOptions
-from postgres_cdc_source.polled_table import inspect
-from postgres_cdc_source.polling import PgPollingStreamReader
-from postgres_cdc_source.reader import CdcPartition, PgCdcStreamReader
+from postgres_cdc_source.polling.reader import PgPollingStreamReader
+from postgres_cdc_source.polling.table import inspect
 from postgres_cdc_source.source import PgCdcDataSource
+from postgres_cdc_source.stream.reader import CdcPartition, PgCdcStreamReader
 
 pytestmark = pytest.mark.services
 

@@ -7,7 +7,7 @@ from collections.abc import Iterator
 
 import pytest
 
-from postgres_cdc_source.reader import _collector_paused
+from postgres_cdc_source.stream.reader import _collector_paused
 
 
 def _read(fail: bool) -> Iterator[bool]:

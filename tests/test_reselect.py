@@ -1,4 +1,4 @@
-"""Which changes :mod:`postgres_cdc_source.reselect` completes, and what a completed change
+"""Which changes :mod:`postgres_cdc_source.stream.reselect` completes, and what a completed change
 holds; the lookups against Postgres are exercised by test_snapshot.py."""
 
 from __future__ import annotations
@@ -11,7 +11,7 @@ from hypothesis import given
 from hypothesis import strategies as st
 
 from postgres_cdc_source.decoding import UNCHANGED, Change
-from postgres_cdc_source.reselect import _completed, _moves_key
+from postgres_cdc_source.stream.reselect import _completed, _moves_key
 
 
 def _update(key: dict[str, Any], new_row: dict[str, Any], values: dict[str, Any] | None = None

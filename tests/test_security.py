@@ -36,7 +36,7 @@ from iggy_spark_testing.harness import LocalPostgres, free_port
 from iggy_spark_testing.oracle import verify
 from pg_to_iggy.pipeline import start_pipeline
 from postgres_cdc_source.options import CdcOptions
-from postgres_cdc_source.reader import PgCdcStreamReader
+from postgres_cdc_source.stream.reader import PgCdcStreamReader
 
 PG_SECRET = "pg-S3cret%Zq9"
 IGGY_SECRET = "iggy-S3cret@Xw7"

@@ -24,6 +24,7 @@ from iggy_spark_testing.oracle import read_tables
 from iggy_spark_testing.workload import Column, TableSpec, Workload
 from postgres_cdc_source import snapshot
 from postgres_cdc_source.lsn import format_lsn, parse_lsn
+from postgres_cdc_source.snapshot import reading as snapshot_reading
 
 pytestmark = pytest.mark.services
 
@@ -262,11 +263,11 @@ def test_snapshot_row_is_what_the_decoder_gives_for_the_same_row(
         conn.execute(insert)
         table = snapshot.describe(conn, name, "wi%de")  # '%' in names: the queries escape it
     assert table is not None
-    assert (snapshot._json_columns(table, 0) is not None) is in_sql
+    assert (snapshot_reading._json_columns(table, 0) is not None) is in_sql
     options = _options(pg, name, plugin, topic_from="table", partition_key_from=key_from)
     query = InProcessQuery(options, available_now=True)
     try:
-        with caplog.at_level(logging.INFO, logger="postgres_cdc_source.reader"):
+        with caplog.at_level(logging.INFO, logger="postgres_cdc_source.stream.reader"):
             (read,) = query.run_snapshot()
         assert "snapshot complete" in caplog.text  # the per-batch progress line
         with psycopg.connect(pg.dsn, autocommit=True) as conn:

@@ -6,7 +6,7 @@ import pytest
 from hypothesis import given
 from hypothesis import strategies as st
 
-from postgres_cdc_source.splitting import partition_count, sub_ranges
+from postgres_cdc_source.stream.splitting import partition_count, sub_ranges
 
 LSN = st.integers(min_value=0, max_value=2**64 - 2**40)
 

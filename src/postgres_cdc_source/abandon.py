@@ -35,9 +35,10 @@ from collections.abc import Mapping, Sequence
 from dataclasses import asdict, dataclass
 from pathlib import Path
 
-from postgres_cdc_source import slot
+from postgres_cdc_source import connections
 from postgres_cdc_source.lsn import format_lsn, parse_lsn
 from postgres_cdc_source.options import CdcOptions
+from postgres_cdc_source.stream import slot
 
 __all__ = ["Abandoned", "abandon_batch", "main"]
 
@@ -118,7 +119,7 @@ def abandon_batch(
     (root / "commits").mkdir(exist_ok=True)
     _write_whole(root / "commits" / str(batch_id), _COMMIT_TEXT)
     if options is not None:
-        with slot.connect(options) as conn:
+        with connections.connect(options) as conn:
             slot.advance(conn, options.slot, end)
     with open(root / RECORD_FILE, "a") as f:
         f.write(json.dumps(asdict(record)) + "\n")
@@ -131,10 +132,10 @@ def _count(options: CdcOptions, start: int | None, end: int) -> int:
     Decoding peeks; it never consumes. Without a recorded start (the query's first batch) the
     range starts at the slot's confirmed position, which nothing has moved since.
     """
-    from postgres_cdc_source.reader import CdcPartition, PgCdcStreamReader
+    from postgres_cdc_source.stream.reader import CdcPartition, PgCdcStreamReader
 
     if start is None:
-        with slot.connect(options) as conn:
+        with connections.connect(options) as conn:
             state = slot.slot_state(conn, options.slot)
         if state is None:
             raise ValueError(f"replication slot {options.slot!r} does not exist")

@@ -250,7 +250,7 @@ def redact_dsn(dsn: str) -> str:
 @dataclass(frozen=True)
 class PollingOptions:
     """The ``mode=polling`` options; the table and columns are checked against the database
-    by :func:`postgres_cdc_source.polled_table.inspect` at ``load()``."""
+    by :func:`postgres_cdc_source.polling.table.inspect` at ``load()``."""
 
     table: str
     tracking_column: str

@@ -28,7 +28,7 @@ class PgCdcDataSource(DataSource):
         # Spark imports this module to discover formats: psycopg is needed only from here on.
         require("pg_cdc", "cdc", "psycopg")
         from postgres_cdc_source.options import CdcOptions
-        from postgres_cdc_source.polling import check_table
+        from postgres_cdc_source.polling.reader import check_table
 
         options = CdcOptions.from_options(self.options)
         if options.polling is not None:
@@ -45,8 +45,8 @@ class PgCdcDataSource(DataSource):
             )
         require("pg_cdc", "cdc", "psycopg")
         from postgres_cdc_source.options import CdcOptions
-        from postgres_cdc_source.polling import PgPollingStreamReader
-        from postgres_cdc_source.reader import PgCdcStreamReader
+        from postgres_cdc_source.polling.reader import PgPollingStreamReader
+        from postgres_cdc_source.stream.reader import PgCdcStreamReader
 
         options = CdcOptions.from_options(self.options)
         if options.polling is not None:

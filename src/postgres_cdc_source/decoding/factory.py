@@ -7,15 +7,10 @@ from typing import Any
 
 import psycopg
 
-from postgres_cdc_source.decoding import Decoder
+from postgres_cdc_source.catalog import TableInfo, table_info
+from postgres_cdc_source.decoding.changes import Decoder
 from postgres_cdc_source.decoding.pgoutput import PgOutputDecoder, pgoutput_options
-from postgres_cdc_source.decoding.test_decoding import (
-    CATALOG_QUERY,
-    TEST_DECODING_OPTIONS,
-    TableInfo,
-    TestDecodingDecoder,
-    table_info_from_rows,
-)
+from postgres_cdc_source.decoding.text_format import TEST_DECODING_OPTIONS, TextFormatDecoder
 from postgres_cdc_source.options import CdcOptions
 
 __all__ = ["make_decoder", "plugin_options"]
@@ -43,7 +38,6 @@ def make_decoder(options: CdcOptions, conn: psycopg.Connection[Any]) -> Decoder:
         return PgOutputDecoder(table_filter, keep_values=keep_values)
 
     def catalog(schema: str, table: str) -> TableInfo | None:
-        rows = conn.execute(CATALOG_QUERY, (schema, table)).fetchall()
-        return table_info_from_rows(schema, table, rows)
+        return table_info(conn, schema, table)
 
-    return TestDecodingDecoder(catalog, table_filter, keep_values=keep_values)
+    return TextFormatDecoder(catalog, table_filter, keep_values=keep_values)

@@ -32,7 +32,7 @@ from typing import Any, NamedTuple
 
 import orjson
 
-from postgres_cdc_source.decoding import (
+from postgres_cdc_source.decoding.changes import (
     DELETE,
     INSERT,
     TRUNCATE,

@@ -46,8 +46,8 @@ def prepare_capture(dsn: str, name: str, *, seed: int) -> tuple[Workload, dict[s
     """A workload on empty tables in schema ``name``, slot ``name`` created on them *before* any
     change (so the pipeline sees them all), and the ``pg_cdc`` options that route each table to
     its own topic in stream ``name``, partitioned by row (``id``)."""
-    from postgres_cdc_source import slot
     from postgres_cdc_source.options import CdcOptions
+    from postgres_cdc_source.stream import slot
 
     work = Workload(dsn, name, seed=seed)
     work.setup()

@@ -12,7 +12,7 @@ Every row version carries the id of the transaction that wrote it (``xmin``). Wh
 planned, ``txid_snapshot_xmin(txid_current_snapshot())`` - the *frontier* - is the oldest
 transaction still running: every transaction below it has finished, so the set of row versions
 written below the frontier is final (it can lose rows to deletes and updates, never gain any).
-An offset is ``(tracking value, frontier)`` (:mod:`~postgres_cdc_source.polling_offset`), and
+An offset is ``(tracking value, frontier)`` (:mod:`~postgres_cdc_source.polling.offset`), and
 batch ``(start, end]`` holds the versions written below ``end.frontier`` that are
 
 * after ``start.tracking`` and at or below ``end.tracking`` (the cursor part, at most
@@ -73,8 +73,8 @@ from postgres_cdc_source.decoding import Change, RowShape, row_json
 from postgres_cdc_source.destination_columns import Router
 from postgres_cdc_source.errors import SourceError
 from postgres_cdc_source.options import CdcOptions, PollingOptions
-from postgres_cdc_source.polled_table import FRONTIER_QUERY, PolledTable, inspect
-from postgres_cdc_source.polling_offset import PollOffset
+from postgres_cdc_source.polling.offset import PollOffset
+from postgres_cdc_source.polling.table import FRONTIER_QUERY, PolledTable, inspect
 from postgres_cdc_source.schema import ARROW_SCHEMA
 from postgres_cdc_source.values import converter_for_oid
 

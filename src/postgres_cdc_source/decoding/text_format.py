@@ -16,8 +16,9 @@ type's output text, quoted with ``'`` (doubled inside) except for integers, floa
 The text alone is not enough to match pgoutput exactly: the old tuple is labelled ``old-key:``
 both for a key-only image and for a whole REPLICA IDENTITY FULL row, NULL columns are left out of
 it, generated columns are printed (pgoutput omits them) and the key columns are not marked. So
-the decoder asks a catalog lookup for each table's :class:`TableInfo` once per peek session; the
-reader implements the lookup by running :data:`CATALOG_QUERY` and :func:`table_info_from_rows`.
+the decoder asks a catalog lookup for each table's
+:class:`~postgres_cdc_source.catalog.TableInfo` once per peek session
+(:func:`postgres_cdc_source.catalog.table_info`, in the peeking session).
 
 The catalog describes the table as it is now, while the change was written under the table's
 definition at that time. When the printed columns no longer match the catalog (the table was
@@ -28,13 +29,14 @@ catalog; when the table is gone, the old tuple of an update or delete is taken a
 from __future__ import annotations
 
 import re
-from collections.abc import Callable, Iterable, Iterator, Sequence
+from collections.abc import Iterable, Iterator
 from datetime import UTC, datetime
-from typing import Any, NamedTuple
+from typing import Any
 
 import orjson
 
-from postgres_cdc_source.decoding import (
+from postgres_cdc_source.catalog import CatalogLookup, TableInfo
+from postgres_cdc_source.decoding.changes import (
     DELETE,
     INSERT,
     TRUNCATE,
@@ -55,10 +57,7 @@ from postgres_cdc_source.decoding import (
 from postgres_cdc_source.errors import DecodeError
 from postgres_cdc_source.values import converter_for_oid, converter_for_type_name
 
-__all__ = [
-    "TEST_DECODING_OPTIONS", "CATALOG_QUERY", "ColumnInfo", "TableInfo", "CatalogLookup",
-    "table_info_from_rows", "TestDecodingDecoder",
-]
+__all__ = ["TEST_DECODING_OPTIONS", "TextFormatDecoder"]
 
 TEST_DECODING_OPTIONS: dict[str, str] = {
     "include-xids": "1",
@@ -70,73 +69,6 @@ TEST_DECODING_OPTIONS: dict[str, str] = {
 xids and commit timestamps are part of the output rows; empty transactions are kept so every
 commit, even of a DDL-only transaction, is seen.
 """
-
-CATALOG_QUERY = """\
-SELECT a.attname, quote_ident(a.attname), format_type(a.atttypid, NULL), a.atttypid::int8,
-       c.relreplident = 'f' OR coalesce(a.attnum = ANY (i.indkey), false),
-       coalesce(a.attgenerated <> '', false),
-       c.relreplident::text
-FROM pg_catalog.pg_class AS c
-JOIN pg_catalog.pg_namespace AS n ON n.oid = c.relnamespace
-LEFT JOIN pg_catalog.pg_attribute AS a
-       ON a.attrelid = c.oid AND a.attnum > 0 AND NOT a.attisdropped
-LEFT JOIN pg_catalog.pg_index AS i
-       ON i.indrelid = c.oid
-      AND CASE c.relreplident WHEN 'd' THEN i.indisprimary
-                              WHEN 'i' THEN i.indisreplident
-                              ELSE false END
-WHERE n.nspname = %s AND c.relname = %s
-ORDER BY a.attnum"""
-"""Catalog query: parameters ``(schema, table)``, rows for :func:`table_info_from_rows`.
-
-Run it in the peeking session (or one with the same ``search_path``): ``format_type`` qualifies
-type names that are not visible, exactly like test_decoding's ``format_type_be`` does there. A
-column is part of the key as pgoutput flags it: every column under REPLICA IDENTITY FULL, the
-primary key's under DEFAULT, the chosen index's under USING INDEX, none under NOTHING.
-"""
-
-
-class ColumnInfo(NamedTuple):
-    """One live column as the catalog describes it."""
-
-    name: str
-    quoted_name: str  # quote_ident(name): how test_decoding prints it
-    type_name: str  # format_type(atttypid, NULL): how test_decoding prints the type
-    type_oid: int
-    key: bool  # part of the replica identity
-    generated: bool  # GENERATED ALWAYS column: printed by test_decoding, omitted by pgoutput
-
-
-class TableInfo(NamedTuple):
-    """A table's columns (attnum order, dropped ones excluded) and replica identity."""
-
-    schema: str
-    table: str
-    replica_identity: str  # pg_class.relreplident: 'd' default, 'n' nothing, 'f' full, 'i' index
-    columns: tuple[ColumnInfo, ...]
-
-    @property
-    def key_columns(self) -> tuple[str, ...]:
-        return tuple(c.name for c in self.columns if c.key and not c.generated)
-
-
-CatalogLookup = Callable[[str, str], "TableInfo | None"]
-"""``(schema, table) -> TableInfo``, or ``None`` if the table no longer exists."""
-
-
-def table_info_from_rows(
-    schema: str, table: str, rows: Sequence[Sequence[Any]]
-) -> TableInfo | None:
-    """Build :class:`TableInfo` from :data:`CATALOG_QUERY`'s rows; ``None`` when there are none."""
-    if not rows:
-        return None
-    columns = tuple(
-        ColumnInfo(str(name), str(quoted), str(type_name), int(oid), bool(key), bool(generated))
-        for name, quoted, type_name, oid, key, generated, _ in rows
-        if name is not None  # a table without columns still yields one row, for relreplident
-    )
-    return TableInfo(schema, table, str(rows[0][6]), columns)
-
 
 _PLUGIN = "test_decoding"
 _dumps = orjson.dumps
@@ -278,7 +210,7 @@ class _Table:
         return shape
 
 
-class TestDecodingDecoder:
+class TextFormatDecoder:
     """Decoder for one test_decoding peek session.
 
     ``catalog(schema, table)`` is called at most once per kept table per decoder, lazily at its
@@ -437,7 +369,7 @@ def _inline(
     table: _Table, op: str, line: str, pos: int, lsn: int, seq: int, keep_values: bool
 ) -> Change | None:
     """The change of an insert or key-keeping update whose new tuple (from ``pos``) matches
-    the catalog's regex: what :meth:`TestDecodingDecoder._change` builds for it, or ``None``
+    the catalog's regex: what :meth:`TextFormatDecoder._change` builds for it, or ``None``
     for anything else (an unchanged TOAST value, a changed table, a value its converter
     rejects), which the general path then decodes or names as an error."""
     shape = table.shape

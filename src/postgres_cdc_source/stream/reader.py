@@ -16,8 +16,8 @@ Contract with Spark (pyspark 4.3, measured; see the README's delivery section):
   server's slot reaches the last committed batch's end within one trigger.
 * A batch is read by one task peeking the slot, or (``min_partitions`` > 1 and a batch of at
   least twice ``min_bytes_per_partition``) by several tasks, each peeking one WAL sub-range
-  (:mod:`postgres_cdc_source.splitting`) from a temporary copy of the slot; either way the query's
-  slot moves only as above.
+  (:mod:`postgres_cdc_source.stream.splitting`) from a temporary copy of the slot; either way
+  the query's slot moves only as above.
 * With ``snapshot=initial``, batches first read the tables (:mod:`postgres_cdc_source.snapshot`:
   offsets at the slot's consistent point carrying the snapshot's progress, one partition per
   chunk), then stream from that point.
@@ -42,8 +42,7 @@ from pyspark.sql.streaming.datasource import (
     SupportsTriggerAvailableNow,
 )
 
-from postgres_cdc_source import publication, reselect, slot, snapshot, splitting
-from postgres_cdc_source.assembly import record_batches, transactions
+from postgres_cdc_source import snapshot
 from postgres_cdc_source.connections import (
     DriverConnection,
     connect_with_retry,
@@ -53,6 +52,8 @@ from postgres_cdc_source.decoding.factory import make_decoder
 from postgres_cdc_source.destination_columns import Router
 from postgres_cdc_source.lsn import format_lsn, parse_lsn
 from postgres_cdc_source.options import CdcOptions
+from postgres_cdc_source.stream import publication, reselect, slot, splitting
+from postgres_cdc_source.stream.assembly import record_batches, transactions
 
 __all__ = ["PgCdcStreamReader", "CdcPartition"]
 
@@ -75,7 +76,7 @@ class CdcPartition(InputPartition):
     end: int
     copy_from: int | None = None
     reselect_until: int | None = None
-    """Complete unchanged TOAST values up to here (:mod:`postgres_cdc_source.reselect`)."""
+    """Complete unchanged TOAST values up to here (:mod:`postgres_cdc_source.stream.reselect`)."""
 
 
 def _offset(lsn: int) -> dict[str, str]:

@@ -2,7 +2,7 @@
 
 An offset ``(tracking, frontier)`` stands for "every row version written by a transaction whose
 id is below ``frontier`` and whose tracking value is at or below ``tracking``" (see
-:mod:`postgres_cdc_source.polling` for why that set only grows and how batches cut it):
+:mod:`postgres_cdc_source.polling.reader` for why that set only grows and how batches cut it):
 
 * ``tracking``: the tracking column's value as Postgres prints it (``None``: nothing read yet).
   Kept as text so any orderable type round-trips exactly; Postgres parses it back as the

@@ -10,7 +10,7 @@ Which rows a statement touches is decided by two predicates over ``(tracking val
 where the row xid is the 64-bit id of the transaction that wrote the row version (``xmin``,
 widened against the statement's own snapshot, so it is exact for every version the statement
 can see): ``batch(start, end)`` for reading and ``covered(end)`` for the destructive step. The
-reasoning is in :mod:`postgres_cdc_source.polling`. Identifiers are composed with
+reasoning is in :mod:`postgres_cdc_source.polling.reader`. Identifiers are composed with
 :mod:`psycopg.sql`, values are parameters.
 """
 
@@ -23,10 +23,10 @@ import psycopg
 from psycopg import errors as pgerrors
 from psycopg import sql
 
-from postgres_cdc_source.decoding.test_decoding import CATALOG_QUERY, table_info_from_rows
+from postgres_cdc_source.catalog import table_info
 from postgres_cdc_source.errors import ConfigError
 from postgres_cdc_source.options import PollingOptions
-from postgres_cdc_source.polling_offset import PollOffset
+from postgres_cdc_source.polling.offset import PollOffset
 from postgres_cdc_source.sql_json import row_json_sql
 from postgres_cdc_source.sql_names import Name
 
@@ -226,8 +226,7 @@ def inspect(conn: psycopg.Connection[Any], options: PollingOptions) -> PolledTab
     schema, name, kind, oid = row
     if kind not in _TABLE_KINDS:
         raise ConfigError("table", f"bad value: {schema}.{name} is not a table")
-    catalog = conn.execute(CATALOG_QUERY, (schema, name)).fetchall()
-    info = table_info_from_rows(schema, name, catalog)
+    info = table_info(conn, schema, name)
     assert info is not None
     columns = [c for c in info.columns if not c.generated]
     by_name = {c.name: c for c in columns}

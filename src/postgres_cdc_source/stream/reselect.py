@@ -36,7 +36,7 @@ import orjson
 import psycopg
 from psycopg import sql
 
-from postgres_cdc_source import slot, snapshot
+from postgres_cdc_source import connections, snapshot
 from postgres_cdc_source.decoding import UNCHANGED, UPDATE, Change, Commit
 from postgres_cdc_source.options import CdcOptions
 from postgres_cdc_source.sql_json import row_json_sql
@@ -126,7 +126,7 @@ class _Tables:
     def _connection(self) -> psycopg.Connection[Any]:
         if self._conn is None:
             # autocommit: every lookup reads the latest committed state (the rule needs it)
-            self._conn = slot.connect(self.options, autocommit=True)
+            self._conn = connections.connect(self.options, autocommit=True)
         return self._conn
 
     def _table(self, schema: str, table: str) -> _Table | None:

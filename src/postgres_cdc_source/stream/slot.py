@@ -12,7 +12,6 @@ batch Spark replays after a crash decodes to exactly the same rows.
 from __future__ import annotations
 
 import logging
-import time
 import uuid
 from collections.abc import Iterator
 from dataclasses import dataclass
@@ -21,20 +20,17 @@ from typing import Any
 import psycopg
 from psycopg import errors as pgerrors
 from psycopg import sql
-from psycopg.abc import AdaptContext
 
-from postgres_cdc_source import publication
+from postgres_cdc_source.connections import connect, connect_with_retry
 from postgres_cdc_source.decoding.factory import plugin_options
-from postgres_cdc_source.errors import SlotError, SourceError
+from postgres_cdc_source.errors import SlotError
 from postgres_cdc_source.lsn import format_lsn, parse_lsn
 from postgres_cdc_source.options import CdcOptions
-from postgres_cdc_source.values import SESSION_SETTINGS
+from postgres_cdc_source.stream import publication
 
 __all__ = [
     "SlotState",
     "ExportedSnapshot",
-    "connect",
-    "connect_with_retry",
     "export_snapshot",
     "ensure_slot",
     "slot_state",
@@ -45,8 +41,6 @@ __all__ = [
     "temporary_copy",
     "peek",
     "publications",
-    "is_transient",
-    "source_error",
     "first_commit_end",
 ]
 
@@ -65,95 +59,6 @@ class SlotState:
     active_pid: int | None
     restart_lsn: int
     confirmed_flush: int
-
-
-def connect(
-    options: CdcOptions,
-    *,
-    autocommit: bool = True,
-    context: AdaptContext | None = None,
-    replication: bool = False,
-) -> Conn:
-    """A connection whose session settings make value text (dates, floats) deterministic.
-
-    ``context`` replaces psycopg's adapters (the snapshot reader wants every value as its output
-    text); ``replication`` opens a walsender connection (``replication=database``).
-
-    A failure raises :class:`SourceError` saying whether waiting can heal it. libpq reports no
-    SQLSTATE for a failed connection, so the server is asked with ``PQping``, which reads the
-    server's SQLSTATE itself: no answer, or ``cannot_connect_now`` (57P03: starting up, shutting
-    down, recovering), is transient; a server that accepts connections but refused this one
-    (password, database, privileges, ``pg_hba.conf``) will refuse it again, after one more try in
-    case it only just finished starting.
-    """
-    session = " ".join(f"-c {k}={v}" for k, v in SESSION_SETTINGS.items())
-    extra: dict[str, Any] = {"replication": "database"} if replication else {}
-    for attempt in (1, 2):
-        try:
-            return psycopg.connect(
-                options.dsn,
-                autocommit=autocommit,
-                options=session,
-                application_name="pg_cdc",
-                context=context,
-                **extra,
-            )
-        except psycopg.OperationalError as exc:
-            ping = psycopg.pq.PGconn.ping(options.dsn.encode())
-            if ping == psycopg.pq.Ping.OK and attempt == 1:
-                continue
-            rejecting = ping == psycopg.pq.Ping.REJECT
-            # `from None`: libpq's text is kept (scrubbed) in the message; the chained original
-            # is not, so no traceback can show a DSN.
-            raise SourceError(
-                f"cannot connect to Postgres ({options.safe_dsn}): {_scrub(str(exc), options)}"
-                + (" (SQLSTATE 57P03)" if rejecting else ""),
-                "57P03" if rejecting else None,
-                transient=rejecting or ping == psycopg.pq.Ping.NO_RESPONSE,
-            ) from None
-    raise AssertionError("unreachable")
-
-
-def connect_with_retry(options: CdcOptions, *, autocommit: bool = True) -> Conn:
-    """Connect, riding out a server that is down or restarting for up to
-    ``connect_retry_timeout`` (on the driver too: a start or planning call that fails stops the
-    query); what waiting cannot heal fails at once."""
-    deadline = time.monotonic() + options.connect_retry_seconds
-    while True:
-        try:
-            return connect(options, autocommit=autocommit)
-        except SourceError as exc:
-            if not exc.transient or time.monotonic() > deadline:
-                raise
-            time.sleep(1.0)
-
-
-def _scrub(message: str, options: CdcOptions) -> str:
-    """Remove the password from a server or libpq message, just in case it echoes the DSN."""
-    from psycopg.conninfo import conninfo_to_dict
-
-    password = conninfo_to_dict(options.dsn).get("password")
-    message = message.strip()
-    return message.replace(str(password), "***") if password else message
-
-
-# Errors of a running session that waiting can heal: the server is shutting down or restarting
-# (57P01-57P03), full for now (53300), or the connection failed (class 08, or no SQLSTATE:
-# dropped before the server answered).
-_TRANSIENT_SQLSTATES = frozenset({"57P01", "57P02", "57P03", "53300"})
-
-
-def is_transient(exc: psycopg.Error) -> bool:
-    """Whether retrying ``exc`` later can succeed (see ``_TRANSIENT_SQLSTATES``)."""
-    state = exc.sqlstate
-    return state is None or state.startswith("08") or state in _TRANSIENT_SQLSTATES
-
-
-def source_error(what: str, exc: psycopg.Error, options: CdcOptions) -> SourceError:
-    """A :class:`SourceError` keeping Postgres's message (scrubbed) and SQLSTATE."""
-    state = exc.sqlstate
-    detail = _scrub(str(exc), options) + (f" (SQLSTATE {state})" if state else "")
-    return SourceError(f"{what}: {detail}", state, is_transient(exc))
 
 
 def slot_state(conn: Conn, slot: str) -> SlotState | None:

@@ -1,0 +1,86 @@
+"""What the catalog says about a table: its live columns, their types and its replica identity.
+
+The text-format decoder needs it to read test_decoding's lines the way pgoutput describes them
+(which columns form the key, which are generated); the snapshot and polling readers need it to
+know which columns to select and which make the ``key`` JSON. One query serves all three.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable, Sequence
+from typing import Any, NamedTuple
+
+import psycopg
+
+__all__ = [
+    "CATALOG_QUERY", "ColumnInfo", "TableInfo", "CatalogLookup", "table_info",
+    "table_info_from_rows",
+]
+
+CATALOG_QUERY = """\
+SELECT a.attname, quote_ident(a.attname), format_type(a.atttypid, NULL), a.atttypid::int8,
+       c.relreplident = 'f' OR coalesce(a.attnum = ANY (i.indkey), false),
+       coalesce(a.attgenerated <> '', false),
+       c.relreplident::text
+FROM pg_catalog.pg_class AS c
+JOIN pg_catalog.pg_namespace AS n ON n.oid = c.relnamespace
+LEFT JOIN pg_catalog.pg_attribute AS a
+       ON a.attrelid = c.oid AND a.attnum > 0 AND NOT a.attisdropped
+LEFT JOIN pg_catalog.pg_index AS i
+       ON i.indrelid = c.oid
+      AND CASE c.relreplident WHEN 'd' THEN i.indisprimary
+                              WHEN 'i' THEN i.indisreplident
+                              ELSE false END
+WHERE n.nspname = %s AND c.relname = %s
+ORDER BY a.attnum"""
+"""Catalog query: parameters ``(schema, table)``, rows for :func:`table_info_from_rows`.
+
+Run it in the peeking session (or one with the same ``search_path``): ``format_type`` qualifies
+type names that are not visible, exactly like test_decoding's ``format_type_be`` does there. A
+column is part of the key as pgoutput flags it: every column under REPLICA IDENTITY FULL, the
+primary key's under DEFAULT, the chosen index's under USING INDEX, none under NOTHING.
+"""
+
+
+class ColumnInfo(NamedTuple):
+    """One live column as the catalog describes it."""
+
+    name: str
+    quoted_name: str  # quote_ident(name): how test_decoding prints it
+    type_name: str  # format_type(atttypid, NULL): how test_decoding prints the type
+    type_oid: int
+    key: bool  # part of the replica identity
+    generated: bool  # GENERATED ALWAYS column: printed by test_decoding, omitted by pgoutput
+
+
+class TableInfo(NamedTuple):
+    """A table's columns (attnum order, dropped ones excluded) and replica identity."""
+
+    schema: str
+    table: str
+    replica_identity: str  # pg_class.relreplident: 'd' default, 'n' nothing, 'f' full, 'i' index
+    columns: tuple[ColumnInfo, ...]
+
+
+CatalogLookup = Callable[[str, str], "TableInfo | None"]
+"""``(schema, table) -> TableInfo``, or ``None`` if the table no longer exists."""
+
+
+def table_info_from_rows(
+    schema: str, table: str, rows: Sequence[Sequence[Any]]
+) -> TableInfo | None:
+    """Build :class:`TableInfo` from :data:`CATALOG_QUERY`'s rows; ``None`` when there are none."""
+    if not rows:
+        return None
+    columns = tuple(
+        ColumnInfo(str(name), str(quoted), str(type_name), int(oid), bool(key), bool(generated))
+        for name, quoted, type_name, oid, key, generated, _ in rows
+        if name is not None  # a table without columns still yields one row, for relreplident
+    )
+    return TableInfo(schema, table, str(rows[0][6]), columns)
+
+
+def table_info(conn: psycopg.Connection[Any], schema: str, table: str) -> TableInfo | None:
+    """Run :data:`CATALOG_QUERY` for ``schema.table`` on ``conn``; ``None`` if it is gone."""
+    return table_info_from_rows(schema, table, conn.execute(CATALOG_QUERY, (schema, table))
+                                .fetchall())

@@ -1,0 +1,98 @@
+"""Where a snapshot stands, as Spark's offsets record it (see :mod:`postgres_cdc_source.snapshot`
+for the format)."""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+from dataclasses import dataclass
+from typing import TYPE_CHECKING, Any
+
+import orjson
+
+from postgres_cdc_source.lsn import format_lsn
+
+if TYPE_CHECKING:
+    from postgres_cdc_source.snapshot.planning import Chunk, Key
+
+__all__ = [
+    "Position", "in_progress", "start_offset", "offset_of", "position_of", "offset_key",
+    "RESELECT_UNTIL", "PENDING", "PLANNED",
+]
+
+
+@dataclass(frozen=True)
+class Position:
+    """How far a snapshot got; see the module docstring."""
+
+    table: tuple[str, str] | None
+    after: Key | None
+    chunks: int
+
+    def as_json(self) -> dict[str, Any]:
+        return {
+            "after": list(self.after) if self.after is not None else None,
+            "chunks": self.chunks,
+            "table": list(self.table) if self.table is not None else None,
+        }
+
+    @classmethod
+    def from_json(cls, data: dict[str, Any]) -> Position:
+        table, after = data.get("table"), data.get("after")
+        return cls(
+            (str(table[0]), str(table[1])) if table else None,
+            tuple(str(v) for v in after) if after is not None else None,
+            int(data.get("chunks", 0)),
+        )
+
+    def describe(self) -> str:
+        if self.table is None:
+            return "not started"
+        where = ".".join(self.table)
+        return f"{self.chunks} chunks, {where} done" if self.after is None else (
+            f"{self.chunks} chunks, {where} up to key {list(self.after)}"
+        )
+
+
+def in_progress(offset: dict[str, Any]) -> bool:
+    """Whether ``offset`` is one of a snapshot still running."""
+    return "snapshot" in offset
+
+
+def start_offset(consistent_point: int) -> dict[str, Any]:
+    return offset_of(consistent_point, Position(None, None, 0))
+
+
+RESELECT_UNTIL = "reselect_until"
+PENDING = "pending"
+PLANNED = "planned"
+
+
+def offset_of(
+    consistent_point: int, position: Position | None, chunks: Sequence[Chunk] = ()
+) -> dict[str, Any]:
+    """The offset at ``position``, reached by reading ``chunks``. ``None``: the snapshot is
+    finished, and whether the stream must complete unchanged values
+    (:mod:`postgres_cdc_source.stream.reselect`) is decided when the next batch is planned,
+    once every chunk has been read."""
+    offset: dict[str, Any] = {"lsn": format_lsn(consistent_point)}
+    if position is not None:
+        offset["snapshot"] = position.as_json()
+    else:
+        offset[RESELECT_UNTIL] = PENDING
+    if chunks:
+        offset[PLANNED] = [[c.table.schema, c.table.table, _json_key(c.lo), _json_key(c.hi)]
+                           for c in chunks]
+    return offset
+
+
+def _json_key(key: Key | None) -> list[str] | None:
+    return None if key is None else list(key)
+
+
+def position_of(offset: dict[str, Any]) -> Position | None:
+    return Position.from_json(offset["snapshot"]) if in_progress(offset) else None
+
+
+def offset_key(offset: dict[str, Any]) -> str:
+    """Canonical JSON of an offset, as Spark compares them."""
+    return orjson.dumps(offset, option=orjson.OPT_SORT_KEYS).decode()

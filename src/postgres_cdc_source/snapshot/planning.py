@@ -1,0 +1,226 @@
+"""Planning a snapshot batch on the driver: which tables, and chunk bounds of about
+``snapshot_chunk_rows`` rows found with index-ordered probes."""
+
+from __future__ import annotations
+
+import re
+from collections.abc import Sequence
+from dataclasses import dataclass
+from typing import Any
+
+import psycopg
+from psycopg import sql
+
+from postgres_cdc_source.catalog import table_info
+from postgres_cdc_source.options import CdcOptions
+from postgres_cdc_source.snapshot.offsets import PLANNED, Position
+from postgres_cdc_source.sql_names import Name
+
+__all__ = [
+    "Key", "SnapshotTable", "Chunk", "captured_tables", "describe", "key_range", "plan",
+    "planned_chunks",
+]
+
+Conn = psycopg.Connection[Any]
+Key = tuple[str, ...]
+"""A chunk bound: the chunk key's values as their output text (``ctid`` as ``(block,0)``)."""
+
+_CTID = "ctid"
+_BLOCK = re.compile(r"\((\d+),0\)")
+
+
+@dataclass(frozen=True)
+class SnapshotTable:
+    """What a chunk reader needs to know of its table, looked up on the driver."""
+
+    schema: str
+    table: str
+    columns: tuple[str, ...]  # published columns (generated ones excluded, as pgoutput does)
+    type_oids: tuple[int, ...]
+    identity: tuple[int, ...]  # indexes into columns of the replica identity (the `key` JSON)
+    chunk_key: tuple[str, ...]  # primary key columns, or ("ctid",)
+    rows_per_block: float  # for ctid chunks: the table's average, from its statistics
+
+
+_TABLES_PGOUTPUT = """\
+SELECT n.nspname, c.relname FROM pg_catalog.pg_publication_tables AS p
+JOIN pg_catalog.pg_namespace AS n ON n.nspname = p.schemaname
+JOIN pg_catalog.pg_class AS c ON c.relnamespace = n.oid AND c.relname = p.tablename
+WHERE p.pubname = %s AND c.relkind = 'r'"""
+_TABLES_ALL = """\
+SELECT n.nspname, c.relname FROM pg_catalog.pg_class AS c
+JOIN pg_catalog.pg_namespace AS n ON n.oid = c.relnamespace
+WHERE c.relkind = 'r' AND c.relpersistence = 'p'
+  AND n.nspname NOT IN ('pg_catalog', 'information_schema') AND n.nspname !~ '^pg_toast'"""
+_PRIMARY_KEY = """\
+SELECT a.attname FROM pg_catalog.pg_index AS i
+JOIN pg_catalog.pg_attribute AS a ON a.attrelid = i.indrelid AND a.attnum = ANY (i.indkey)
+WHERE i.indrelid = %s::regclass AND i.indisprimary
+ORDER BY array_position(i.indkey::int2[], a.attnum)"""
+_STATS = """\
+SELECT c.reltuples::float8, c.relpages::int8,
+       pg_catalog.pg_relation_size(c.oid) / current_setting('block_size')::int8
+FROM pg_catalog.pg_class AS c WHERE c.oid = %s::regclass"""
+
+
+def captured_tables(conn: Conn, options: CdcOptions) -> list[tuple[str, str]]:
+    """The tables a snapshot reads, sorted: regular, logged tables the slot's changes can come
+    from (the publication's, for pgoutput), filtered by include/exclude_tables."""
+    if options.plugin == "pgoutput":
+        rows = conn.execute(_TABLES_PGOUTPUT, (options.publication,)).fetchall()
+    else:
+        rows = conn.execute(_TABLES_ALL).fetchall()
+    return sorted((str(s), str(t)) for s, t in rows if options.keeps(str(s), str(t)))
+
+
+def describe(conn: Conn, schema: str, table: str) -> SnapshotTable | None:
+    """The table's published columns, identity and chunk key; ``None`` if it is gone."""
+    info = table_info(conn, schema, table)
+    if info is None:
+        return None
+    published = [c for c in info.columns if not c.generated]
+    regclass = sql.Identifier(schema, table).as_string(conn)
+    key = tuple(str(r[0]) for r in conn.execute(_PRIMARY_KEY, (regclass,)).fetchall())
+    per_block = 0.0
+    if not key:
+        stats = conn.execute(_STATS, (regclass,)).fetchone()
+        assert stats is not None
+        tuples, pages, _ = stats
+        per_block = float(tuples) / int(pages) if int(pages) > 0 and float(tuples) > 0 else 0.0
+    return SnapshotTable(
+        schema, table, tuple(c.name for c in published), tuple(c.type_oid for c in published),
+        tuple(i for i, c in enumerate(published) if c.key), key or (_CTID,), per_block,
+    )
+
+
+def _row(values: Sequence[Any]) -> sql.Composable:
+    return sql.SQL("({})").format(sql.SQL(", ").join(sql.Placeholder() * len(values)))
+
+
+def _key_columns(table: SnapshotTable) -> sql.Composable:
+    return sql.SQL("({})").format(sql.SQL(", ").join(map(Name, table.chunk_key)))
+
+
+def key_range(
+    table: SnapshotTable, lo: Key | None, hi: Key | None
+) -> tuple[sql.Composable, list[str]]:
+    """``WHERE`` clause and parameters of ``lo < chunk key <= hi``. Bounds travel as text
+    parameters of unknown type, which Postgres reads with the key columns' input functions."""
+    columns = _key_columns(table)
+    parts: list[sql.Composable] = []
+    params: list[str] = []
+    if lo is not None:
+        parts.append(sql.SQL("{} > {}").format(columns, _row(lo)))
+        params.extend(lo)
+    if hi is not None:
+        parts.append(sql.SQL("{} <= {}").format(columns, _row(hi)))
+        params.extend(hi)
+    where = sql.SQL(" WHERE ") + sql.SQL(" AND ").join(parts) if parts else sql.SQL("")
+    return where, params
+
+
+def _next_bound(
+    conn: Conn, table: SnapshotTable, lo: Key | None, limit: Key | None, rows: int
+) -> Key | None:
+    """The upper bound of the chunk of about ``rows`` rows after ``lo``; ``None`` when the rest
+    of the table (up to ``limit``) fits in it."""
+    if table.chunk_key == (_CTID,):
+        start = _block(lo) if lo else 0
+        regclass = sql.Identifier(table.schema, table.table).as_string(conn)
+        stats = conn.execute(_STATS, (regclass,)).fetchone()
+        assert stats is not None
+        per_block = table.rows_per_block or 100.0  # never analyzed: a guess, only sizes chunks
+        end = start + max(1, int(rows / per_block))
+        if end >= int(stats[2]) or (limit is not None and end >= _block(limit)):
+            return None
+        return (f"({end},0)",)
+    where, params = key_range(table, lo, limit)
+    columns = sql.SQL(", ").join(
+        sql.SQL("{}::text").format(Name(c)) for c in table.chunk_key
+    )
+    query = sql.SQL("SELECT {} FROM ONLY {}{} ORDER BY {} OFFSET %s LIMIT 1").format(
+        columns, Name(table.schema, table.table), where,
+        sql.SQL(", ").join(map(Name, table.chunk_key)))
+    row = conn.execute(query, [*params, rows - 1]).fetchone()
+    if row is None:
+        return None
+    bound = tuple(str(v) for v in row)
+    return None if bound == limit else bound
+
+
+def _block(bound: Key) -> int:
+    """The page number of a ``ctid`` bound ``(block,0)``."""
+    match = _BLOCK.fullmatch(bound[0])
+    if match is None:
+        raise ValueError(f"bad ctid bound {bound!r} in a snapshot offset")
+    return int(match.group(1))
+
+
+@dataclass(frozen=True)
+class Chunk:
+    """A planned chunk; :class:`SnapshotPartition` adds what reading it needs."""
+
+    table: SnapshotTable
+    lo: Key | None
+    hi: Key | None
+
+
+def plan(
+    conn: Conn, options: CdcOptions, start: Position, end: Position | None, *, bounded: bool
+) -> tuple[list[Chunk], Position | None]:
+    """The chunks after ``start``: up to ``end`` (``None``: to the end of the snapshot), and with
+    ``bounded`` no more than about ``snapshot_max_rows_per_trigger`` rows. Returns them with the
+    position after the last (``None``: the snapshot is finished)."""
+    chunk_rows = options.snapshot_chunk_rows
+    full = options.snapshot_max_rows_per_trigger
+    chunks: list[Chunk] = []
+    count = start.chunks
+    for name in captured_tables(conn, options):
+        if start.table is not None and (
+            name < start.table or (name == start.table and start.after is None)
+        ):
+            continue  # delivered before
+        if end is not None and (end.table is None or name > end.table):
+            break
+        limit = end.after if end is not None and name == end.table else None
+        table = describe(conn, *name)
+        if table is None:
+            continue  # dropped since it was listed
+        lo = start.after if name == start.table else None
+        while True:
+            hi = _next_bound(conn, table, lo, limit, chunk_rows)
+            chunks.append(Chunk(table, lo, hi if hi is not None else limit))
+            count += 1
+            if hi is None:
+                break
+            lo = hi
+            if bounded and len(chunks) * chunk_rows >= full:
+                return chunks, Position(name, lo, count)
+        if end is not None and name == end.table:
+            return chunks, end
+        if bounded and len(chunks) * chunk_rows >= full:
+            return chunks, Position(name, None, count)
+    return chunks, end
+
+
+def _key(value: Any) -> Key | None:
+    return None if value is None else tuple(str(v) for v in value)
+
+
+def planned_chunks(conn: Conn, end: dict[str, Any]) -> list[Chunk] | None:
+    """The chunks the batch ending at ``end`` was planned with, in their order (chunks of a
+    table dropped since are left out: nothing of it can be read). ``None``: ``end`` does not
+    say (written before offsets pinned their chunks); plan the range again."""
+    planned = end.get(PLANNED)
+    if planned is None:
+        return None
+    tables: dict[tuple[str, str], SnapshotTable | None] = {}
+    chunks = []
+    for schema, name, lo, hi in planned:
+        key = (str(schema), str(name))
+        if key not in tables:
+            tables[key] = describe(conn, *key)
+        table = tables[key]
+        if table is not None:
+            chunks.append(Chunk(table, _key(lo), _key(hi)))
+    return chunks
