@@ -141,15 +141,14 @@ def test_board_keeps_destinations_apart() -> None:
     board.record_failure(A, counts=True, error="y")
     board.record_failure(B, counts=True)
     assert not board.allow(A) and board.allow(B)
-    assert board.open_count() == 1
     snapshot = board.snapshot()
     assert snapshot[A] == BreakerSnapshot(BreakerState.OPEN, 2, clock.now, "y")
     assert snapshot[B] == BreakerSnapshot(BreakerState.CLOSED, 1, None, None)
     clock.advance(5)
     assert board.allow(A)
-    assert board.open_count() == 1  # probing still counts as not closed
+    assert board.state(A) is BreakerState.HALF_OPEN
     board.record_success(A)
-    assert board.open_count() == 0
+    assert board.state(A) is BreakerState.CLOSED
 
 
 def test_a_seeded_board_refuses_until_the_cool_down_then_one_claimed_probe() -> None:

@@ -23,6 +23,7 @@ __all__ = [
     "parse_duration",
     "parse_int",
     "parse_positive_duration",
+    "parse_positive_size",
 ]
 
 _DURATION = re.compile(r"(\d+(?:\.\d+)?)\s*(ms|s|m|h|d)?", re.IGNORECASE)
@@ -100,3 +101,15 @@ def parse_byte_size(text: str) -> int:
         )
     number, unit = match.groups()
     return int(number) * _BYTES_PER_UNIT[unit.lower() if unit else None]
+
+
+_MAX_SIZE = 2**63 - 1  # what a Spark long holds
+
+
+def parse_positive_size(text: str, *, maximum: int = _MAX_SIZE) -> int:
+    """:func:`parse_byte_size`, at least one byte and at most ``maximum`` (a Spark long by
+    default: a size no JVM-side counter can hold is a typo)."""
+    value = parse_byte_size(text)
+    if not 0 < value <= maximum:
+        raise ValueError(f"must be between 1 byte and {maximum} bytes, got {value}")
+    return value

@@ -248,9 +248,5 @@ class BreakerBoard:
         self._recorded.add(destination)
         self._breaker(destination).trip(error)
 
-    def open_count(self) -> int:
-        """Breakers not closed (open or probing): the ``circuit_open`` gauge."""
-        return sum(b.state is not BreakerState.CLOSED for b in self._breakers.values())
-
     def snapshot(self) -> dict[Destination, BreakerSnapshot]:
         return {dest: breaker.snapshot() for dest, breaker in self._breakers.items()}

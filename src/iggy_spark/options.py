@@ -13,21 +13,25 @@ Two rules keep configurations honest:
   ``on_admission_failure=dlq``, ``admission.allowlist`` in ``denylist`` mode...): the user
   clearly expected it to do something.
 
-:data:`OPTION_DOCS` is the only copy of the defaults; the README table is rendered from it
-with :func:`options_markdown`.
+:data:`OPTION_DOCS` is the only copy of the defaults (the docs' table is checked against it);
+names are read by the machinery both connectors share (:mod:`connector_common.options`).
 """
 
 from __future__ import annotations
 
-import difflib
-import time
 from collections.abc import Callable, Iterable, Mapping
 from dataclasses import dataclass
 from datetime import timedelta
 from enum import StrEnum
-from typing import TYPE_CHECKING, Any, Literal, NamedTuple, TypeVar
+from typing import Any, Literal, TypeVar
 
-from connector_common.units import parse_bool, parse_byte_size, parse_int, parse_positive_duration
+from connector_common.options import OptionDoc, OptionSet, parsed
+from connector_common.units import (
+    parse_bool,
+    parse_int,
+    parse_positive_duration,
+    parse_positive_size,
+)
 from iggy_spark.admission import (
     NAME_RULE,
     WILDCARD,
@@ -41,12 +45,9 @@ from iggy_spark.admission import (
     is_valid_name,
     parse_entries,
 )
-from iggy_spark.breaker import BreakerBoard, BreakerConfig
+from iggy_spark.breaker import BreakerConfig
 from iggy_spark.errors import ConfigError, show
 from iggy_spark.iggy_url import IggyUrl
-
-if TYPE_CHECKING:
-    from iggy_spark.breaker import Clock
 
 __all__ = [
     "OPTION_DOCS",
@@ -54,10 +55,8 @@ __all__ = [
     "DeliveryGuarantee",
     "FailurePolicy",
     "KeyEncoding",
-    "OptionDoc",
     "RoutedOptions",
     "TopicDefaults",
-    "options_markdown",
 ]
 
 _E = TypeVar("_E", bound=StrEnum)
@@ -92,14 +91,6 @@ class KeyEncoding(StrEnum):
     BYTES = "bytes"
     KEY_U32 = "key_u32"
     PARTITION_ID = "partition_id"
-
-
-class OptionDoc(NamedTuple):
-    """One row of the README's options table; ``(...)`` defaults are explanations, not values."""
-
-    name: str
-    default: str
-    meaning: str
 
 
 OPTION_DOCS: tuple[OptionDoc, ...] = (
@@ -175,18 +166,8 @@ OPTION_DOCS: tuple[OptionDoc, ...] = (
               "a string/binary hashed with xxh3-128"),
 )
 
-_DOCS = {doc.name: doc for doc in OPTION_DOCS}
-_DEFAULTS = {doc.name: doc.default for doc in OPTION_DOCS if not doc.default.startswith("(")}
-# Spark adds these itself; they are not ours to validate.
-_PASSTHROUGH = frozenset({"checkpointlocation", "path", "queryname"})  # Spark's own
-_TOPIC_DEFAULTS = tuple(name for name in _DOCS if name.startswith("topic_defaults."))
-
-
-def options_markdown() -> str:
-    """The options table for the README."""
-    lines = ["| option | default | meaning |", "| --- | --- | --- |"]
-    lines += [f"| `{d.name}` | {d.default} | {d.meaning} |" for d in OPTION_DOCS]
-    return "\n".join(lines)
+_OPTIONS = OptionSet("iggy_routed", OPTION_DOCS, ConfigError)
+_TOPIC_DEFAULTS = tuple(d.name for d in OPTION_DOCS if d.name.startswith("topic_defaults."))
 
 
 @dataclass(frozen=True)
@@ -257,14 +238,11 @@ class RoutedOptions:
     @classmethod
     def from_options(cls, options: Mapping[str, str]) -> RoutedOptions:
         """Parse Spark's option map; raises :class:`ConfigError` naming the first bad option."""
-        given = _known_options(options)
-        raw = _DEFAULTS | given
+        given = _OPTIONS.given(options)
+        raw = _OPTIONS.defaults | given
 
         def parse(name: str, parser: Callable[[str], _T]) -> _T:
-            try:
-                return parser(raw[name])
-            except ValueError as exc:
-                raise ConfigError(name, str(exc)) from None
+            return parsed(name, raw[name], parser, ConfigError)
 
         if "url" not in raw:
             raise ConfigError("url", "is required, e.g. iggy://user:password@localhost:8090")
@@ -296,7 +274,7 @@ class RoutedOptions:
             topic_defaults=_topic_defaults(given, parse, create, encoding),
             create_destinations=create,
             max_concurrent_destinations=parse("max_concurrent_destinations", _at_least(1)),
-            max_batch_bytes=parse("max_batch_bytes", _positive_size),
+            max_batch_bytes=parse("max_batch_bytes", parse_positive_size),
             send_timeout=parse("send_timeout", _seconds),
             max_message_bytes=parse("max_message_bytes", _message_size),
             prewarm_deadline=parse("prewarm_deadline", _seconds),
@@ -319,28 +297,8 @@ class RoutedOptions:
         """An :class:`Admission` for one task, seeded with the query's admitted destinations."""
         return Admission(self.admission, admitted)
 
-    def new_breaker_board(self, clock: Clock = time.monotonic) -> BreakerBoard:
-        return BreakerBoard(self.breaker, clock)
-
 
 _Parse = Callable[[str, Callable[[str], Any]], Any]
-
-
-def _known_options(options: Mapping[str, str]) -> dict[str, str]:
-    """Lower-case the keys, drop Spark's own, refuse unknown or duplicated ones."""
-    known: dict[str, str] = {}
-    for key, value in options.items():
-        name = key.strip().lower()
-        if name in _PASSTHROUGH:
-            continue
-        if name not in _DOCS:
-            close = difflib.get_close_matches(name, _DOCS, n=1, cutoff=0.6)
-            hint = f"did you mean '{close[0]}'?" if close else "see the options table in README"
-            raise ConfigError(name, f"unknown option for format iggy_routed; {hint}")
-        if name in known:
-            raise ConfigError(name, "is given twice (option names are case-insensitive)")
-        known[name] = value
-    return known
 
 
 def _choice(enum: type[_E]) -> Callable[[str], _E]:
@@ -362,19 +320,8 @@ def _seconds(text: str) -> float:
     return parse_positive_duration(text).total_seconds()
 
 
-def _positive_size(text: str) -> int:
-    value = parse_byte_size(text)
-    if not 0 < value < 2**64 - 1:
-        raise ValueError(f"must be between 1 byte and 16EB, got {value}")
-    return value
-
-
 def _message_size(text: str) -> int:
-    value = parse_byte_size(text)
-    if not 0 < value <= MAX_MESSAGE_BYTES:
-        raise ValueError(f"must be between 1 byte and {MAX_MESSAGE_BYTES} (Iggy's limit), "
-                         f"got {value}")
-    return value
+    return parse_positive_size(text, maximum=MAX_MESSAGE_BYTES)
 
 
 def _name(text: str) -> str:
@@ -462,7 +409,7 @@ def _expiry(text: str) -> timedelta | Literal["never"]:
 
 
 def _max_size(text: str) -> int | Literal["unlimited"]:
-    return "unlimited" if text.strip().lower() == "unlimited" else _positive_size(text)
+    return "unlimited" if text.strip().lower() == "unlimited" else parse_positive_size(text)
 
 
 def _topic_defaults(
@@ -490,7 +437,7 @@ def _column_names(raw: Mapping[str, str]) -> ColumnNames:
     """The ``*_column`` options: non-empty and pairwise distinct."""
     seen: dict[str, str] = {}
     names: dict[str, str] = {}
-    for option in (name for name in _DOCS if name.endswith("_column")):
+    for option in (d.name for d in OPTION_DOCS if d.name.endswith("_column")):
         column = raw[option]
         if not column.strip():
             raise ConfigError(option, "must name a column")

@@ -8,20 +8,20 @@ strings. :meth:`CdcOptions.from_options` turns that into a frozen, picklable dat
 
 from __future__ import annotations
 
-import difflib
 import re
 from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field
-from typing import NamedTuple, TypeVar
+from typing import TypeVar
 
 import psycopg
 from psycopg.conninfo import conninfo_to_dict, make_conninfo
 
-from connector_common.units import parse_bool, parse_byte_size, parse_duration, parse_int
+from connector_common.options import OptionDoc, OptionSet, parsed
+from connector_common.units import parse_bool, parse_duration, parse_int, parse_positive_size
 from postgres_cdc_source.errors import ConfigError
 
 __all__ = [
-    "CdcOptions", "PollingOptions", "OptionDoc", "OPTION_DOCS", "PLUGINS", "MODES",
+    "CdcOptions", "PollingOptions", "OPTION_DOCS", "PLUGINS", "MODES",
     "SNAPSHOT_MODES", "CDC_ONLY", "POLLING_ONLY", "redact_dsn",
 ]
 
@@ -34,14 +34,6 @@ SNAPSHOT_MODES = ("never", "initial")
 _SLOT_NAME = re.compile(r"[a-z0-9_]{1,63}")
 _MAX_ROWS = 2**31 - 1  # fetch/batch/spill sizes: more is no batch size, and FETCH overflows
 _SECRET_KEYS = ("password", "sslpassword")
-
-
-class OptionDoc(NamedTuple):
-    """One row of the README's options table; the defaults below are the only copy."""
-
-    name: str
-    default: str
-    meaning: str
 
 
 OPTION_DOCS: tuple[OptionDoc, ...] = (
@@ -201,29 +193,16 @@ POLLING_ONLY = frozenset(
 )
 """Options that mean something only to ``mode=polling``; refused with ``mode=cdc``."""
 
-_DEFAULTS = {doc.name: doc.default for doc in OPTION_DOCS if not doc.default.startswith("(")}
+_OPTIONS = OptionSet("pg_cdc", OPTION_DOCS, ConfigError)
 _MODE_DEFAULTS = {"cdc": frozenset(POLLING_ONLY), "polling": frozenset(CDC_ONLY)}
-# Spark adds these itself; they are not ours to validate.
-_PASSTHROUGH = frozenset({"path", "checkpointlocation"})
 
 
 def _parsed(option: str, text: str, parse: Callable[[str], T]) -> T:
-    """Apply one of the shared scalar grammars, naming ``option`` when the value is bad."""
-    try:
-        return parse(text)
-    except ValueError as exc:
-        raise ConfigError(option, f"bad value: {exc}") from None
+    return parsed(option, text, parse, ConfigError)
 
 
 def _positive_int(text: str) -> int:
     return parse_int(text, minimum=1, maximum=_MAX_ROWS)
-
-
-def _positive_size(text: str) -> int:
-    size = parse_byte_size(text)
-    if size <= 0:
-        raise ValueError(f"must be positive, got {text!r}")
-    return size
 
 
 def _regex(option: str, text: str | None) -> re.Pattern[str] | None:
@@ -325,13 +304,7 @@ class CdcOptions:
     @classmethod
     def from_options(cls, options: Mapping[str, str]) -> CdcOptions:
         """Parse Spark's option map; raise :class:`ConfigError` naming the first bad option."""
-        opts = {k.lower(): v for k, v in options.items()}
-        known = {doc.name for doc in OPTION_DOCS}
-        for key in opts:
-            if key not in known and key not in _PASSTHROUGH:
-                close = difflib.get_close_matches(key, sorted(known), n=1)
-                hint = f"; did you mean {close[0]!r}?" if close else ""
-                raise ConfigError(key, f"unknown option for format pg_cdc{hint}")
+        opts = _OPTIONS.given(options)
         mode = opts.get("mode", "cdc")
         if mode not in MODES:
             raise ConfigError(
@@ -343,7 +316,7 @@ class CdcOptions:
                 raise ConfigError(
                     key, f"only applies to mode={other}, not mode={mode}"
                 )
-        get = {**_DEFAULTS, **opts}.get
+        get = {**_OPTIONS.defaults, **opts}.get
 
         dsn = get("dsn")
         if not dsn:
@@ -418,7 +391,7 @@ class CdcOptions:
             create_slot=_parsed("create_slot", str(get("create_slot")), parse_bool),
             include_tables=_regex("include_tables", get("include_tables")),
             exclude_tables=_regex("exclude_tables", get("exclude_tables")),
-            max_bytes_per_trigger=_parsed("max_bytes_per_trigger", max_bytes, _positive_size)
+            max_bytes_per_trigger=_parsed("max_bytes_per_trigger", max_bytes, parse_positive_size)
             if max_bytes is not None
             else None,
             fail_on_data_loss=_parsed(
@@ -443,7 +416,7 @@ class CdcOptions:
             ),
             min_partitions=_parsed("min_partitions", str(get("min_partitions")), _positive_int),
             min_bytes_per_partition=_parsed(
-                "min_bytes_per_partition", str(get("min_bytes_per_partition")), _positive_size
+                "min_bytes_per_partition", str(get("min_bytes_per_partition")), parse_positive_size
             ),
             mode=mode,
             polling=polling,

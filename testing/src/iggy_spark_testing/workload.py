@@ -384,11 +384,6 @@ class Workload:
                     conn.execute(sql.SQL("ALTER TABLE {} REPLICA IDENTITY FULL").format(table))
 
     @property
-    def qualified_tables(self) -> list[str]:
-        """``schema.table`` of every table, as ``pg_cdc``'s ``include_tables`` matches them."""
-        return [f"{self.schema}.{name}" for name in self.tables]
-
-    @property
     def changes(self) -> int:
         """Committed changes so far."""
         return self._committed_changes
