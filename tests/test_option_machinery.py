@@ -14,7 +14,7 @@ from hypothesis import given
 from hypothesis import strategies as st
 
 from connector_common.errors import OptionError
-from connector_common.options import SPARK_OPTIONS, OptionDoc, OptionSet
+from connector_common.options import SPARK_OPTIONS, OptionDoc, OptionSet, option_pair
 from connector_common.units import parse_positive_size
 from iggy_spark.errors import ConfigError as SinkConfigError
 from iggy_spark.options import RoutedOptions
@@ -76,3 +76,21 @@ def test_defaults_are_the_documented_values_only() -> None:
     assert options.defaults == {"a": "1"}
     assert options.given({"A": "2", "Path": "x"}) == {"a": "2"}
     assert "queryname" in SPARK_OPTIONS
+
+
+def test_command_line_options_are_read_once_for_the_job_and_the_abandon_tool(
+    capsys: pytest.CaptureFixture[str],
+) -> None:
+    from pg_to_iggy.pipeline import _parser
+    from postgres_cdc_source.abandon import main as abandon
+
+    assert option_pair(" Include_Tables =a=b") == ("include_tables", "a=b")
+    args = _parser().parse_args(["--dsn", "d", "--slot", "s", "--url", "u", "--checkpoint", "c",
+                                 "--source", "plugin=test_decoding", "--sink", "X=1"])
+    assert (dict(args.source), dict(args.sink)) == ({"plugin": "test_decoding"}, {"x": "1"})
+    for parse in (lambda a: _parser().parse_args(["--dsn", "d", "--slot", "s", "--url", "u",
+                                                  "--checkpoint", "c", *a]),
+                  lambda a: abandon(["--checkpoint", "c", "--dsn", "d", "--slot", "s", *a])):
+        with pytest.raises(SystemExit):
+            parse(["--source", "no_value"])
+        assert "expected OPTION=VALUE, got 'no_value'" in capsys.readouterr().err

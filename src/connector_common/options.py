@@ -9,13 +9,14 @@ rows (the docs' tables are checked against them), and reads the user's map throu
 
 from __future__ import annotations
 
+import argparse
 import difflib
 from collections.abc import Callable, Iterable, Mapping
 from typing import NamedTuple, TypeVar
 
 from connector_common.errors import OptionError
 
-__all__ = ["OptionDoc", "OptionSet", "SPARK_OPTIONS", "parsed"]
+__all__ = ["OptionDoc", "OptionSet", "SPARK_OPTIONS", "option_pair", "parsed"]
 
 T = TypeVar("T")
 
@@ -74,3 +75,13 @@ def parsed(
         return parse(text)
     except ValueError as exc:
         raise error(option, f"bad value: {exc}") from None
+
+
+def option_pair(text: str) -> tuple[str, str]:
+    """An ``OPTION=VALUE`` command-line argument (``--source``, ``--sink``), as argparse's
+    ``type``: the name stripped and lower-cased as Spark reads it, the value as given (it may
+    hold ``=`` itself)."""
+    name, sep, value = text.partition("=")
+    if not sep or not name.strip():
+        raise argparse.ArgumentTypeError(f"expected OPTION=VALUE, got {text!r}")
+    return name.strip().lower(), value

@@ -31,6 +31,7 @@ import threading
 from collections.abc import Mapping, Sequence
 from typing import TYPE_CHECKING, Any
 
+from connector_common.options import option_pair
 from pg_to_iggy.ordering import in_key_order
 
 if TYPE_CHECKING:
@@ -98,16 +99,6 @@ def _parallelism(spark: SparkSession) -> int:
         return 1
 
 
-def _pairs(items: Sequence[str] | None, flag: str) -> dict[str, str]:
-    pairs = {}
-    for item in items or ():
-        key, sep, value = item.partition("=")
-        if not sep or not key:
-            raise SystemExit(f"{flag} takes option=value, got {item!r}")
-        pairs[key.strip()] = value
-    return pairs
-
-
 def _parser() -> argparse.ArgumentParser:
     p = argparse.ArgumentParser(prog="pg-to-iggy", description=__doc__.split("\n")[0])
     # Credentials may come from the environment, so they need not show in the process list.
@@ -119,8 +110,10 @@ def _parser() -> argparse.ArgumentParser:
     p.add_argument("--url", default=url, required=url is None,
                    help=f"iggy://user:password@host:port (default: ${URL_ENV})")
     p.add_argument("--checkpoint", required=True, help="Spark checkpoint location")
-    p.add_argument("--source", action="append", metavar="OPTION=VALUE", help="pg_cdc option")
-    p.add_argument("--sink", action="append", metavar="OPTION=VALUE", help="iggy_routed option")
+    p.add_argument("--source", action="append", default=[], type=option_pair,
+                   metavar="OPTION=VALUE", help="pg_cdc option")
+    p.add_argument("--sink", action="append", default=[], type=option_pair,
+                   metavar="OPTION=VALUE", help="iggy_routed option")
     p.add_argument("--trigger-interval", help="processingTime trigger, e.g. '1 second'")
     p.add_argument("--available-now", action="store_true", help="catch up, then exit")
     p.add_argument("--master", default=None, help="Spark master when run with plain python")
@@ -155,7 +148,7 @@ def main(argv: Sequence[str] | None = None) -> int:
         trigger = {"processingTime": args.trigger_interval}
     query = start_pipeline(
         spark, dsn=args.dsn, slot=args.slot, url=args.url, checkpoint=args.checkpoint,
-        source=_pairs(args.source, "--source"), sink=_pairs(args.sink, "--sink"),
+        source=dict(args.source), sink=dict(args.sink),
         trigger=trigger,
     )
     # What a supervisor can wait for: from here on a SIGTERM stops the query cleanly.

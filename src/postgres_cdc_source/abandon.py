@@ -35,6 +35,7 @@ from collections.abc import Mapping, Sequence
 from dataclasses import asdict, dataclass
 from pathlib import Path
 
+from connector_common.options import option_pair
 from postgres_cdc_source import connections
 from postgres_cdc_source.lsn import format_lsn, parse_lsn
 from postgres_cdc_source.options import CdcOptions
@@ -154,7 +155,8 @@ def main(argv: Sequence[str] | None = None) -> int:
     parser.add_argument("--checkpoint", required=True, help="the query's checkpointLocation")
     parser.add_argument("--dsn", help="count the skipped changes and advance the slot now")
     parser.add_argument("--slot", help="the query's slot (with --dsn)")
-    parser.add_argument("--source", action="append", default=[], metavar="KEY=VALUE",
+    parser.add_argument("--source", action="append", default=[], type=option_pair,
+                        metavar="OPTION=VALUE",
                         help="another pg_cdc option of the query (plugin, include_tables...)")
     args = parser.parse_args(argv)
     logging.basicConfig(level=logging.INFO, format="%(asctime)s %(name)s %(levelname)s "
@@ -163,12 +165,7 @@ def main(argv: Sequence[str] | None = None) -> int:
     if args.dsn or args.slot:
         if not (args.dsn and args.slot):
             parser.error("--dsn and --slot go together")
-        source = {"dsn": args.dsn, "slot": args.slot}
-        for item in args.source:
-            key, sep, value = item.partition("=")
-            if not sep:
-                parser.error(f"--source {item!r} is not KEY=VALUE")
-            source[key.strip().lower()] = value
+        source = {"dsn": args.dsn, "slot": args.slot, **dict(args.source)}
     try:
         record = abandon_batch(args.checkpoint, source)
     except ValueError as exc:
