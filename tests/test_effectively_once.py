@@ -16,7 +16,7 @@ import pytest
 from broker_fixtures import poll_all
 
 from iggy_local import LocalIggy
-from iggy_spark import delivery, writer
+from iggy_spark import delivery, outbox
 from iggy_spark.delivery import ORIGIN_HEADER, BatchPlan, Origin, TaskIdentity
 from iggy_spark.options import RoutedOptions
 from iggy_spark.report import TaskReport
@@ -78,7 +78,7 @@ def ns(broker: LocalIggy, name: str) -> list[int]:
 def test_the_last_message_of_every_send_carries_its_origin(
     broker: LocalIggy, name: str, monkeypatch: pytest.MonkeyPatch
 ) -> None:
-    monkeypatch.setattr(writer, "_MESSAGES_PER_SEND", 2)
+    monkeypatch.setattr(outbox, "MESSAGES_PER_SEND", 2)
     write(broker, monkeypatch, rows(name, range(10)), task=3)
     got = landed(broker, name)
     assert [(p, n) for p, n, _ in got] == [(p, n) for p in (0, 1) for n in range(p, 10, 2)]
@@ -180,7 +180,7 @@ def test_a_replay_reading_other_rows_sends_every_row_that_did_not_land(
     is then. Rows the first attempt sent were deleted, rows were inserted and the rest came in
     another order; the replay was itself cut short and replayed. Every row of the last replay
     lands, none twice: skipped by id, not by count (a count would skip rows 40-49 here)."""
-    monkeypatch.setattr(writer, "_MESSAGES_PER_SEND", 7)  # a group is many sends
+    monkeypatch.setattr(outbox, "MESSAGES_PER_SEND", 7)  # a group is many sends
     write(broker, monkeypatch, keyed(name, list(range(40))))  # crashed after 40 rows
     write(broker, monkeypatch, keyed(name, list(range(1000, 1010))), task=1)
     replay = [n for n in range(100) if not 0 <= n < 10] + list(range(200, 215))
@@ -199,7 +199,7 @@ def test_a_replay_reading_other_rows_sends_every_row_that_did_not_land(
 def test_past_the_scan_bound_a_keyed_replay_skips_what_it_read_and_sends_the_rest(
     broker: LocalIggy, name: str, monkeypatch: pytest.MonkeyPatch
 ) -> None:
-    monkeypatch.setattr(writer, "_MESSAGES_PER_SEND", 4)
+    monkeypatch.setattr(outbox, "MESSAGES_PER_SEND", 4)
     write(broker, monkeypatch, keyed(name, list(range(20))))
     report = write(broker, monkeypatch, keyed(name, list(range(20))), replay=True,
                    delivery_scan_messages="6")

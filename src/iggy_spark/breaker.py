@@ -248,5 +248,14 @@ class BreakerBoard:
         self._recorded.add(destination)
         self._breaker(destination).trip(error)
 
+    def record_failed_attempt(self, destination: Destination, error: str, attempt: int) -> bool:
+        """Count failure number ``attempt`` in a row of one operation on ``destination``;
+        whether its breaker is now open. That many failures open it even when successes
+        elsewhere (another partition of the same topic) keep resetting the consecutive count."""
+        self.record_failure(destination, counts=True, error=error)
+        if attempt >= self._config.failure_threshold:
+            self.trip(destination, error)
+        return self.state(destination) is BreakerState.OPEN
+
     def snapshot(self) -> dict[Destination, BreakerSnapshot]:
         return {dest: breaker.snapshot() for dest, breaker in self._breakers.items()}
