@@ -123,7 +123,7 @@ _CONNECT_CLIENT = textwrap.dedent("""
     )
     query.awaitTermination()
     try:
-        from iggy_spark import serve_metrics
+        from pg_to_iggy import serve_metrics
         serve_metrics(spark, port=0)
     except RuntimeError as exc:
         print("metrics:", exc)

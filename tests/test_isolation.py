@@ -20,8 +20,8 @@ from broker_fixtures import connect, poll_all, run
 from pyspark.sql import SparkSession
 
 from iggy_local import LocalIggy
-from iggy_spark import serve_metrics
 from iggy_spark.report import LEDGER_FILE, Ledger
+from pg_to_iggy import serve_metrics
 
 pytestmark = pytest.mark.e2e
 

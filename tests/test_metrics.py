@@ -11,8 +11,9 @@ import pytest
 from prometheus_client import CollectorRegistry, generate_latest
 from prometheus_client.parser import text_string_to_metric_families
 
-from iggy_spark.metrics import _Collector, _require_classic
 from iggy_spark.report import Ledger, TaskReport
+from pg_to_iggy.metrics import _Collector, _require_classic
+from postgres_cdc_source.health import SlotHealth, SourceHealth
 
 
 def samples(collector: _Collector) -> dict[tuple[str, tuple[tuple[str, str], ...]], float]:
@@ -80,3 +81,16 @@ def test_spark_connect_is_refused_with_a_clear_message() -> None:
     with pytest.raises(RuntimeError, match="classic SparkSession"):
         _require_classic(remote)
     _require_classic(type("SparkSession", (), {"__module__": "pyspark.sql.session"})())
+
+
+def test_the_source_health_contract_round_trips_with_the_keys_dashboards_read() -> None:
+    """The reader writes :class:`SourceHealth` into its progress, the listener reads it back;
+    the keys are the ones earlier releases wrote (a progress event from one still reads)."""
+    for health in (SourceHealth(SlotHealth(True, 10, 20), 2, False),
+                   SourceHealth(None, 5, True)):
+        report = {"lsn": "0/10", **health.as_progress()}
+        assert SourceHealth.from_progress(json.dumps(report)) == health
+    assert set(SourceHealth(SlotHealth(True, 1, 2), 0, False).as_progress()) == {
+        "slot_active", "slot_lag_bytes", "retained_wal_bytes", "commit_failures", "degraded"}
+    for other in (None, "", "not json", "[1]", '{"logOffset": 3}'):
+        assert SourceHealth.from_progress(other) is None

@@ -2,8 +2,8 @@
 
 ``df.writeStream.format("iggy_routed")`` works without registration once the package is
 installed; :func:`register` does it explicitly. :func:`destinations` shows a query's live
-destinations table, :func:`route` fills destination columns from a JSON payload, and
-:func:`serve_metrics` serves Prometheus metrics of every streaming query from the driver.
+destinations table and :func:`route` fills destination columns from a JSON payload. Prometheus
+metrics of every streaming query are served by :func:`pg_to_iggy.serve_metrics`.
 """
 
 from __future__ import annotations
@@ -11,13 +11,12 @@ from __future__ import annotations
 from typing import TYPE_CHECKING
 
 from iggy_spark.json_route import route
-from iggy_spark.metrics import serve_metrics
 from iggy_spark.monitoring import destinations
 
 if TYPE_CHECKING:
     from pyspark.sql import SparkSession
 
-__all__ = ["register", "destinations", "route", "serve_metrics"]
+__all__ = ["register", "destinations", "route"]
 
 
 def register(spark: SparkSession) -> None:

@@ -6,7 +6,7 @@ per-destination message counts, breaker state (with its wall-clock opening time)
 rejection and missing-destination counters, the destination-creation latency histogram, and
 the set of admitted destinations that makes ``admission.max_destinations`` hold for the whole
 query. The next batch's tasks are seeded with the admitted set and the breakers, and
-:func:`iggy_spark.serve_metrics` reads the file at scrape time. Spark may commit one batch id
+:func:`pg_to_iggy.serve_metrics` reads the file at scrape time. Spark may commit one batch id
 twice (a replay after a crash); the ledger remembers the last batch it applied and ignores
 repeats, so counts are not doubled.
 """

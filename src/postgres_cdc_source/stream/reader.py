@@ -50,6 +50,7 @@ from postgres_cdc_source.connections import (
 )
 from postgres_cdc_source.decoding.factory import make_decoder
 from postgres_cdc_source.destination_columns import Router
+from postgres_cdc_source.health import SourceHealth
 from postgres_cdc_source.lsn import format_lsn, parse_lsn
 from postgres_cdc_source.options import CdcOptions
 from postgres_cdc_source.stream import publication, reselect, slot, splitting
@@ -163,14 +164,13 @@ class PgCdcStreamReader(DataSourceStreamReader, SupportsTriggerAvailableNow):
 
         Spark shows this only in progress events (``sources[].latestOffset``); it is never
         compared or stored as an offset. That makes it the channel from this driver-side
-        worker process to a ``StreamingQueryListener`` in the user's process
-        (:func:`iggy_spark.serve_metrics` reads ``slot_lag_bytes``, ``retained_wal_bytes``,
-        ``slot_active``, ``commit_failures`` and ``degraded`` from it).
+        worker process to a ``StreamingQueryListener`` in the user's process: the
+        :class:`~postgres_cdc_source.health.SourceHealth` contract.
         """
         def report(conn: psycopg.Connection[Any]) -> dict[str, Any]:
-            return {**_offset(slot.flush_lsn(conn)), **slot.health(conn, self.options.slot),
-                    "commit_failures": self._commit_failures,
-                    "degraded": self._commit_failures >= DEGRADED_AFTER}
+            health = SourceHealth(slot.health(conn, self.options.slot), self._commit_failures,
+                                  self._commit_failures >= DEGRADED_AFTER)
+            return {**_offset(slot.flush_lsn(conn)), **health.as_progress()}
 
         return self._driver(report)
 

@@ -24,6 +24,7 @@ from psycopg import sql
 from postgres_cdc_source.connections import connect, connect_with_retry
 from postgres_cdc_source.decoding.factory import plugin_options
 from postgres_cdc_source.errors import SlotError
+from postgres_cdc_source.health import SlotHealth
 from postgres_cdc_source.lsn import format_lsn, parse_lsn
 from postgres_cdc_source.options import CdcOptions
 from postgres_cdc_source.stream import publication
@@ -219,10 +220,10 @@ def flush_lsn(conn: Conn) -> int:
     return int(row[0])
 
 
-def health(conn: Conn, slot: str) -> dict[str, int | bool]:
+def health(conn: Conn, slot: str) -> SlotHealth | None:
     """Slot lag (flush position minus confirmed), retained WAL (minus restart_lsn), active.
 
-    Empty if the slot is gone. For monitoring: :meth:`PgCdcStreamReader.reportLatestOffset`
+    ``None`` if the slot is gone. For monitoring: :meth:`PgCdcStreamReader.reportLatestOffset`
     carries it to Spark's progress events.
     """
     row = conn.execute(
@@ -232,10 +233,9 @@ def health(conn: Conn, slot: str) -> dict[str, int | bool]:
         (slot,),
     ).fetchone()
     if row is None:
-        return {}
+        return None
     active, lag, retained = row
-    return {"slot_active": bool(active), "slot_lag_bytes": int(lag or 0),
-            "retained_wal_bytes": int(retained or 0)}
+    return SlotHealth(bool(active), int(lag or 0), int(retained or 0))
 
 
 def advance(conn: Conn, slot: str, lsn: int) -> None:

@@ -12,7 +12,10 @@ Prometheus text format at ``http://<driver>:9108/metrics``. Where each figure co
 * **``pg_cdc``'s progress** (``sources[].latestOffset``): the reader runs in another Python
   worker process; it reports the slot's lag, retained WAL, whether it is active and its
   consecutive failed commits through ``reportLatestOffset``, which Spark shows only in
-  progress events. No extra connection to Postgres, no file.
+  progress events (the :class:`~postgres_cdc_source.health.SourceHealth` contract). No extra
+  connection to Postgres, no file.
+
+It spans both connectors, so it lives with the job that joins them.
 
 Labels stay low-cardinality: the query's name (or id when unnamed), a rejection ``reason``,
 a missing-destination ``action``, a ``component``; never a stream or topic (per-destination
@@ -24,7 +27,6 @@ this process, and checkpoint paths are not reachable from the client.
 
 from __future__ import annotations
 
-import json
 import threading
 from collections.abc import Iterator
 from dataclasses import dataclass, field
@@ -32,6 +34,7 @@ from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 from iggy_spark.report import CREATE_BUCKETS, Ledger, ledger_path
+from postgres_cdc_source.health import SourceHealth
 
 if TYPE_CHECKING:
     from pyspark.sql import SparkSession
@@ -53,7 +56,7 @@ class _Query:
     input_rate: float = 0.0
     processed_rate: float = 0.0
     ledger: Path | None = None
-    slot: dict[str, Any] = field(default_factory=dict)
+    source: SourceHealth | None = None
 
 
 class _Collector:
@@ -146,15 +149,14 @@ class _Collector:
                                                        strict=True)]
                 create.add_metric(label, [*buckets, ("+Inf", latency["count"])],
                                   latency["sum"])
-            if q.slot:
-                failures = int(q.slot.get("commit_failures", 0))
-                for family, key in ((lag, "slot_lag_bytes"), (retained, "retained_wal_bytes")):
-                    if key in q.slot:
-                        family.add_metric(label, q.slot[key])
-                slot_active.add_metric(label, float(bool(q.slot.get("slot_active"))))
-                commit_failures.add_metric(label, failures)
-                degraded.add_metric([q.label, _SOURCE_DEGRADED],
-                                    float(bool(q.slot.get("degraded"))))
+            if q.source is not None:
+                if q.source.slot is not None:
+                    lag.add_metric(label, q.source.slot.slot_lag_bytes)
+                    retained.add_metric(label, q.source.slot.retained_wal_bytes)
+                slot_active.add_metric(label, float(q.source.slot is not None
+                                                    and q.source.slot.slot_active))
+                commit_failures.add_metric(label, q.source.commit_failures)
+                degraded.add_metric([q.label, _SOURCE_DEGRADED], float(q.source.degraded))
         yield from (batches, rows, duration, input_rate, processed, routed, rejected, missing,
                     dead, dropped, resumed, fallbacks, active, open_breakers, create, degraded,
                     lag, retained, slot_active, commit_failures)
@@ -170,9 +172,9 @@ class _Collector:
         q.input_rate = float(progress.inputRowsPerSecond or 0.0)
         q.processed_rate = float(progress.processedRowsPerSecond or 0.0)
         for source in progress.sources or ():
-            health = _slot_health(source.latestOffset)
-            if health:
-                q.slot = health
+            health = SourceHealth.from_progress(source.latestOffset)
+            if health is not None:
+                q.source = health
 
 
 def _ledger_of(spark: SparkSession, query_id: str) -> Path | None:
@@ -185,19 +187,6 @@ def _ledger_of(spark: SparkSession, query_id: str) -> Path | None:
     except Exception:  # noqa: BLE001 - a query without a checkpoint has no ledger
         return None
     return ledger_path(root)
-
-
-def _slot_health(latest: str | None) -> dict[str, Any]:
-    """``pg_cdc``'s slot health from a source's ``latestOffset`` (see its reader)."""
-    if not latest:
-        return {}
-    try:
-        data = json.loads(latest)
-    except ValueError:
-        return {}
-    if not isinstance(data, dict) or "commit_failures" not in data:
-        return {}
-    return data
 
 
 @dataclass

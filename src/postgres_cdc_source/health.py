@@ -1,0 +1,57 @@
+"""What ``pg_cdc`` reports about its slot for monitoring, and how a listener reads it back.
+
+The reader runs in a Python worker process on the driver; a ``StreamingQueryListener`` runs in
+the user's process. The only channel between them is the source's ``latestOffset`` in Spark's
+progress events (``reportLatestOffset``, shown there and never stored as an offset). This type
+is the contract on both ends: the reader writes it with :meth:`SourceHealth.as_progress`, a
+listener (:func:`pg_to_iggy.serve_metrics`) reads it with :meth:`SourceHealth.from_progress`.
+"""
+
+from __future__ import annotations
+
+import json
+from dataclasses import asdict, dataclass
+from typing import Any
+
+__all__ = ["SlotHealth", "SourceHealth"]
+
+
+@dataclass(frozen=True)
+class SlotHealth:
+    """The slot as ``pg_replication_slots`` shows it."""
+
+    slot_active: bool
+    slot_lag_bytes: int
+    """WAL between the server's flush position and the slot's confirmed position."""
+    retained_wal_bytes: int
+    """WAL the slot keeps on the server (flush position minus ``restart_lsn``)."""
+
+
+@dataclass(frozen=True)
+class SourceHealth:
+    """The slot's health (``None`` while the slot cannot be found) and the reader's own."""
+
+    slot: SlotHealth | None
+    commit_failures: int
+    """Consecutive commits that could not advance the slot."""
+    degraded: bool
+
+    def as_progress(self) -> dict[str, Any]:
+        """The keys merged into the reader's ``reportLatestOffset``."""
+        report = {"commit_failures": self.commit_failures, "degraded": self.degraded}
+        return {**(asdict(self.slot) if self.slot is not None else {}), **report}
+
+    @classmethod
+    def from_progress(cls, latest: str | None) -> SourceHealth | None:
+        """A source's ``latestOffset`` from a progress event, if ``pg_cdc`` wrote it."""
+        try:
+            data = json.loads(latest) if latest else None
+        except ValueError:
+            return None
+        if not isinstance(data, dict) or "commit_failures" not in data:
+            return None  # another source's offset
+        slot = None
+        if "slot_lag_bytes" in data:
+            slot = SlotHealth(bool(data.get("slot_active")), int(data["slot_lag_bytes"]),
+                              int(data.get("retained_wal_bytes", 0)))
+        return cls(slot, int(data["commit_failures"]), bool(data.get("degraded")))
