@@ -259,7 +259,7 @@ class Outbox:
         """``chunk`` with its last message carrying the origin header (``seq``: its number in
         the group; then the chunk's length). One header per send is enough: a send lands whole
         and contiguous, so the header tells which messages before it are the send's; on every
-        message it cost 0.76x the sink's speed (the SDK converts each message's headers)."""
+        message it would cost the SDK a header conversion per message."""
         assert self.prefix is not None
         payload, headers, message_id = last
         origin: Headers = {ORIGIN_HEADER: f"{self.prefix}{seq}:{len(chunk)}"}

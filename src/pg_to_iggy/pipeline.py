@@ -64,9 +64,9 @@ def start_pipeline(
 
     With ``min_partitions`` above 1 in ``source`` (batches decoded by several tasks),
     :func:`~pg_to_iggy.ordering.in_key_order` keeps each key's changes in commit order on their
-    way to Iggy. It stays 1 unless asked for: on the 2-core machines measured, more tasks did
-    not pay for the copies and the order step, and the order step holds each sink task's share
-    of a batch in memory where one task streams it.
+    way to Iggy. It stays 1 unless asked for: on few cores more tasks do not pay for the
+    copies and the order step (bench/results/source_partitions.json), and the order step holds
+    each sink task's share of a batch in memory where one task streams it.
     """
     options = {key.lower(): value for key, value in (source or {}).items()}
     reader = spark.readStream.format("pg_cdc").option("dsn", dsn).option("slot", slot)

@@ -21,8 +21,8 @@ the mask):
 
 Where a type's ``::text`` cast is its output function (integers, numeric, uuid, date, json,
 jsonb, text), the cheaper cast replaces ``format``, and timestamps after 1 AD use ``to_json``
-directly (its ISO form is the rewrite's result): the row's JSON then costs Postgres about
-8 µs per row of six columns, where the per-value ``format`` spelling cost about 17.
+directly (its ISO form is the rewrite's result): about half what the per-value ``format``
+spelling costs Postgres (figures in bench/results/decoders.json).
 
 Any other converter (floats, ``bytea``, arrays) has no expression: :func:`row_json_sql`
 returns ``None`` and the caller converts in Python, as the decoders do.

@@ -1,6 +1,6 @@
 """The ``pg_cdc`` streaming reader: LSN offsets, a batch's partitions, peek, and commit.
 
-Contract with Spark (pyspark 4.3, measured; see the README's delivery section):
+Contract with Spark (pyspark 4.3; see the docs' delivery semantics):
 
 * ``initialOffset``/``latestOffset``/``partitions``/``commit`` run in one long-lived driver-side
   Python process; ``read`` runs on an executor with a pickled copy of this reader, so
