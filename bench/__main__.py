@@ -6,7 +6,7 @@ Each benchmark runs in its own process (its own SparkSession, Postgres and broke
 the other, so one benchmark's memory or JIT state never colours the next one's numbers, and a
 failure in one does not lose the others. ``--quick`` passes small sizes (a smoke run of a few
 minutes) and writes to a scratch directory unless ``--results`` says otherwise; the default
-sizes are the ones the README quotes. The exit status is non-zero if any
+sizes are the ones docs/performance.md quotes. The exit status is non-zero if any
 benchmark failed; the report is built from whatever results exist.
 """
 

@@ -13,8 +13,9 @@ by round after a discarded warm-up round:
 * ``handwritten``: what a competent user writes by hand: one server-side cursor
   ``SELECT ... ORDER BY tracking`` (10,000 rows per round trip), each row's values converted to
   JSON-ready Python values by psycopg's own loaders, the row and its key serialised with
-  ``orjson``. No watermark and no late-commit check: the loop polling loses rows with (see the
-  README), so the ratio shows what correctness costs as well as Spark's overhead.
+  ``orjson``. No watermark and no late-commit check: the loop polling loses rows with (see
+  docs/pg_cdc.md, "No late commit is lost"), so the ratio shows what correctness costs as well
+  as Spark's overhead.
 
 The hand-written JSON is first checked equal to ``pg_cdc``'s on a sample, so both do the same
 work. Writes ``bench/results/polling.json``.

@@ -65,7 +65,7 @@ def _partition_ratios(parts: dict[str, Any] | None) -> dict[str, float] | None:
 
 
 def latest(results: dict[str, dict[str, Any] | None]) -> dict[str, Any]:
-    """The headline figures, flat, as the README and CI read them."""
+    """The headline figures, flat, as the docs' performance page and CI read them."""
     source, sink, e2e = results["source"], results["sink"], results["e2e"]
     latency, memory = results["latency"], results["memory"]
     headline = _get(latency, "results", "headline") or {}

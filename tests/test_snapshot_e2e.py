@@ -5,8 +5,8 @@ of several chunks; everything goes through ``iggy_routed`` to one topic per tabl
 by row, and is read back over the SDK as a consumer would. The consumer rebuilds the tables
 from the messages (:func:`snapshot_support.replay`) and they must equal the source tables:
 strictly (no change applied against the snapshot twice) for an undisturbed run, and as final
-state per key after a driver ``kill -9`` in the middle of the snapshot (README: what a consumer
-sees after such a crash).
+state per key after a driver ``kill -9`` in the middle of the snapshot (docs/pg_cdc.md, "After a
+crash during the snapshot": what a consumer sees).
 """
 
 from __future__ import annotations
