@@ -63,7 +63,7 @@ def start_pipeline(
     second"}`` or ``{"availableNow": True}``); by default batches run back to back.
 
     With ``min_partitions`` above 1 in ``source`` (batches decoded by several tasks),
-    :func:`~pg_to_iggy.ordering.in_key_order` keeps each key's changes in commit order on their
+    :func:`pg_to_iggy.in_key_order` keeps each key's changes in commit order on their
     way to Iggy. It stays 1 unless asked for: on few cores more tasks do not pay for the
     copies and the order step (bench/results/source_partitions.json), and the order step holds
     each sink task's share of a batch in memory where one task streams it.

@@ -31,8 +31,9 @@ index-ordered ``OFFSET`` probes at planning time, and a replayed batch may split
 differently and still read the same rows.
 
 When the exported snapshot is gone (the driver that held its connection died), chunks are read
-at the state current when their transaction starts: see :func:`read_chunk` and the README for
-why the consumer's final state per key is still right.
+at the state current when their transaction starts: see :func:`read_chunk`, and the docs
+(pg_cdc, After a crash during the snapshot) for why the consumer's final state per key is still
+right.
 """
 
 from postgres_cdc_source.snapshot.offsets import (

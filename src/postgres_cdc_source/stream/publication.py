@@ -23,9 +23,9 @@ TABLE`` does) and re-checks its identity under that lock: an identity dropped co
 either happens before (the table stays out) or waits for the commit (the table is then a
 published table whose identity the owner removed, the next case). A table whose identity is
 removed *while it is published* refuses updates and deletes until the next planning moves it
-(at most one trigger interval while the query runs, indefinitely while it is stopped): the README
-tells owners to set ``REPLICA IDENTITY FULL`` (or drop the table from the publication) before
-dropping a captured table's primary key.
+(at most one trigger interval while the query runs, indefinitely while it is stopped): the
+docs (pg_cdc, Publications) tell owners to set ``REPLICA IDENTITY FULL`` (or drop the table
+from the publication) before dropping a captured table's primary key.
 """
 
 from __future__ import annotations

@@ -138,7 +138,7 @@ class PgCdcStreamReader(DataSourceStreamReader, SupportsTriggerAvailableNow):
             log.warning(
                 "pg_cdc: replication slot %s already existed, so no snapshot of its position "
                 "could be exported: the snapshot reads the tables as they are now and the "
-                "stream repeats the changes since %s (see the README, snapshot=initial)",
+                "stream repeats the changes since %s (docs: pg_cdc, Initial snapshot)",
                 self.options.slot,
                 format_lsn(state.confirmed_flush),
             )
@@ -201,7 +201,8 @@ class PgCdcStreamReader(DataSourceStreamReader, SupportsTriggerAvailableNow):
         log.warning(
             "pg_cdc snapshot: some chunks were read without the exported snapshot (a restart, "
             "or a slot that already existed); changes up to %s, and later changes of a row's "
-            "key, get unchanged TOAST values read from the tables (see the README)",
+            "key, get unchanged TOAST values read from the tables (docs: pg_cdc, After a crash "
+            "during the snapshot)",
             format_lsn(horizon),
         )
         return format_lsn(horizon)

@@ -5,8 +5,9 @@ column in ``unchanged`` and a consumer keeps the value from the row it holds. Th
 while the consumer's rows are right. After a snapshot that lost its exported snapshot (the
 driver died mid-snapshot, Postgres restarted, or the slot already existed), chunks read late
 show a newer state than the consistent point, and the row a consumer holds under a key can be
-another row's, or missing (see the README, snapshot=initial). This module closes that gap the
-way Debezium's reselect post-processor does: the column's value is read from the table.
+another row's, or missing (docs: pg_cdc, After a crash during the snapshot). This module closes
+that gap the way Debezium's reselect post-processor does: the column's value is read from the
+table.
 
 Rule, for a query whose snapshot was not exact (``horizon``: an LSN taken once every chunk had
 been read): a change with unchanged columns is completed when its transaction committed at or
