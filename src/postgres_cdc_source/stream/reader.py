@@ -329,35 +329,35 @@ class PgCdcStreamReader(DataSourceStreamReader, SupportsTriggerAvailableNow):
             return
         assert isinstance(partition, CdcPartition)
         yield from riding_out_restarts(
-            lambda: self._peeked(partition), self.options, repeatable=True
+            lambda: _peeked(self.options, partition), self.options, repeatable=True
         )
 
-    def _peeked(self, partition: CdcPartition) -> Generator[pa.RecordBatch, None, None]:
-        """The batch's rows: the slot (or a temporary copy) put at the partition's start and
-        peeked to its end, which gives the same rows however often it is done."""
-        options = self.options
-        conn = connect_with_retry(options, autocommit=False)
-        try:
-            copy = None
-            if partition.copy_from is None:
-                slot.bring_to(conn, options, partition.start)
-            else:
-                if conn.info.server_version >= 140000:
-                    # a killed executor ends the session (and drops the copy) within a second,
-                    # not only when the running statement finishes
-                    conn.execute("SELECT set_config('client_connection_check_interval', '1s',"
-                                 " false)")
-                copy = slot.temporary_copy(conn, options, partition.copy_from, partition.start)
-            pubs = slot.publications(conn, options)
-            conn.commit()
-            decoder = make_decoder(options, conn)
-            events = decoder.events(slot.peek(conn, options, partition.end, pubs, copy))
-            txns = reselect.complete(transactions(events, options.spill_rows), options,
-                                     partition.reselect_until)
-            with _collector_paused():
-                yield from record_batches(txns, Router(options), options.batch_rows)
-        finally:
-            conn.close()
+
+def _peeked(options: CdcOptions, partition: CdcPartition) -> Generator[pa.RecordBatch, None, None]:
+    """The batch's rows: the slot (or a temporary copy) put at the partition's start and
+    peeked to its end, which gives the same rows however often it is done."""
+    conn = connect_with_retry(options, autocommit=False)
+    try:
+        copy = None
+        if partition.copy_from is None:
+            slot.bring_to(conn, options, partition.start)
+        else:
+            if conn.info.server_version >= 140000:
+                # a killed executor ends the session (and drops the copy) within a second,
+                # not only when the running statement finishes
+                conn.execute("SELECT set_config('client_connection_check_interval', '1s',"
+                             " false)")
+            copy = slot.temporary_copy(conn, options, partition.copy_from, partition.start)
+        pubs = slot.publications(conn, options)
+        conn.commit()
+        decoder = make_decoder(options, conn)
+        events = decoder.events(slot.peek(conn, options, partition.end, pubs, copy))
+        txns = reselect.complete(transactions(events, options.spill_rows), options,
+                                 partition.reselect_until)
+        with _collector_paused():
+            yield from record_batches(txns, Router(options), options.batch_rows)
+    finally:
+        conn.close()
 
 
 @contextmanager
