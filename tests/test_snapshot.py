@@ -104,6 +104,25 @@ def test_replayed_batch_after_a_driver_crash_reads_later_state_and_still_converg
     assert model == read_tables(pg.dsn, name, work.tables.values())
 
 
+def test_chunks_hold_snapshot_chunk_rows_in_key_order(pg: LocalPostgres, name: str) -> None:
+    """Bounds are found in key order: with integer keys whose text order differs (10 < 9 as
+    text), each chunk still holds exactly ``snapshot_chunk_rows`` rows, the last the rest."""
+    table = sql.Identifier(name, "t")
+    with psycopg.connect(pg.dsn, autocommit=True) as conn:
+        conn.execute(sql.SQL("CREATE SCHEMA {}").format(sql.Identifier(name)))
+        conn.execute(sql.SQL("CREATE TABLE {} (id int PRIMARY KEY)").format(table))
+        conn.execute(sql.SQL("INSERT INTO {} SELECT g FROM generate_series(1, 100) g"
+                             ).format(table))
+    query = InProcessQuery(_options(pg, name, "pgoutput", snapshot_max_rows_per_trigger="1000"))
+    try:
+        planned = query.plan()
+        assert planned is not None
+        sizes = [len(query.read([p])) for p in planned[1]]
+    finally:
+        query.close()
+    assert sizes == [15] * 6 + [10]
+
+
 def test_a_replayed_batch_reads_the_chunks_its_offset_pinned(
     pg: LocalPostgres, name: str
 ) -> None:

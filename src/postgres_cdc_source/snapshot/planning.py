@@ -135,12 +135,13 @@ def _next_bound(
             return None
         return (f"({end},0)",)
     where, params = key_range(table, lo, limit)
-    columns = sql.SQL(", ").join(
-        sql.SQL("{}::text").format(Name(c)) for c in table.chunk_key
-    )
-    query = sql.SQL("SELECT {} FROM ONLY {}{} ORDER BY {} OFFSET %s LIMIT 1").format(
-        columns, Name(table.schema, table.table), where,
-        sql.SQL(", ").join(map(Name, table.chunk_key)))
+    # Qualified: an unqualified ORDER BY name would sort by the output column of that name,
+    # the key's text, and the OFFSET would count rows in text order (a bound of 14498 for the
+    # 5000th of the keys 1..30000).
+    key = [sql.SQL("t.{}").format(Name(c)) for c in table.chunk_key]
+    columns = sql.SQL(", ").join(sql.SQL("{}::text").format(k) for k in key)
+    query = sql.SQL("SELECT {} FROM ONLY {} AS t{} ORDER BY {} OFFSET %s LIMIT 1").format(
+        columns, Name(table.schema, table.table), where, sql.SQL(", ").join(key))
     row = conn.execute(query, [*params, rows - 1]).fetchone()
     if row is None:
         return None
