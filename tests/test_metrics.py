@@ -34,7 +34,9 @@ def test_progress_and_slot_health_become_per_query_metrics() -> None:
     collector = _Collector(None)
     collector.started("id-1", "orders")
     health = {"lsn": "0/10", "slot_lag_bytes": 4096, "retained_wal_bytes": 8192,
-              "slot_active": False, "commit_failures": 3, "degraded": True}
+              "slot_active": False, "wal_status": "unreserved", "safe_wal_bytes": -512,
+              "reread_wal_bytes": 1024,
+              "commit_failures": 3, "degraded": True}
     collector.progress(progress("id-1", 7, json.dumps(health)))
     collector.progress(progress("id-1", 5, '{"logOffset": 3}'))  # another source kind: ignored
     got = samples(collector)
@@ -45,7 +47,21 @@ def test_progress_and_slot_health_become_per_query_metrics() -> None:
     assert got[("pg_cdc_slot_lag_bytes", q)] == 4096
     assert got[("pg_cdc_retained_wal_bytes", q)] == 8192
     assert got[("pg_cdc_slot_active", q)] == 0
+    assert got[("pg_cdc_slot_at_risk", q)] == 1
+    assert got[("pg_cdc_slot_safe_wal_bytes", q)] == -512
+    assert got[("pg_cdc_slot_reread_wal_bytes", q)] == 1024
     assert got[("iggy_spark_degraded", (("component", "pg_cdc"), ("query", "orders")))] == 1
+
+
+def test_a_slot_safe_from_loss_is_not_at_risk_and_unlimited_has_no_safe_size() -> None:
+    collector = _Collector(None)
+    collector.started("id-3", "orders")
+    health = SourceHealth(SlotHealth(True, 1, 2, "extended", None), 0, False)
+    collector.progress(progress("id-3", 1, json.dumps(health.as_progress())))
+    got = samples(collector)
+    q = (("query", "orders"),)
+    assert got[("pg_cdc_slot_at_risk", q)] == 0
+    assert ("pg_cdc_slot_safe_wal_bytes", q) not in got
 
 
 def test_sink_figures_come_from_the_ledger(tmp_path: Path) -> None:
@@ -87,10 +103,12 @@ def test_the_source_health_contract_round_trips_with_the_keys_dashboards_read() 
     """The reader writes :class:`SourceHealth` into its progress, the listener reads it back;
     the keys are the ones earlier releases wrote (a progress event from one still reads)."""
     for health in (SourceHealth(SlotHealth(True, 10, 20), 2, False),
+                   SourceHealth(SlotHealth(True, 10, 20, "unreserved", 4096, 30), 0, False),
                    SourceHealth(None, 5, True)):
         report = {"lsn": "0/10", **health.as_progress()}
         assert SourceHealth.from_progress(json.dumps(report)) == health
     assert set(SourceHealth(SlotHealth(True, 1, 2), 0, False).as_progress()) == {
-        "slot_active", "slot_lag_bytes", "retained_wal_bytes", "commit_failures", "degraded"}
+        "slot_active", "slot_lag_bytes", "retained_wal_bytes", "wal_status", "safe_wal_bytes",
+        "reread_wal_bytes", "commit_failures", "degraded"}
     for other in (None, "", "not json", "[1]", '{"logOffset": 3}'):
         assert SourceHealth.from_progress(other) is None

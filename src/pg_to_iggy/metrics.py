@@ -10,7 +10,8 @@ Prometheus text format at ``http://<driver>:9108/metrics``. Where each figure co
   into that file; it is read at scrape time, so the figures are always the committed ones and
   survive restarts (counters are the query's totals, not this process's).
 * **``pg_cdc``'s progress** (``sources[].latestOffset``): the reader runs in another Python
-  worker process; it reports the slot's lag, retained WAL, whether it is active and its
+  worker process; it reports the slot's lag, retained WAL, whether it is active, whether it is
+  about to be lost (``wal_status``, ``safe_wal_size``) and its
   consecutive failed commits through ``reportLatestOffset``, which Spark shows only in
   progress events (the :class:`~postgres_cdc_source.health.SourceHealth` contract). No extra
   connection to Postgres, no file.
@@ -115,6 +116,13 @@ class _Collector:
                     "confirmed position")
         retained = gauge("pg_cdc_retained_wal_bytes", "WAL the slot keeps on the server")
         slot_active = gauge("pg_cdc_slot_active", "1 while a session is using the slot")
+        at_risk = gauge("pg_cdc_slot_at_risk", "1 while the slot's wal_status is unreserved "
+                        "(the next checkpoint loses it unless it catches up) or lost")
+        safe_wal = gauge("pg_cdc_slot_safe_wal_bytes", "WAL that may still be written before "
+                         "the slot is lost (absent while max_slot_wal_keep_size is unlimited)")
+        reread = gauge("pg_cdc_slot_reread_wal_bytes", "WAL every read decodes again before "
+                       "its first change (confirmed minus restart position): held back by "
+                       "long-open transactions")
         commit_failures = gauge("pg_cdc_commit_failures",
                                 "consecutive commits that could not advance the slot")
         with self.lock:
@@ -153,13 +161,18 @@ class _Collector:
                 if q.source.slot is not None:
                     lag.add_metric(label, q.source.slot.slot_lag_bytes)
                     retained.add_metric(label, q.source.slot.retained_wal_bytes)
+                    at_risk.add_metric(label, float(q.source.slot.at_risk))
+                    reread.add_metric(label, q.source.slot.reread_wal_bytes)
+                    if q.source.slot.safe_wal_bytes is not None:
+                        safe_wal.add_metric(label, q.source.slot.safe_wal_bytes)
                 slot_active.add_metric(label, float(q.source.slot is not None
                                                     and q.source.slot.slot_active))
                 commit_failures.add_metric(label, q.source.commit_failures)
                 degraded.add_metric([q.label, _SOURCE_DEGRADED], float(q.source.degraded))
         yield from (batches, rows, duration, input_rate, processed, routed, rejected, missing,
                     dead, dropped, resumed, fallbacks, active, open_breakers, create, degraded,
-                    lag, retained, slot_active, commit_failures)
+                    lag, retained, slot_active, at_risk, safe_wal, reread,
+                    commit_failures)
 
     def progress(self, progress: Any) -> None:
         """Fold one ``StreamingQueryProgress`` in (listener thread)."""

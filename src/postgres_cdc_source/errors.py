@@ -11,7 +11,9 @@ from __future__ import annotations
 
 from connector_common.errors import ConnectorError, OptionError
 
-__all__ = ["CdcError", "ConfigError", "SlotError", "SourceError", "DecodeError"]
+__all__ = [
+    "CdcError", "ConfigError", "SlotError", "SlotLostError", "SourceError", "DecodeError",
+]
 
 
 class CdcError(ConnectorError):
@@ -27,6 +29,49 @@ class ConfigError(CdcError, OptionError):
 
 class SlotError(CdcError):
     """The replication slot or publication is missing, in use, or in the wrong state."""
+
+
+_LOST_BECAUSE = {
+    None: "it does not exist (dropped, or the server failed over to a standby without it)",
+    "wal_removed": "Postgres invalidated it (wal_removed): the WAL it still needed was removed, "
+    "because it fell further behind than max_slot_wal_keep_size allows",
+    "rows_removed": "Postgres invalidated it (rows_removed): catalog rows it still needed were "
+    "vacuumed away",
+    "wal_level_insufficient": "Postgres invalidated it (wal_level_insufficient): the primary's "
+    "wal_level is no longer logical",
+    "idle_timeout": "Postgres invalidated it (idle_timeout): it was unused for longer than "
+    "idle_replication_slot_timeout",
+    "conflicting": "Postgres invalidated it (a conflict with recovery: rows_removed or "
+    "wal_level_insufficient)",
+}
+
+
+class SlotLostError(SlotError):
+    """The query's slot is gone or invalidated: the changes since its checkpoint cannot be read.
+
+    ``slot`` names it; ``reason`` is ``None`` for a slot that does not exist, else Postgres's
+    ``invalidation_reason`` (``wal_removed``, ``rows_removed``, ``wal_level_insufficient``,
+    ``idle_timeout``; ``conflicting`` on Postgres 16, which says no more). The message says the
+    ways back; a caller tells this case from other slot errors by the type, never the text.
+    """
+
+    def __init__(self, slot: str, reason: str | None) -> None:
+        super().__init__(slot, reason)
+        self.slot = slot
+        self.reason = reason
+
+    def _message(self) -> str:
+        because = _LOST_BECAUSE.get(
+            self.reason, f"Postgres invalidated it ({self.reason})"
+        )
+        return (
+            f"replication slot {self.slot!r} is lost: {because}. The changes since the "
+            "query's checkpoint cannot be read. Ways back: drop the slot if it still exists "
+            f"(SELECT pg_drop_replication_slot('{self.slot}')) and start the query with a new "
+            "checkpoint location, with snapshot=initial to read the captured tables as they "
+            "are now (rows with op 'read': the state is restored, the history of the gap is "
+            "not). Docs: operations, Lost slots"
+        )
 
 
 class SourceError(CdcError):

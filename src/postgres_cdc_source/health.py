@@ -25,6 +25,20 @@ class SlotHealth:
     """WAL between the server's flush position and the slot's confirmed position."""
     retained_wal_bytes: int
     """WAL the slot keeps on the server (flush position minus ``restart_lsn``)."""
+    wal_status: str | None = None
+    """``pg_replication_slots.wal_status``: ``reserved`` or ``extended`` (safe), ``unreserved``
+    (the next checkpoint removes WAL the slot needs unless it catches up), ``lost``."""
+    safe_wal_bytes: int | None = None
+    """``safe_wal_size``: WAL that may still be written before the slot is lost; ``None``
+    when ``max_slot_wal_keep_size`` is unlimited (-1)."""
+    reread_wal_bytes: int = 0
+    """WAL every read decodes again before its first change (confirmed position minus
+    ``restart_lsn``): large while a long-open transaction holds the restart point back."""
+
+    @property
+    def at_risk(self) -> bool:
+        """The slot is about to be lost (``unreserved``) or is lost."""
+        return self.wal_status in ("unreserved", "lost")
 
 
 @dataclass(frozen=True)
@@ -52,6 +66,11 @@ class SourceHealth:
             return None  # another source's offset
         slot = None
         if "slot_lag_bytes" in data:
+            safe = data.get("safe_wal_bytes")
+            status = data.get("wal_status")
             slot = SlotHealth(bool(data.get("slot_active")), int(data["slot_lag_bytes"]),
-                              int(data.get("retained_wal_bytes", 0)))
+                              int(data.get("retained_wal_bytes", 0)),
+                              str(status) if status is not None else None,
+                              int(safe) if safe is not None else None,
+                              int(data.get("reread_wal_bytes", 0)))
         return cls(slot, int(data["commit_failures"]), bool(data.get("degraded")))

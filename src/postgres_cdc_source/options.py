@@ -62,6 +62,15 @@ OPTION_DOCS: tuple[OptionDoc, ...] = (
         "in sync with the tables (see Publications); an existing one is used as it is",
     ),
     OptionDoc("create_slot", "true", "create the slot (and publication) if missing"),
+    OptionDoc(
+        "failover",
+        "false",
+        "`true` creates the slot as a failover slot (Postgres 17+), which standbys synchronize "
+        "so the stream continues on a promoted standby; refused at start on older servers. "
+        "Off by default because it needs Postgres 17+ and standby configuration (see Failover "
+        "slots), and because a primary with `synchronized_standby_slots` holds back decoding "
+        "until those standbys confirm",
+    ),
     OptionDoc("include_tables", "(all)", "regular expression, full match on `schema.table`"),
     OptionDoc("exclude_tables", "(none)", "regular expression, full match on `schema.table`"),
     OptionDoc(
@@ -183,8 +192,9 @@ def _is_column_route(option: str, value: str | None) -> bool:
 
 
 CDC_ONLY = frozenset({
-    "slot", "plugin", "publication", "create_slot", "include_tables", "exclude_tables",
-    "max_bytes_per_trigger", "min_partitions", "min_bytes_per_partition", "fail_on_data_loss",
+    "slot", "plugin", "publication", "create_slot", "failover", "include_tables",
+    "exclude_tables", "max_bytes_per_trigger", "min_partitions", "min_bytes_per_partition",
+    "fail_on_data_loss",
     "spill_rows", "snapshot", "snapshot_chunk_rows", "snapshot_max_rows_per_trigger",
 })
 """Options that mean something only to ``mode=cdc``; refused with ``mode=polling``."""
@@ -268,6 +278,7 @@ class CdcOptions:
     snapshot_max_rows_per_trigger: int
     min_partitions: int = 1
     min_bytes_per_partition: int = 16 * 1024 * 1024
+    failover: bool = False
     mode: str = "cdc"
     polling: PollingOptions | None = None  # set exactly when mode is polling
     connect_retry_seconds: float = 30.0
@@ -389,6 +400,7 @@ class CdcOptions:
             plugin=plugin,
             publication=publication,
             create_slot=_parsed("create_slot", str(get("create_slot")), parse_bool),
+            failover=_parsed("failover", str(get("failover")), parse_bool),
             include_tables=_regex("include_tables", get("include_tables")),
             exclude_tables=_regex("exclude_tables", get("exclude_tables")),
             max_bytes_per_trigger=_parsed("max_bytes_per_trigger", max_bytes, parse_positive_size)

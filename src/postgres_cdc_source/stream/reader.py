@@ -27,6 +27,7 @@ from __future__ import annotations
 
 import gc
 import logging
+import time
 from collections.abc import Callable, Generator, Iterator, Sequence
 from contextlib import contextmanager
 from dataclasses import dataclass
@@ -60,6 +61,9 @@ __all__ = ["PgCdcStreamReader", "CdcPartition"]
 
 log = logging.getLogger(__name__)
 
+HELD_BACK_WARN_EVERY = 60.0
+"""Seconds between two warnings naming the transaction that holds the slot's restart point
+back (:func:`postgres_cdc_source.stream.slot.restart_holder`)."""
 DEGRADED_AFTER = 3
 """Consecutive commits that could not advance the slot before the source reports itself
 degraded (a log line per commit and the ``pg_cdc_degraded`` metric); one success clears it."""
@@ -100,6 +104,7 @@ class PgCdcStreamReader(DataSourceStreamReader, SupportsTriggerAvailableNow):
         self._planned: dict[tuple[str, str], list[snapshot.Chunk]] = {}
         self._initial: dict[str, Any] | None = None
         self._commit_failures = 0
+        self._held_back_warned = -HELD_BACK_WARN_EVERY
 
     def __getstate__(self) -> dict[str, Any]:
         state = self.__dict__.copy()
@@ -111,8 +116,8 @@ class PgCdcStreamReader(DataSourceStreamReader, SupportsTriggerAvailableNow):
 
     def _driver(self, work: Callable[[psycopg.Connection[Any]], T]) -> T:
         """Run ``work`` on the driver's connection, reconnecting once if the server went away."""
-        if not self._checked:
-            slot.ensure_slot(self.options)
+        if not self._checked:  # going on from a checkpoint: initialOffset was not called
+            slot.ensure_slot(self.options, resuming=True)
             self._checked = True
         return self._db.run(work)
 
@@ -212,6 +217,7 @@ class PgCdcStreamReader(DataSourceStreamReader, SupportsTriggerAvailableNow):
         # `commits/`; `commit` for it may never come (nothing new, the end of an availableNow
         # run, a lost callback), so release its WAL here, idle or not.
         slot.bring_to(conn, self.options, start)
+        self._warn_if_held_back(conn)
         if self.options.plugin == "pgoutput":
             publication.sync(conn, self.options)  # new tables join before their changes count
         flush = slot.flush_lsn(conn)
@@ -227,6 +233,18 @@ class PgCdcStreamReader(DataSourceStreamReader, SupportsTriggerAvailableNow):
         pubs = slot.publications(conn, self.options)
         first_end = slot.first_commit_end(conn, self.options, flush, pubs)
         return max(start + max_bytes, min(first_end or 0, flush))
+
+    def _warn_if_held_back(self, conn: psycopg.Connection[Any]) -> None:
+        """Name the transaction that makes every read re-decode WAL, at most once a minute."""
+        now = time.monotonic()
+        if now - self._held_back_warned < HELD_BACK_WARN_EVERY:
+            return
+        state = slot.slot_state(conn, self.options.slot)
+        holder = None if state is None else slot.restart_holder(conn, state)
+        if state is not None and holder is not None:
+            reread = state.confirmed_flush - state.restart_lsn
+            log.warning("%s", slot.describe_holder(self.options.slot, reread, holder))
+            self._held_back_warned = now
 
     def _plan_snapshot(
         self, conn: psycopg.Connection[Any], start: dict[str, Any]

@@ -23,7 +23,7 @@ from psycopg import sql
 
 from postgres_cdc_source.connections import connect, connect_with_retry
 from postgres_cdc_source.decoding.factory import plugin_options
-from postgres_cdc_source.errors import SlotError
+from postgres_cdc_source.errors import ConfigError, SlotError, SlotLostError
 from postgres_cdc_source.health import SlotHealth
 from postgres_cdc_source.lsn import format_lsn, parse_lsn
 from postgres_cdc_source.options import CdcOptions
@@ -31,6 +31,12 @@ from postgres_cdc_source.stream import publication
 
 __all__ = [
     "SlotState",
+    "FAILOVER_VERSION",
+    "check_not_lost",
+    "REREAD_WARN_BYTES",
+    "RestartHolder",
+    "restart_holder",
+    "describe_holder",
     "ExportedSnapshot",
     "export_snapshot",
     "ensure_slot",
@@ -51,6 +57,11 @@ Row = tuple[int, int, "bytes | str"]
 Conn = psycopg.Connection[Any]
 
 
+FAILOVER_VERSION = 170000
+"""Failover slots (``pg_create_logical_replication_slot(..., failover)``, ``invalidation_reason``
+in ``pg_replication_slots``) exist from Postgres 17."""
+
+
 @dataclass(frozen=True)
 class SlotState:
     """What ``pg_replication_slots`` says about our slot."""
@@ -60,32 +71,76 @@ class SlotState:
     active_pid: int | None
     restart_lsn: int
     confirmed_flush: int
+    wal_status: str | None = None
+    """``reserved``/``extended`` (safe), ``unreserved`` (its WAL goes at the next checkpoint
+    unless it catches up), ``lost``."""
+    invalidation_reason: str | None = None
+    """Why Postgres invalidated the slot (17+; ``conflicting`` on 16), ``None`` while valid."""
+    failover: bool = False
+    """Created as a failover slot (17+)."""
+
+    @property
+    def lost(self) -> bool:
+        return self.wal_status == "lost" or self.invalidation_reason is not None
+
+    @property
+    def lost_reason(self) -> str:
+        """Postgres's reason, or ``wal_removed`` for a slot ``lost`` without one (15, 16)."""
+        return self.invalidation_reason or "wal_removed"
+
+
+def _reason_column(conn: Conn) -> sql.Composable:
+    """The slot's invalidation reason as this server version can tell it."""
+    version = conn.info.server_version
+    if version >= FAILOVER_VERSION:
+        return sql.SQL("invalidation_reason")
+    if version >= 160000:
+        return sql.SQL("CASE WHEN conflicting THEN 'conflicting' END")
+    return sql.SQL("NULL::text")
 
 
 def slot_state(conn: Conn, slot: str) -> SlotState | None:
+    failover = sql.SQL(
+        "failover" if conn.info.server_version >= FAILOVER_VERSION else "false"
+    )
     row = conn.execute(
-        "SELECT plugin, slot_type, database, active_pid,"
-        " (restart_lsn - '0/0')::int8, (confirmed_flush_lsn - '0/0')::int8"
-        " FROM pg_replication_slots WHERE slot_name = %s",
+        sql.SQL(
+            "SELECT plugin, slot_type, database, active_pid,"
+            " (restart_lsn - '0/0')::int8, (confirmed_flush_lsn - '0/0')::int8,"
+            " wal_status, {}, {}"
+            " FROM pg_replication_slots WHERE slot_name = %s"
+        ).format(_reason_column(conn), failover),
         (slot,),
     ).fetchone()
     if row is None:
         return None
-    plugin, slot_type, database, active_pid, restart, confirmed = row
+    plugin, slot_type, database, active_pid, restart, confirmed, wal, reason, fails_over = row
     if slot_type != "logical":
         raise SlotError(
             f"replication slot {slot!r} is a {slot_type} slot; pg_cdc needs a "
             "logical one: choose another slot name"
         )
-    return SlotState(plugin, database, active_pid, int(restart or 0), int(confirmed or 0))
+    return SlotState(plugin, database, active_pid, int(restart or 0), int(confirmed or 0),
+                     wal, reason, bool(fails_over))
 
 
-def ensure_slot(options: CdcOptions) -> SlotState:
+def check_not_lost(slot: str, state: SlotState | None) -> SlotState:
+    """``state``, unless the slot is missing or invalidated: then :class:`SlotLostError`."""
+    if state is None:
+        raise SlotLostError(slot, None)
+    if state.lost:
+        raise SlotLostError(slot, state.lost_reason)
+    return state
+
+
+def ensure_slot(options: CdcOptions, resuming: bool = False) -> SlotState:
     """Check the server and the slot (creating slot and publication if allowed); return its state.
 
     Every precondition that would otherwise surface as an obscure error inside a Spark task is
     checked here, on the driver, with a message that says what to do. A server restarting
-    while the query starts is waited for, as during planning.
+    while the query starts is waited for, as during planning. ``resuming``: the query goes on
+    from a checkpoint, so a missing slot is lost (:class:`SlotLostError`), never created anew
+    at today's position; an invalidated slot is lost either way.
     """
     with connect_with_retry(options) as conn:
         wal_level = conn.execute("SHOW wal_level").fetchone()
@@ -94,7 +149,10 @@ def ensure_slot(options: CdcOptions) -> SlotState:
                 f"wal_level is {wal_level[0] if wal_level else '?'!r}, logical decoding needs "
                 "'logical': set wal_level = logical in postgresql.conf and restart Postgres"
             )
+        _check_failover_supported(conn, options)
         state = slot_state(conn, options.slot)
+        if state is None and resuming:
+            raise SlotLostError(options.slot, None)
         if state is None:
             if not options.create_slot:
                 raise SlotError(
@@ -115,9 +173,32 @@ def ensure_slot(options: CdcOptions) -> SlotState:
                 f"replication slot {options.slot!r} belongs to database "
                 f"{state.database!r}, but dsn connects to {database!r}"
             )
+        check_not_lost(options.slot, state)
+        if options.failover and not state.failover:
+            raise SlotError(
+                f"replication slot {options.slot!r} exists without failover, but failover=true: "
+                "while no query uses it, run ALTER_REPLICATION_SLOT "
+                f"{options.slot} (FAILOVER true) over a replication connection (psql "
+                "\"dbname=... replication=database\"), or drop it and start the query with a "
+                "new checkpoint (snapshot=initial for a full resync)"
+            )
         if options.plugin == "pgoutput":
             publication.ensure(conn, options)
         return state
+
+
+def _check_failover_supported(conn: Conn, options: CdcOptions) -> None:
+    version = conn.info.server_version
+    if options.failover and version < FAILOVER_VERSION:
+        raise ConfigError(
+            "failover",
+            f"failover slots need Postgres 17 or later; this server is {_version(version)}: "
+            "set failover=false (a slot lives only on the primary: see Failover slots)",
+        )
+
+
+def _version(number: int) -> str:
+    return f"{number // 10000}.{number % 10000}"
 
 
 @dataclass
@@ -162,15 +243,20 @@ def export_snapshot(options: CdcOptions) -> ExportedSnapshot | None:
             return None
         if slot_state(conn, options.slot) is not None:
             return None
+        _check_failover_supported(conn, options)
         if options.plugin == "pgoutput":
             publication.ensure(conn, options)
         modern = conn.info.server_version >= 150000
     repl = connect(options, replication=True)
     command = sql.SQL(
-        "CREATE_REPLICATION_SLOT {} LOGICAL {} (SNAPSHOT 'export')"
+        "CREATE_REPLICATION_SLOT {} LOGICAL {} (SNAPSHOT 'export'{})"
         if modern
-        else "CREATE_REPLICATION_SLOT {} LOGICAL {} EXPORT_SNAPSHOT"
-    ).format(sql.Identifier(options.slot), sql.Identifier(options.plugin))
+        else "CREATE_REPLICATION_SLOT {} LOGICAL {} EXPORT_SNAPSHOT{}"
+    ).format(
+        sql.Identifier(options.slot),
+        sql.Identifier(options.plugin),
+        sql.SQL(", FAILOVER true" if options.failover else ""),
+    )
     result = repl.pgconn.exec_(command.as_bytes(repl))
     if result.status != psycopg.pq.ExecStatus.TUPLES_OK:
         error = pgerrors.error_from_result(result, encoding=repl.info.encoding)
@@ -190,10 +276,18 @@ def export_snapshot(options: CdcOptions) -> ExportedSnapshot | None:
 
 def _create_slot(conn: Conn, options: CdcOptions) -> None:
     try:
-        conn.execute(
-            "SELECT pg_create_logical_replication_slot(%s, %s)", (options.slot, options.plugin)
-        )
-        log.info("created replication slot %s (plugin %s)", options.slot, options.plugin)
+        if options.failover:  # 17+, checked by the caller
+            conn.execute(
+                "SELECT pg_create_logical_replication_slot(%s, %s, false, false, true)",
+                (options.slot, options.plugin),
+            )
+        else:
+            conn.execute(
+                "SELECT pg_create_logical_replication_slot(%s, %s)",
+                (options.slot, options.plugin),
+            )
+        log.info("created replication slot %s (plugin %s, failover %s)", options.slot,
+                 options.plugin, options.failover)
     except pgerrors.DuplicateObject:
         pass  # another query created it at the same moment: same outcome
     except pgerrors.InsufficientPrivilege as exc:
@@ -221,21 +315,78 @@ def flush_lsn(conn: Conn) -> int:
 
 
 def health(conn: Conn, slot: str) -> SlotHealth | None:
-    """Slot lag (flush position minus confirmed), retained WAL (minus restart_lsn), active.
+    """Slot lag (flush position minus confirmed), retained WAL (minus restart_lsn), active,
+    ``wal_status`` and ``safe_wal_size`` (how close the slot is to being lost).
 
     ``None`` if the slot is gone. For monitoring: :meth:`PgCdcStreamReader.reportLatestOffset`
     carries it to Spark's progress events.
     """
     row = conn.execute(
         "SELECT active, (pg_current_wal_flush_lsn() - confirmed_flush_lsn)::int8,"
-        " (pg_current_wal_flush_lsn() - restart_lsn)::int8"
+        " (pg_current_wal_flush_lsn() - restart_lsn)::int8, wal_status, safe_wal_size,"
+        " (confirmed_flush_lsn - restart_lsn)::int8"
         " FROM pg_replication_slots WHERE slot_name = %s",
         (slot,),
     ).fetchone()
     if row is None:
         return None
-    active, lag, retained = row
-    return SlotHealth(bool(active), int(lag or 0), int(retained or 0))
+    active, lag, retained, wal_status, safe, reread = row
+    return SlotHealth(bool(active), int(lag or 0), int(retained or 0), wal_status,
+                      None if safe is None else int(safe), max(0, int(reread or 0)))
+
+
+REREAD_WARN_BYTES = 64 * 1024 * 1024
+"""Above this much WAL between the slot's restart and confirmed positions (re-decoded by every
+read), planning looks for the transaction holding the restart point back and warns."""
+
+
+@dataclass(frozen=True)
+class RestartHolder:
+    """The oldest open transaction with a transaction id: what keeps ``restart_lsn`` back."""
+
+    pid: int | None
+    """Its backend's PID; ``None`` for a prepared transaction (``gid`` names it)."""
+    gid: str | None
+    age_seconds: float
+    user: str | None
+    application: str | None
+    state: str | None
+
+
+def restart_holder(conn: Conn, state: SlotState) -> RestartHolder | None:
+    """The transaction holding the slot's restart point back, when the slot re-reads more than
+    :data:`REREAD_WARN_BYTES` per read; ``None`` otherwise or when none is visible (a role
+    without ``pg_read_all_stats`` does not see other roles' transactions)."""
+    if state.confirmed_flush - state.restart_lsn < REREAD_WARN_BYTES:
+        return None
+    row = conn.execute(
+        "SELECT pid, NULL::text, extract(epoch FROM now() - xact_start)::float8, usename,"
+        " application_name, state, age(backend_xid) FROM pg_stat_activity"
+        " WHERE backend_xid IS NOT NULL AND pid <> pg_backend_pid()"
+        " UNION ALL"
+        " SELECT NULL, gid, extract(epoch FROM now() - prepared)::float8, owner, NULL,"
+        " 'prepared', age(transaction) FROM pg_prepared_xacts"
+        " ORDER BY 7 DESC LIMIT 1"
+    ).fetchone()
+    if row is None:
+        return None
+    pid, gid, age, user, application, session_state, _ = row
+    return RestartHolder(pid, gid, float(age or 0.0), user, application, session_state)
+
+
+def describe_holder(slot: str, reread: int, holder: RestartHolder) -> str:
+    who = (f"prepared transaction {holder.gid!r}" if holder.gid is not None
+           else f"PID {holder.pid} (user {holder.user!r}, application {holder.application!r}, "
+                f"{holder.state})")
+    end = ("COMMIT PREPARED or ROLLBACK PREPARED it" if holder.gid is not None
+           else f"end it (SELECT pg_terminate_backend({holder.pid})), or set "
+                "idle_in_transaction_session_timeout (or transaction_timeout, 17+)")
+    return (
+        f"pg_cdc: replication slot {slot} re-decodes {reread} bytes of WAL before its first "
+        f"change on every read: its restart point is held back by the oldest open transaction, "
+        f"{who}, open for {holder.age_seconds:.0f} s; {end} (docs: operations, Long-open "
+        "transactions)"
+    )
 
 
 def advance(conn: Conn, slot: str, lsn: int) -> None:
@@ -261,11 +412,14 @@ def bring_to(conn: Conn, options: CdcOptions, start: int) -> None:
     an ``availableNow`` run; so the slot may lag behind ``start`` here, and moving it up is safe.
     A slot found *beyond* ``start`` has had changes consumed by someone else.
     """
-    state = slot_state(conn, options.slot)
-    if state is None:
-        raise SlotError(
-            f"replication slot {options.slot!r} disappeared: the stream cannot "
-            "continue from its checkpoint (recreate the slot and start a new checkpoint)"
+    state = check_not_lost(options.slot, slot_state(conn, options.slot))
+    if state.wal_status == "unreserved":
+        log.warning(
+            "pg_cdc: replication slot %s is about to be lost (wal_status unreserved): it is "
+            "further behind than max_slot_wal_keep_size allows, and the next checkpoint "
+            "removes WAL it needs unless the query catches up first (docs: operations, Lost "
+            "slots)",
+            options.slot,
         )
     if state.active_pid is not None and state.active_pid != conn.info.backend_pid:
         raise SlotError(
@@ -307,10 +461,7 @@ def temporary_copy(conn: Conn, options: CdcOptions, batch_start: int, start: int
             "SELECT pg_copy_logical_replication_slot(%s, %s, true)", (options.slot, name)
         )
     except pgerrors.UndefinedObject:
-        raise SlotError(
-            f"replication slot {options.slot!r} disappeared: the stream cannot "
-            "continue from its checkpoint (recreate the slot and start a new checkpoint)"
-        ) from None
+        raise SlotLostError(options.slot, None) from None
     except pgerrors.ConfigurationLimitExceeded as exc:
         raise SlotError(
             f"cannot copy replication slot {options.slot!r} for a parallel read "
