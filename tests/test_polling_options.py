@@ -19,6 +19,7 @@ POLLING = {"dsn": "dbname=x", "mode": "polling", "table": "t", "tracking_column"
 CDC = {"dsn": "dbname=x", "slot": "s"}
 SAMPLE = {
     "slot": "s", "plugin": "pgoutput", "publication": "p", "create_slot": "true",
+    "failover": "true",
     "include_tables": "a", "exclude_tables": "b", "max_bytes_per_trigger": "1MB",
     "fail_on_data_loss": "true", "spill_rows": "5", "table": "t", "tracking_column": "ts",
     "max_rows_per_trigger": "5", "delete_after_read": "false", "processed_column": "done",
