@@ -1,0 +1,101 @@
+"""``format("iggy")`` against the local broker: batch reads with their columns and offset
+bounds, streaming with admission control and new topics, and bad input refused by name."""
+
+from __future__ import annotations
+
+from pathlib import Path
+from typing import Any
+
+import pytest
+from iggy_source_support import message_id, payload, seed
+
+
+def reader(spark: Any, broker: Any, stream: str, **options: str) -> Any:
+    read = spark.read.format("iggy").option("url", broker.url).option("stream", stream)
+    for key, value in options.items():
+        read = read.option(key, value)
+    return read.load()
+
+
+def test_batch_read_gives_every_message_with_its_columns(spark: Any, broker: Any,
+                                                         name: str) -> None:
+    seed(broker.address, name, ["a", "b"], partitions=2, per_partition=30)
+    rows = reader(spark, broker, name, topics="a,b", max_messages_per_partition="7",
+                  poll_messages="4").collect()
+    assert len(rows) == 120
+    assert sorted((r.topic, r.partition, r.offset) for r in rows) == [
+        (t, p, o) for t in "ab" for p in range(2) for o in range(30)]
+    for r in rows:
+        assert r.stream == name
+        assert r.payload == payload(r.topic, r.partition, r.offset)
+        assert r.id == str(message_id(r.partition, r.offset))
+        assert r.headers == {"n": str(r.offset).encode(), "k": b"v"}
+        assert r.timestamp is not None
+
+
+def test_batch_read_between_offsets(spark: Any, broker: Any, name: str) -> None:
+    seed(broker.address, name, ["a"], partitions=2, per_partition=10)
+    rows = reader(spark, broker, name, topics="a",
+                  starting_offsets='{"a": {"0": 4, "1": -1}}',
+                  ending_offsets='{"a": {"0": 6}}').collect()
+    assert sorted((r.partition, r.offset) for r in rows) == [(0, 4), (0, 5)]
+    latest = reader(spark, broker, name, topics="a", starting_offsets="latest")
+    assert latest.count() == 0
+
+
+@pytest.mark.parametrize(("options", "message"), [
+    ({"topics": "a", "stream": "missing"}, "option 'stream': stream 'missing' does not exist"),
+    ({"topics": "a,nope"}, "option 'topics': topic 'nope' does not exist"),
+    ({"topics": "a", "starting_offsets": '{"a": {"0": 99}}'},
+     "option 'starting_offsets': offset 99 of topic 'a' partition 0 is past its end"),
+    ({"topics": "a", "starting_offsets": '{"a": {"5": 0}}'},
+     "option 'starting_offsets': topic 'a' partition 5 is not subscribed"),
+    ({"topics": "a", "ending_offsets": '{"a": {"0": 1}}', "starting_offsets": "latest"},
+     "option 'ending_offsets': offset 1 of topic 'a' partition 0 is before"),
+    ({"topics": "a", "starting_offsets": "{not json"},
+     "option 'starting_offsets': bad value: expected earliest"),
+])
+def test_bad_input_is_refused_naming_the_option(
+    spark: Any, broker: Any, name: str, options: dict[str, str], message: str
+) -> None:
+    seed(broker.address, name, ["a"], partitions=1, per_partition=3)
+    with pytest.raises(Exception, match=message):
+        reader(spark, broker, options.pop("stream", name), **options).collect()
+
+
+def _stream(spark: Any, broker: Any, stream: str, checkpoint: str, out: str,
+            **options: str) -> list[Any]:
+    """One ``availableNow`` run into a parquet table; its progress reports."""
+    read = spark.readStream.format("iggy").option("url", broker.url).option("stream", stream)
+    for key, value in options.items():
+        read = read.option(key, value)
+    query = (read.load().writeStream.format("parquet").option("checkpointLocation", checkpoint)
+             .trigger(availableNow=True).start(out))
+    query.awaitTermination(60)  # raises what failed the query
+    return list(query.recentProgress)
+
+
+def test_streaming_admission_and_new_topics(spark: Any, broker: Any, name: str,
+                                            tmp_path: Path) -> None:
+    seed(broker.address, name, ["t1"], partitions=2, per_partition=25)
+    checkpoint, out = str(tmp_path / "cp"), str(tmp_path / "out")
+    options = {"topic_pattern": "t[0-9]", "max_messages_per_trigger": "20"}
+    progress = _stream(spark, broker, name, checkpoint, out, **options)
+    sizes = [p["numInputRows"] for p in progress if p["numInputRows"]]
+    assert sizes == [20, 20, 10]  # admission control under Trigger.AvailableNow
+
+    seed(broker.address, name, ["t2"], partitions=1, per_partition=5)  # matches the pattern
+    seed(broker.address, name, ["t1"], partitions=2, per_partition=3, create=False, first=25)
+    _stream(spark, broker, name, checkpoint, out, **options)
+    rows = spark.read.parquet(out).select("topic", "partition", "offset", "payload").collect()
+    keys = sorted((r.topic, r.partition, r.offset) for r in rows)
+    assert keys == sorted([("t1", p, o) for p in range(2) for o in range(28)]
+                          + [("t2", 0, o) for o in range(5)])
+    assert all(r.payload == payload(r.topic, r.partition, r.offset) for r in rows)
+
+
+def test_ending_offsets_is_refused_for_streams(spark: Any, broker: Any, name: str,
+                                               tmp_path: Path) -> None:
+    with pytest.raises(Exception, match="option 'ending_offsets': only applies to batch"):
+        _stream(spark, broker, name, str(tmp_path / "cp"), str(tmp_path / "out"), topics="a",
+                ending_offsets="latest")
