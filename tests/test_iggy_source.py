@@ -3,6 +3,8 @@ bounds, streaming with admission control and new topics, and bad input refused b
 
 from __future__ import annotations
 
+import time
+from datetime import UTC, datetime
 from pathlib import Path
 from typing import Any
 
@@ -41,6 +43,17 @@ def test_batch_read_between_offsets(spark: Any, broker: Any, name: str) -> None:
     assert sorted((r.partition, r.offset) for r in rows) == [(0, 4), (0, 5)]
     latest = reader(spark, broker, name, topics="a", starting_offsets="latest")
     assert latest.count() == 0
+
+
+def test_batch_read_from_a_timestamp(spark: Any, broker: Any, name: str) -> None:
+    seed(broker.address, name, ["a"], partitions=2, per_partition=5)
+    time.sleep(0.01)
+    since = datetime.now(UTC).isoformat()
+    time.sleep(0.01)
+    seed(broker.address, name, ["a"], partitions=1, per_partition=3, create=False, first=5)
+    rows = reader(spark, broker, name, topics="a", starting_timestamp=since).collect()
+    # partition 1 got nothing after `since`: it starts at its end
+    assert sorted((r.partition, r.offset) for r in rows) == [(0, 5), (0, 6), (0, 7)]
 
 
 @pytest.mark.parametrize(("options", "message"), [

@@ -24,7 +24,7 @@ from iggy_spark.source.offsets import (
     split,
     to_json,
 )
-from iggy_spark.source.options import SourceOptions
+from iggy_spark.source.options import SourceOptions, parse_timestamp
 
 SECRET = "pa55-w0rd"
 URL = f"iggy://iggy:{SECRET}@localhost:8090"
@@ -166,6 +166,9 @@ def test_defaults() -> None:
     ({"starting_offsets": '{"t": {"0": "x"}}'}, "starting_offsets", "not an integer"),
     ({"ending_offsets": "soon"}, "ending_offsets", "expected earliest, latest"),
     ({"max_messages_per_trigger": "0"}, "max_messages_per_trigger", "bad value"),
+    ({"starting_timestamp": "yesterday"}, "starting_timestamp", "expected an ISO-8601 time"),
+    ({"starting_timestamp": "1", "starting_offsets": "latest"}, "starting_timestamp",
+     "not both"),
     ({"fail_on_data_loss": "maybe"}, "fail_on_data_loss", "bad value"),
     ({"max_mesages_per_trigger": "5"}, "max_mesages_per_trigger",
      "did you mean 'max_messages_per_trigger'"),
@@ -177,6 +180,14 @@ def test_bad_options_are_refused_naming_the_option(
         options(**given_options)
     assert raised.value.option == option
     assert SECRET not in str(raised.value)
+
+
+def test_starting_timestamps_are_microseconds_since_the_epoch() -> None:
+    assert parse_timestamp("1764064800000") == 1_764_064_800_000_000
+    assert parse_timestamp("2025-11-25T10:00:00Z") == 1_764_064_800_000_000
+    assert parse_timestamp("2025-11-25T10:00:00") == 1_764_064_800_000_000  # UTC when unnamed
+    assert parse_timestamp("2025-11-25T11:00:00.5+01:00") == 1_764_064_800_500_000
+    assert options(starting_timestamp="1").starting_timestamp == 1000
 
 
 def test_topic_pattern_is_a_full_match() -> None:

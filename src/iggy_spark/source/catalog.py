@@ -19,7 +19,7 @@ from iggy_spark.source.options import SourceOptions
 if TYPE_CHECKING:
     import apache_iggy
 
-__all__ = ["CALL_SECONDS", "call", "consumer", "earliest", "latest"]
+__all__ = ["CALL_SECONDS", "at_timestamp", "call", "consumer", "earliest", "latest"]
 
 T = TypeVar("T")
 
@@ -69,18 +69,34 @@ def latest(options: SourceOptions) -> dict[Position, int]:
 
 
 def earliest(options: SourceOptions, positions: Iterable[Position]) -> dict[Position, int]:
-    """The oldest offset each partition still holds (its next offset when it is empty)."""
+    """The oldest offset each partition still holds (left out when it is empty)."""
+    import apache_iggy
+
+    return _first(options, positions, apache_iggy.PollingStrategy.First())
+
+
+def at_timestamp(
+    options: SourceOptions, positions: Iterable[Position], micros: int
+) -> dict[Position, int]:
+    """Each partition's first offset appended at or after ``micros`` (µs since the epoch); left
+    out when the partition has nothing that recent."""
+    import apache_iggy
+
+    return _first(options, positions, apache_iggy.PollingStrategy.Timestamp(micros))
+
+
+def _first(options: SourceOptions, positions: Iterable[Position], strategy: Any) -> dict[
+        Position, int]:
+    """The offset of the first message ``strategy`` polls in each partition, if any."""
     wanted = sorted(positions)
 
     async def work(client: apache_iggy.IggyClient) -> dict[Position, int]:
-        import apache_iggy
-
         found: dict[Position, int] = {}
         for position in wanted:
             messages = await client.poll_messages(
                 options.stream, position.topic, consumer=consumer(),
-                polling_strategy=apache_iggy.PollingStrategy.First(), count=1,
-                auto_commit=False, partition_id=position.partition)
+                polling_strategy=strategy, count=1, auto_commit=False,
+                partition_id=position.partition)
             if messages:
                 found[position] = int(messages[0].offset())
         return found

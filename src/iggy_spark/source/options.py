@@ -10,6 +10,7 @@ from __future__ import annotations
 import re
 from collections.abc import Mapping
 from dataclasses import dataclass
+from datetime import UTC, datetime, timedelta
 
 from connector_common.options import OptionDoc, OptionSet, parsed
 from connector_common.units import parse_bool, parse_int
@@ -17,7 +18,7 @@ from iggy_spark.errors import ConfigError
 from iggy_spark.iggy_url import IggyUrl
 from iggy_spark.source.offsets import OffsetSpec, parse_offset_spec
 
-__all__ = ["OPTION_DOCS", "SourceOptions"]
+__all__ = ["OPTION_DOCS", "SourceOptions", "parse_timestamp"]
 
 OPTION_DOCS = (
     OptionDoc("url", "(required)",
@@ -33,6 +34,11 @@ OPTION_DOCS = (
               "`earliest`, `latest`, or a JSON map `{\"topic\": {\"0\": 42}}` of the first "
               "offset to read per partition (`-2` earliest, `-1` latest; partitions left out "
               "start at `earliest`). Streaming: only used when the checkpoint is new"),
+    OptionDoc("starting_timestamp", "(none)",
+              "instead of `starting_offsets`: start each partition at its first message "
+              "appended at or after this time (ISO-8601, UTC unless it says otherwise, or "
+              "milliseconds since the epoch); partitions with nothing that recent start at "
+              "`latest`"),
     OptionDoc("ending_offsets", "latest",
               "batch reads only: `latest` or a JSON map like `starting_offsets` of the offset "
               "to stop before (exclusive; `-1` latest)"),
@@ -61,6 +67,8 @@ class SourceOptions:
     topics: tuple[str, ...] | None
     topic_pattern: str | None
     starting: OffsetSpec
+    starting_timestamp: int | None
+    """µs since the epoch, as Iggy stamps messages."""
     ending: OffsetSpec
     max_messages_per_trigger: int | None
     max_messages_per_partition: int
@@ -70,7 +78,10 @@ class SourceOptions:
     @classmethod
     def from_options(cls, options: Mapping[str, str]) -> SourceOptions:
         """Parse Spark's option map; raises :class:`ConfigError` naming the option to fix."""
-        given = {**_OPTIONS.defaults, **_OPTIONS.given(options)}
+        user = _OPTIONS.given(options)
+        given = {**_OPTIONS.defaults, **user}
+        if "starting_timestamp" in user and "starting_offsets" in user:
+            raise ConfigError("starting_timestamp", "give it or 'starting_offsets', not both")
 
         def required(name: str) -> str:
             value = given.get(name, "").strip()
@@ -84,6 +95,7 @@ class SourceOptions:
         url = parsed("url", required("url"), IggyUrl.parse, ConfigError)
         topics, pattern = _subscription(given.get("topics"), given.get("topic_pattern"))
         cap = given.get("max_messages_per_trigger")
+        since = given.get("starting_timestamp")
         return cls(
             url=url,
             stream=required("stream"),
@@ -91,6 +103,8 @@ class SourceOptions:
             topic_pattern=pattern,
             starting=parsed("starting_offsets", given["starting_offsets"], parse_offset_spec,
                             ConfigError),
+            starting_timestamp=None if since is None else parsed(
+                "starting_timestamp", since, parse_timestamp, ConfigError),
             ending=parsed("ending_offsets", given["ending_offsets"], parse_offset_spec,
                           ConfigError),
             max_messages_per_trigger=None if cap is None else positive("max_messages_per_trigger"),
@@ -106,6 +120,22 @@ class SourceOptions:
             return topic in self.topics
         pattern = self.topic_pattern
         return pattern is not None and re.fullmatch(pattern, topic) is not None
+
+
+def parse_timestamp(text: str) -> int:
+    """Milliseconds since the epoch, or an ISO-8601 time (UTC when it names no zone), as µs
+    since the epoch."""
+    text = text.strip()
+    if text.isascii() and text.isdigit():
+        return int(text) * 1000
+    try:
+        moment = datetime.fromisoformat(text)
+    except ValueError:
+        raise ValueError("expected an ISO-8601 time like 2026-11-25T10:00:00Z or "
+                         "milliseconds since the epoch") from None
+    if moment.tzinfo is None:
+        moment = moment.replace(tzinfo=UTC)
+    return (moment - datetime(1970, 1, 1, tzinfo=UTC)) // timedelta(microseconds=1)
 
 
 def _subscription(

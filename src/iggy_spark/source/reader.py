@@ -56,7 +56,11 @@ def _partitions(
 
 
 def _starting(options: SourceOptions, latest: Mapping[Position, int]) -> dict[Position, int]:
-    """``starting_offsets`` resolved against the partitions that exist now."""
+    """``starting_offsets`` (or ``starting_timestamp``) resolved against the partitions that
+    exist now."""
+    if options.starting_timestamp is not None:
+        found = catalog.at_timestamp(options, latest, options.starting_timestamp)
+        return {p: found.get(p, end) for p, end in latest.items()}
     spec = options.starting
     oldest = [p for p in latest
               if spec.explicit.get(p, EARLIEST if spec.default is None else spec.default)
