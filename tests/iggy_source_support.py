@@ -47,3 +47,18 @@ def seed(
                         messages[low:low + 1000])
 
     run(main())
+
+
+def reported_next(address: str, stream: str, topic: str, partition: int, name: str) -> int | None:
+    """The offset consumer ``name`` would read next (one past the offset stored for it), as the
+    server says by polling with the ``Next`` strategy; ``None`` when nothing is there."""
+
+    async def main() -> int | None:
+        client = await connect(address)
+        messages = await client.poll_messages(
+            stream, topic, consumer=apache_iggy.Consumer.Single(name),
+            polling_strategy=apache_iggy.PollingStrategy.Next(), count=1, auto_commit=False,
+            partition_id=partition)
+        return int(messages[0].offset()) if messages else None
+
+    return run(main())

@@ -9,7 +9,7 @@ from pathlib import Path
 from typing import Any
 
 import pytest
-from iggy_source_support import message_id, payload, seed
+from iggy_source_support import message_id, payload, reported_next, seed
 
 
 def reader(spark: Any, broker: Any, stream: str, **options: str) -> Any:
@@ -92,7 +92,8 @@ def test_streaming_admission_and_new_topics(spark: Any, broker: Any, name: str,
                                             tmp_path: Path) -> None:
     seed(broker.address, name, ["t1"], partitions=2, per_partition=25)
     checkpoint, out = str(tmp_path / "cp"), str(tmp_path / "out")
-    options = {"topic_pattern": "t[0-9]", "max_messages_per_trigger": "20"}
+    options = {"topic_pattern": "t[0-9]", "max_messages_per_trigger": "20",
+               "report_consumer": f"{name}-monitor"}
     progress = _stream(spark, broker, name, checkpoint, out, **options)
     sizes = [p["numInputRows"] for p in progress if p["numInputRows"]]
     assert sizes == [20, 20, 10]  # admission control under Trigger.AvailableNow
@@ -100,6 +101,9 @@ def test_streaming_admission_and_new_topics(spark: Any, broker: Any, name: str,
     seed(broker.address, name, ["t2"], partitions=1, per_partition=5)  # matches the pattern
     seed(broker.address, name, ["t1"], partitions=2, per_partition=3, create=False, first=25)
     _stream(spark, broker, name, checkpoint, out, **options)
+    # the first run's last batch (to 25) was committed, and reported, when the second started
+    monitor = f"{name}-monitor"
+    assert [reported_next(broker.address, name, "t1", p, monitor) for p in range(2)] == [25, 25]
     rows = spark.read.parquet(out).select("topic", "partition", "offset", "payload").collect()
     keys = sorted((r.topic, r.partition, r.offset) for r in rows)
     assert keys == sorted([("t1", p, o) for p in range(2) for o in range(28)]

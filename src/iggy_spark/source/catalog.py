@@ -7,7 +7,7 @@ it starts.
 
 from __future__ import annotations
 
-from collections.abc import Awaitable, Callable, Iterable
+from collections.abc import Awaitable, Callable, Iterable, Mapping
 from typing import TYPE_CHECKING, Any, TypeVar
 
 from iggy_spark.connection import IggyConnection
@@ -19,7 +19,9 @@ from iggy_spark.source.options import SourceOptions
 if TYPE_CHECKING:
     import apache_iggy
 
-__all__ = ["CALL_SECONDS", "at_timestamp", "call", "consumer", "earliest", "latest"]
+__all__ = [
+    "CALL_SECONDS", "at_timestamp", "call", "consumer", "earliest", "latest", "report",
+]
 
 T = TypeVar("T")
 
@@ -102,3 +104,25 @@ def _first(options: SourceOptions, positions: Iterable[Position], strategy: Any)
         return found
 
     return call(options, work) if wanted else {}
+
+
+def report(options: SourceOptions, name: str, offsets: Mapping[Position, int]) -> None:
+    """Store ``offsets`` (next offsets) as consumer ``name``'s position, for monitoring.
+
+    The Python SDK has no call to store a consumer offset, so this polls the last message read
+    (``next - 1``) with ``auto_commit``, which stores its offset as the server's own consumers
+    do; partitions not read yet are left alone.
+    """
+    import apache_iggy
+
+    reporter = apache_iggy.Consumer.Single(name)
+
+    async def work(client: apache_iggy.IggyClient) -> None:
+        for position, next_offset in sorted(offsets.items()):
+            if next_offset > 0:
+                await client.poll_messages(
+                    options.stream, position.topic, consumer=reporter,
+                    polling_strategy=apache_iggy.PollingStrategy.Offset(next_offset - 1),
+                    count=1, auto_commit=True, partition_id=position.partition)
+
+    call(options, work)

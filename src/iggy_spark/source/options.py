@@ -50,6 +50,9 @@ OPTION_DOCS = (
               "partitions (tasks)"),
     OptionDoc("poll_messages", "1000",
               "messages per poll request and per Arrow batch: bounds each task's memory"),
+    OptionDoc("report_consumer", "(none)",
+              "an Iggy consumer name under which each committed batch's offsets are stored "
+              "on the server, for monitoring tools' lag (Spark's checkpoint stays the truth)"),
     OptionDoc("fail_on_data_loss", "true",
               "`true` fails the query when planned offsets no longer exist (retention, a topic "
               "deleted); `false` skips what was lost and goes on"),
@@ -74,6 +77,7 @@ class SourceOptions:
     max_messages_per_partition: int
     poll_messages: int
     fail_on_data_loss: bool
+    report_consumer: str | None
 
     @classmethod
     def from_options(cls, options: Mapping[str, str]) -> SourceOptions:
@@ -112,6 +116,7 @@ class SourceOptions:
             poll_messages=positive("poll_messages"),
             fail_on_data_loss=parsed("fail_on_data_loss", given["fail_on_data_loss"], parse_bool,
                                      ConfigError),
+            report_consumer=given.get("report_consumer", "").strip() or None,
         )
 
     def wants(self, topic: str) -> bool:

@@ -9,6 +9,7 @@ reads the same messages: with Spark's exactly-once sinks, every message lands on
 
 from __future__ import annotations
 
+import logging
 from collections.abc import Iterator, Mapping, Sequence
 from typing import Any
 
@@ -39,6 +40,8 @@ from iggy_spark.source.options import SourceOptions
 from iggy_spark.source.polling import read_range
 
 __all__ = ["IggyBatchReader", "IggyStreamReader"]
+
+_log = logging.getLogger(__name__)
 
 
 def _read(options: SourceOptions, partition: InputPartition) -> Iterator[pa.RecordBatch]:
@@ -102,8 +105,8 @@ class IggyStreamReader(DataSourceStreamReader, SupportsTriggerAvailableNow):
     ``latestOffset`` lists the subscription afresh every time (a ``topic_pattern`` picks up new
     topics, new partitions start at their earliest offset) and admits at most
     ``max_messages_per_trigger`` messages; under ``Trigger.AvailableNow`` it never goes past the
-    offsets seen when the trigger started. ``commit`` has nothing to do: Spark's checkpoint is
-    the only record of progress.
+    offsets seen when the trigger started. Spark's checkpoint is the only record of progress;
+    ``commit`` at most reports it (``report_consumer``).
     """
 
     def __init__(self, options: SourceOptions) -> None:
@@ -169,4 +172,15 @@ class IggyStreamReader(DataSourceStreamReader, SupportsTriggerAvailableNow):
         return _read(self.options, partition)
 
     def commit(self, end: dict[str, Any]) -> None:
-        """Nothing to release: offsets live in Spark's checkpoint, not on the server."""
+        """Offsets live in Spark's checkpoint; only ``report_consumer`` tells the server.
+
+        Reporting is monitoring: a failure is logged, never fails the query (Spark does not
+        retry ``commit`` anyway, and the next one reports further).
+        """
+        name = self.options.report_consumer
+        if name is None:
+            return
+        try:
+            catalog.report(self.options, name, from_json(end))
+        except Exception as exc:  # noqa: BLE001 - monitoring must not stop the query
+            _log.warning("iggy: reporting offsets as consumer %r failed: %s", name, exc)
