@@ -11,6 +11,8 @@ from typing import Any
 import pytest
 from iggy_source_support import message_id, payload, reported_next, seed
 
+import iggy_spark.source
+
 
 def reader(spark: Any, broker: Any, stream: str, **options: str) -> Any:
     read = spark.read.format("iggy").option("url", broker.url).option("stream", stream)
@@ -114,6 +116,15 @@ def _stream(spark: Any, broker: Any, stream: str, checkpoint: str, out: str,
              .trigger(availableNow=True).start(out))
     query.awaitTermination(60)  # raises what failed the query
     return list(query.recentProgress)
+
+
+def test_lag_reads_a_query_progress(spark: Any, broker: Any, name: str, tmp_path: Path) -> None:
+    seed(broker.address, name, ["a"], partitions=2, per_partition=10)
+    progress = _stream(spark, broker, name, str(tmp_path / "cp"), str(tmp_path / "out"),
+                       topics="a", max_messages_per_trigger="6")
+    first = next(p for p in progress if p["numInputRows"])
+    assert iggy_spark.source.lag(first["sources"][0]) == {"a": {"0": 7, "1": 7}}
+    assert iggy_spark.source.lag(progress[-1]["sources"][0]) == {"a": {"0": 0, "1": 0}}
 
 
 def test_streaming_admission_and_new_topics(spark: Any, broker: Any, name: str,

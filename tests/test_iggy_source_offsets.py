@@ -18,6 +18,7 @@ from iggy_spark.source.offsets import (
     OffsetSpec,
     Position,
     admit,
+    behind,
     from_json,
     parse_offset_spec,
     resolve,
@@ -128,6 +129,12 @@ def test_admission_is_fair(
     short = [got[p] for p in latest if got[p] < latest[p] - start.get(p, 0)]
     if short:
         assert max(got.values()) <= min(short) + 1
+
+
+def test_lag_counts_unread_messages_and_new_partitions_from_zero() -> None:
+    end = {Position("t", 0): 5, Position("t", 1): 9}
+    latest = {Position("t", 0): 8, Position("t", 1): 9, Position("u", 0): 4}
+    assert behind(end, latest) == {Position("t", 0): 3, Position("t", 1): 0, Position("u", 0): 4}
 
 
 # -- range splitting ------------------------------------------------------------------------------

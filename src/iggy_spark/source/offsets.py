@@ -20,6 +20,7 @@ __all__ = [
     "Position",
     "Range",
     "admit",
+    "behind",
     "from_json",
     "parse_offset_spec",
     "resolve",
@@ -176,3 +177,9 @@ def split(
         )
     return ranges
 
+
+
+def behind(end: Mapping[Position, int], latest: Mapping[Position, int]) -> dict[Position, int]:
+    """Messages each partition has that a query at ``end`` has not read (its lag); a partition
+    it has not seen yet counts from 0."""
+    return {p: max(0, stop - end.get(p, 0)) for p, stop in latest.items()}
