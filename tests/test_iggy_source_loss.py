@@ -33,15 +33,23 @@ def stub_server(monkeypatch: pytest.MonkeyPatch, latest: dict[Position, int]) ->
     ({}, "partition 0 no longer exists"),
     ({Position("gone", 0): 3}, "partition 0 ends at 3, before the checkpoint's offset 10"),
 ])
+@pytest.mark.parametrize("available_now", [False, True])
 def test_a_partition_that_vanished_or_shrank_fails_the_query_or_is_passed_over(
-    monkeypatch: pytest.MonkeyPatch, now: dict[Position, int], problem: str
+    monkeypatch: pytest.MonkeyPatch, now: dict[Position, int], problem: str, available_now: bool
 ) -> None:
     stub_server(monkeypatch, now)
     start = {"gone": {"0": 10}}
+
+    def reader(fail: bool) -> IggyStreamReader:
+        made = IggyStreamReader(options(fail))
+        if available_now:
+            made.prepareForTriggerAvailableNow()
+        return made
+
     with pytest.raises(SourceError, match=f"reading topic 'gone': {problem}.*"
                                           "fail_on_data_loss=false"):
-        IggyStreamReader(options(fail=True)).latestOffset(start, ReadAllAvailable())
-    end = IggyStreamReader(options(fail=False)).latestOffset(start, ReadAllAvailable())
+        reader(fail=True).latestOffset(start, ReadAllAvailable())
+    end = reader(fail=False).latestOffset(start, ReadAllAvailable())
     assert end == ({"gone": {"0": 3}} if now else {})  # dropped, or read on from where it is
 
 

@@ -128,8 +128,9 @@ class IggyStreamReader(DataSourceStreamReader, SupportsTriggerAvailableNow):
 
     def latestOffset(self, start: dict[str, Any], limit: ReadLimit) -> dict[str, Any]:
         begin = from_json(start)
-        now = self._bounded(catalog.latest(self.options), begin)
-        self._check_lost(begin, now)
+        latest = catalog.latest(self.options)
+        self._check_lost(begin, latest)
+        now = self._bounded(latest, begin)
         new = [p for p in now if p not in begin]
         base = {**begin, **catalog.earliest(self.options, new)}
         budget = limit.max_rows if isinstance(limit, ReadMaxRows) else None
@@ -153,7 +154,7 @@ class IggyStreamReader(DataSourceStreamReader, SupportsTriggerAvailableNow):
         if not self.options.fail_on_data_loss:
             return
         for position, offset in sorted(begin.items()):
-            if position not in now and self._ceiling is None:
+            if position not in now:
                 raise SourceError(position.topic, f"partition {position.partition} no longer "
                                   "exists (topic deleted?); set fail_on_data_loss=false to go on")
             if position in now and now[position] < offset:
