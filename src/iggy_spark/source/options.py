@@ -157,6 +157,6 @@ def _subscription(
     assert pattern is not None
     try:
         re.compile(pattern)
-    except re.error as exc:
+    except (re.error, OverflowError) as exc:  # OverflowError: a{99999999999}
         raise ConfigError("topic_pattern", f"is not a regular expression: {exc}") from None
     return None, pattern
