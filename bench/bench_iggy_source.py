@@ -21,7 +21,6 @@ from __future__ import annotations
 import argparse
 import asyncio
 import sys
-import tempfile
 from typing import Any
 
 from apache_iggy import Consumer, Partitioning, PollingStrategy, SendMessage
@@ -93,18 +92,10 @@ def main(argv: list[str] | None = None) -> int:
                        f"{elapsed():.1f}s")
 
             def spark_run(_: int, url: str = broker.url) -> common.Measure:
-                checkpoint = tempfile.mkdtemp(prefix="bench-iggy-source-")
-
-                def start() -> Any:
-                    return (spark.readStream.format("iggy").option("url", url)
-                            .option("stream", STREAM).option("topics", TOPIC).load()
-                            .writeStream.format("noop").option("checkpointLocation", checkpoint)
-                            .trigger(availableNow=True).start())
-
-                measure = common.run_available_now(start, SPARK_TIMED)
-                if measure.items != args.messages:
-                    raise AssertionError(f"iggy read {measure.items}, not {args.messages}")
-                return measure
+                return common.read_to_noop(
+                    lambda: spark.readStream.format("iggy").option("url", url)
+                    .option("stream", STREAM).option("topics", TOPIC).load(),
+                    SPARK_TIMED, args.messages, "iggy")
 
             def hand(_: int, address: str = broker.address,
                      count: int = partitions) -> common.Measure:
