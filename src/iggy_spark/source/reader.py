@@ -134,9 +134,9 @@ class IggyStreamReader(DataSourceStreamReader, SupportsTriggerAvailableNow):
         new = [p for p in now if p not in begin]
         base = {**begin, **catalog.earliest(self.options, new)}
         budget = limit.max_rows if isinstance(limit, ReadMaxRows) else None
-        end = admit(base, now, budget)
-        # a partition whose end went backwards (only with fail_on_data_loss=false) restarts there
-        return to_json({p: max(offset, 0) for p, offset in end.items()})
+        # a partition that vanished is left out; one whose end went back (both only with
+        # fail_on_data_loss=false) has nothing admitted and goes on from its new end
+        return to_json(admit(base, now, budget))
 
     def _bounded(
         self, now: dict[Position, int], begin: Mapping[Position, int]
