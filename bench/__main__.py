@@ -30,6 +30,7 @@ BENCHMARKS: dict[str, tuple[list[str], list[str]]] = {
     "sink": ([], ["--messages", "20000", "--rounds", "1", "--destinations", "1,50"]),
     "e2e": ([], ["--changes", "20000", "--rounds", "1"]),
     "polling": ([], ["--rows", "20000", "--rounds", "1"]),
+    "iggy_source": ([], ["--messages", "20000", "--rounds", "1"]),
     "snapshot": ([], ["--rows", "20000", "--rounds", "1", "--chunk-rows", "5000",
                       "--memory-sizes", "10000,100000"]),
     "latency": ([], ["--rates", "1000", "--seconds", "10"]),

@@ -25,7 +25,6 @@ from __future__ import annotations
 
 import argparse
 import sys
-import tempfile
 from typing import Any
 
 import orjson
@@ -134,17 +133,9 @@ def main(argv: list[str] | None = None) -> int:
         spark = common.spark_session("bench-polling")
 
         def spark_run(_: int) -> common.Measure:
-            checkpoint = tempfile.mkdtemp(prefix="bench-polling-")
-
-            def start() -> Any:
-                return (spark.readStream.format("pg_cdc").options(**options(pg.dsn)).load()
-                        .writeStream.format("noop").option("checkpointLocation", checkpoint)
-                        .trigger(availableNow=True).start())
-
-            measure = common.run_available_now(start, SPARK_TIMED)
-            if measure.items != args.rows:
-                raise AssertionError(f"pg_cdc polling read {measure.items}, not {args.rows}")
-            return measure
+            return common.read_to_noop(
+                lambda: spark.readStream.format("pg_cdc").options(**options(pg.dsn)).load(),
+                SPARK_TIMED, args.rows, "pg_cdc polling")
 
         def hand(_: int) -> common.Measure:
             with common.stopwatch() as elapsed:

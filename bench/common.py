@@ -18,6 +18,7 @@ import os
 import platform
 import statistics
 import sys
+import tempfile
 import time
 from collections.abc import Callable, Iterator, Mapping, Sequence
 from contextlib import contextmanager
@@ -30,13 +31,13 @@ from typing import TYPE_CHECKING, Any
 from bench.cpu import CpuMeter, descendants, process, spark_groups
 
 if TYPE_CHECKING:
-    from pyspark.sql import SparkSession
+    from pyspark.sql import DataFrame, SparkSession
     from pyspark.sql.streaming import StreamingQuery
 
 __all__ = [
     "RESULTS_ENV", "results_dir", "Measure", "Contender", "machine", "paired_rounds",
     "summarize", "ratio", "compared", "publish", "write_result", "read_result", "spark_session",
-    "streaming_measure", "run_available_now", "log", "stopwatch",
+    "streaming_measure", "run_available_now", "read_to_noop", "log", "stopwatch",
     # re-exported from bench.cpu, where they live:
     "CpuMeter", "descendants", "process", "spark_groups",
 ]
@@ -268,3 +269,20 @@ def run_available_now(
         query = start()
         query.awaitTermination()
     return streaming_measure(query, elapsed(), timed, items)
+
+
+def read_to_noop(
+    load: Callable[[], DataFrame], timed: str, expected: int, what: str
+) -> Measure:
+    """One ``availableNow`` run of the streaming DataFrame ``load()`` into Spark's ``noop``
+    sink on a fresh checkpoint, measured; it must read exactly ``expected`` rows."""
+    checkpoint = tempfile.mkdtemp(prefix="bench-noop-")
+
+    def start() -> StreamingQuery:
+        return (load().writeStream.format("noop").option("checkpointLocation", checkpoint)
+                .trigger(availableNow=True).start())
+
+    measure = run_available_now(start, timed)
+    if measure.items != expected:
+        raise AssertionError(f"{what} read {measure.items}, not {expected}")
+    return measure

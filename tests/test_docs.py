@@ -16,6 +16,9 @@ from pathlib import Path
 import pytest
 
 from iggy_spark.options import OPTION_DOCS as SINK_OPTIONS
+from iggy_spark.source.options import OPTION_DOCS as IGGY_SOURCE_OPTIONS
+from iggy_spark.source.schema import COLUMNS as IGGY_COLUMNS
+from iggy_spark.source.schema import SCHEMA as IGGY_SCHEMA
 from postgres_cdc_source.options import OPTION_DOCS as SOURCE_OPTIONS
 from postgres_cdc_source.schema import COLUMNS
 
@@ -24,6 +27,7 @@ DOCS = ROOT / "docs"
 README = ROOT / "README.md"
 SOURCE_PAGE = DOCS / "pg_cdc.md"
 SINK_PAGE = DOCS / "iggy_routed.md"
+IGGY_SOURCE_PAGE = DOCS / "iggy_source.md"
 README_MAX_LINES = 250
 
 # [text](target) and ![alt](target), not inside inline code; the target ends at a space or ")".
@@ -57,6 +61,17 @@ def test_every_sink_option_is_on_the_iggy_routed_page_with_its_default_and_meani
 def test_every_output_column_is_on_the_pg_cdc_page() -> None:
     rows = [f"| `{name}` | {ddl} | {meaning} |" for name, ddl, _, meaning in COLUMNS]
     assert _missing_rows(SOURCE_PAGE, rows) == []
+
+
+def test_every_iggy_source_option_is_on_its_page_with_its_default_and_meaning() -> None:
+    assert _missing_rows(IGGY_SOURCE_PAGE, _option_rows(IGGY_SOURCE_OPTIONS)) == []
+
+
+def test_every_iggy_source_column_is_on_its_page_with_its_type() -> None:
+    assert [name for name, _ in IGGY_COLUMNS] == IGGY_SCHEMA.fieldNames()
+    rows = [f"| `{name}` | {IGGY_SCHEMA[name].dataType.simpleString()} | {meaning} |"
+            for name, meaning in IGGY_COLUMNS]
+    assert _missing_rows(IGGY_SOURCE_PAGE, rows) == []
 
 
 def test_a_row_the_code_does_not_have_is_found_missing(tmp_path: Path) -> None:

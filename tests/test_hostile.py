@@ -33,6 +33,8 @@ from iggy_spark.errors import ConfigError as SinkConfigError
 from iggy_spark.errors import EncodingError
 from iggy_spark.options import OPTION_DOCS as SINK_DOCS
 from iggy_spark.options import RoutedOptions
+from iggy_spark.source.options import OPTION_DOCS as IGGY_SOURCE_DOCS
+from iggy_spark.source.options import SourceOptions
 from iggy_spark.writer import IggyRoutedStreamWriter
 from iggy_spark_testing.harness import LocalPostgres
 from iggy_spark_testing.oracle import ChangeMessage, check, read_tables
@@ -151,6 +153,12 @@ FORMATS: dict[str, tuple[Callable[[Mapping[str, str]], object], type[Exception],
     "iggy_routed": (RoutedOptions.from_options, SinkConfigError,
                     frozenset(d.name for d in SINK_DOCS),
                     {"url": f"iggy://iggy:{SECRET}@localhost:8090"}),
+    "iggy": (SourceOptions.from_options, SinkConfigError,
+             frozenset(d.name for d in IGGY_SOURCE_DOCS),
+             {"url": f"iggy://iggy:{SECRET}@localhost:8090", "stream": "s", "topics": "t"}),
+    "iggy (pattern)": (SourceOptions.from_options, SinkConfigError,
+                       frozenset(d.name for d in IGGY_SOURCE_DOCS),
+                       {"url": f"iggy://iggy:{SECRET}@localhost:8090", "stream": "s"}),
 }
 
 

@@ -18,11 +18,13 @@ from connector_common.options import SPARK_OPTIONS, OptionDoc, OptionSet, option
 from connector_common.units import parse_positive_size
 from iggy_spark.errors import ConfigError as SinkConfigError
 from iggy_spark.options import RoutedOptions
+from iggy_spark.source.options import SourceOptions
 from postgres_cdc_source.errors import ConfigError as SourceConfigError
 from postgres_cdc_source.options import CdcOptions
 
 SINK: dict[str, str] = {"url": "iggy://u:p@localhost:8090"}
 SOURCE: dict[str, str] = {"dsn": "host=localhost", "slot": "s"}
+IGGY_SOURCE: dict[str, str] = {"url": "iggy://u:p@localhost:8090", "stream": "s", "topics": "t"}
 Parse = Callable[[dict[str, str]], Any]
 
 
@@ -31,6 +33,8 @@ Parse = Callable[[dict[str, str]], Any]
      "max_batch_bytes"),
     (CdcOptions.from_options, SOURCE, SourceConfigError, "pg_cdc", "max_bytes_per_trigr",
      "max_bytes_per_trigger"),
+    (SourceOptions.from_options, IGGY_SOURCE, SinkConfigError, "iggy", "poll_message",
+     "poll_messages"),
 ])
 def test_both_connectors_read_option_names_alike(
     parse: Parse, base: dict[str, str], error: type[OptionError], fmt: str, typo: str, meant: str,

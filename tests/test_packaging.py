@@ -47,7 +47,7 @@ def test_wheel_holds_the_connectors_and_nothing_from_tests_or_tooling(
     top = {name.split("/")[0] for name in names if ".dist-info" not in name}
     assert top == {
         "connector_common", "iggy_spark", "pg_to_iggy", "postgres_cdc_source",
-        "pyspark_iggy_routed.py", "pyspark_pg_cdc.py",
+        "pyspark_iggy_routed.py", "pyspark_pg_cdc.py", "pyspark_iggy.py",
     }
     for package in ("connector_common", "iggy_spark", "pg_to_iggy", "postgres_cdc_source"):
         assert f"{package}/py.typed" in names
@@ -59,31 +59,44 @@ def test_wheel_holds_the_connectors_and_nothing_from_tests_or_tooling(
     assert "pg-to-iggy = pg_to_iggy.pipeline:main" in entry_points
 
 
-def test_pg_cdc_imports_and_reads_options_without_the_sink_or_its_sdk() -> None:
-    result = _run(_blocking("apache_iggy", "xxhash") + (
-        "from postgres_cdc_source.stream.reader import PgCdcStreamReader\n"
-        "from postgres_cdc_source.options import CdcOptions\n"
-        "CdcOptions.from_options({'dsn': 'host=x', 'slot': 's', 'max_bytes_per_trigger': '8MB'})\n"
-        "assert 'iggy_spark' not in sys.modules, 'pg_cdc imported the sink'\n"
-        "import pyspark_pg_cdc, pyspark_iggy_routed  # discovery survives the missing SDK\n"
-        "print('ok')\n"
-    ))
+def _runs_alone(blocked: tuple[str, ...], code: str) -> None:
+    """``code`` runs to its end in a fresh interpreter where ``blocked`` cannot be imported."""
+    result = _run(_blocking(*blocked) + code + "print('ok')\n")
     assert result.returncode == 0, result.stderr
     assert result.stdout.strip() == "ok"
 
 
+def test_pg_cdc_imports_and_reads_options_without_the_sink_or_its_sdk() -> None:
+    _runs_alone(("apache_iggy", "xxhash"), (
+        "from postgres_cdc_source.stream.reader import PgCdcStreamReader\n"
+        "from postgres_cdc_source.options import CdcOptions\n"
+        "CdcOptions.from_options({'dsn': 'host=x', 'slot': 's', 'max_bytes_per_trigger': '8MB'})\n"
+        "assert 'iggy_spark' not in sys.modules, 'pg_cdc imported the sink'\n"
+        "import pyspark_pg_cdc, pyspark_iggy_routed, pyspark_iggy  # discovery survives the\n"
+        "                                                           # missing SDK\n"
+    ))
+
+
 def test_iggy_routed_imports_without_the_source_or_psycopg() -> None:
-    result = _run(_blocking("psycopg") + (
+    _runs_alone(("psycopg",), (
         "from iggy_spark.writer import IggyRoutedStreamWriter\n"
         "from iggy_spark.options import RoutedOptions\n"
         "RoutedOptions.from_options({'url': 'iggy://u:p@h:8090', 'default_stream': 's',\n"
         "                            'default_topic': 't'})\n"
         "assert 'postgres_cdc_source' not in sys.modules, 'the sink imported pg_cdc'\n"
         "import pyspark_pg_cdc, pyspark_iggy_routed  # discovery survives the missing psycopg\n"
-        "print('ok')\n"
     ))
-    assert result.returncode == 0, result.stderr
-    assert result.stdout.strip() == "ok"
+
+
+def test_the_iggy_source_imports_without_pg_cdc_or_psycopg() -> None:
+    _runs_alone(("psycopg",), (
+        "from iggy_spark.source.reader import IggyStreamReader\n"
+        "from iggy_spark.source.options import SourceOptions\n"
+        "SourceOptions.from_options({'url': 'iggy://u:p@h:8090', 'stream': 's', 'topics': 't'})\n"
+        "assert 'postgres_cdc_source' not in sys.modules, 'the iggy source imported pg_cdc'\n"
+        "from pyspark_iggy import DefaultSource\n"
+        "assert DefaultSource.name() == 'iggy'\n"
+    ))
 
 
 def test_a_missing_client_library_fails_at_load_naming_the_package_and_the_extra() -> None:

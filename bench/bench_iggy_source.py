@@ -1,0 +1,128 @@
+"""``iggy`` source read speed against a hand-written single-process SDK poll loop.
+
+    python -m bench.bench_iggy_source [--messages 200000] [--partitions 1,2] [--rounds 3]
+
+For each partition count, one fresh broker (in its own process) holds one topic of
+``--messages`` messages of 200-byte payloads spread evenly over the partitions, read whole by
+two contenders, interleaved round by round after a discarded warm-up round:
+
+* ``spark``: ``spark.readStream.format("iggy")`` into Spark's ``noop`` sink with
+  ``trigger(availableNow=True)`` and a fresh checkpoint (reading changes nothing on the server,
+  so every round reads the same messages). Timed from the first micro-batch's start to the last
+  one's end (Spark's progress reports); JVM and query start-up are excluded.
+* ``handwritten``: one asyncio client polling each partition by offset, 1,000 messages per poll
+  (the source's ``poll_messages`` default), touching every message's offset and payload.
+
+Writes ``bench/results/iggy_source.json``.
+"""
+
+from __future__ import annotations
+
+import argparse
+import asyncio
+import sys
+from typing import Any
+
+from apache_iggy import Consumer, Partitioning, PollingStrategy, SendMessage
+
+from bench import common
+from bench.handwritten import sdk_client
+from bench.iggy import fresh_broker
+
+SPARK_TIMED = ("iggy -> noop: first micro-batch start to last micro-batch end (Spark progress); "
+               "JVM and query start-up excluded")
+HAND_TIMED = "one asyncio client, each partition polled by offset 1,000 at a time, payloads read"
+STREAM, TOPIC = "bench", "events"
+PAYLOAD = b"x" * 200
+POLL = 1_000
+
+
+def seed(address: str, messages: int, partitions: int) -> None:
+    """The topic, its messages spread evenly over its partitions (untimed)."""
+
+    async def main() -> None:
+        client = await sdk_client(address)
+        await client.create_stream(STREAM)
+        await client.create_topic(STREAM, TOPIC, partitions)
+        for partition in range(partitions):
+            share = messages // partitions + (partition < messages % partitions)
+            for low in range(0, share, POLL):
+                await client.send_messages(
+                    STREAM, TOPIC, Partitioning.partition_id(partition),
+                    [SendMessage(PAYLOAD) for _ in range(min(POLL, share - low))])
+
+    asyncio.run(main())
+
+
+def handwritten(address: str, partitions: int) -> int:
+    """Every message of the topic, polled partition by partition; how many."""
+
+    async def main() -> int:
+        client = await sdk_client(address)
+        consumer = Consumer.Single("bench")
+        count = 0
+        for partition in range(partitions):
+            offset = 0
+            while batch := await client.poll_messages(
+                    STREAM, TOPIC, consumer=consumer, polling_strategy=PollingStrategy.Offset(
+                        offset), count=POLL, auto_commit=False, partition_id=partition):
+                for message in batch:
+                    message.payload()
+                count += len(batch)
+                offset = batch[-1].offset() + 1
+        return count
+
+    return asyncio.run(main())
+
+
+def main(argv: list[str] | None = None) -> int:
+    parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    parser.add_argument("--messages", type=int, default=200_000)
+    parser.add_argument("--partitions", default="1,2")
+    parser.add_argument("--rounds", type=int, default=3)
+    args = parser.parse_args(argv)
+    spark = common.spark_session("bench-iggy-source")
+    by_partitions: dict[str, Any] = {}
+    for partitions in (int(p) for p in args.partitions.split(",")):
+        broker = fresh_broker()
+        try:
+            with common.stopwatch() as elapsed:
+                seed(broker.address, args.messages, partitions)
+            common.log(f"{partitions} partition(s): {args.messages:,} messages in "
+                       f"{elapsed():.1f}s")
+
+            def spark_run(_: int, url: str = broker.url) -> common.Measure:
+                return common.read_to_noop(
+                    lambda: spark.readStream.format("iggy").option("url", url)
+                    .option("stream", STREAM).option("topics", TOPIC).load(),
+                    SPARK_TIMED, args.messages, "iggy")
+
+            def hand(_: int, address: str = broker.address,
+                     count: int = partitions) -> common.Measure:
+                with common.stopwatch() as elapsed:
+                    read = handwritten(address, count)
+                if read != args.messages:
+                    raise AssertionError(f"hand-written loop read {read}, not {args.messages}")
+                return common.Measure(read, elapsed(), HAND_TIMED)
+
+            runs = common.paired_rounds({"handwritten": hand, "spark": spark_run}, args.rounds,
+                                        f"iggy source, {partitions} partition(s)", warm_up=True)
+        finally:
+            broker.stop()
+        by_partitions[str(partitions)] = common.compared(runs)
+    spark.stop()
+    summary = f"iggy source, messages/s [{args.messages:,} messages]: " + "; ".join(
+        f"{p} partition(s) {r['spark']['per_second']:,}/s = "
+        f"{r['ratio_vs_handwritten']['median']:.2f}x hand-written "
+        f"({r['handwritten']['per_second']:,}/s)" for p, r in by_partitions.items())
+    return common.publish("iggy_source", {
+        "benchmark": "iggy -> noop vs a hand-written single-process SDK poll loop",
+        "config": {"messages": args.messages, "payload_bytes": len(PAYLOAD),
+                   "rounds": args.rounds, "partitions": args.partitions},
+        "results": by_partitions,
+        "summary": summary,
+    })
+
+
+if __name__ == "__main__":
+    sys.exit(main())

@@ -1,0 +1,128 @@
+"""What the driver asks the server when it plans: the subscribed partitions and their offsets.
+
+Run on the driver (``initialOffset``, ``latestOffset``, ``partitions``) over the process's shared
+connection; nothing here reads messages except one message per new partition, to learn where
+it starts.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Awaitable, Callable, Iterable, Mapping
+from typing import TYPE_CHECKING, Any, TypeVar
+
+from iggy_spark.connection import IggyConnection
+from iggy_spark.errors import ConfigError, show
+from iggy_spark.sending import _retrying
+from iggy_spark.source.offsets import Position
+from iggy_spark.source.options import SourceOptions
+
+if TYPE_CHECKING:
+    import apache_iggy
+
+__all__ = [
+    "CALL_SECONDS", "at_timestamp", "call", "consumer", "earliest", "latest", "report",
+]
+
+T = TypeVar("T")
+
+CALL_SECONDS = 30.0
+"""How long one planning or polling call may wait for an unreachable server."""
+
+
+def call(options: SourceOptions, work: Callable[[apache_iggy.IggyClient], Awaitable[T]]) -> T:
+    """``work(client)`` on this process's connection, retried across disconnections."""
+    conn = IggyConnection.shared(options.url)
+    return conn.run(_retrying(conn, work, CALL_SECONDS))
+
+
+def consumer() -> Any:
+    """The consumer polls name: polls are by offset, so nothing is stored under it."""
+    import apache_iggy
+
+    return apache_iggy.Consumer.Single("iggy-spark-source")
+
+
+def latest(options: SourceOptions) -> dict[Position, int]:
+    """Each subscribed partition's next offset (one past its newest message), now.
+
+    Raises :class:`ConfigError` for a stream or a listed topic that does not exist.
+    """
+
+    async def work(client: apache_iggy.IggyClient) -> dict[Position, int]:
+        if await client.get_stream(options.stream) is None:
+            raise ConfigError("stream", f"stream {show(options.stream)} does not exist")
+        if options.topics is not None:
+            names: Iterable[str] = options.topics
+        else:
+            names = sorted(str(t.name) for t in await client.get_topics(options.stream)
+                           if options.wants(str(t.name)))
+        found: dict[Position, int] = {}
+        for name in names:
+            details = await client.get_topic(options.stream, name)
+            if details is None:
+                raise ConfigError("topics", f"topic {show(name)} does not exist in stream "
+                                            f"{show(options.stream)}")
+            for p in details.partitions:
+                filled = p.messages_count or p.current_offset
+                found[Position(name, int(p.id))] = int(p.current_offset) + 1 if filled else 0
+        return found
+
+    return call(options, work)
+
+
+def earliest(options: SourceOptions, positions: Iterable[Position]) -> dict[Position, int]:
+    """The oldest offset each partition still holds (left out when it is empty)."""
+    import apache_iggy
+
+    return _first(options, positions, apache_iggy.PollingStrategy.First())
+
+
+def at_timestamp(
+    options: SourceOptions, positions: Iterable[Position], micros: int
+) -> dict[Position, int]:
+    """Each partition's first offset appended at or after ``micros`` (µs since the epoch); left
+    out when the partition has nothing that recent."""
+    import apache_iggy
+
+    return _first(options, positions, apache_iggy.PollingStrategy.Timestamp(micros))
+
+
+def _first(options: SourceOptions, positions: Iterable[Position], strategy: Any) -> dict[
+        Position, int]:
+    """The offset of the first message ``strategy`` polls in each partition, if any."""
+    wanted = sorted(positions)
+
+    async def work(client: apache_iggy.IggyClient) -> dict[Position, int]:
+        found: dict[Position, int] = {}
+        for position in wanted:
+            messages = await client.poll_messages(
+                options.stream, position.topic, consumer=consumer(),
+                polling_strategy=strategy, count=1, auto_commit=False,
+                partition_id=position.partition)
+            if messages:
+                found[position] = int(messages[0].offset())
+        return found
+
+    return call(options, work) if wanted else {}
+
+
+def report(options: SourceOptions, name: str, offsets: Mapping[Position, int]) -> None:
+    """Store ``offsets`` (next offsets) as consumer ``name``'s position, for monitoring.
+
+    The Python SDK has no call to store a consumer offset, so this polls the last message read
+    (``next - 1``) with ``auto_commit``, which stores its offset as the server's own consumers
+    do; partitions not read yet are left alone.
+    """
+    import apache_iggy
+
+    reporter = apache_iggy.Consumer.Single(name)
+
+    async def work(client: apache_iggy.IggyClient) -> None:
+        for position, next_offset in sorted(offsets.items()):
+            if next_offset > 0:
+                await client.poll_messages(
+                    options.stream, position.topic, consumer=reporter,
+                    polling_strategy=apache_iggy.PollingStrategy.Offset(next_offset - 1),
+                    count=1, auto_commit=True, partition_id=position.partition)
+
+    call(options, work)

@@ -1,0 +1,187 @@
+"""Spark's reader contracts for ``format("iggy")``: batch and micro-batch streaming.
+
+Planning (offsets, partitions) runs on the driver over :mod:`~iggy_spark.source.catalog`;
+:meth:`read` runs in executors on a pickled copy and only polls its range
+(:mod:`~iggy_spark.source.polling`). Offsets are ``{topic: {partition: next offset}}``; Spark
+checkpoints them before a batch runs, so a batch replayed after a crash gets the same ranges and
+reads the same messages: with Spark's exactly-once sinks, every message lands once.
+"""
+
+from __future__ import annotations
+
+import logging
+from collections.abc import Iterator, Mapping, Sequence
+from typing import Any
+
+import pyarrow as pa
+from pyspark.sql.datasource import DataSourceReader, DataSourceStreamReader, InputPartition
+from pyspark.sql.streaming.datasource import (
+    ReadAllAvailable,
+    ReadLimit,
+    ReadMaxRows,
+    SupportsTriggerAvailableNow,
+)
+
+from iggy_spark.errors import ConfigError
+from iggy_spark.source import catalog
+from iggy_spark.source.errors import SourceError
+from iggy_spark.source.offsets import (
+    EARLIEST,
+    LATEST,
+    Position,
+    Range,
+    admit,
+    from_json,
+    resolve,
+    split,
+    to_json,
+)
+from iggy_spark.source.options import SourceOptions
+from iggy_spark.source.polling import read_range
+
+__all__ = ["IggyBatchReader", "IggyStreamReader"]
+
+_log = logging.getLogger(__name__)
+
+
+def _read(options: SourceOptions, partition: InputPartition) -> Iterator[pa.RecordBatch]:
+    work: Range | None = partition.value
+    return iter(()) if work is None else read_range(options, work)
+
+
+def _partitions(
+    options: SourceOptions, start: Mapping[Position, int], end: Mapping[Position, int]
+) -> Sequence[InputPartition]:
+    """One Spark partition per range; one empty one when there is nothing to read (Spark wants
+    at least one)."""
+    ranges = split(start, end, options.max_messages_per_partition)
+    return [InputPartition(r) for r in ranges] or [InputPartition(None)]
+
+
+def _starting(options: SourceOptions, latest: Mapping[Position, int]) -> dict[Position, int]:
+    """``starting_offsets`` (or ``starting_timestamp``) resolved against the partitions that
+    exist now."""
+    if options.starting_timestamp is not None:
+        found = catalog.at_timestamp(options, latest, options.starting_timestamp)
+        return {p: found.get(p, end) for p, end in latest.items()}
+    spec = options.starting
+    oldest = [p for p in latest
+              if spec.explicit.get(p, EARLIEST if spec.default is None else spec.default)
+              == EARLIEST]
+    try:
+        return resolve(spec, catalog.earliest(options, oldest), latest, EARLIEST)
+    except ValueError as exc:
+        raise ConfigError("starting_offsets", str(exc)) from None
+
+
+class IggyBatchReader(DataSourceReader):
+    """``spark.read.format("iggy")``: from ``starting_offsets`` to ``ending_offsets``, both
+    resolved once when Spark plans the read."""
+
+    def __init__(self, options: SourceOptions) -> None:
+        self.options = options
+
+    def partitions(self) -> Sequence[InputPartition]:
+        latest = catalog.latest(self.options)
+        start = _starting(self.options, latest)
+        try:
+            end = resolve(self.options.ending, {}, latest, LATEST)
+        except ValueError as exc:
+            raise ConfigError("ending_offsets", str(exc)) from None
+        for position, stop in end.items():
+            if stop < start[position]:
+                raise ConfigError("ending_offsets", f"offset {stop} of topic "
+                                  f"{position.topic!r} partition {position.partition} is before "
+                                  f"its starting offset {start[position]}")
+        return _partitions(self.options, start, end)
+
+    def read(self, partition: InputPartition) -> Iterator[pa.RecordBatch]:
+        return _read(self.options, partition)
+
+
+class IggyStreamReader(DataSourceStreamReader, SupportsTriggerAvailableNow):
+    """``spark.readStream.format("iggy")``: micro-batches of offset ranges.
+
+    ``latestOffset`` lists the subscription afresh every time (a ``topic_pattern`` picks up new
+    topics, new partitions start at their earliest offset) and admits at most
+    ``max_messages_per_trigger`` messages; under ``Trigger.AvailableNow`` it never goes past the
+    offsets seen when the trigger started. Spark's checkpoint is the only record of progress;
+    ``commit`` at most reports it (``report_consumer``).
+    """
+
+    def __init__(self, options: SourceOptions) -> None:
+        self.options = options
+        self._ceiling: dict[Position, int] | None = None
+
+    def initialOffset(self) -> dict[str, Any]:
+        return to_json(_starting(self.options, catalog.latest(self.options)))
+
+    def getDefaultReadLimit(self) -> ReadLimit:
+        cap = self.options.max_messages_per_trigger
+        return ReadAllAvailable() if cap is None else ReadMaxRows(cap)
+
+    def prepareForTriggerAvailableNow(self) -> None:
+        self._ceiling = catalog.latest(self.options)
+
+    def reportLatestOffset(self) -> dict[str, Any]:
+        return to_json(catalog.latest(self.options))
+
+    def latestOffset(self, start: dict[str, Any], limit: ReadLimit) -> dict[str, Any]:
+        begin = from_json(start)
+        latest = catalog.latest(self.options)
+        self._check_lost(begin, latest)
+        now = self._bounded(latest, begin)
+        new = [p for p in now if p not in begin]
+        base = {**begin, **catalog.earliest(self.options, new)}
+        budget = limit.max_rows if isinstance(limit, ReadMaxRows) else None
+        # a partition that vanished is left out; one whose end went back (both only with
+        # fail_on_data_loss=false) has nothing admitted and goes on from its new end
+        return to_json(admit(base, now, budget))
+
+    def _bounded(
+        self, now: dict[Position, int], begin: Mapping[Position, int]
+    ) -> dict[Position, int]:
+        """Under ``Trigger.AvailableNow``: no further than what existed when it started."""
+        if self._ceiling is None:
+            return now
+        ceiling = self._ceiling
+        return {p: min(end, ceiling.get(p, begin.get(p, end))) for p, end in now.items()
+                if p in ceiling or p in begin}
+
+    def _check_lost(self, begin: Mapping[Position, int], now: Mapping[Position, int]) -> None:
+        """Partitions that vanished or whose end went backwards lost what the checkpoint says
+        was there: fatal unless ``fail_on_data_loss=false``."""
+        if not self.options.fail_on_data_loss:
+            return
+        for position, offset in sorted(begin.items()):
+            if position not in now:
+                raise SourceError(position.topic, f"partition {position.partition} no longer "
+                                  "exists (topic deleted?); set fail_on_data_loss=false to go on")
+            if position in now and now[position] < offset:
+                raise SourceError(position.topic, f"partition {position.partition} ends at "
+                                  f"{now[position]}, before the checkpoint's offset {offset} "
+                                  "(topic recreated?); set fail_on_data_loss=false to go on")
+
+    def partitions(self, start: dict[str, Any], end: dict[str, Any]) -> Sequence[InputPartition]:
+        begin, stop = from_json(start), from_json(end)
+        new = [p for p in stop if p not in begin]
+        begin.update({p: 0 for p in new})
+        begin.update(catalog.earliest(self.options, new))
+        return _partitions(self.options, begin, stop)
+
+    def read(self, partition: InputPartition) -> Iterator[pa.RecordBatch]:
+        return _read(self.options, partition)
+
+    def commit(self, end: dict[str, Any]) -> None:
+        """Offsets live in Spark's checkpoint; only ``report_consumer`` tells the server.
+
+        Reporting is monitoring: a failure is logged, never fails the query (Spark does not
+        retry ``commit`` anyway, and the next one reports further).
+        """
+        name = self.options.report_consumer
+        if name is None:
+            return
+        try:
+            catalog.report(self.options, name, from_json(end))
+        except Exception as exc:  # noqa: BLE001 - monitoring must not stop the query
+            _log.warning("iggy: reporting offsets as consumer %r failed: %s", name, exc)

@@ -1,0 +1,157 @@
+"""``format("iggy")`` against the local broker: batch reads with their columns and offset
+bounds, streaming with admission control and new topics, and bad input refused by name."""
+
+from __future__ import annotations
+
+import time
+from datetime import UTC, datetime
+from pathlib import Path
+from typing import Any
+
+import pytest
+from iggy_source_support import message_id, payload, reported_next, seed
+
+import iggy_spark.source
+
+
+def reader(spark: Any, broker: Any, stream: str, **options: str) -> Any:
+    read = spark.read.format("iggy").option("url", broker.url).option("stream", stream)
+    for key, value in options.items():
+        read = read.option(key, value)
+    return read.load()
+
+
+def test_batch_read_gives_every_message_with_its_columns(spark: Any, broker: Any,
+                                                         name: str) -> None:
+    seed(broker.address, name, ["a", "b"], partitions=2, per_partition=30)
+    rows = reader(spark, broker, name, topics="a,b", max_messages_per_partition="7",
+                  poll_messages="4").collect()
+    assert len(rows) == 120
+    assert sorted((r.topic, r.partition, r.offset) for r in rows) == [
+        (t, p, o) for t in "ab" for p in range(2) for o in range(30)]
+    for r in rows:
+        assert r.stream == name
+        assert r.payload == payload(r.topic, r.partition, r.offset)
+        assert r.id == str(message_id(r.partition, r.offset))
+        assert r.headers == {"n": str(r.offset).encode(), "k": b"v"}
+        assert r.timestamp is not None
+
+
+def test_batch_read_between_offsets(spark: Any, broker: Any, name: str) -> None:
+    seed(broker.address, name, ["a"], partitions=2, per_partition=10)
+    rows = reader(spark, broker, name, topics="a",
+                  starting_offsets='{"a": {"0": 4, "1": -1}}',
+                  ending_offsets='{"a": {"0": 6}}').collect()
+    assert sorted((r.partition, r.offset) for r in rows) == [(0, 4), (0, 5)]
+    latest = reader(spark, broker, name, topics="a", starting_offsets="latest")
+    assert latest.count() == 0
+
+
+def test_what_iggy_routed_writes_iggy_reads_back(spark: Any, broker: Any, name: str,
+                                                 tmp_path: Path) -> None:
+    """Spark alone closes the loop: rows routed into Iggy come back with their payloads, headers
+    and ids, each key's rows in the order they were sent."""
+    from iggy_spark.encoding import message_id as routed_id
+
+    rows = [(name, "t", f"k{i % 3}", f"payload-{i}".encode(), {"seq": str(i)}, f"msg-{i}")
+            for i in range(200)]
+    schema = ("stream string, topic string, partition_key string, value binary, "
+              "headers map<string,string>, id string")
+    spark.createDataFrame(rows, schema).coalesce(1).write.parquet(str(tmp_path / "feed"))
+    (spark.readStream.schema(schema).parquet(str(tmp_path / "feed")).writeStream
+     .format("iggy_routed").option("url", broker.url)
+     .option("topic_defaults.partitions_count", "2")
+     .option("checkpointLocation", str(tmp_path / "cp")).trigger(availableNow=True).start()
+     .awaitTermination(60))
+
+    back = reader(spark, broker, name, topics="t").orderBy("partition", "offset").collect()
+    assert sorted(r.payload for r in back) == sorted(r[3] for r in rows)
+    per_key: dict[str, list[int]] = {}
+    for r in back:
+        i = int(r.payload.decode().split("-")[1])
+        assert r.headers["seq"] == str(i).encode()
+        assert r.id == str(routed_id(f"msg-{i}"))
+        per_key.setdefault(f"k{i % 3}", []).append(i)
+    assert all(seq == sorted(seq) for seq in per_key.values())
+
+
+def test_batch_read_from_a_timestamp(spark: Any, broker: Any, name: str) -> None:
+    seed(broker.address, name, ["a"], partitions=2, per_partition=5)
+    time.sleep(0.01)
+    since = datetime.now(UTC).isoformat()
+    time.sleep(0.01)
+    seed(broker.address, name, ["a"], partitions=1, per_partition=3, create=False, first=5)
+    rows = reader(spark, broker, name, topics="a", starting_timestamp=since).collect()
+    # partition 1 got nothing after `since`: it starts at its end
+    assert sorted((r.partition, r.offset) for r in rows) == [(0, 5), (0, 6), (0, 7)]
+
+
+@pytest.mark.parametrize(("options", "message"), [
+    ({"topics": "a", "stream": "missing"}, "option 'stream': stream 'missing' does not exist"),
+    ({"topics": "a,nope"}, "option 'topics': topic 'nope' does not exist"),
+    ({"topics": "a", "starting_offsets": '{"a": {"0": 99}}'},
+     "option 'starting_offsets': offset 99 of topic 'a' partition 0 is past its end"),
+    ({"topics": "a", "starting_offsets": '{"a": {"5": 0}}'},
+     "option 'starting_offsets': topic 'a' partition 5 is not subscribed"),
+    ({"topics": "a", "ending_offsets": '{"a": {"0": 1}}', "starting_offsets": "latest"},
+     "option 'ending_offsets': offset 1 of topic 'a' partition 0 is before"),
+    ({"topics": "a", "starting_offsets": "{not json"},
+     "option 'starting_offsets': bad value: expected earliest"),
+])
+def test_bad_input_is_refused_naming_the_option(
+    spark: Any, broker: Any, name: str, options: dict[str, str], message: str
+) -> None:
+    seed(broker.address, name, ["a"], partitions=1, per_partition=3)
+    with pytest.raises(Exception, match=message):
+        reader(spark, broker, options.pop("stream", name), **options).collect()
+
+
+def _stream(spark: Any, broker: Any, stream: str, checkpoint: str, out: str,
+            **options: str) -> list[Any]:
+    """One ``availableNow`` run into a parquet table; its progress reports."""
+    read = spark.readStream.format("iggy").option("url", broker.url).option("stream", stream)
+    for key, value in options.items():
+        read = read.option(key, value)
+    query = (read.load().writeStream.format("parquet").option("checkpointLocation", checkpoint)
+             .trigger(availableNow=True).start(out))
+    query.awaitTermination(60)  # raises what failed the query
+    return list(query.recentProgress)
+
+
+def test_lag_reads_a_query_progress(spark: Any, broker: Any, name: str, tmp_path: Path) -> None:
+    seed(broker.address, name, ["a"], partitions=2, per_partition=10)
+    progress = _stream(spark, broker, name, str(tmp_path / "cp"), str(tmp_path / "out"),
+                       topics="a", max_messages_per_trigger="6")
+    first = next(p for p in progress if p["numInputRows"])
+    assert iggy_spark.source.lag(first["sources"][0]) == {"a": {"0": 7, "1": 7}}
+    assert iggy_spark.source.lag(progress[-1]["sources"][0]) == {"a": {"0": 0, "1": 0}}
+
+
+def test_streaming_admission_and_new_topics(spark: Any, broker: Any, name: str,
+                                            tmp_path: Path) -> None:
+    seed(broker.address, name, ["t1"], partitions=2, per_partition=25)
+    checkpoint, out = str(tmp_path / "cp"), str(tmp_path / "out")
+    options = {"topic_pattern": "t[0-9]", "max_messages_per_trigger": "20",
+               "report_consumer": f"{name}-monitor"}
+    progress = _stream(spark, broker, name, checkpoint, out, **options)
+    sizes = [p["numInputRows"] for p in progress if p["numInputRows"]]
+    assert sizes == [20, 20, 10]  # admission control under Trigger.AvailableNow
+
+    seed(broker.address, name, ["t2"], partitions=1, per_partition=5)  # matches the pattern
+    seed(broker.address, name, ["t1"], partitions=2, per_partition=3, create=False, first=25)
+    _stream(spark, broker, name, checkpoint, out, **options)
+    # the first run's last batch (to 25) was committed, and reported, when the second started
+    monitor = f"{name}-monitor"
+    assert [reported_next(broker.address, name, "t1", p, monitor) for p in range(2)] == [25, 25]
+    rows = spark.read.parquet(out).select("topic", "partition", "offset", "payload").collect()
+    keys = sorted((r.topic, r.partition, r.offset) for r in rows)
+    assert keys == sorted([("t1", p, o) for p in range(2) for o in range(28)]
+                          + [("t2", 0, o) for o in range(5)])
+    assert all(r.payload == payload(r.topic, r.partition, r.offset) for r in rows)
+
+
+def test_ending_offsets_is_refused_for_streams(spark: Any, broker: Any, name: str,
+                                               tmp_path: Path) -> None:
+    with pytest.raises(Exception, match="option 'ending_offsets': only applies to batch"):
+        _stream(spark, broker, name, str(tmp_path / "cp"), str(tmp_path / "out"), topics="a",
+                ending_offsets="latest")

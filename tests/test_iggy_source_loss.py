@@ -1,0 +1,103 @@
+"""Data loss as the ``iggy`` source sees it, with the server's answers stubbed: partitions that
+vanish or shrink under a running query (driver), and ranges whose messages are gone (executor).
+``fail_on_data_loss`` decides between a clear error and going on."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from typing import Any
+
+import pytest
+from pyspark.sql.streaming.datasource import ReadAllAvailable
+
+from iggy_spark.source import catalog, polling
+from iggy_spark.source.errors import DataLoss, SourceError
+from iggy_spark.source.offsets import Position, Range
+from iggy_spark.source.options import SourceOptions
+from iggy_spark.source.reader import IggyStreamReader
+
+URL = "iggy://iggy:secret@localhost:8090"
+
+
+def options(fail: bool) -> SourceOptions:
+    return SourceOptions.from_options({"url": URL, "stream": "s", "topic_pattern": ".*",
+                                       "fail_on_data_loss": str(fail).lower()})
+
+
+def stub_server(monkeypatch: pytest.MonkeyPatch, latest: dict[Position, int]) -> None:
+    monkeypatch.setattr(catalog, "latest", lambda _options: dict(latest))
+    monkeypatch.setattr(catalog, "earliest", lambda _options, positions: {})
+
+
+@pytest.mark.parametrize(("now", "problem"), [
+    ({}, "partition 0 no longer exists"),
+    ({Position("gone", 0): 3}, "partition 0 ends at 3, before the checkpoint's offset 10"),
+])
+@pytest.mark.parametrize("available_now", [False, True])
+def test_a_partition_that_vanished_or_shrank_fails_the_query_or_is_passed_over(
+    monkeypatch: pytest.MonkeyPatch, now: dict[Position, int], problem: str, available_now: bool
+) -> None:
+    stub_server(monkeypatch, now)
+    start = {"gone": {"0": 10}}
+
+    def reader(fail: bool) -> IggyStreamReader:
+        made = IggyStreamReader(options(fail))
+        if available_now:
+            made.prepareForTriggerAvailableNow()
+        return made
+
+    with pytest.raises(SourceError, match=f"reading topic 'gone': {problem}.*"
+                                          "fail_on_data_loss=false"):
+        reader(fail=True).latestOffset(start, ReadAllAvailable())
+    end = reader(fail=False).latestOffset(start, ReadAllAvailable())
+    assert end == ({"gone": {"0": 3}} if now else {})  # dropped, or read on from where it is
+
+
+@dataclass
+class Message:
+    number: int
+
+    def offset(self) -> int:
+        return self.number
+
+    def id(self) -> int:
+        return self.number + 1
+
+    def timestamp(self) -> int:
+        return 1_000_000
+
+    def payload(self) -> bytes:
+        return b"p"
+
+    def user_headers(self) -> None:
+        return None
+
+
+def stub_polls(monkeypatch: pytest.MonkeyPatch, kept_from: int, kept_to: int) -> None:
+    """Polls answer as a partition that only keeps offsets ``[kept_from, kept_to)``."""
+
+    def call(_options: SourceOptions, work: Any) -> list[Message]:
+        start = work.__defaults__[0]  # read_range binds each poll's start offset as a default
+        first = max(start, kept_from)
+        return [Message(o) for o in range(first, min(first + 4, kept_to))]
+
+    monkeypatch.setattr(polling, "call", call)
+
+
+def test_messages_removed_by_retention_are_refused_or_skipped(
+    monkeypatch: pytest.MonkeyPatch
+) -> None:
+    stub_polls(monkeypatch, kept_from=5, kept_to=12)
+    with pytest.raises(DataLoss, match=r"offsets \[2, 5\) of topic 't' partition 0 are lost "
+                                       r"\(older than the oldest message kept\)"):
+        list(polling.read_range(options(fail=True), Range("t", 0, 2, 10)))
+    batches = polling.read_range(options(fail=False), Range("t", 0, 2, 10))
+    assert [o for b in batches for o in b.column("offset").to_pylist()] == list(range(5, 10))
+
+
+def test_a_range_the_partition_no_longer_has_is_lost_too(monkeypatch: pytest.MonkeyPatch) -> None:
+    stub_polls(monkeypatch, kept_from=0, kept_to=6)  # the partition was recreated, shorter
+    with pytest.raises(DataLoss, match=r"offsets \[6, 10\).*\(no longer in the topic\)"):
+        list(polling.read_range(options(fail=True), Range("t", 0, 0, 10)))
+    batches = polling.read_range(options(fail=False), Range("t", 0, 0, 10))
+    assert sum(b.num_rows for b in batches) == 6
