@@ -28,6 +28,7 @@ if TYPE_CHECKING:
 
 __all__ = [
     "Topic", "list_topics", "ensure_topic", "prewarm", "send", "landed", "is_disconnection",
+    "retrying",
     "Disconnected",
 ]
 
@@ -88,7 +89,7 @@ class Topic:
     created: bool
 
 
-async def _retrying(
+async def retrying(
     conn: IggyConnection, call: Callable[[apache_iggy.IggyClient], Awaitable[T]], timeout: float
 ) -> T:
     """Run ``call`` with the connection's client, retrying across disconnections.
@@ -143,7 +144,7 @@ async def list_topics(conn: IggyConnection, stream: str, *, timeout: float) -> d
     async def attempt(client: apache_iggy.IggyClient) -> dict[str, int]:
         return {str(t.name): int(t.partitions_count) for t in await client.get_topics(stream)}
 
-    return await _retrying(conn, attempt, timeout)
+    return await retrying(conn, attempt, timeout)
 
 
 async def ensure_topic(
@@ -178,7 +179,7 @@ async def ensure_topic(
         return Topic(int(details.partitions_count), created)
 
     try:
-        return await _retrying(conn, attempt, timeout)
+        return await retrying(conn, attempt, timeout)
     except (DestinationError, Disconnected, ServerError):
         raise
     except Exception as exc:  # noqa: BLE001
@@ -253,7 +254,7 @@ async def send(
         await client.send_messages(destination.stream, destination.topic, partitioning, batch)
 
     try:
-        await _retrying(conn, attempt, timeout)
+        await retrying(conn, attempt, timeout)
     except (Disconnected, ServerError):
         raise
     except Exception as exc:  # noqa: BLE001
@@ -380,7 +381,7 @@ async def landed(
         return None if count is None else Landed(count)
 
     try:
-        return await _retrying(conn, read, timeout)
+        return await retrying(conn, read, timeout)
     except (Disconnected, ServerError):
         raise
     except Exception as exc:  # noqa: BLE001

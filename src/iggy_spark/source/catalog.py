@@ -12,7 +12,7 @@ from typing import TYPE_CHECKING, Any, TypeVar
 
 from iggy_spark.connection import IggyConnection
 from iggy_spark.errors import ConfigError, show
-from iggy_spark.sending import _retrying
+from iggy_spark.sending import retrying
 from iggy_spark.source.offsets import Position
 from iggy_spark.source.options import SourceOptions
 
@@ -32,7 +32,7 @@ CALL_SECONDS = 30.0
 def call(options: SourceOptions, work: Callable[[apache_iggy.IggyClient], Awaitable[T]]) -> T:
     """``work(client)`` on this process's connection, retried across disconnections."""
     conn = IggyConnection.shared(options.url)
-    return conn.run(_retrying(conn, work, CALL_SECONDS))
+    return conn.run(retrying(conn, work, CALL_SECONDS))
 
 
 def consumer() -> Any:
