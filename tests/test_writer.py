@@ -18,7 +18,7 @@ import pytest
 from broker_fixtures import connect, poll_all, run
 
 from iggy_local import LocalIggy
-from iggy_spark import sending
+from iggy_spark import outbox, sending
 from iggy_spark.encoding import message_id
 from iggy_spark.errors import AdmissionError, ServerError
 from iggy_spark.options import RoutedOptions
@@ -392,3 +392,25 @@ def test_prewarm_creates_the_literal_allowlist_entries_once_and_never_raises(
     prewarm_once(options)  # nothing listens: logged, not raised, within the deadline
     assert time.monotonic() - started < 5
     assert f"{name}/a not ready" in caplog.text
+
+
+def test_dead_letters_are_sent_as_the_buffer_fills_not_all_at_the_end(
+    broker: LocalIggy, name: str, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """``max_batch_bytes`` bounds a task's memory for rows that go to the DLQ too: 60 refused
+    rows of about 1 KB with a 4 KB buffer are sent in many flushes while routing."""
+    flushes: list[int] = []
+    real_flush = outbox.Outbox.flush
+
+    def counted(self: outbox.Outbox) -> None:
+        flushes.append(self.buffered)
+        real_flush(self)
+
+    monkeypatch.setattr(outbox.Outbox, "flush", counted)
+    rows = batch(stream=[name] * 60, topic=["no such/topic"] * 60, pad=["x" * 1000] * 60)
+    dlq = {"on_admission_failure": "dlq", "dlq.stream": name, "dlq.topic": "dlq",
+           "max_batch_bytes": "4KB"}
+    report = make_writer(broker, **dlq).write(iter([rows]))
+    assert report.dead_lettered == 60
+    assert len(poll_all(broker.address, name, "dlq")) == 60
+    assert len(flushes) >= 12 and max(flushes) < 8 * 1024

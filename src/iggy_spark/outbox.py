@@ -149,14 +149,14 @@ class Outbox:
         if found is None or not found.trusted:
             self.report.at_least_once += 1
             warn(f"iggy_routed: {where}: cannot tell what landed within the last {limit} "
-                  "messages (delivery_scan_messages), or a later batch of this query is "
-                  "there already; sending the group again in full (at-least-once)")
+                 "messages (delivery_scan_messages), or a later batch of this query is "
+                 "there already; sending the group again in full (at-least-once)")
             return delivery.Landed()
         if self.keyed and not found.complete:
             self.report.at_least_once += 1
             warn(f"iggy_routed: {where}: found {len(found.covered)} of the {found.count} "
-                  f"messages that landed within the last {limit} (delivery_scan_messages); "
-                  "the others are sent again (at-least-once)")
+                 f"messages that landed within the last {limit} (delivery_scan_messages); "
+                 "the others are sent again (at-least-once)")
         return found
 
     def flush(self) -> None:

@@ -230,9 +230,9 @@ async def send(
 
     A send that failed with the connection may have landed all the same. With ``first`` (the
     origin of ``messages[0]``: effectively-once delivery) each retry first reads the
-    partition's tail and sends only what is not there; returns how many messages it so found
-    already landed, and whether a retry could not decide within ``scan_limit`` (then it sent
-    them all: at-least-once).
+    partition's tail and sends nothing if the send landed (it lands whole or not at all);
+    returns how many messages it so found already landed, and whether a retry could not decide
+    within ``scan_limit`` (then it sent them again: at-least-once).
     """
     import apache_iggy
 
@@ -242,7 +242,6 @@ async def send(
     state = {"attempts": 0, "skipped": 0, "undecided": False}
 
     async def attempt(client: apache_iggy.IggyClient) -> None:
-        nonlocal batch
         state["attempts"] += 1
         if first is not None and state["attempts"] > 1:
             done = await _tail_count(client, destination, partition, first, scan_limit)

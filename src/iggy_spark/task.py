@@ -223,12 +223,18 @@ class RoutingTask:
         message_id: int,
     ) -> None:
         self.outbox.add(group, payload, headers, message_id)
+        self._flush_if_full()
+
+    def _flush_if_full(self) -> None:
+        """Send a full outbox before buffering more: ``max_batch_bytes`` bounds a task's memory,
+        dead letters included."""
         if self.outbox.full:
             self.outbox.flush()
 
     def reject(self, destination: Destination, reason: Reason, enc: EncodedBatch, i: int) -> None:
         """Apply ``on_admission_failure`` to a refused row."""
         self.refuse(destination, reason, [(enc.payloads[i], enc.headers[i], enc.ids[i])])
+        self._flush_if_full()
 
     def dead_letter_invalid(self, enc: EncodedBatch, i: int, error: EncodingError) -> None:
         """A row that cannot become a message goes to the DLQ (only collected when one exists).
@@ -242,12 +248,15 @@ class RoutingTask:
             payload = orjson.dumps({_DLQ_ERROR: str(error)})
         self.refuse(Destination(enc.streams[i] or "", enc.topics[i] or ""), reason,
                     [(payload, enc.headers[i], enc.ids[i])], error=str(error))
+        self._flush_if_full()
 
     def refuse(
         self, destination: Destination, reason: Reason, messages: list[Message],
         error: str | None = None,
     ) -> None:
-        """Apply ``on_admission_failure`` to messages refused a destination."""
+        """Apply ``on_admission_failure`` to messages refused a destination. Dead letters are
+        only buffered: the caller flushes (routing when the outbox is full, a flush in its
+        loop)."""
         self.report.rejected[reason.value] += len(messages)
         policy = self.options.on_admission_failure
         if policy is FailurePolicy.ERROR:

@@ -78,7 +78,7 @@ def prewarm_once(options: RoutedOptions) -> None:
         if not isinstance(result, sending.Topic):
             log.warning("iggy_routed prewarm: %s not ready: %s", destination, result)
     log_batch(f"iggy_routed prewarm: {len(ready)} of {len(destinations)} allowlisted destinations "
-               f"ready in {time.monotonic() - started:.2f}s")
+              f"ready in {time.monotonic() - started:.2f}s")
 
 
 def _probe_claims(directory: Path | None) -> Claim | None:
@@ -142,7 +142,7 @@ class IggyRoutedStreamWriter(DataSourceStreamArrowWriter):
         """Every task of ``batchId`` succeeded: fold their reports into the ledger, log a line."""
         if self.plan is not None and self.plan.batch != batchId:
             warn(f"iggy_routed: the writer was planned for batch {self.plan.batch} but Spark "
-                  f"commits batch {batchId}; tasks used Spark's id")
+                 f"commits batch {batchId}; tasks used Spark's id")
         line = Ledger(self.ledger).apply(
             batchId, [m for m in messages if isinstance(m, TaskReport)]
         )
@@ -157,7 +157,7 @@ class IggyRoutedStreamWriter(DataSourceStreamArrowWriter):
     def abort(self, messages: list[WriterCommitMessage | None], batchId: int) -> None:
         self._forget_probes()
         log_batch(f"iggy_routed batch {batchId} failed; Spark will not commit it and the "
-                   "source will replay it")
+                  "source will replay it")
 
 
 class _TaskStart(NamedTuple):
@@ -184,6 +184,6 @@ def _task_start(plan: BatchPlan) -> _TaskStart | None:
         scan = True
     if batch <= plan.last_delivered:
         log_batch(f"iggy_routed batch {batch}, task {identity.partition}: already delivered "
-                   "(the ledger holds it); sending nothing")
+                  "(the ledger holds it); sending nothing")
         return None
     return _TaskStart(Origin(plan.query, batch, identity.partition, 0), scan)
