@@ -16,8 +16,16 @@ if TYPE_CHECKING:
 
 __all__ = [
     "Position", "in_progress", "start_offset", "offset_of", "position_of", "offset_key",
-    "RESELECT_UNTIL", "PENDING", "PLANNED",
+    "planned_bounds", "RESELECT_UNTIL", "PENDING", "PLANNED",
 ]
+
+
+def _key_json(key: Key | None) -> list[str] | None:
+    return None if key is None else list(key)
+
+
+def _key(value: Any) -> Key | None:
+    return None if value is None else tuple(str(v) for v in value)
 
 
 @dataclass(frozen=True)
@@ -30,7 +38,7 @@ class Position:
 
     def as_json(self) -> dict[str, Any]:
         return {
-            "after": list(self.after) if self.after is not None else None,
+            "after": _key_json(self.after),
             "chunks": self.chunks,
             "table": list(self.table) if self.table is not None else None,
         }
@@ -40,7 +48,7 @@ class Position:
         table, after = data.get("table"), data.get("after")
         return cls(
             (str(table[0]), str(table[1])) if table else None,
-            tuple(str(v) for v in after) if after is not None else None,
+            _key(after),
             int(data.get("chunks", 0)),
         )
 
@@ -80,13 +88,20 @@ def offset_of(
     else:
         offset[RESELECT_UNTIL] = PENDING
     if chunks:
-        offset[PLANNED] = [[c.table.schema, c.table.table, _json_key(c.lo), _json_key(c.hi)]
+        offset[PLANNED] = [[c.table.schema, c.table.table, _key_json(c.lo), _key_json(c.hi)]
                            for c in chunks]
     return offset
 
 
-def _json_key(key: Key | None) -> list[str] | None:
-    return None if key is None else list(key)
+def planned_bounds(
+    offset: dict[str, Any],
+) -> list[tuple[tuple[str, str], Key | None, Key | None]] | None:
+    """The ``(table, lo, hi)`` of the chunks ``offset`` pins, in order; ``None`` for an offset
+    that pins none (written before offsets pinned their chunks)."""
+    planned = offset.get(PLANNED)
+    if planned is None:
+        return None
+    return [((str(schema), str(name)), _key(lo), _key(hi)) for schema, name, lo, hi in planned]
 
 
 def position_of(offset: dict[str, Any]) -> Position | None:

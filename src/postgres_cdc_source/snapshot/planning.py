@@ -13,7 +13,7 @@ from psycopg import sql
 
 from postgres_cdc_source.catalog import table_info
 from postgres_cdc_source.options import CdcOptions
-from postgres_cdc_source.snapshot.offsets import PLANNED, Position
+from postgres_cdc_source.snapshot.offsets import Position, planned_bounds
 from postgres_cdc_source.sql_names import Name
 
 __all__ = [
@@ -204,24 +204,19 @@ def plan(
     return chunks, end
 
 
-def _key(value: Any) -> Key | None:
-    return None if value is None else tuple(str(v) for v in value)
-
-
 def planned_chunks(conn: Conn, end: dict[str, Any]) -> list[Chunk] | None:
     """The chunks the batch ending at ``end`` was planned with, in their order (chunks of a
     table dropped since are left out: nothing of it can be read). ``None``: ``end`` does not
     say (written before offsets pinned their chunks); plan the range again."""
-    planned = end.get(PLANNED)
-    if planned is None:
+    bounds = planned_bounds(end)
+    if bounds is None:
         return None
     tables: dict[tuple[str, str], SnapshotTable | None] = {}
     chunks = []
-    for schema, name, lo, hi in planned:
-        key = (str(schema), str(name))
-        if key not in tables:
-            tables[key] = describe(conn, *key)
-        table = tables[key]
+    for name, lo, hi in bounds:
+        if name not in tables:
+            tables[name] = describe(conn, *name)
+        table = tables[name]
         if table is not None:
-            chunks.append(Chunk(table, _key(lo), _key(hi)))
+            chunks.append(Chunk(table, lo, hi))
     return chunks
