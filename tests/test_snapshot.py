@@ -104,15 +104,21 @@ def test_replayed_batch_after_a_driver_crash_reads_later_state_and_still_converg
     assert model == read_tables(pg.dsn, name, work.tables.values())
 
 
-def test_chunks_hold_snapshot_chunk_rows_in_key_order(pg: LocalPostgres, name: str) -> None:
-    """Bounds are found in key order: with integer keys whose text order differs (10 < 9 as
-    text), each chunk still holds exactly ``snapshot_chunk_rows`` rows, the last the rest."""
+def _table_of_ids(pg: LocalPostgres, name: str, ids: str) -> sql.Identifier:
+    """``<name>.t (id int PRIMARY KEY, v text)`` holding the ids ``ids`` gives for g = 1..100."""
     table = sql.Identifier(name, "t")
     with psycopg.connect(pg.dsn, autocommit=True) as conn:
         conn.execute(sql.SQL("CREATE SCHEMA {}").format(sql.Identifier(name)))
-        conn.execute(sql.SQL("CREATE TABLE {} (id int PRIMARY KEY)").format(table))
-        conn.execute(sql.SQL("INSERT INTO {} SELECT g FROM generate_series(1, 100) g"
-                             ).format(table))
+        conn.execute(sql.SQL("CREATE TABLE {} (id int PRIMARY KEY, v text)").format(table))
+        conn.execute(sql.SQL("INSERT INTO {} SELECT {}, 'v' FROM generate_series(1, 100) g"
+                             ).format(table, sql.SQL(ids)))
+    return table
+
+
+def test_chunks_hold_snapshot_chunk_rows_in_key_order(pg: LocalPostgres, name: str) -> None:
+    """Bounds are found in key order: with integer keys whose text order differs (10 < 9 as
+    text), each chunk still holds exactly ``snapshot_chunk_rows`` rows, the last the rest."""
+    _table_of_ids(pg, name, "g")
     query = InProcessQuery(_options(pg, name, "pgoutput", snapshot_max_rows_per_trigger="1000"))
     try:
         planned = query.plan()
@@ -130,12 +136,7 @@ def test_a_replayed_batch_reads_the_chunks_its_offset_pinned(
     new reader reads the chunks the offset pinned, so every row goes to the Spark partition
     that had its key the first time (the sink's replay reads back what each task landed), and
     each chunk holds what its range holds now."""
-    table = sql.Identifier(name, "t")
-    with psycopg.connect(pg.dsn, autocommit=True) as conn:
-        conn.execute(sql.SQL("CREATE SCHEMA {}").format(sql.Identifier(name)))
-        conn.execute(sql.SQL("CREATE TABLE {} (id int PRIMARY KEY, v text)").format(table))
-        conn.execute(sql.SQL("INSERT INTO {} SELECT g * 10, 'v' FROM generate_series(1, 100) g"
-                             ).format(table))
+    table = _table_of_ids(pg, name, "g * 10")
     first = InProcessQuery(_options(pg, name, "pgoutput"))
     planned = first.plan()
     assert planned is not None
