@@ -123,3 +123,64 @@ def test_a_publication_pg_cdc_did_not_create_is_left_alone(
         assert conn.execute(
             "SELECT count(*) FROM pg_publication WHERE pubname = %s", (f"{name}_inserts",)
         ).fetchone() == (0,)
+
+
+def test_the_owners_update_after_replica_identity_nothing_succeeds_while_the_stream_runs(
+    pg: LocalPostgres, name: str
+) -> None:
+    """The guard moves a table inside the DDL that changes its identity: the owner's next UPDATE
+    never meets a publication that publishes updates of a table without identity, and a table
+    that gains a key has its updates and deletes sent from that statement on."""
+    with pg.connect() as conn:
+        conn.execute(f"CREATE TABLE {name}_pk (id int PRIMARY KEY, v int)")
+        conn.execute(f"CREATE TABLE {name}_gains (id int NOT NULL, v int)")
+        conn.execute(f"INSERT INTO {name}_pk VALUES (1, 1)")
+        conn.execute(f"INSERT INTO {name}_gains VALUES (1, 1)")
+    r = reader(pg, name, include_tables=rf"public\.{name}_.*")
+    start = parse_lsn(r.initialOffset()["lsn"])
+    assert members(pg, name) == {f"{name}_pk"}
+    with pg.connect() as conn:  # no planning in between: the stream's batch is still open
+        conn.execute(f"ALTER TABLE {name}_pk REPLICA IDENTITY NOTHING")
+        conn.execute(f"UPDATE {name}_pk SET v = 2")  # refused without the guard
+        conn.execute(f"ALTER TABLE {name}_gains ADD PRIMARY KEY (id)")
+        conn.execute(f"UPDATE {name}_gains SET v = 2")
+        conn.execute(f"DELETE FROM {name}_gains")
+    assert members(pg, name) == {f"{name}_gains"}
+    assert members(pg, f"{name}_inserts") == {f"{name}_pk"}
+    _, seen = changes(r, start)
+    assert seen == [
+        (f"{name}_gains", "update", {"id": 1, "v": 2}),
+        (f"{name}_gains", "delete", {"id": 1}),
+    ]
+
+
+@pytest.mark.parametrize("plugin", ["pgoutput", "test_decoding"])
+def test_rows_of_tables_created_between_two_plannings_all_arrive(
+    pg: LocalPostgres, name: str, plugin: str
+) -> None:
+    """A migration that creates a table and fills it in one transaction, and one that drops a
+    table and creates it again with other columns, lose nothing before a planning adds them."""
+    with pg.connect() as conn:
+        conn.execute(f"CREATE TABLE {name}_old (id int PRIMARY KEY, v text)")
+    r = reader(pg, name, plugin=plugin, include_tables=rf"public\.{name}_.*")
+    start = parse_lsn(r.initialOffset()["lsn"])
+    with pg.connect() as conn:
+        with conn.transaction():
+            conn.execute(f"CREATE TABLE {name}_new (id int PRIMARY KEY, v text)")
+            conn.execute(f"INSERT INTO {name}_new VALUES (1, 'a'), (2, 'b')")
+        conn.execute(f"INSERT INTO {name}_old VALUES (1, 'x')")
+        with conn.transaction():
+            conn.execute(f"DROP TABLE {name}_old")
+            conn.execute(f"CREATE TABLE {name}_old (k text PRIMARY KEY, n int)")
+            conn.execute(f"INSERT INTO {name}_old VALUES ('y', 2)")
+        conn.execute(f"INSERT INTO {name}_old VALUES ('z', 3)")
+        conn.execute(f"CREATE TABLE other_{name} (id int)")  # not captured
+        conn.execute(f"INSERT INTO other_{name} VALUES (1)")
+    _, seen = changes(r, start)
+    assert seen == [
+        (f"{name}_new", "insert", {"id": 1, "v": "a"}),
+        (f"{name}_new", "insert", {"id": 2, "v": "b"}),
+        (f"{name}_old", "insert", {"id": 1, "v": "x"}),
+        (f"{name}_old", "insert", {"k": "y", "n": 2}),
+        (f"{name}_old", "insert", {"k": "z", "n": 3}),
+    ]

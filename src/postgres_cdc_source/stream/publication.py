@@ -2,30 +2,40 @@
 
 Postgres refuses ``UPDATE``/``DELETE`` on a table that is in a publication publishing updates or
 deletes but has no usable replica identity (``DEFAULT`` without a primary key, ``NOTHING``, or a
-dropped ``USING INDEX`` index). A ``FOR ALL TABLES`` publication therefore breaks the
-application on every such table the moment it is created. So ``pg_cdc`` never creates one;
-it manages a *pair* of publications instead:
+dropped ``USING INDEX`` index). A ``FOR ALL TABLES`` publication of every operation therefore
+breaks the application on every such table the moment it is created. So ``pg_cdc`` never
+creates one; it manages three publications instead:
 
 * ``<publication>`` publishes insert, update, delete and truncate, and holds the captured tables
   that have a usable replica identity;
 * ``<publication>_inserts`` publishes only insert and truncate (which never make a write fail),
-  and holds the captured tables without one.
+  and holds the captured tables without one;
+* ``<publication>_all`` is ``FOR ALL TABLES`` but publishes only insert and truncate: it
+  captures a table's inserts from the moment the table is created, before any planning can add
+  it to the other two. Only a superuser may create it; without it, rows written to a table
+  between its creation and the next planning are not sent (a warning at start says so).
 
-Both are peeked together (pgoutput takes several ``publication_names``). Membership is
-re-synchronised on the driver whenever a batch is planned (:func:`sync`): new tables that match
-the filters join, tables that gained or lost their identity move, tables that no longer match
-leave. Both publications carry :data:`MARKER` as their comment; a publication without it (the
-user's own, or one created by hand for ``create_slot=false``) is never altered.
+All are peeked together (pgoutput takes several ``publication_names`` and sends each change
+once). Membership of the first two is re-synchronised on the driver whenever a batch is planned
+(:func:`sync`): new tables that match the filters join, tables that gained or lost their
+identity move, tables that no longer match leave. They carry :data:`MARKER` as their comment; a
+publication without it (the user's own, or one created by hand for ``create_slot=false``) is
+never altered.
 
-Races. A table is added to ``<publication>`` inside a transaction that first takes ``SHARE
-UPDATE EXCLUSIVE`` on it (which ordinary reads and writes do not conflict with, but ``ALTER
-TABLE`` does) and re-checks its identity under that lock: an identity dropped concurrently
-either happens before (the table stays out) or waits for the commit (the table is then a
-published table whose identity the owner removed, the next case). A table whose identity is
-removed *while it is published* refuses updates and deletes until the next planning moves it
-(at most one trigger interval while the query runs, indefinitely while it is stopped): the
-docs (pg_cdc, Publications) tell owners to set ``REPLICA IDENTITY FULL`` (or drop the table
-from the publication) before dropping a captured table's primary key.
+pgoutput looks a publication up as of each decoded change, and before Postgres 18 fails the
+peek ("publication does not exist") for a change written before the publication was. So
+``<publication>_all`` joins the peek only once the slot's restart point is past its creation
+(:func:`names`): at once for a slot created after it, within a few batches for an existing one.
+
+Identity changes. A table is added to ``<publication>`` inside a transaction that first takes
+``SHARE UPDATE EXCLUSIVE`` on it (which ordinary reads and writes do not conflict with, but
+``ALTER TABLE`` does) and re-checks its identity under that lock. A table whose identity is
+removed *while it is published* would refuse updates and deletes until the next planning moves
+it, and a table that gains one would have its updates and deletes skipped until then; so where
+the role may create event triggers (a superuser), ``pg_cdc`` installs :data:`GUARD`, an event
+trigger that moves such tables inside the very ``ALTER TABLE``/``DROP INDEX`` transaction that
+changed their identity. It never fails that statement: an error becomes a warning, and the next
+planning moves the table. Without it, a warning at start names the window and the grant.
 """
 
 from __future__ import annotations
@@ -39,15 +49,20 @@ from psycopg import errors as pgerrors
 from psycopg import sql
 
 from postgres_cdc_source.errors import SlotError
+from postgres_cdc_source.lsn import format_lsn, parse_lsn
 from postgres_cdc_source.options import CdcOptions
 
-__all__ = ["MARKER", "INSERTS_SUFFIX", "inserts_name", "ensure", "sync", "names"]
+__all__ = ["MARKER", "INSERTS_SUFFIX", "ALL_SUFFIX", "GUARD", "inserts_name", "all_name",
+           "ensure", "sync", "names"]
 
 log = logging.getLogger(__name__)
 Conn = psycopg.Connection[Any]
 
 MARKER = "pg_cdc managed publication: membership follows include_tables and replica identity"
 INSERTS_SUFFIX = "_inserts"
+ALL_SUFFIX = "_all"
+GUARD = "pg_cdc_identity_guard"
+"""The event trigger (and its function, in ``public``) that keeps identity changes safe."""
 _LOCK_TIMEOUT = "2s"
 
 # A table Postgres will let update/delete while it is published for those operations.
@@ -89,6 +104,11 @@ def inserts_name(publication: str) -> str:
     return publication + INSERTS_SUFFIX
 
 
+def all_name(publication: str) -> str:
+    """The ``FOR ALL TABLES`` insert/truncate-only sibling of ``publication``."""
+    return publication + ALL_SUFFIX
+
+
 def _managed_oids(conn: Conn, publication: str) -> tuple[int, int] | None:
     """The oids of ``publication`` and its sibling if ``pg_cdc`` manages them, else ``None``."""
     rows = dict(
@@ -103,10 +123,44 @@ def _managed_oids(conn: Conn, publication: str) -> tuple[int, int] | None:
 
 
 def names(conn: Conn, options: CdcOptions) -> list[str]:
-    """The publications to peek with: the managed pair, or the user's one publication."""
-    if _managed_oids(conn, options.publication) is not None:
-        return [options.publication, inserts_name(options.publication)]
-    return [options.publication]
+    """The publications to peek with: the managed pair (and ``<publication>_all`` once the slot
+    can decode with it), or the user's one publication."""
+    if _managed_oids(conn, options.publication) is None:
+        return [options.publication]
+    pubs = [options.publication, inserts_name(options.publication)]
+    if _all_state(conn, options) == "usable":
+        pubs.append(all_name(options.publication))
+    return pubs
+
+
+# Whether <publication>_all exists as pg_cdc needs it (all tables, never update/delete), and
+# what tells whether the slot can decode with it: from Postgres 18 pgoutput skips a publication
+# a change predates; before, every change the slot decodes must come after the publication's
+# commit: the slot's restart point is past the LSN recorded in its comment at creation, or (a
+# publication created by hand) it is older than the slot's catalog_xmin.
+_ALL_STATE = """
+SELECT p.puballtables AND NOT p.pubupdate AND NOT p.pubdelete,
+       current_setting('server_version_num')::int >= 180000
+         OR coalesce(age(p.xmin) > age(s.catalog_xmin), false),
+       obj_description(p.oid, 'pg_publication'), (s.restart_lsn - '0/0')::int8
+FROM pg_publication p LEFT JOIN pg_replication_slots s ON s.slot_name = %s
+WHERE p.pubname = %s
+"""
+_CREATED_BEFORE = MARKER + "; created before LSN "
+
+
+def _all_state(conn: Conn, options: CdcOptions) -> str:
+    """``missing``, ``unfit`` (it publishes updates or deletes, or not all tables), ``pending``
+    (the slot may decode changes that predate it) or ``usable``."""
+    row = conn.execute(_ALL_STATE, (options.slot, all_name(options.publication))).fetchone()
+    if row is None:
+        return "missing"
+    fit, decodable, comment, restart = row
+    if not fit:
+        return "unfit"
+    if not decodable and comment is not None and comment.startswith(_CREATED_BEFORE):
+        decodable = restart is not None and restart >= parse_lsn(comment[len(_CREATED_BEFORE):])
+    return "usable" if decodable else "pending"
 
 
 def ensure(conn: Conn, options: CdcOptions) -> None:
@@ -123,6 +177,8 @@ def ensure(conn: Conn, options: CdcOptions) -> None:
     if _managed_oids(conn, name) is None:
         _warn_if_unsafe(conn, name)
         return
+    _ensure_all(conn, options)
+    _ensure_guard(conn)
     sync(conn, options)
 
 
@@ -155,6 +211,124 @@ def _create(conn: Conn, options: CdcOptions) -> None:
             f"cannot create publication {name!r} ({exc.diag.message_primary}): create "
             "it as a superuser or the tables' owner"
         ) from None
+
+
+def _ensure_all(conn: Conn, options: CdcOptions) -> None:
+    """Create ``<publication>_all`` if missing and allowed; say what its absence costs."""
+    name = all_name(options.publication)
+    state = _all_state(conn, options)
+    if state == "missing":
+        if len(name.encode()) > 63:
+            log.warning("pg_cdc: cannot create publication %s: the name is longer than "
+                        "Postgres's 63 bytes; set a shorter publication option", name)
+            _warn_new_tables_gap(name, "its name is too long")
+            return
+        try:
+            with conn.transaction():
+                conn.execute(
+                    sql.SQL("CREATE PUBLICATION {} FOR ALL TABLES WITH (publish = {})").format(
+                        sql.Identifier(name), sql.Literal("insert, truncate")
+                    )
+                )
+            # committed: the insert position now is past the creation's commit record
+            (insert,) = conn.execute("SELECT (pg_current_wal_insert_lsn() - '0/0')::int8"
+                                     ).fetchone() or (0,)
+            conn.execute(sql.SQL("COMMENT ON PUBLICATION {} IS {}").format(
+                sql.Identifier(name), sql.Literal(_CREATED_BEFORE + format_lsn(int(insert)))
+            ))
+            log.info("created publication %s (all tables, inserts and truncates)", name)
+        except pgerrors.DuplicateObject:
+            pass  # another query created it at the same moment
+        except pgerrors.InsufficientPrivilege as exc:
+            _warn_new_tables_gap(name, exc.diag.message_primary or "permission denied")
+            return
+        state = _all_state(conn, options)
+    if state == "unfit":
+        log.warning("pg_cdc: publication %s exists but is not FOR ALL TABLES with publish = "
+                    "'insert, truncate'; it is not used", name)
+        _warn_new_tables_gap(name, "it is not fit")
+    elif state == "pending":
+        log.warning(
+            "pg_cdc: publication %s is newer than replication slot %s's restart point: it joins "
+            "the stream once the slot moves past it (usually within a few batches); until then "
+            "rows written to a table before a planning adds it are not captured", name,
+            options.slot,
+        )
+
+
+def _warn_new_tables_gap(name: str, why: str) -> None:
+    log.warning(
+        "pg_cdc: no publication %s (%s): rows written to a new (or dropped and re-created) "
+        "table before the next batch is planned are not captured; a superuser can create it: "
+        "CREATE PUBLICATION %s FOR ALL TABLES WITH (publish = 'insert, truncate') (docs: "
+        "pg_cdc, Publications), or use plugin=test_decoding",
+        name, why, name,
+    )
+
+
+# The guard: moves tables of every managed pair whose identity no longer matches their
+# publication, inside the DDL transaction that changed it. Any error becomes a warning, so the
+# owner's statement never fails because of it (the next planning then moves the table).
+_GUARD_FUNCTION = """
+CREATE OR REPLACE FUNCTION public.{function}() RETURNS event_trigger
+LANGUAGE plpgsql SECURITY DEFINER SET search_path = pg_catalog AS $guard$
+DECLARE
+  pair record;
+  t record;
+BEGIN
+  FOR pair IN
+    SELECT f.oid AS full_oid, f.pubname AS full_name, i.oid AS ins_oid, i.pubname AS ins_name
+    FROM pg_publication f JOIN pg_publication i ON i.pubname = f.pubname || {suffix}
+    WHERE obj_description(f.oid, 'pg_publication') = {marker}
+      AND obj_description(i.oid, 'pg_publication') = {marker}
+  LOOP
+    FOR t IN
+      SELECT c.oid::regclass::text AS rel, r.prpubid = pair.full_oid AS in_full
+      FROM pg_publication_rel r JOIN pg_class c ON c.oid = r.prrelid
+      WHERE r.prpubid IN (pair.full_oid, pair.ins_oid)
+        AND (r.prpubid = pair.full_oid) <> {has_identity}
+    LOOP
+      IF t.in_full THEN
+        EXECUTE format('ALTER PUBLICATION %I DROP TABLE ' || t.rel, pair.full_name);
+        EXECUTE format('ALTER PUBLICATION %I ADD TABLE ' || t.rel, pair.ins_name);
+      ELSE
+        EXECUTE format('ALTER PUBLICATION %I ADD TABLE ' || t.rel, pair.full_name);
+        EXECUTE format('ALTER PUBLICATION %I DROP TABLE ' || t.rel, pair.ins_name);
+      END IF;
+    END LOOP;
+  END LOOP;
+EXCEPTION WHEN OTHERS THEN
+  RAISE WARNING 'pg_cdc identity guard: % (the next pg_cdc planning moves the table)', SQLERRM;
+END
+$guard$"""
+
+
+def _ensure_guard(conn: Conn) -> None:
+    """Install :data:`GUARD` if missing and allowed; say what its absence costs."""
+    if conn.execute("SELECT 1 FROM pg_event_trigger WHERE evtname = %s", (GUARD,)).fetchone():
+        return
+    try:
+        with conn.transaction():
+            conn.execute(sql.SQL(_GUARD_FUNCTION).format(
+                function=sql.Identifier(GUARD), suffix=sql.Literal(INSERTS_SUFFIX),
+                marker=sql.Literal(MARKER), has_identity=sql.SQL(_HAS_IDENTITY),
+            ))
+            conn.execute(sql.SQL(
+                "CREATE EVENT TRIGGER {} ON ddl_command_end"
+                " WHEN TAG IN ('ALTER TABLE', 'DROP INDEX') EXECUTE FUNCTION public.{}()"
+            ).format(sql.Identifier(GUARD), sql.Identifier(GUARD)))
+        log.info("created event trigger %s", GUARD)
+    except (pgerrors.DuplicateObject, pgerrors.UniqueViolation):
+        pass  # another query created it at the same moment
+    except pgerrors.InsufficientPrivilege as exc:
+        log.warning(
+            "pg_cdc: cannot create event trigger %s (%s): after ALTER TABLE ... REPLICA "
+            "IDENTITY NOTHING (or dropping the primary key or the identity index) of a captured "
+            "table, the owner's UPDATE and DELETE on it fail until the next batch is planned, "
+            "and a table that gains an identity has its updates and deletes skipped until then; "
+            "a superuser can install it by starting pg_cdc once (docs: pg_cdc, Publications)",
+            GUARD, exc.diag.message_primary,
+        )
 
 
 def sync(conn: Conn, options: CdcOptions) -> None:

@@ -153,12 +153,15 @@ def ensure_slot(options: CdcOptions, resuming: bool = False) -> SlotState:
         state = slot_state(conn, options.slot)
         if state is None and resuming:
             raise SlotLostError(options.slot, None)
-        if state is None:
+        created = state is None
+        if created:
             if not options.create_slot:
                 raise SlotError(
                     f"replication slot {options.slot!r} does not exist: create it or "
                     "set create_slot=true"
                 )
+            if options.plugin == "pgoutput":  # first: the slot must not predate them
+                publication.ensure(conn, options)
             _create_slot(conn, options)
             state = slot_state(conn, options.slot)
             assert state is not None
@@ -182,7 +185,7 @@ def ensure_slot(options: CdcOptions, resuming: bool = False) -> SlotState:
                 "\"dbname=... replication=database\"), or drop it and start the query with a "
                 "new checkpoint (snapshot=initial for a full resync)"
             )
-        if options.plugin == "pgoutput":
+        if options.plugin == "pgoutput" and not created:
             publication.ensure(conn, options)
         return state
 
