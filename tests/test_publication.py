@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import json
 import logging
+from typing import Any
 
 import pytest
 from pyspark.sql.streaming.datasource import ReadAllAvailable
@@ -28,14 +29,19 @@ def reader(pg: LocalPostgres, slot: str, **extra: str) -> PgCdcStreamReader:
 Seen = list[tuple[str, str, object]]
 
 
-def changes(r: PgCdcStreamReader, start: int) -> tuple[int, Seen]:
-    """Plan a batch from ``start`` (re-syncing the publications) and read it: (end, changes)."""
+def batch(r: PgCdcStreamReader, start: int) -> tuple[int, list[dict[str, Any]]]:
+    """Plan a batch from ``start`` (re-syncing the publications) and read it: (end, rows)."""
     end = parse_lsn(r.latestOffset({"lsn": format_lsn(start)}, ReadAllAvailable())["lsn"])
-    rows = [
+    return end, [
         row
         for batch in r.read(CdcPartition(start, end))
         for row in batch.to_pylist()
     ] if end > start else []
+
+
+def changes(r: PgCdcStreamReader, start: int) -> tuple[int, Seen]:
+    """:func:`batch`'s rows as (table, op, the new row or else the key)."""
+    end, rows = batch(r, start)
     return end, [
         (row["table"], row["op"], json.loads(row["after"] or row["key"] or "null")) for row in rows
     ]
