@@ -173,20 +173,27 @@ def test_rows_of_tables_created_between_two_plannings_all_arrive(
     with pg.connect() as conn:
         with conn.transaction():
             conn.execute(f"CREATE TABLE {name}_new (id int PRIMARY KEY, v text)")
-            conn.execute(f"INSERT INTO {name}_new VALUES (1, 'a'), (2, 'b')")
+            conn.execute(f"INSERT INTO {name}_new VALUES (1, 'a'), (2, 'b'), (3, 'c')")
+            conn.execute(f"UPDATE {name}_new SET v = 'B' WHERE id = 2")
+            conn.execute(f"DELETE FROM {name}_new WHERE id = 3")
         conn.execute(f"INSERT INTO {name}_old VALUES (1, 'x')")
         with conn.transaction():
             conn.execute(f"DROP TABLE {name}_old")
             conn.execute(f"CREATE TABLE {name}_old (k text PRIMARY KEY, n int)")
             conn.execute(f"INSERT INTO {name}_old VALUES ('y', 2)")
         conn.execute(f"INSERT INTO {name}_old VALUES ('z', 3)")
+        conn.execute(f"CREATE TABLE {name}_copy AS SELECT 7 AS n")  # written as it is created
         conn.execute(f"CREATE TABLE other_{name} (id int)")  # not captured
         conn.execute(f"INSERT INTO other_{name} VALUES (1)")
     _, seen = changes(r, start)
     assert seen == [
         (f"{name}_new", "insert", {"id": 1, "v": "a"}),
         (f"{name}_new", "insert", {"id": 2, "v": "b"}),
+        (f"{name}_new", "insert", {"id": 3, "v": "c"}),
+        (f"{name}_new", "update", {"id": 2, "v": "B"}),
+        (f"{name}_new", "delete", {"id": 3}),
         (f"{name}_old", "insert", {"id": 1, "v": "x"}),
         (f"{name}_old", "insert", {"k": "y", "n": 2}),
         (f"{name}_old", "insert", {"k": "z", "n": 3}),
+        (f"{name}_copy", "insert", {"n": 7}),
     ]

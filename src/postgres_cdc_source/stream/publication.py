@@ -266,13 +266,18 @@ def _warn_new_tables_gap(name: str, why: str) -> None:
     )
 
 
-# The guard: moves tables of every managed pair whose identity no longer matches their
-# publication, inside the DDL transaction that changed it. Any error becomes a warning, so the
-# owner's statement never fails because of it (the next planning then moves the table).
+# The guard, for every managed pair: moves a member whose identity no longer matches its
+# publication, and adds a table just created (an identity decides which of the two), inside the
+# DDL transaction; the next planning drops a new table the filters do not capture. Any error
+# becomes a warning, so the owner's statement never fails because of it (the next planning then
+# does the same work).
 _GUARD_FUNCTION = """
 CREATE OR REPLACE FUNCTION public.{function}() RETURNS event_trigger
 LANGUAGE plpgsql SECURITY DEFINER SET search_path = pg_catalog AS $guard$
 DECLARE
+  created oid[] := ARRAY(SELECT objid FROM pg_event_trigger_ddl_commands()
+                         WHERE object_type = 'table'
+                           AND command_tag IN ('CREATE TABLE', 'CREATE TABLE AS', 'SELECT INTO'));
   pair record;
   t record;
 BEGIN
@@ -283,22 +288,32 @@ BEGIN
       AND obj_description(i.oid, 'pg_publication') = {marker}
   LOOP
     FOR t IN
-      SELECT c.oid::regclass::text AS rel, r.prpubid = pair.full_oid AS in_full
-      FROM pg_publication_rel r JOIN pg_class c ON c.oid = r.prrelid
-      WHERE r.prpubid IN (pair.full_oid, pair.ins_oid)
-        AND (r.prpubid = pair.full_oid) <> {has_identity}
+      SELECT c.oid::regclass::text AS rel, {has_identity} AS ident,
+        EXISTS (SELECT 1 FROM pg_publication_rel r
+                WHERE r.prrelid = c.oid AND r.prpubid = pair.full_oid) AS in_full,
+        EXISTS (SELECT 1 FROM pg_publication_rel r
+                WHERE r.prrelid = c.oid AND r.prpubid = pair.ins_oid) AS in_ins
+      FROM pg_class c
+      WHERE c.oid IN (SELECT r.prrelid FROM pg_publication_rel r
+                      WHERE r.prpubid IN (pair.full_oid, pair.ins_oid))
+         OR (c.oid = ANY (created) AND c.relkind = 'r' AND c.relpersistence = 'p')
     LOOP
-      IF t.in_full THEN
+      IF t.in_full AND NOT t.ident THEN
         EXECUTE format('ALTER PUBLICATION %I DROP TABLE ' || t.rel, pair.full_name);
-        EXECUTE format('ALTER PUBLICATION %I ADD TABLE ' || t.rel, pair.ins_name);
-      ELSE
-        EXECUTE format('ALTER PUBLICATION %I ADD TABLE ' || t.rel, pair.full_name);
+      END IF;
+      IF t.in_ins AND t.ident THEN
         EXECUTE format('ALTER PUBLICATION %I DROP TABLE ' || t.rel, pair.ins_name);
+      END IF;
+      IF t.ident AND NOT t.in_full THEN
+        EXECUTE format('ALTER PUBLICATION %I ADD TABLE ' || t.rel, pair.full_name);
+      END IF;
+      IF NOT t.ident AND NOT t.in_ins THEN
+        EXECUTE format('ALTER PUBLICATION %I ADD TABLE ' || t.rel, pair.ins_name);
       END IF;
     END LOOP;
   END LOOP;
 EXCEPTION WHEN OTHERS THEN
-  RAISE WARNING 'pg_cdc identity guard: % (the next pg_cdc planning moves the table)', SQLERRM;
+  RAISE WARNING 'pg_cdc identity guard: % (the next pg_cdc planning does its work)', SQLERRM;
 END
 $guard$"""
 
@@ -315,7 +330,8 @@ def _ensure_guard(conn: Conn) -> None:
             ))
             conn.execute(sql.SQL(
                 "CREATE EVENT TRIGGER {} ON ddl_command_end"
-                " WHEN TAG IN ('ALTER TABLE', 'DROP INDEX') EXECUTE FUNCTION public.{}()"
+                " WHEN TAG IN ('ALTER TABLE', 'DROP INDEX', 'CREATE TABLE', 'CREATE TABLE AS',"
+                " 'SELECT INTO') EXECUTE FUNCTION public.{}()"
             ).format(sql.Identifier(GUARD), sql.Identifier(GUARD)))
         log.info("created event trigger %s", GUARD)
     except (pgerrors.DuplicateObject, pgerrors.UniqueViolation):
