@@ -10,10 +10,10 @@ import json
 import logging
 
 import pytest
+from test_publication import batch, reader
 
 from iggy_spark_testing.harness import LocalPostgres
 from postgres_cdc_source.lsn import parse_lsn
-from test_publication import batch, reader
 
 pytestmark = pytest.mark.services
 
