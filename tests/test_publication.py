@@ -17,6 +17,8 @@ from pyspark.sql.streaming.datasource import ReadAllAvailable
 from iggy_spark_testing.harness import LocalPostgres
 from postgres_cdc_source.lsn import format_lsn, parse_lsn
 from postgres_cdc_source.options import CdcOptions
+from postgres_cdc_source.stream import slot
+from postgres_cdc_source.stream.publication import MARKER, all_name
 from postgres_cdc_source.stream.reader import CdcPartition, PgCdcStreamReader
 
 pytestmark = pytest.mark.services
@@ -197,3 +199,34 @@ def test_rows_of_tables_created_between_two_plannings_all_arrive(
         (f"{name}_old", "insert", {"k": "z", "n": 3}),
         (f"{name}_copy", "insert", {"n": 7}),
     ]
+
+
+def test_a_slot_older_than_the_all_tables_publication_peeks_it_once_its_restart_point_passes(
+    pg: LocalPostgres, name: str
+) -> None:
+    """An upgrade: the managed pair and the slot exist (an earlier version made them), then
+    ``<publication>_all`` is created. Before Postgres 18, pgoutput fails a peek that decodes a
+    change older than one of its publications, so the slot must not peek with it until its
+    restart point is past it, and then must."""
+    with pg.connect() as conn:
+        conn.execute(f"CREATE TABLE {name}_a (id int PRIMARY KEY)")
+        for pub, publish in ((name, "insert, update, delete, truncate"),
+                             (f"{name}_inserts", "insert, truncate")):
+            conn.execute(f"CREATE PUBLICATION {pub} WITH (publish = '{publish}')")
+            conn.execute(f"COMMENT ON PUBLICATION {pub} IS '{MARKER}'")
+        conn.execute(f"ALTER PUBLICATION {name} ADD TABLE {name}_a")
+        conn.execute("SELECT pg_create_logical_replication_slot(%s, 'pgoutput')", (name,))
+        conn.execute(f"INSERT INTO {name}_a VALUES (1)")  # older than <publication>_all
+    r = reader(pg, name, include_tables=rf"public\.{name}_.*")
+    start = parse_lsn(r.initialOffset()["lsn"])  # creates <publication>_all
+    rounds = []
+    for n in range(2, 6):
+        with pg.connect() as conn:
+            conn.execute(f"INSERT INTO {name}_a VALUES ({n})")
+            conn.execute("CHECKPOINT")  # logs the running transactions: a restart point
+            rounds.append(all_name(name) in slot.publications(conn, r.options))
+        start, seen = changes(r, start)
+        assert seen[-1] == (f"{name}_a", "insert", {"id": n})
+        r.commit({"lsn": format_lsn(start)})
+    assert rounds[0] == (pg.version >= 18)  # at once from 18 on, which skips it when too new
+    assert rounds[-1]
