@@ -11,6 +11,7 @@ import json
 import logging
 from typing import Any
 
+import psycopg
 import pytest
 from pyspark.sql.streaming.datasource import ReadAllAvailable
 
@@ -230,3 +231,36 @@ def test_a_slot_older_than_the_all_tables_publication_peeks_it_once_its_restart_
         r.commit({"lsn": format_lsn(start)})
     assert rounds[0] == (pg.version >= 18)  # at once from 18 on, which skips it when too new
     assert rounds[-1]
+
+
+def test_a_role_that_may_not_create_them_is_told_the_window_and_the_grant(
+    pg: LocalPostgres, name: str, caplog: pytest.LogCaptureFixture
+) -> None:
+    """Without superuser rights there is no ``<publication>_all`` and no guard: the stream runs
+    on the managed pair, and the warnings at start name what is not captured and the fix."""
+    with pg.connect() as conn:
+        conn.execute(f"CREATE DATABASE {name}")  # no guard from other tests in it
+        conn.execute(f"CREATE ROLE {name} LOGIN REPLICATION")
+        conn.execute(f"GRANT CREATE ON DATABASE {name} TO {name}")
+    with psycopg.connect(f"{pg.dsn} dbname={name}", autocommit=True) as conn:
+        conn.execute(f"GRANT CREATE ON SCHEMA public TO {name}")
+    dsn = f"host=127.0.0.1 port={pg.port} dbname={name} user={name}"
+    with psycopg.connect(dsn, autocommit=True) as conn:
+        conn.execute(f"CREATE TABLE public.{name}_t (id int PRIMARY KEY)")
+    try:
+        r = PgCdcStreamReader(CdcOptions.from_options({"dsn": dsn, "slot": name}))
+        with caplog.at_level(logging.WARNING, logger="postgres_cdc_source"):
+            start = parse_lsn(r.initialOffset()["lsn"])
+        assert f"no publication {name}_all (" in caplog.text
+        assert f"CREATE PUBLICATION {name}_all FOR ALL TABLES" in caplog.text
+        assert "cannot create event trigger pg_cdc_identity_guard" in caplog.text
+        with psycopg.connect(dsn, autocommit=True) as conn:
+            conn.execute(f"INSERT INTO {name}_t VALUES (1)")
+        _, seen = changes(r, start)
+        assert seen == [(f"{name}_t", "insert", {"id": 1})]
+    finally:
+        with pg.connect() as conn:
+            conn.execute("SELECT pg_drop_replication_slot(slot_name) FROM pg_replication_slots"
+                         " WHERE slot_name = %s", (name,))
+            conn.execute(f"DROP DATABASE {name} (FORCE)")
+            conn.execute(f"DROP ROLE {name}")
