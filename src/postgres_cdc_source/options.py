@@ -58,8 +58,9 @@ OPTION_DOCS: tuple[OptionDoc, ...] = (
     OptionDoc(
         "publication",
         "(the slot name)",
-        "pgoutput publication; if missing, created with its `<name>_inserts` sibling and kept "
-        "in sync with the tables (see Publications); an existing one is used as it is",
+        "pgoutput publication; if missing, created with its `<name>_inserts` and `<name>_all` "
+        "siblings and kept in sync with the tables (see Publications); an existing one is used "
+        "as it is",
     ),
     OptionDoc("create_slot", "true", "create the slot (and publication) if missing"),
     OptionDoc(

@@ -154,7 +154,7 @@ def ensure_slot(options: CdcOptions, resuming: bool = False) -> SlotState:
         if state is None and resuming:
             raise SlotLostError(options.slot, None)
         created = state is None
-        if created:
+        if state is None:
             if not options.create_slot:
                 raise SlotError(
                     f"replication slot {options.slot!r} does not exist: create it or "
