@@ -161,6 +161,7 @@ def ensure_slot(options: CdcOptions, resuming: bool = False) -> SlotState:
                     "set create_slot=true"
                 )
             if options.plugin == "pgoutput":  # first: the slot must not predate them
+                _check_may_create_slots(conn, options)
                 publication.ensure(conn, options)
             _create_slot(conn, options)
             state = slot_state(conn, options.slot)
@@ -294,12 +295,25 @@ def _create_slot(conn: Conn, options: CdcOptions) -> None:
     except pgerrors.DuplicateObject:
         pass  # another query created it at the same moment: same outcome
     except pgerrors.InsufficientPrivilege as exc:
-        user = conn.info.user
-        raise SlotError(
-            f"role {user!r} may not create replication slots ({exc.diag.message_primary}):"
-            f" ALTER ROLE {user} REPLICATION, or create slot {options.slot!r} as a "
-            "superuser"
-        ) from None
+        raise _cannot_create_slots(conn, options, exc.diag.message_primary) from None
+
+
+def _check_may_create_slots(conn: Conn, options: CdcOptions) -> None:
+    """Refuse before anything is created (the publications) if the slot cannot be."""
+    row = conn.execute(
+        "SELECT rolreplication OR rolsuper FROM pg_roles WHERE rolname = current_user"
+    ).fetchone()
+    if row is not None and not row[0]:
+        raise _cannot_create_slots(conn, options, "the role has neither REPLICATION nor "
+                                   "superuser")
+
+
+def _cannot_create_slots(conn: Conn, options: CdcOptions, why: str | None) -> SlotError:
+    user = conn.info.user
+    return SlotError(
+        f"role {user!r} may not create replication slots ({why}): ALTER ROLE {user} "
+        f"REPLICATION, or create slot {options.slot!r} as a superuser"
+    )
 
 
 def insert_lsn(conn: Conn) -> int:
