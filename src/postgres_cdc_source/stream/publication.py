@@ -23,9 +23,11 @@ publication without it (the user's own, or one created by hand for ``create_slot
 never altered.
 
 pgoutput looks a publication up as of each decoded change, and before Postgres 18 fails the
-peek ("publication does not exist") for a change written before the publication was. So
-``<publication>_all`` joins the peek only once the slot's restart point is past its creation
-(:func:`names`): at once for a slot created after it, within a few batches for an existing one.
+peek ("publication does not exist") for a change written before the publication was. So there
+``<publication>_all`` is read only by batches that start after a position recorded in its
+comment once the slot's restart point is past its creation (:func:`names`): from the second
+batch for a slot created after it, within a few batches for an existing one. The publications
+a batch is read with are a function of the batch, so a replay reads the same rows.
 
 Identity changes. A table is added to ``<publication>`` inside a transaction that first takes
 ``SHARE UPDATE EXCLUSIVE`` on it (which ordinary reads and writes do not conflict with, but
@@ -41,8 +43,9 @@ planning moves the table. Without it, a warning at start names the window and th
 from __future__ import annotations
 
 import logging
+import re
 from dataclasses import dataclass
-from typing import Any
+from typing import Any, NamedTuple
 
 import psycopg
 from psycopg import errors as pgerrors
@@ -53,7 +56,7 @@ from postgres_cdc_source.lsn import format_lsn, parse_lsn
 from postgres_cdc_source.options import CdcOptions
 
 __all__ = ["MARKER", "INSERTS_SUFFIX", "ALL_SUFFIX", "GUARD", "inserts_name", "all_name",
-           "ensure", "sync", "names"]
+           "ensure", "sync", "names", "admit"]
 
 log = logging.getLogger(__name__)
 Conn = psycopg.Connection[Any]
@@ -122,45 +125,89 @@ def _managed_oids(conn: Conn, publication: str) -> tuple[int, int] | None:
     return None if full is None or ins is None else (int(full), int(ins))
 
 
-def names(conn: Conn, options: CdcOptions) -> list[str]:
-    """The publications to peek with: the managed pair (and ``<publication>_all`` once the slot
-    can decode with it), or the user's one publication."""
+def names(conn: Conn, options: CdcOptions, start: int) -> list[str]:
+    """The publications to peek a batch from ``start`` with: the managed pair (and
+    ``<publication>_all`` where the slot reads it, see :func:`_reads_from`), or the user's one
+    publication. A function of the batch: a replay peeks with the same publications."""
     if _managed_oids(conn, options.publication) is None:
         return [options.publication]
     pubs = [options.publication, inserts_name(options.publication)]
-    if _all_state(conn, options) == "usable":
-        pubs.append(all_name(options.publication))
+    if (state := _all_state(conn, options)) is not None and state.fit:
+        reads_from = 0 if state.skips_older else _reads_from(state.comment, options.slot)
+        if reads_from is not None and start >= reads_from:
+            pubs.append(all_name(options.publication))
     return pubs
 
 
-# Whether <publication>_all exists as pg_cdc needs it (all tables, never update/delete), and
-# what tells whether the slot can decode with it: from Postgres 18 pgoutput skips a publication
-# a change predates; before, every change the slot decodes must come after the publication's
-# commit: the slot's restart point is past the LSN recorded in its comment at creation, or (a
-# publication created by hand) it is older than the slot's catalog_xmin.
+# <publication>_all as pg_cdc needs it (all tables, never update/delete). From Postgres 18
+# pgoutput skips a publication that a decoded change predates; before, it fails the peek. So on
+# 15-17 a slot reads it only for batches starting at or after an LSN recorded in its comment
+# (:func:`admit`), once every change the slot can still decode comes after the publication:
+# the slot's restart point is past the LSN recorded at creation, or (a publication created by
+# hand) the publication is older than the slot's catalog_xmin.
 _ALL_STATE = """
 SELECT p.puballtables AND NOT p.pubupdate AND NOT p.pubdelete,
-       current_setting('server_version_num')::int >= 180000
-         OR coalesce(age(p.xmin) > age(s.catalog_xmin), false),
-       obj_description(p.oid, 'pg_publication'), (s.restart_lsn - '0/0')::int8
+       current_setting('server_version_num')::int >= 180000,
+       coalesce(age(p.xmin) > age(s.catalog_xmin), false),
+       coalesce(obj_description(p.oid, 'pg_publication'), ''),
+       (s.restart_lsn - '0/0')::int8, (s.confirmed_flush_lsn - '0/0')::int8
 FROM pg_publication p LEFT JOIN pg_replication_slots s ON s.slot_name = %s
 WHERE p.pubname = %s
 """
-_CREATED_BEFORE = MARKER + "; created before LSN "
+_CREATED_BEFORE = re.compile(r"; created before LSN ([0-9A-F]+/[0-9A-F]+)")
 
 
-def _all_state(conn: Conn, options: CdcOptions) -> str:
-    """``missing``, ``unfit`` (it publishes updates or deletes, or not all tables), ``pending``
-    (the slot may decode changes that predate it) or ``usable``."""
+class _AllState(NamedTuple):
+    fit: bool
+    skips_older: bool  # Postgres 18+
+    older_than_slot: bool
+    comment: str
+    restart: int | None
+    confirmed: int | None
+
+    @property
+    def decodable(self) -> bool:
+        """Whether every change the slot can still decode comes after the publication."""
+        created = _CREATED_BEFORE.search(self.comment)
+        return self.older_than_slot or (
+            created is not None and self.restart is not None
+            and self.restart >= parse_lsn(created[1])
+        )
+
+
+def _all_state(conn: Conn, options: CdcOptions) -> _AllState | None:
     row = conn.execute(_ALL_STATE, (options.slot, all_name(options.publication))).fetchone()
-    if row is None:
-        return "missing"
-    fit, decodable, comment, restart = row
-    if not fit:
-        return "unfit"
-    if not decodable and comment is not None and comment.startswith(_CREATED_BEFORE):
-        decodable = restart is not None and restart >= parse_lsn(comment[len(_CREATED_BEFORE):])
-    return "usable" if decodable else "pending"
+    return None if row is None else _AllState(*row)
+
+
+def _reads_from(comment: str, slot: str) -> int | None:
+    """The LSN from which batches of ``slot`` read ``<publication>_all``, if recorded."""
+    match = re.search(rf"; slot {re.escape(slot)} from LSN ([0-9A-F]+/[0-9A-F]+)", comment)
+    return None if match is None else parse_lsn(match[1])
+
+
+def admit(conn: Conn, options: CdcOptions, *, new_slot: bool = False) -> None:
+    """On the driver, at start and planning (Postgres 15-17): once the slot can decode with
+    ``<publication>_all``, record that its batches starting *after* the slot's position read
+    it. Every batch read so far, or planned and maybe about to be replayed, starts at or before
+    that position, so it is read again exactly as it was. A slot just created (``new_slot``)
+    has had no batch yet: its batches read it from its position on."""
+    state = _all_state(conn, options)
+    if (state is None or not state.fit or state.skips_older or state.confirmed is None
+            or _reads_from(state.comment, options.slot) is not None or not state.decodable):
+        return
+    name = all_name(options.publication)
+    comment = (state.comment if state.comment.startswith(MARKER) else MARKER) + (
+        f"; slot {options.slot} from LSN {format_lsn(state.confirmed + (0 if new_slot else 1))}")
+    try:
+        conn.execute(sql.SQL("COMMENT ON PUBLICATION {} IS {}").format(
+            sql.Identifier(name), sql.Literal(comment)))
+        log.info("replication slot %s reads publication %s after %s", options.slot, name,
+                 format_lsn(state.confirmed))
+    except pgerrors.InsufficientPrivilege as exc:
+        log.warning("pg_cdc: cannot record in publication %s's comment that slot %s reads it "
+                    "(%s); it is not read: make the role its owner", name, options.slot,
+                    exc.diag.message_primary)
 
 
 def ensure(conn: Conn, options: CdcOptions) -> None:
@@ -216,12 +263,10 @@ def _create(conn: Conn, options: CdcOptions) -> None:
 def _ensure_all(conn: Conn, options: CdcOptions) -> None:
     """Create ``<publication>_all`` if missing and allowed; say what its absence costs."""
     name = all_name(options.publication)
-    state = _all_state(conn, options)
-    if state == "missing":
+    if _all_state(conn, options) is None:
         if len(name.encode()) > 63:
-            log.warning("pg_cdc: cannot create publication %s: the name is longer than "
-                        "Postgres's 63 bytes; set a shorter publication option", name)
-            _warn_new_tables_gap(name, "its name is too long")
+            _warn_new_tables_gap(name, "the name is longer than Postgres's 63 bytes: set a "
+                                 "shorter publication option")
             return
         try:
             with conn.transaction():
@@ -234,7 +279,8 @@ def _ensure_all(conn: Conn, options: CdcOptions) -> None:
             (insert,) = conn.execute("SELECT (pg_current_wal_insert_lsn() - '0/0')::int8"
                                      ).fetchone() or (0,)
             conn.execute(sql.SQL("COMMENT ON PUBLICATION {} IS {}").format(
-                sql.Identifier(name), sql.Literal(_CREATED_BEFORE + format_lsn(int(insert)))
+                sql.Identifier(name),
+                sql.Literal(f"{MARKER}; created before LSN {format_lsn(int(insert))}"),
             ))
             log.info("created publication %s (all tables, inserts and truncates)", name)
         except pgerrors.DuplicateObject:
@@ -242,15 +288,17 @@ def _ensure_all(conn: Conn, options: CdcOptions) -> None:
         except pgerrors.InsufficientPrivilege as exc:
             _warn_new_tables_gap(name, exc.diag.message_primary or "permission denied")
             return
-        state = _all_state(conn, options)
-    if state == "unfit":
-        log.warning("pg_cdc: publication %s exists but is not FOR ALL TABLES with publish = "
-                    "'insert, truncate'; it is not used", name)
-        _warn_new_tables_gap(name, "it is not fit")
-    elif state == "pending":
+    state = _all_state(conn, options)
+    if state is None:
+        return
+    if not state.fit:
+        _warn_new_tables_gap(name, "it exists but is not FOR ALL TABLES with publish = "
+                             "'insert, truncate', so it is not used")
+    elif not (state.skips_older or state.decodable
+              or _reads_from(state.comment, options.slot) is not None):
         log.warning(
-            "pg_cdc: publication %s is newer than replication slot %s's restart point: it joins "
-            "the stream once the slot moves past it (usually within a few batches); until then "
+            "pg_cdc: publication %s is newer than replication slot %s's restart point: the "
+            "slot reads it once it moves past it (usually within a few batches); until then "
             "rows written to a table before a planning adds it are not captured", name,
             options.slot,
         )
@@ -357,6 +405,7 @@ def sync(conn: Conn, options: CdcOptions) -> None:
     oids = _managed_oids(conn, options.publication)
     if oids is None:
         return
+    admit(conn, options)
     full, ins = options.publication, inserts_name(options.publication)
     tables = [
         _Table(int(oid), schema, table, bool(ident), bool(in_full), bool(in_ins))

@@ -230,7 +230,7 @@ class PgCdcStreamReader(DataSourceStreamReader, SupportsTriggerAvailableNow):
         # A transaction larger than the limit must still fit in one batch whole: otherwise every
         # batch it spans would re-decode it from its first change. Find where the first
         # transaction after `start` ends (the slot is at `start` now).
-        pubs = slot.publications(conn, self.options)
+        pubs = slot.publications(conn, self.options, start)
         first_end = slot.first_commit_end(conn, self.options, flush, pubs)
         return max(start + max_bytes, min(first_end or 0, flush))
 
@@ -366,7 +366,7 @@ def _peeked(options: CdcOptions, partition: CdcPartition) -> Generator[pa.Record
                 conn.execute("SELECT set_config('client_connection_check_interval', '1s',"
                              " false)")
             copy = slot.temporary_copy(conn, options, partition.copy_from, partition.start)
-        pubs = slot.publications(conn, options)
+        pubs = slot.publications(conn, options, partition.start)
         conn.commit()
         decoder = make_decoder(options, conn)
         events = decoder.events(slot.peek(conn, options, partition.end, pubs, copy))

@@ -164,6 +164,8 @@ def ensure_slot(options: CdcOptions, resuming: bool = False) -> SlotState:
                 _check_may_create_slots(conn, options)
                 publication.ensure(conn, options)
             _create_slot(conn, options)
+            if options.plugin == "pgoutput":
+                publication.admit(conn, options, new_slot=True)
             state = slot_state(conn, options.slot)
             assert state is not None
         database = conn.info.dbname
@@ -275,6 +277,9 @@ def export_snapshot(options: CdcOptions) -> ExportedSnapshot | None:
     assert point is not None and name is not None
     log.info("created replication slot %s exporting snapshot %s at %s",
              options.slot, name.decode(), point.decode())
+    if options.plugin == "pgoutput":
+        with connect_with_retry(options) as conn:
+            publication.admit(conn, options, new_slot=True)
     return ExportedSnapshot(repl, name.decode(), parse_lsn(point.decode()))
 
 
@@ -493,9 +498,9 @@ def temporary_copy(conn: Conn, options: CdcOptions, batch_start: int, start: int
     return name
 
 
-def publications(conn: Conn, options: CdcOptions) -> list[str]:
-    """pgoutput's ``publication_names`` for this slot (empty for test_decoding)."""
-    return publication.names(conn, options) if options.plugin == "pgoutput" else []
+def publications(conn: Conn, options: CdcOptions, start: int) -> list[str]:
+    """pgoutput's ``publication_names`` for a batch from ``start`` (empty for test_decoding)."""
+    return publication.names(conn, options, start) if options.plugin == "pgoutput" else []
 
 
 def _peek_query(options: CdcOptions, pubs: list[str]) -> tuple[sql.Composed, list[str]]:
