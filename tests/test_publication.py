@@ -285,3 +285,27 @@ def test_batches_read_the_all_tables_publication_only_after_the_position_recorde
         publication.admit(conn, r.options)
         assert all_name(name) not in slot.publications(conn, r.options, at)
         assert all_name(name) in slot.publications(conn, r.options, at + 1)
+
+
+def test_the_guard_never_fails_the_owners_statement(pg: LocalPostgres, name: str) -> None:
+    """A pair the guard cannot alter (here: a broken one, whose ``_inserts`` is FOR ALL TABLES)
+    gives the owner a warning, never an error, and the other pairs are still served."""
+    r = reader(pg, name, include_tables=rf"public\.{name}_.*")
+    r.initialOffset()  # a working pair, and the guard
+    broken = f"{name}_b"
+    with pg.connect() as conn:
+        conn.execute(f"CREATE PUBLICATION {broken}")
+        conn.execute(f"CREATE PUBLICATION {broken}_inserts FOR ALL TABLES")
+        for pub in (broken, f"{broken}_inserts"):
+            conn.execute(f"COMMENT ON PUBLICATION {pub} IS '{MARKER}'")
+    notices: list[str] = []
+    try:
+        with pg.connect() as conn:
+            conn.add_notice_handler(lambda diag: notices.append(diag.message_primary or ""))
+            conn.execute(f"CREATE TABLE {name}_nokey (v int)")  # added to both _inserts
+            conn.execute(f"INSERT INTO {name}_nokey VALUES (1)")
+        assert any(f"publication {broken}:" in n and "FOR ALL TABLES" in n for n in notices)
+        assert members(pg, f"{name}_inserts") == {f"{name}_nokey"}
+    finally:
+        with pg.connect() as conn:
+            conn.execute(f"DROP PUBLICATION {broken}, {broken}_inserts")
