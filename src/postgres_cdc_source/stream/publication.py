@@ -211,7 +211,9 @@ def admit(conn: Conn, options: CdcOptions, *, new_slot: bool = False) -> None:
 
 
 def ensure(conn: Conn, options: CdcOptions) -> None:
-    """Check the publication exists, creating the managed pair if allowed; then sync it."""
+    """Check the publication exists, creating the managed pair if allowed; for a managed pair,
+    also ``<publication>_all`` and :data:`GUARD` where the role may (warning where not); then
+    sync it."""
     name = options.publication
     exists = conn.execute("SELECT 1 FROM pg_publication WHERE pubname = %s", (name,)).fetchone()
     if exists is None:
