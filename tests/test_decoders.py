@@ -442,6 +442,37 @@ def test_test_decoding_keys_are_the_old_tuples_postgres_logged_not_the_catalogs(
     assert loads(changes(events)[2].after) == {"id": 20, "code": "x"}
 
 
+_NAMES = st.lists(st.sampled_from(["a", "b", "c", "d", "e"]), min_size=1, max_size=5,
+                  unique=True)
+
+
+@settings(max_examples=100, deadline=None)
+@given(_NAMES, st.data())
+def test_test_decoding_a_printed_old_key_is_the_key_whatever_the_catalog_says_now(
+    written: list[str], data: st.DataObject
+) -> None:
+    """For any key a delete or key-changing update was logged with, and any catalog now (key
+    moved to other columns, a column renamed away, no key, or the same key), ``key`` is exactly
+    the printed old key; only a catalog predicting that very key lets its shape be used."""
+    key = data.draw(st.lists(st.sampled_from(written), min_size=1, unique=True), label="key")
+    key = [n for n in written if n in key]  # printed in column order
+    now = data.draw(st.lists(st.sampled_from(["a", "b", "c", "d", "e", "z"]), min_size=1,
+                             max_size=6, unique=True), label="columns now")
+    now_key = data.draw(st.lists(st.sampled_from(now), unique=True), label="key now")
+    info = info_of("public", "h", "d", [(n, n, "integer", 23, n in now_key) for n in now])
+    values = {n: i + 1 for i, n in enumerate(written)}
+    old = " ".join(f"{n}[integer]:{values[n]}" for n in key)
+    new = " ".join(f"{n}[integer]:{values[n] + 100}" for n in written)
+    (_, dele, upd, _) = decode_td(td_rows(
+        f"table public.h: DELETE: {old}",
+        f"table public.h: UPDATE: old-key: {old} new-tuple: {new}",
+    ), info)
+    expected = {n: values[n] for n in key}
+    assert (loads(dele.key), dele.before, dele.after) == (expected, None, None)
+    assert (loads(upd.key), upd.before) == (expected, None)
+    assert loads(upd.after) == {n: values[n] + 100 for n in written}
+
+
 def test_test_decoding_insert_whose_key_the_catalog_cannot_find_is_keyless_and_said(
     caplog: pytest.LogCaptureFixture,
 ) -> None:
