@@ -21,9 +21,13 @@ the decoder asks a catalog lookup for each table's
 (:func:`postgres_cdc_source.catalog.table_info`, in the peeking session).
 
 The catalog describes the table as it is now, while the change was written under the table's
-definition at that time. When the printed columns no longer match the catalog (the table was
-altered since), the printed columns win for ``after`` and only key/identity come from the
-catalog; when the table is gone, the old tuple of an update or delete is taken as the key.
+definition at that time, so what Postgres printed wins. The printed columns give ``after``. An
+old tuple (a delete, an update that changed the key) is the identity as logged: when its
+columns are not what the catalog's identity predicts (a key column renamed, the key moved, the
+table gone), they are the key. An insert or a key-keeping update prints no key: it takes the
+catalog's key columns from the printed row, and when they are not all there the key is null
+and a warning says so (an identity moved between columns the row still has cannot be seen
+here; pgoutput's Relation messages carry it).
 """
 
 from __future__ import annotations
