@@ -25,9 +25,10 @@ never altered.
 pgoutput looks a publication up as of each decoded change, and before Postgres 18 fails the
 peek ("publication does not exist") for a change written before the publication was. So there
 ``<publication>_all`` is read only by batches that start after a position recorded in its
-comment once the slot's restart point is past its creation (:func:`names`): from the second
-batch for a slot created after it, within a few batches for an existing one. The publications
-a batch is read with are a function of the batch, so a replay reads the same rows.
+comment once the slot's restart point is past its creation (:func:`names`, :func:`admit`):
+from the first batch for a slot created after it, within a few batches for an existing one.
+The publications a batch is read with are a function of the batch, so a replay reads the same
+rows.
 
 Identity changes. A table is added to ``<publication>`` inside a transaction that first takes
 ``SHARE UPDATE EXCLUSIVE`` on it (which ordinary reads and writes do not conflict with, but
@@ -36,8 +37,10 @@ removed *while it is published* would refuse updates and deletes until the next 
 it, and a table that gains one would have its updates and deletes skipped until then; so where
 the role may create event triggers (a superuser), ``pg_cdc`` installs :data:`GUARD`, an event
 trigger that moves such tables inside the very ``ALTER TABLE``/``DROP INDEX`` transaction that
-changed their identity. It never fails that statement: an error becomes a warning, and the next
-planning moves the table. Without it, a warning at start names the window and the grant.
+changed their identity, and adds a table to the pair inside the transaction that creates it
+(so its updates and deletes are captured too; the next planning drops it if the filters do not
+capture it). It never fails the owner's statement: an error becomes a warning, and the next
+planning does the work. Without it, a warning at start names the window and the grant.
 """
 
 from __future__ import annotations
