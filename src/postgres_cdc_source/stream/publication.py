@@ -299,7 +299,7 @@ def _ensure_all(conn: Conn, options: CdcOptions) -> None:
     if not state.fit:
         _warn_new_tables_gap(name, "it exists but is not FOR ALL TABLES with publish = "
                              "'insert, truncate', so it is not used")
-    elif not (state.skips_older or state.decodable
+    elif not (state.skips_older or state.decodable or state.confirmed is None  # no slot yet
               or _reads_from(state.comment, options.slot) is not None):
         log.warning(
             "pg_cdc: publication %s is newer than replication slot %s's restart point: the "
