@@ -33,6 +33,7 @@ __all__ = [
     "SlotState",
     "FAILOVER_VERSION",
     "check_not_lost",
+    "drop_lost",
     "REREAD_WARN_BYTES",
     "RestartHolder",
     "restart_holder",
@@ -131,6 +132,21 @@ def check_not_lost(slot: str, state: SlotState | None) -> SlotState:
     if state.lost:
         raise SlotLostError(slot, state.lost_reason)
     return state
+
+
+def drop_lost(conn: Conn, slot: str) -> None:
+    """Drop slot ``slot`` if it is invalidated, so it can be created again; a missing slot is
+    left missing, and a valid one (created again by someone meanwhile) is left alone."""
+    state = slot_state(conn, slot)
+    if state is None or not state.lost:
+        return
+    try:
+        conn.execute("SELECT pg_drop_replication_slot(%s)", (slot,))
+    except pgerrors.UndefinedObject:
+        pass  # dropped by someone else at the same moment: same outcome
+    except pgerrors.ObjectInUse as exc:
+        raise SlotError(_in_use(slot, exc)) from None
+    log.info("dropped lost replication slot %s (%s)", slot, state.lost_reason)
 
 
 def ensure_slot(options: CdcOptions, resuming: bool = False) -> SlotState:
