@@ -35,8 +35,8 @@ from types import TracebackType
 import psycopg
 from psycopg import sql
 
-__all__ = ["LocalPostgres", "LocalStandby", "ExternalPostgres", "postgres", "DSN_ENV", "WHEEL_VERSION",
-           "default_version"]
+__all__ = ["LocalPostgres", "LocalStandby", "ExternalPostgres", "postgres", "DSN_ENV",
+           "WHEEL_VERSION", "default_version"]
 
 DSN_ENV = "PG_CDC_DSN"
 """Environment variable naming an external server (libpq conninfo or URI) for tests and demos."""
@@ -311,8 +311,8 @@ class LocalStandby(LocalPostgres):
         """The WAL position replayed so far (the standby has every change before it)."""
         with self.connect() as conn:
             row = conn.execute("SELECT (pg_last_wal_replay_lsn() - '0/0')::int8").fetchone()
-        assert row is not None
-        return int(row[0])
+        assert row is not None and isinstance(row[0], int)
+        return row[0]
 
 
 class ExternalPostgres:
