@@ -54,8 +54,12 @@ def test_the_query_goes_on_on_a_promoted_standby(
 
         def caught_up(server: LocalPostgres) -> None:
             target = flush_lsn(server.dsn)
-            wait_until(lambda: running() is not None and (committed_end(checkpoint) or 0)
-                       >= target, 120, "the query to catch up", every=0.5)
+
+            def there() -> bool:
+                running()
+                return (committed_end(checkpoint) or 0) >= target
+
+            wait_until(there, 120, "the query to catch up", every=0.5)
 
         try:
             running()
