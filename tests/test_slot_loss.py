@@ -141,6 +141,30 @@ def test_failover_on_a_slot_made_without_it_says_what_to_do(pg: LocalPostgres, n
     reader(pg.dsn, name, failover="true").initialOffset()
 
 
+@pytest.mark.pg_versions(18)
+def test_a_failover_slot_waiting_for_a_missing_standby_is_named(
+    pg: LocalPostgres, name: str, caplog: pytest.LogCaptureFixture
+) -> None:
+    """A promoted server that kept ``synchronized_standby_slots`` (or a standby that is down)
+    makes every read of a failover slot wait: planning says which standby and what to set."""
+    settings = {"synchronized_standby_slots": "gone_standby,down_standby"}
+    with LocalPostgres(version=pg.version, settings=settings) as server:
+        with server.connect() as conn:
+            conn.execute("SELECT pg_create_physical_replication_slot('down_standby')")
+        start = reader(server.dsn, name, failover="true").initialOffset()
+        with caplog.at_level(logging.WARNING, logger="postgres_cdc_source"):
+            reader(server.dsn, name, failover="true").latestOffset(start, ReadAllAvailable())
+        assert (f"replication slot {name} is a failover slot" in caplog.text
+                and "no standby streams from gone_standby (missing), down_standby (inactive)"
+                in caplog.text)
+        caplog.clear()
+        other = f"{name}_plain"  # a slot without failover does not wait
+        start = reader(server.dsn, other).initialOffset()
+        with caplog.at_level(logging.WARNING, logger="postgres_cdc_source"):
+            reader(server.dsn, other).latestOffset(start, ReadAllAvailable())
+        assert "failover slot" not in caplog.text
+
+
 @pytest.mark.pg_versions(15)
 def test_failover_is_refused_on_a_server_without_failover_slots(
     pg: LocalPostgres, name: str
