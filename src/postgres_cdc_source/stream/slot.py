@@ -33,6 +33,8 @@ __all__ = [
     "SlotState",
     "FAILOVER_VERSION",
     "check_not_lost",
+    "standbys_missing",
+    "drop_lost",
     "REREAD_WARN_BYTES",
     "RestartHolder",
     "restart_holder",
@@ -131,6 +133,40 @@ def check_not_lost(slot: str, state: SlotState | None) -> SlotState:
     if state.lost:
         raise SlotLostError(slot, state.lost_reason)
     return state
+
+
+def standbys_missing(conn: Conn, state: SlotState) -> list[str]:
+    """The physical slots ``synchronized_standby_slots`` names that no standby streams from
+    now (``name (missing)`` or ``name (inactive)``), for a failover slot; empty otherwise.
+
+    Postgres decodes a failover slot's changes only once those standbys confirm them, so while
+    one is missing (a promoted server inherited the setting) or down, every read waits.
+    """
+    if not state.failover:
+        return []
+    rows = conn.execute(
+        "SELECT s.name, r.active FROM unnest(string_to_array(current_setting("
+        "'synchronized_standby_slots', true), ',')) AS s(name)"
+        " LEFT JOIN pg_replication_slots AS r ON r.slot_name = trim(s.name)"
+        " AND r.slot_type = 'physical' WHERE trim(s.name) <> ''"
+    ).fetchall()
+    return [f"{str(name).strip()} ({'missing' if active is None else 'inactive'})"
+            for name, active in rows if not active]
+
+
+def drop_lost(conn: Conn, slot: str) -> None:
+    """Drop slot ``slot`` if it is invalidated, so it can be created again; a missing slot is
+    left missing, and a valid one (created again by someone meanwhile) is left alone."""
+    state = slot_state(conn, slot)
+    if state is None or not state.lost:
+        return
+    try:
+        conn.execute("SELECT pg_drop_replication_slot(%s)", (slot,))
+    except pgerrors.UndefinedObject:
+        pass  # dropped by someone else at the same moment: same outcome
+    except pgerrors.ObjectInUse as exc:
+        raise SlotError(_in_use(slot, exc)) from None
+    log.info("dropped lost replication slot %s (%s)", slot, state.lost_reason)
 
 
 def ensure_slot(options: CdcOptions, resuming: bool = False) -> SlotState:
@@ -442,6 +478,16 @@ def bring_to(conn: Conn, options: CdcOptions, start: int) -> None:
             "removes WAL it needs unless the query catches up first (docs: operations, Lost "
             "slots)",
             options.slot,
+        )
+    waiting_for = standbys_missing(conn, state)
+    if waiting_for:
+        log.warning(
+            "pg_cdc: replication slot %s is a failover slot, and Postgres sends its changes "
+            "only once the standbys named in synchronized_standby_slots have them; no standby "
+            "streams from %s, so reads wait until one does: start it, or set "
+            "synchronized_standby_slots to the standbys there are ('' for none; a promoted "
+            "server keeps the old primary's) (docs: operations, Failover slots)",
+            options.slot, ", ".join(waiting_for),
         )
     if state.active_pid is not None and state.active_pid != conn.info.backend_pid:
         raise SlotError(
