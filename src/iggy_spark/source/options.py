@@ -13,7 +13,7 @@ from dataclasses import dataclass
 from datetime import UTC, datetime, timedelta
 
 from connector_common.options import OptionDoc, OptionSet, parsed
-from connector_common.units import parse_bool, parse_int
+from connector_common.units import parse_bool, parse_int, parse_positive_size
 from iggy_spark.errors import ConfigError
 from iggy_spark.iggy_url import IggyUrl
 from iggy_spark.source.offsets import OffsetSpec, parse_offset_spec
@@ -45,6 +45,11 @@ OPTION_DOCS = (
     OptionDoc("max_messages_per_trigger", "(unlimited)",
               "admission control: at most this many messages per micro-batch, shared fairly "
               "among partitions; honoured by `Trigger.AvailableNow` too"),
+    OptionDoc("max_bytes_per_trigger", "(unlimited)",
+              "admission control: at most about this many bytes per micro-batch (`64MB`, "
+              "`512KB` or bytes), shared fairly among partitions and charged at each "
+              "partition's average stored message size; a batch reads at least one message. "
+              "With `max_messages_per_trigger` both hold; honoured by `Trigger.AvailableNow`"),
     OptionDoc("max_messages_per_partition", "100000",
               "an Iggy partition's range longer than this is split over several Spark "
               "partitions (tasks)"),
@@ -74,6 +79,7 @@ class SourceOptions:
     """µs since the epoch, as Iggy stamps messages."""
     ending: OffsetSpec
     max_messages_per_trigger: int | None
+    max_bytes_per_trigger: int | None
     max_messages_per_partition: int
     poll_messages: int
     fail_on_data_loss: bool
@@ -99,6 +105,7 @@ class SourceOptions:
         url = parsed("url", required("url"), IggyUrl.parse, ConfigError)
         topics, pattern = _subscription(given.get("topics"), given.get("topic_pattern"))
         cap = given.get("max_messages_per_trigger")
+        byte_cap = given.get("max_bytes_per_trigger")
         since = given.get("starting_timestamp")
         return cls(
             url=url,
@@ -112,6 +119,8 @@ class SourceOptions:
             ending=parsed("ending_offsets", given["ending_offsets"], parse_offset_spec,
                           ConfigError),
             max_messages_per_trigger=None if cap is None else positive("max_messages_per_trigger"),
+            max_bytes_per_trigger=None if byte_cap is None else parsed(
+                "max_bytes_per_trigger", byte_cap, parse_positive_size, ConfigError),
             max_messages_per_partition=positive("max_messages_per_partition"),
             poll_messages=positive("poll_messages"),
             fail_on_data_loss=parsed("fail_on_data_loss", given["fail_on_data_loss"], parse_bool,

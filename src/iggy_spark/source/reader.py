@@ -18,6 +18,7 @@ from pyspark.sql.datasource import DataSourceReader, DataSourceStreamReader, Inp
 from pyspark.sql.streaming.datasource import (
     ReadAllAvailable,
     ReadLimit,
+    ReadMaxBytes,
     ReadMaxRows,
     SupportsTriggerAvailableNow,
 )
@@ -104,8 +105,8 @@ class IggyStreamReader(DataSourceStreamReader, SupportsTriggerAvailableNow):
 
     ``latestOffset`` lists the subscription afresh every time (a ``topic_pattern`` picks up new
     topics, new partitions start at their earliest offset) and admits at most
-    ``max_messages_per_trigger`` messages; under ``Trigger.AvailableNow`` it never goes past the
-    offsets seen when the trigger started. Spark's checkpoint is the only record of progress;
+    ``max_messages_per_trigger`` messages and ``max_bytes_per_trigger`` bytes; under
+    ``Trigger.AvailableNow`` it never goes past the offsets seen when the trigger started. Spark's checkpoint is the only record of progress;
     ``commit`` at most reports it (``report_consumer``).
     """
 
@@ -117,8 +118,13 @@ class IggyStreamReader(DataSourceStreamReader, SupportsTriggerAvailableNow):
         return to_json(_starting(self.options, catalog.latest(self.options)))
 
     def getDefaultReadLimit(self) -> ReadLimit:
-        cap = self.options.max_messages_per_trigger
-        return ReadAllAvailable() if cap is None else ReadMaxRows(cap)
+        # Python sources get one limit from Spark (no composite): the messages cap when given,
+        # else the bytes cap; latestOffset applies both options whenever the limit is not
+        # ReadAllAvailable.
+        messages, size = self.options.max_messages_per_trigger, self.options.max_bytes_per_trigger
+        if messages is not None:
+            return ReadMaxRows(messages)
+        return ReadAllAvailable() if size is None else ReadMaxBytes(size)
 
     def prepareForTriggerAvailableNow(self) -> None:
         self._ceiling = catalog.latest(self.options)
@@ -128,15 +134,23 @@ class IggyStreamReader(DataSourceStreamReader, SupportsTriggerAvailableNow):
 
     def latestOffset(self, start: dict[str, Any], limit: ReadLimit) -> dict[str, Any]:
         begin = from_json(start)
-        latest = catalog.latest(self.options)
+        tails = catalog.tails(self.options)
+        latest = {position: tail.next for position, tail in tails.items()}
         self._check_lost(begin, latest)
         now = self._bounded(latest, begin)
         new = [p for p in now if p not in begin]
         base = {**begin, **catalog.earliest(self.options, new)}
-        budget = limit.max_rows if isinstance(limit, ReadMaxRows) else None
         # a partition that vanished is left out; one whose end went back (both only with
         # fail_on_data_loss=false) has nothing admitted and goes on from its new end
-        return to_json(admit(base, now, budget))
+        if isinstance(limit, ReadAllAvailable):
+            return to_json(now)
+        messages = limit.max_rows if isinstance(limit, ReadMaxRows) else (
+            self.options.max_messages_per_trigger)
+        size = limit.max_bytes if isinstance(limit, ReadMaxBytes) else (
+            self.options.max_bytes_per_trigger)
+        end = admit(base, now, messages)
+        weights = {position: tail.message_bytes for position, tail in tails.items()}
+        return to_json(admit(base, end, size, weights))
 
     def _bounded(
         self, now: dict[Position, int], begin: Mapping[Position, int]
