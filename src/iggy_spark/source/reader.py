@@ -106,8 +106,9 @@ class IggyStreamReader(DataSourceStreamReader, SupportsTriggerAvailableNow):
     ``latestOffset`` lists the subscription afresh every time (a ``topic_pattern`` picks up new
     topics, new partitions start at their earliest offset) and admits at most
     ``max_messages_per_trigger`` messages and ``max_bytes_per_trigger`` bytes; under
-    ``Trigger.AvailableNow`` it never goes past the offsets seen when the trigger started. Spark's checkpoint is the only record of progress;
-    ``commit`` at most reports it (``report_consumer``).
+    ``Trigger.AvailableNow`` it never goes past the offsets seen when the trigger started.
+    Spark's checkpoint is the only record of progress; ``commit`` at most reports it
+    (``report_consumer``).
     """
 
     def __init__(self, options: SourceOptions) -> None:
