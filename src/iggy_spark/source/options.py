@@ -18,7 +18,7 @@ from iggy_spark.errors import ConfigError
 from iggy_spark.iggy_url import IggyUrl
 from iggy_spark.source.offsets import OffsetSpec, parse_offset_spec
 
-__all__ = ["OPTION_DOCS", "SourceOptions", "parse_timestamp"]
+__all__ = ["OPTION_DOCS", "PAYLOAD_FORMATS", "SourceOptions", "parse_timestamp"]
 
 OPTION_DOCS = (
     OptionDoc("url", "(required)",
@@ -55,6 +55,10 @@ OPTION_DOCS = (
               "partitions (tasks)"),
     OptionDoc("poll_messages", "1000",
               "messages per poll request and per Arrow batch: bounds each task's memory"),
+    OptionDoc("payload_format", "binary",
+              "`binary`: the `payload` column as sent; `json`: the rows are the payloads' JSON "
+              "fields, in the schema given with `.schema(...)`; `pg_cdc`: the rows `pg_cdc` "
+              "produced, from the payloads an `iggy_routed` sink wrote from it"),
     OptionDoc("report_consumer", "(none)",
               "an Iggy consumer name under which each committed batch's offsets are stored "
               "on the server, for monitoring tools' lag (Spark's checkpoint stays the truth)"),
@@ -84,6 +88,8 @@ class SourceOptions:
     poll_messages: int
     fail_on_data_loss: bool
     report_consumer: str | None
+    payload_format: str
+    """``binary``, ``json`` or ``pg_cdc``."""
 
     @classmethod
     def from_options(cls, options: Mapping[str, str]) -> SourceOptions:
@@ -126,6 +132,8 @@ class SourceOptions:
             fail_on_data_loss=parsed("fail_on_data_loss", given["fail_on_data_loss"], parse_bool,
                                      ConfigError),
             report_consumer=given.get("report_consumer", "").strip() or None,
+            payload_format=parsed("payload_format", given["payload_format"], _payload_format,
+                                  ConfigError),
         )
 
     def wants(self, topic: str) -> bool:
@@ -150,6 +158,16 @@ def parse_timestamp(text: str) -> int:
     if moment.tzinfo is None:
         moment = moment.replace(tzinfo=UTC)
     return (moment - datetime(1970, 1, 1, tzinfo=UTC)) // timedelta(microseconds=1)
+
+
+PAYLOAD_FORMATS = ("binary", "json", "pg_cdc")
+
+
+def _payload_format(text: str) -> str:
+    word = text.strip().lower()
+    if word not in PAYLOAD_FORMATS:
+        raise ValueError(f"expected one of {', '.join(PAYLOAD_FORMATS)}")
+    return word
 
 
 def _subscription(

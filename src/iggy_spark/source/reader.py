@@ -45,9 +45,11 @@ __all__ = ["IggyBatchReader", "IggyStreamReader"]
 _log = logging.getLogger(__name__)
 
 
-def _read(options: SourceOptions, partition: InputPartition) -> Iterator[pa.RecordBatch]:
+def _read(
+    options: SourceOptions, rows: pa.Schema | None, partition: InputPartition
+) -> Iterator[pa.RecordBatch]:
     work: Range | None = partition.value
-    return iter(()) if work is None else read_range(options, work)
+    return iter(()) if work is None else read_range(options, work, rows)
 
 
 def _partitions(
@@ -79,8 +81,10 @@ class IggyBatchReader(DataSourceReader):
     """``spark.read.format("iggy")``: from ``starting_offsets`` to ``ending_offsets``, both
     resolved once when Spark plans the read."""
 
-    def __init__(self, options: SourceOptions) -> None:
+    def __init__(self, options: SourceOptions, rows: pa.Schema | None) -> None:
         self.options = options
+        self.rows = rows
+        """The schema payloads are parsed into; ``None``: the message columns."""
 
     def partitions(self) -> Sequence[InputPartition]:
         latest = catalog.latest(self.options)
@@ -97,7 +101,7 @@ class IggyBatchReader(DataSourceReader):
         return _partitions(self.options, start, end)
 
     def read(self, partition: InputPartition) -> Iterator[pa.RecordBatch]:
-        return _read(self.options, partition)
+        return _read(self.options, self.rows, partition)
 
 
 class IggyStreamReader(DataSourceStreamReader, SupportsTriggerAvailableNow):
@@ -111,8 +115,10 @@ class IggyStreamReader(DataSourceStreamReader, SupportsTriggerAvailableNow):
     (``report_consumer``).
     """
 
-    def __init__(self, options: SourceOptions) -> None:
+    def __init__(self, options: SourceOptions, rows: pa.Schema | None) -> None:
         self.options = options
+        self.rows = rows
+        """The schema payloads are parsed into; ``None``: the message columns."""
         self._ceiling: dict[Position, int] | None = None
 
     def initialOffset(self) -> dict[str, Any]:
@@ -185,7 +191,7 @@ class IggyStreamReader(DataSourceStreamReader, SupportsTriggerAvailableNow):
         return _partitions(self.options, begin, stop)
 
     def read(self, partition: InputPartition) -> Iterator[pa.RecordBatch]:
-        return _read(self.options, partition)
+        return _read(self.options, self.rows, partition)
 
     def commit(self, end: dict[str, Any]) -> None:
         """Offsets live in Spark's checkpoint; only ``report_consumer`` tells the server.
