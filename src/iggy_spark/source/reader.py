@@ -24,7 +24,7 @@ from pyspark.sql.streaming.datasource import (
 )
 
 from iggy_spark.errors import ConfigError
-from iggy_spark.source import catalog
+from iggy_spark.source import catalog, progress
 from iggy_spark.source.errors import SourceError
 from iggy_spark.source.offsets import (
     EARLIEST,
@@ -120,6 +120,8 @@ class IggyStreamReader(DataSourceStreamReader, SupportsTriggerAvailableNow):
         self.rows = rows
         """The schema payloads are parsed into; ``None``: the message columns."""
         self._ceiling: dict[Position, int] | None = None
+        self._planned: tuple[dict[Position, int], dict[Position, int]] | None = None
+        """The latest offsets and the end the last ``latestOffset`` saw and admitted."""
 
     def initialOffset(self) -> dict[str, Any]:
         return to_json(_starting(self.options, catalog.latest(self.options)))
@@ -137,7 +139,12 @@ class IggyStreamReader(DataSourceStreamReader, SupportsTriggerAvailableNow):
         self._ceiling = catalog.latest(self.options)
 
     def reportLatestOffset(self) -> dict[str, Any]:
-        return to_json(catalog.latest(self.options))
+        """The partitions' latest offsets and lag (:mod:`~iggy_spark.source.progress`), as
+        ``latestOffset`` just saw them: Spark calls this right after it."""
+        if self._planned is None:
+            latest = catalog.latest(self.options)
+            return progress.report(latest, latest)
+        return progress.report(*self._planned)
 
     def latestOffset(self, start: dict[str, Any], limit: ReadLimit) -> dict[str, Any]:
         begin = from_json(start)
@@ -149,15 +156,24 @@ class IggyStreamReader(DataSourceStreamReader, SupportsTriggerAvailableNow):
         base = {**begin, **catalog.earliest(self.options, new)}
         # a partition that vanished is left out; one whose end went back (both only with
         # fail_on_data_loss=false) has nothing admitted and goes on from its new end
+        end = self._admitted(limit, base, now, tails)
+        self._planned = (latest, end)
+        return to_json(end)
+
+    def _admitted(
+        self, limit: ReadLimit, base: dict[Position, int], now: dict[Position, int],
+        tails: Mapping[Position, catalog.Tail],
+    ) -> dict[Position, int]:
+        """How far the batch reads under ``limit`` (both caps unless it is ReadAllAvailable)."""
         if isinstance(limit, ReadAllAvailable):
-            return to_json(now)
+            return now
         messages = limit.max_rows if isinstance(limit, ReadMaxRows) else (
             self.options.max_messages_per_trigger)
         size = limit.max_bytes if isinstance(limit, ReadMaxBytes) else (
             self.options.max_bytes_per_trigger)
         end = admit(base, now, messages)
         weights = {position: tail.message_bytes for position, tail in tails.items()}
-        return to_json(admit(base, end, size, weights))
+        return admit(base, end, size, weights)
 
     def _bounded(
         self, now: dict[Position, int], begin: Mapping[Position, int]
