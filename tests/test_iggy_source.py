@@ -9,7 +9,6 @@ from pathlib import Path
 from typing import Any
 
 import pytest
-from broker_fixtures import connect, run
 from iggy_source_support import message_id, payload, reported_next, seed
 
 import iggy_spark.source
@@ -172,30 +171,6 @@ def test_streaming_admission_by_bytes(spark: Any, broker: Any, name: str,
                  max_messages_per_trigger="4") == [4] * 5
     seed(broker.address, name, ["b"], partitions=1, per_partition=3)
     assert sizes("tiny", "b", max_bytes_per_trigger="1") == [1, 1, 1]
-
-
-def test_a_topic_deleted_under_a_running_query_fails_it_unless_told_to_go_on(
-        spark: Any, broker: Any, name: str, tmp_path: Path) -> None:
-    seed(broker.address, name, ["a", "b"], partitions=1, per_partition=5)
-    checkpoint, out = str(tmp_path / "cp"), str(tmp_path / "out")
-    _stream(spark, broker, name, checkpoint, out, topic_pattern="[ab]")
-
-    async def delete() -> None:
-        client = await connect(broker.address)
-        await client.delete_topic(name, "a")
-
-    run(delete())
-    seed(broker.address, name, ["b"], partitions=1, per_partition=2, create=False, first=5)
-    with pytest.raises(Exception, match="reading topic 'a': partition 0 no longer exists "
-                                        r"\(topic deleted\?\); set fail_on_data_loss=false"):
-        _stream(spark, broker, name, checkpoint, out, topic_pattern="[ab]")
-    with pytest.raises(Exception, match="option 'topics': topic 'a' does not exist"):
-        _stream(spark, broker, name, checkpoint, out, topics="a,b")
-    _stream(spark, broker, name, checkpoint, out, topic_pattern="[ab]",
-            fail_on_data_loss="false")
-    rows = spark.read.parquet(out).select("topic", "offset").collect()
-    assert sorted((r.topic, r.offset) for r in rows) == (
-        [("a", o) for o in range(5)] + [("b", o) for o in range(7)])
 
 
 def test_ending_offsets_is_refused_for_streams(spark: Any, broker: Any, name: str,
