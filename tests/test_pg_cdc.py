@@ -16,10 +16,10 @@ from chispa import assert_df_equality
 from pyspark.sql import DataFrame, SparkSession
 from streaming import rows_of, run_available_now
 
+from connector_common.change_rows import SPARK_SCHEMA
 from iggy_spark_testing.harness import LocalPostgres
 from postgres_cdc_source.lsn import format_lsn, parse_lsn
 from postgres_cdc_source.options import CdcOptions
-from postgres_cdc_source.schema import SPARK_SCHEMA
 from postgres_cdc_source.stream.reader import CdcPartition, PgCdcStreamReader
 
 PLUGINS = ["pgoutput", "test_decoding"]
