@@ -1,5 +1,5 @@
 """Shared fixtures: one SparkSession, one real Postgres per tested version and one local Iggy
-broker per session.
+broker per session (or the Iggy server ``IGGY_URL`` names).
 
 Services are started here, never mocked. Each test gets its own slot, table and topic names, so
 tests share the servers without seeing each other's data.
@@ -120,9 +120,10 @@ def pg(request: pytest.FixtureRequest, pg_servers: _Servers) -> LocalPostgres:
 
 @pytest.fixture(scope="session")
 def broker() -> Iterator[object]:
-    from iggy_local import LocalIggy
+    """The local broker, or the server ``IGGY_URL`` names (:mod:`iggy_spark_testing.brokers`)."""
+    from iggy_spark_testing.brokers import iggy_server
 
-    with LocalIggy() as server:
+    with iggy_server() as server:
         yield server
 
 

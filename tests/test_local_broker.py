@@ -1,5 +1,9 @@
 """The local broker, driven by the real ``apache-iggy`` 0.9 SDK over TCP (and raw frames where
-the SDK will not go). Every assertion is about what a client observes on the wire."""
+the SDK will not go). Every assertion is about what a client observes on the wire.
+
+The tests that take the ``broker`` fixture hold of any Iggy server: with ``IGGY_URL`` set they
+run against that server instead, which is how the local broker is checked against a real one.
+"""
 
 from __future__ import annotations
 
@@ -52,6 +56,7 @@ from iggy_local.protocol import (
     verify_batch,
 )
 from iggy_spark.partitioning import partition_for_key
+from iggy_spark_testing.brokers import ExternalIggy, iggy_server
 from iggy_spark_testing.iggy_frames import (
     encode_batch,
     encode_identifier,
@@ -63,8 +68,8 @@ SRC = Path(__file__).resolve().parents[1] / "src"
 
 
 @pytest.fixture(scope="module")
-def broker() -> Iterator[LocalIggy]:
-    with LocalIggy() as started:
+def broker() -> Iterator[LocalIggy | ExternalIggy]:
+    with iggy_server() as started:
         yield started
 
 

@@ -45,13 +45,9 @@ def _parser() -> argparse.ArgumentParser:
 @contextlib.contextmanager
 def _broker() -> Iterator[str]:
     """``IGGY_URL`` if set, else the local broker: the same code path either way."""
-    url = os.environ.get("IGGY_URL")
-    if url:
-        yield url
-        return
-    from iggy_local import LocalIggy
+    from iggy_spark_testing.brokers import iggy_server
 
-    with LocalIggy() as broker:
+    with iggy_server() as broker:
         yield broker.url
 
 
