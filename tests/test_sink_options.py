@@ -7,7 +7,6 @@ from __future__ import annotations
 import pickle
 from datetime import timedelta
 
-import apache_iggy
 import pytest
 from hypothesis import given
 from hypothesis import strategies as st
@@ -124,17 +123,6 @@ def test_never_and_unlimited() -> None:
         **{"topic_defaults.message_expiry": "never", "topic_defaults.max_size": "Unlimited"}
     ).topic_defaults
     assert defaults.message_expiry == "never" and defaults.max_size == "unlimited"
-    kwargs = defaults.create_topic_kwargs()
-    assert isinstance(kwargs["message_expiry"], apache_iggy.IggyExpiry.NeverExpire)
-    assert isinstance(kwargs["max_topic_size"], apache_iggy.MaxTopicSize.Unlimited)
-
-
-def test_create_topic_kwargs() -> None:
-    assert TopicDefaults().create_topic_kwargs() == {"partitions_count": 1}
-    kwargs = TopicDefaults(3, timedelta(hours=1), 4096).create_topic_kwargs()
-    assert kwargs["partitions_count"] == 3
-    assert kwargs["message_expiry"].duration == timedelta(hours=1)
-    assert kwargs["max_topic_size"].bytes == 4096
 
 
 def test_explicit_missing_policies() -> None:

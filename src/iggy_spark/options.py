@@ -196,21 +196,6 @@ class TopicDefaults:
     message_expiry: timedelta | Literal["never"] | None = None
     max_size: int | Literal["unlimited"] | None = None
 
-    def create_topic_kwargs(self) -> dict[str, Any]:
-        """Keyword arguments for ``IggyClient.create_topic(stream, name, **kwargs)``."""
-        import apache_iggy  # lazily: only executors that create topics need the SDK
-
-        kwargs: dict[str, Any] = {"partitions_count": self.partitions_count}
-        if self.message_expiry == "never":
-            kwargs["message_expiry"] = apache_iggy.IggyExpiry.NeverExpire()
-        elif isinstance(self.message_expiry, timedelta):
-            kwargs["message_expiry"] = apache_iggy.IggyExpiry.ExpireDuration(self.message_expiry)
-        if self.max_size == "unlimited":
-            kwargs["max_topic_size"] = apache_iggy.MaxTopicSize.Unlimited()
-        elif isinstance(self.max_size, int):
-            kwargs["max_topic_size"] = apache_iggy.MaxTopicSize.Custom(self.max_size)
-        return kwargs
-
 
 @dataclass(frozen=True)
 class RoutedOptions:

@@ -22,6 +22,7 @@ from iggy_spark.connection import IggyConnection
 from iggy_spark.delivery import ORIGIN_HEADER, Landed, Origin, TailScan, landed_count
 from iggy_spark.errors import DestinationError, SendError, ServerError, UnknownDestination
 from iggy_spark.options import TopicDefaults
+from iggy_spark.topic_request import create_topic
 
 if TYPE_CHECKING:
     import apache_iggy
@@ -170,9 +171,7 @@ async def ensure_topic(
                 raise UnknownDestination(stream, topic, "does not exist and create_destinations "
                                        "is false: create it, or allow the sink to")
             await _create(client.create_stream(stream))
-            created = await _create(
-                client.create_topic(stream, topic, **defaults.create_topic_kwargs())
-            )
+            created = await _create(create_topic(client, stream, topic, defaults))
             details = await client.get_topic(stream, topic)
             if details is None:
                 raise DestinationError(stream, topic, "was created but cannot be read back")
