@@ -12,6 +12,7 @@ client-side (with bodies from :mod:`iggy_local.protocol`'s encoders).
 from __future__ import annotations
 
 import asyncio
+import os
 import socket
 import struct
 from collections.abc import Coroutine
@@ -24,7 +25,10 @@ from iggy_local.protocol import (
     HEADER_SIZE,
     Identifier,
     Operation,
+    ReadCode,
 )
+from iggy_spark import topic_request
+from iggy_spark.options import TopicDefaults
 from iggy_spark_testing import readback
 from iggy_spark_testing.iggy_frames import (
     encode_login,
@@ -76,6 +80,12 @@ async def connect(address: str, username: str = "iggy", password: str = "iggy") 
     await client.connect()
     await client.login_user(username, password)
     return client
+
+
+async def create_topic(client: IggyClient, stream: str, topic: str, partitions: int) -> None:
+    """Create a topic the way the sink does (:mod:`iggy_spark.topic_request`), which every
+    server accepts; ``client.create_topic`` adds options a 0.9.0-edge server refuses."""
+    await topic_request.create_topic(client, stream, topic, TopicDefaults(partitions))
 
 
 async def apoll_partition(
@@ -130,7 +140,8 @@ class RawClient:
     def __init__(self, address: str, *, timeout: float = 5.0) -> None:
         host, port = address.rsplit(":", 1)
         self.sock = socket.create_connection((host, int(port)), timeout=timeout)
-        self.client_id = 0x1234_5678_9ABC_DEF0
+        # Random and non-zero, as the SDK's: a real server keeps a session table by client id.
+        self.client_id = int.from_bytes(os.urandom(16), "little") | 1
         self.session = 0
         self.request = 0
 
@@ -141,13 +152,29 @@ class RawClient:
         self.sock.sendall(data)
 
     def call(self, operation: int, body: bytes = b"", *, code: int = 0) -> RawReply:
-        self.request += 1
+        """Send a request numbered as the SDK numbers it and read its reply."""
+        self._send(operation, body, code=code, request=None)
+        return self.read_reply()
+
+    def call_unanswered(self, operation: int, body: bytes = b"", *,
+                        request: int | None = None) -> None:
+        """Send a request a server must drop without a reply (``request``: force its number),
+        then check that the next reply on the connection answers a ping sent after it."""
+        self._send(operation, body, code=0, request=request)
+        self._send(Operation.NON_REPLICATED, b"", code=ReadCode.PING, request=None)
+        reply = self.read_reply()
+        assert (reply.command, reply.operation, reply.status) == (8, Operation.NON_REPLICATED, 0)
+
+    def _send(self, operation: int, body: bytes, *, code: int, request: int | None) -> None:
+        if request is None:
+            # Register is request 0, as the SDK sends it; everything else counts up from 1.
+            request = 0 if operation == Operation.REGISTER else self.request + 1
+        self.request = max(self.request, request)
         header = encode_request_header(
             body_size=len(body), client=self.client_id, operation=operation, code=code,
-            session=self.session, request=self.request,
+            session=self.session, request=request,
         )
         self.sock.sendall(header + body)
-        return self.read_reply()
 
     def login(self, username: str = "iggy", password: str = "iggy") -> RawReply:
         reply = self.call(Operation.REGISTER, encode_login(username, password))

@@ -6,7 +6,7 @@ from __future__ import annotations
 from collections.abc import Sequence
 
 import apache_iggy
-from broker_fixtures import connect, run
+from broker_fixtures import connect, create_topic, run
 
 
 def payload(topic: str, partition: int, index: int) -> bytes:
@@ -33,7 +33,7 @@ def seed(
             if await client.get_stream(stream) is None:
                 await client.create_stream(stream)
             for topic in topics:
-                await client.create_topic(stream, topic, partitions)
+                await create_topic(client, stream, topic, partitions)
         for topic in topics:
             for partition in range(partitions):
                 messages = []

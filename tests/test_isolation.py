@@ -16,7 +16,7 @@ from pathlib import Path
 import pyarrow as pa
 import pyarrow.parquet as pq
 import pytest
-from broker_fixtures import connect, poll_all, run
+from broker_fixtures import connect, create_topic, poll_all, run
 from pyspark.sql import SparkSession
 
 from iggy_local import LocalIggy
@@ -37,7 +37,7 @@ def _create_topics(broker: LocalIggy, stream: str, topics: list[str]) -> None:
         client = await connect(broker.address)
         await client.create_stream(stream)
         for topic in topics:
-            await client.create_topic(stream, topic, 1)
+            await create_topic(client, stream, topic, 1)
 
     run(main())
 

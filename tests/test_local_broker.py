@@ -26,6 +26,7 @@ from apache_iggy import (
     HeaderValue,
     IggyClient,
     IggyExpiry,
+    MaxTopicSize,
     Partitioning,
     PollingStrategy,
     ReceiveMessage,
@@ -36,6 +37,7 @@ from broker_fixtures import (
     RawClient,
     apoll_all,
     connect,
+    create_topic,
     poll_all,
     run,
 )
@@ -55,11 +57,14 @@ from iggy_local.protocol import (
     stamp_batch,
     verify_batch,
 )
+from iggy_spark import topic_request
+from iggy_spark.options import TopicDefaults
 from iggy_spark.partitioning import partition_for_key
 from iggy_spark_testing.brokers import ExternalIggy, iggy_server
 from iggy_spark_testing.iggy_frames import (
     encode_batch,
     encode_identifier,
+    encode_login,
     encode_request_header,
     encode_send_messages,
 )
@@ -83,7 +88,7 @@ def names() -> tuple[str, str]:
 async def _topic(address: str, stream: str, topic: str, partitions: int) -> IggyClient:
     client = await connect(address)
     await client.create_stream(stream)
-    await client.create_topic(stream, topic, partitions)
+    await create_topic(client, stream, topic, partitions)
     return client
 
 
@@ -140,18 +145,20 @@ def test_streams_and_topics_create_get_and_reject_duplicates(
         with pytest.raises(RuntimeError, match="already exists"):
             await client.create_stream(stream)
 
-        await client.create_topic(
-            stream, "configured", 2, compression_algorithm="gzip",
-            message_expiry=IggyExpiry.NeverExpire(), options={"future_option": "x"},
-        )
-        configured = await client.get_topic(details.id, "configured")
-        assert configured is not None
-        assert (configured.partitions_count, configured.compression_algorithm) == (2, "gzip")
-        assert configured.options.to_scalar_dict()["future_option"] == "x"
-        with pytest.raises(RuntimeError, match="already exists"):
-            await client.create_topic(stream, topic, 1)
-        with pytest.raises(RuntimeError, match="not found"):
-            await client.create_topic(f"missing-{stream}", topic, 1)
+        await create_topic(client, stream, "configured", 2)
+        with pytest.raises(RuntimeError, match="Topic with name: .* already exists"):
+            await create_topic(client, stream, topic, 1)
+        with pytest.raises(RuntimeError, match="Stream with ID: .* was not found"):
+            await create_topic(client, f"missing-{stream}", topic, 1)
+        # An option key outside the server's catalog refuses the whole request.
+        with pytest.raises(RuntimeError, match="Unsupported option key"):
+            await client.create_topic(stream, "future", 1, options={"future_option": "x"})
+        # So does a size cap below one segment (1 GiB unless the topic sets segment_size).
+        with pytest.raises(RuntimeError, match="Max topic size cannot be lower than segment"):
+            await topic_request.create_topic(
+                client, stream, "small", TopicDefaults(1, max_size=2**30 - 1))
+        assert await client.get_topic(stream, "future") is None
+        assert await client.get_topic(stream, "small") is None
 
         await client.create_partitions(stream, topic, 2)
         grown = await client.get_topic(stream, topic)
@@ -164,6 +171,28 @@ def test_streams_and_topics_create_get_and_reject_duplicates(
         assert await client.get_topics(f"missing-{stream}") == []
 
     run(main())
+
+
+def test_the_wheels_create_topic_and_its_options_are_kept() -> None:
+    """The 0.9.0 wheel's ``create_topic`` adds ``durability`` options that the 0.9.0-edge.5
+    server refuses (the sink sends its own request); this broker takes them, and keeps the
+    catalog options it is given."""
+    with LocalIggy() as broker:
+
+        async def main() -> None:
+            client = await connect(broker.address)
+            await client.create_stream("s")
+            await client.create_topic(
+                "s", "configured", 2, compression_algorithm="gzip",
+                message_expiry=IggyExpiry.NeverExpire(), segment_size=2**20,
+                max_topic_size=MaxTopicSize.Custom(2**20),
+            )
+            configured = await client.get_topic("s", "configured")
+            assert configured is not None
+            assert (configured.partitions_count, configured.compression_algorithm) == (2, "gzip")
+            assert configured.options.to_scalar_dict()["segment_size"] == 2**20
+
+        run(main())
 
 
 # -- round trips --------------------------------------------------------------------------------
@@ -382,10 +411,35 @@ def test_login_required_for_everything_but_ping(broker: LocalIggy) -> None:
         assert raw.call(Operation.NON_REPLICATED, code=ReadCode.PING).status == 0
         denied = raw.call(Operation.NON_REPLICATED, code=ReadCode.GET_STREAMS)
         assert (denied.command, denied.status, denied.body) == (8, ErrorCode.UNAUTHENTICATED, b"")
-        evicted = raw.call(Operation.CREATE_STREAM, b"\x01x")  # a write with no session
+        raw.session = 12345  # a session this connection never got: a stale client
+        evicted = raw.call(Operation.CREATE_STREAM, b"\x01x")
         assert evicted.command == 13  # eviction frame, reason NoSession
+    finally:
+        raw.close()
+    raw = RawClient(broker.address)
+    try:
         assert raw.login("iggy", "nope").command == 13
+    finally:
+        raw.close()
+    raw = RawClient(broker.address)
+    try:
         assert raw.login().status == 0
+        assert raw.call(Operation.NON_REPLICATED, code=ReadCode.GET_STREAMS).status == 0
+    finally:
+        raw.close()
+
+
+def test_a_header_the_server_refuses_is_dropped_and_the_connection_kept(broker: LocalIggy) -> None:
+    """The server's header field rules: what breaks them gets no reply at all, so the next
+    request's reply is the next frame on the connection."""
+    raw = RawClient(broker.address)
+    try:
+        raw.call_unanswered(Operation.CREATE_STREAM, b"\x01x")  # replicated, session 0
+        raw.call_unanswered(200, b"")  # not a client operation
+        raw.call_unanswered(Operation.REGISTER, encode_login("iggy", "iggy"), request=1)
+        assert raw.login().status == 0
+        raw.call_unanswered(Operation.CREATE_STREAM, b"\x01x", request=0)
+        raw.call_unanswered(Operation.REGISTER, encode_login("iggy", "iggy"))  # session set
         assert raw.call(Operation.NON_REPLICATED, code=ReadCode.GET_STREAMS).status == 0
     finally:
         raw.close()
@@ -428,7 +482,7 @@ def test_malformed_frames_close_only_their_connection(
 def test_unknown_commands_get_an_error_not_a_hang(broker: LocalIggy) -> None:
     async def main() -> None:
         client = await connect(broker.address)
-        with pytest.raises(RuntimeError, match="Feature is unavailable"):
+        with pytest.raises(RuntimeError, match="Invalid command"):
             await asyncio.wait_for(client.send_binary_request(9999, b"payload"), 5)
         await client.ping()
 
@@ -438,15 +492,24 @@ def test_unknown_commands_get_an_error_not_a_hang(broker: LocalIggy) -> None:
     try:
         raw.login()
         read = raw.call(Operation.NON_REPLICATED, code=9999)
-        assert (read.operation, read.status, read.body) == (2, ErrorCode.FEATURE_UNAVAILABLE, b"")
-        delete_stream = raw.call(130, encode_identifier(0))  # a metadata op it does not implement
-        assert delete_stream.status == 0  # metadata ops reject inside the result section
-        assert struct.unpack("<III", delete_stream.body) == (1, 0, ErrorCode.FEATURE_UNAVAILABLE)
-        unknown = raw.call(200, b"")
-        assert (unknown.operation, unknown.status) == (200, ErrorCode.FEATURE_UNAVAILABLE)
+        assert (read.operation, read.status, read.body) == (2, ErrorCode.INVALID_COMMAND, b"")
         assert raw.call(Operation.NON_REPLICATED, code=ReadCode.PING).status == 0
     finally:
         raw.close()
+
+
+def test_a_metadata_operation_it_does_not_implement_is_refused_in_the_result_section() -> None:
+    with LocalIggy() as broker:  # the real server implements them all
+        raw = RawClient(broker.address)
+        try:
+            raw.login()
+            delete_stream = raw.call(130, encode_identifier(0))
+            assert delete_stream.status == 0  # metadata ops reject inside the result section
+            assert struct.unpack("<III", delete_stream.body) == (
+                1, 0, ErrorCode.FEATURE_UNAVAILABLE)
+            assert raw.call(Operation.NON_REPLICATED, code=ReadCode.PING).status == 0
+        finally:
+            raw.close()
 
 
 def test_broker_routes_balanced_and_keyed_sends_like_the_server(
@@ -472,17 +535,11 @@ def test_broker_routes_balanced_and_keyed_sends_like_the_server(
             routed.append(struct.unpack("<IIIIQ", body)[3])
         assert routed == [0, 1, 2, 3, 0]
 
-        good = bytearray(encode_batch([b"one", b"two"]))
-        corrupt_message = bytearray(good)
-        corrupt_message[-1] ^= 0xFF
-        corrupt_batch = bytearray(good)
-        corrupt_batch[40] ^= 0xFF
-        partition_1 = b"\x02\x04" + struct.pack("<I", 1)
-        assert send(partition_1, bytes(corrupt_message))[0] == ErrorCode.INVALID_MESSAGE_CHECKSUM
-        assert send(partition_1, bytes(corrupt_batch))[0] == ErrorCode.INVALID_BATCH_CHECKSUM
-        miscounted = encode_send_messages(stream, topic, partition_1, bytes(good), count=3)
-        reply = raw.call(Operation.SEND_MESSAGES, miscounted)
-        assert reply.status == ErrorCode.INVALID_MESSAGES_COUNT
+        # A send the server cannot place: ResourceNotFound, whatever was missing.
+        partition_9 = b"\x02\x04" + struct.pack("<I", 9)
+        assert send(partition_9, encode_batch([b"lost"])) == (ErrorCode.RESOURCE_NOT_FOUND, b"")
+        missing = encode_send_messages(stream, "missing", b"\x01\x00", encode_batch([b"lost"]))
+        assert raw.call(Operation.SEND_MESSAGES, missing).status == ErrorCode.RESOURCE_NOT_FOUND
     finally:
         raw.close()
 
@@ -491,6 +548,32 @@ def test_broker_routes_balanced_and_keyed_sends_like_the_server(
         (0, 200, b"rr"), (0, 204, b"rr"), (1, 201, b"rr"), (2, 100, b"keyed"), (2, 202, b"rr"),
         (3, 203, b"rr"),
     ]
+
+
+def test_a_corrupt_or_miscounted_batch_is_refused_with_its_error(names: tuple[str, str]) -> None:
+    """Here only: the 0.9.0-edge.5 server logs these and never replies (the SDK never sends
+    them); this broker answers, so a test frame that gets them wrong fails at once."""
+    stream, topic = names
+    with LocalIggy() as broker:
+        run(_topic(broker.address, stream, topic, 2))
+        raw = RawClient(broker.address)
+        try:
+            raw.login()
+            good = bytearray(encode_batch([b"one", b"two"]))
+            corrupt_message = bytearray(good)
+            corrupt_message[-1] ^= 0xFF
+            corrupt_batch = bytearray(good)
+            corrupt_batch[40] ^= 0xFF
+            partition_1 = b"\x02\x04" + struct.pack("<I", 1)
+            for batch, count, code in [
+                (corrupt_message, None, ErrorCode.INVALID_MESSAGE_CHECKSUM),
+                (corrupt_batch, None, ErrorCode.INVALID_BATCH_CHECKSUM),
+                (good, 3, ErrorCode.INVALID_MESSAGES_COUNT),
+            ]:
+                body = encode_send_messages(stream, topic, partition_1, bytes(batch), count=count)
+                assert raw.call(Operation.SEND_MESSAGES, body).status == code
+        finally:
+            raw.close()
 
 
 def test_concurrent_producers_all_acked_exactly_once(

@@ -75,6 +75,7 @@ class ErrorCode(IntEnum):
     INVALID_FORMAT = 4
     FEATURE_UNAVAILABLE = 5
     INVALID_IDENTIFIER = 6
+    RESOURCE_NOT_FOUND = 20
     UNAUTHENTICATED = 40
     INVALID_CREDENTIALS = 42
     STREAM_ID_NOT_FOUND = 1009
@@ -84,10 +85,12 @@ class ErrorCode(IntEnum):
     TOPIC_NAME_NOT_FOUND = 2011
     TOPIC_NAME_ALREADY_EXISTS = 2013
     TOO_MANY_PARTITIONS = 2015
+    INVALID_TOPIC_SIZE = 1019
     PARTITION_NOT_FOUND = 3007
     INVALID_MESSAGES_COUNT = 4009
     INVALID_MESSAGE_CHECKSUM = 4027
     INVALID_BATCH_CHECKSUM = 4039
+    UNSUPPORTED_OPTION_KEY = 4041
 
 
 class EvictionReason(IntEnum):
@@ -209,6 +212,30 @@ def decode_request_header(raw: bytes) -> RequestHeader:
         session=session,
         code=code if operation == Operation.NON_REPLICATED else 0,
     )
+
+
+CLIENT_OPERATIONS = frozenset(
+    {Operation.REGISTER, Operation.NON_REPLICATED, Operation.LOGOUT, *range(128, 150),
+     *range(160, 163)}
+)
+"""Operation bytes a client may send (the server's ``Operation`` enum less its internal ops)."""
+
+
+def header_problem(header: RequestHeader) -> str | None:
+    """Why the real server would drop this request without a reply, or ``None``.
+
+    The server's field rules: a client operation byte; a login (Register) with session and
+    request number 0; any other replicated request with both non-zero. Reads
+    (NonReplicated) carry no session rule: ping works before login.
+    """
+    if header.operation not in CLIENT_OPERATIONS:
+        return f"operation {header.operation} is not a client operation"
+    if header.operation == Operation.REGISTER:
+        if header.session or header.request:
+            return "a login must have session 0 and request number 0"
+    elif header.operation != Operation.NON_REPLICATED and not (header.session and header.request):
+        return f"operation {header.operation} needs a session and a request number above 0"
+    return None
 
 
 def encode_reply_header(
@@ -339,8 +366,7 @@ def parse_options(block: bytes) -> dict[bytes, bytes]:
     """Parse an options block of ``[kind u8][len u32][bytes]`` key/value pairs: key -> value.
 
     Keys are strings (kind 2) of 1..255 bytes, values 1..255 bytes of any kind, no key twice.
-    Unknown keys are accepted on purpose: the wheel always sends the durability options and
-    newer SDKs add more, none of which change how this broker stores data.
+    Which keys a request may carry is its handler's rule (:func:`check_topic_options`).
     """
     fields: list[bytes] = []
     pos = 0
@@ -358,6 +384,32 @@ def parse_options(block: bytes) -> dict[bytes, bytes]:
     if len(fields) % 2:
         raise BrokerError(ErrorCode.INVALID_FORMAT, "options block ends after a key")
     return dict(zip(fields[0::2], fields[1::2], strict=True))
+
+
+TOPIC_OPTION_KEYS = frozenset({
+    b"compression_algorithm", b"message_expiry", b"max_topic_size", b"segment_size",
+    b"enforce_fsync", b"messages_required_to_save", b"size_of_messages_required_to_save",
+    b"preallocate_segments",
+})
+"""The server's create-topic option catalog: any other key is refused (UnsupportedOptionKey)."""
+WHEEL_TOPIC_OPTION_KEYS = frozenset({b"durability", b"consumer_offset_durability"})
+"""Keys the 0.9.0 wheel's ``create_topic`` always adds. The 0.9.0-edge.5 server refuses them;
+this broker accepts them so the wheel's own call works (the sink never sends them)."""
+DEFAULT_SEGMENT_SIZE = 2**30
+"""A topic's segment size when create-topic leaves it out (the server's default)."""
+
+
+def check_topic_options(options: dict[bytes, bytes]) -> None:
+    """Refuse what the server's create-topic admission refuses: a key outside its catalog, and
+    a ``max_topic_size`` (u64) below one segment, which the server could never enforce."""
+    for key in options:
+        if key not in TOPIC_OPTION_KEYS | WHEEL_TOPIC_OPTION_KEYS:
+            raise BrokerError(ErrorCode.UNSUPPORTED_OPTION_KEY, f"unsupported option {key!r}")
+    size, segment = options.get(b"max_topic_size"), options.get(b"segment_size")
+    floor = U64.unpack(segment)[0] if segment is not None and len(segment) == 8 else 0
+    floor = floor or DEFAULT_SEGMENT_SIZE
+    if size is not None and len(size) == 8 and 0 < U64.unpack(size)[0] < floor:
+        raise BrokerError(ErrorCode.INVALID_TOPIC_SIZE, f"max_topic_size below {floor} bytes")
 
 
 # ---------------------------------------------------------------------------------------------

@@ -10,9 +10,14 @@ Failure policy, per the protocol notes:
 
 * bytes that are not a request frame (wrong command byte, impossible size, client id 0) close
   that connection only, because the stream cannot be resynchronised;
+* a header the server's field rules refuse is dropped without a reply, the connection kept, as
+  the real server does (:func:`~iggy_local.protocol.header_problem`): an operation byte no
+  client may send, a login whose session or request number is not 0, any other replicated
+  request with session or request number 0;
 * a well-framed request the broker refuses gets a reply: an error status with an empty body, or
   for metadata and offset writes a ``[1][0][code]`` result section;
-* unknown commands get ``FeatureUnavailable`` (5), never silence;
+* an unknown read command gets ``InvalidCommand`` (3) and a metadata operation the broker does
+  not implement ``FeatureUnavailable`` (5);
 * before login, reads other than ping get ``Unauthenticated`` (40) and writes get an
   ``Eviction(NoSession)`` frame; a bad login gets ``Eviction(InvalidCredentials)``.
 """
@@ -60,6 +65,7 @@ from .protocol import (
     encode_stream,
     encode_topic,
     encode_topic_header,
+    header_problem,
     is_protocol_compatible,
     is_result_framed,
     request_checksum_matches,
@@ -174,6 +180,10 @@ class BrokerServer:
         """Route one request and build the frames that answer it (no I/O: the connection loop
         writes them, and the benchmark calls this directly to time the broker alone)."""
         operation = header.operation
+        problem = header_problem(header)
+        if problem is not None:
+            log.warning("%s: dropping a request with an invalid header: %s", conn.peer, problem)
+            return []
         if operation == Operation.REGISTER:
             return self._login(conn, header, body)
         if operation == Operation.LOGOUT:
@@ -192,7 +202,9 @@ class BrokerServer:
         try:
             if handler is None:
                 log.warning("%s: unsupported %s", conn.peer, what)
-                raise BrokerError(ErrorCode.FEATURE_UNAVAILABLE, f"{what} is not implemented")
+                raise BrokerError(
+                    ErrorCode.INVALID_COMMAND if operation == Operation.NON_REPLICATED
+                    else ErrorCode.FEATURE_UNAVAILABLE, f"{what} is not implemented")
             if not request_checksum_matches(header, body):
                 raise BrokerError(ErrorCode.INVALID_FORMAT, "request checksum does not match")
             payload = handler(conn, body)
@@ -321,14 +333,17 @@ class BrokerServer:
 
     def _send_messages(self, _conn: Connection, body: bytes) -> bytes:
         request = decode_send_messages(body)
-        topic = self.store.topic(request.stream, request.topic)
+        try:  # placed first, as the server does, which answers any miss with ResourceNotFound
+            topic = self.store.topic(request.stream, request.topic)
+            partition = topic.choose_partition(request.partitioning, request.partitioning_value)
+        except BrokerError as exc:
+            raise BrokerError(ErrorCode.RESOURCE_NOT_FOUND, str(exc)) from exc
         if self.refused_sends:
             after = self.refused_sends.get((self.store.streams[topic.stream_id].name, topic.name))
             if after is not None and sum(p.next_offset for p in topic.partitions) >= after:
                 raise BrokerError(ErrorCode.ERROR,
                                   f"sends to topic {topic.name!r} are switched off")
         checksums = verify_batch(request.batch, request.messages_count)
-        partition = topic.choose_partition(request.partitioning, request.partitioning_value)
         base_offset = self.store.append(topic, partition, bytearray(request.batch), checksums)
         return encode_send_reply(topic.stream_id, topic.id, partition.id, base_offset)
 

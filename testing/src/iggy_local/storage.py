@@ -38,6 +38,7 @@ from .protocol import (
     TopicSummary,
     batch_location,
     batch_message_count,
+    check_topic_options,
     encode_name,
     parse_options,
     slice_batch,
@@ -281,13 +282,16 @@ class Store:
     def create_topic(
         self, stream_ident: Identifier, name: str, partitions_count: int, options: bytes
     ) -> Topic:
-        stream = self.stream(stream_ident)
+        found = self.find_stream(stream_ident)
+        if found is None:  # the server answers StreamIdNotFound here, whatever the identifier
+            raise BrokerError(ErrorCode.STREAM_ID_NOT_FOUND, f"stream {stream_ident!r} not found")
+        stream = found
         if name in stream.topic_ids:
             raise BrokerError(
                 ErrorCode.TOPIC_NAME_ALREADY_EXISTS, f"topic {name!r} exists in {stream.name!r}"
             )
         _check_partitions_count(partitions_count, allow_zero=True)
-        parse_options(options)
+        check_topic_options(parse_options(options))
         topic_id = max(stream.topics, default=-1) + 1
         payload = (
             struct.pack("<IIQI", stream.id, topic_id, _now_micros(), partitions_count)
