@@ -81,6 +81,7 @@ def test_one_destination_failing_for_good_while_49_others_flow(
                        for m in poll_all(broker.address, name, "dlq"))
 
     add([(name, "missing", -1, ""), (name, "t00", -2, "x" * 2000)])
+    broker.refuse_sends(name, BAD)  # before the query: a server without the switch stops here
     metrics = serve_metrics(spark, port=0)
     query = (
         spark.readStream.schema(SCHEMA).parquet(str(feed)).writeStream.format("iggy_routed")
@@ -93,7 +94,6 @@ def test_one_destination_failing_for_good_while_49_others_flow(
         })
         .start()
     )
-    broker.refuse_sends(name, BAD)
     try:
         query.processAllAvailable()
         assert query.isActive and query.exception() is None

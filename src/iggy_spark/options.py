@@ -126,7 +126,8 @@ OPTION_DOCS: tuple[OptionDoc, ...] = (
     OptionDoc("topic_defaults.message_expiry", "(server default)", "expiry of created topics: "
               "a duration (`7d`, `12h`) or `never`"),
     OptionDoc("topic_defaults.max_size", "(server default)", "size cap of created topics "
-              "(`10GB`, binary units) or `unlimited`"),
+              "(`10GB`, binary units) or `unlimited`; Iggy refuses a cap below one segment "
+              "(1 GB)"),
     OptionDoc("create_destinations", "true", "create missing streams and topics; false sends "
               "only to existing ones"),
     OptionDoc("prewarm_deadline", "60s", "at query start, the literal `stream/topic` entries "

@@ -14,7 +14,6 @@ from __future__ import annotations
 import contextlib
 import os
 from collections.abc import Iterator
-from types import TracebackType
 
 from iggy_local import LocalIggy
 from iggy_spark.iggy_url import IggyUrl
@@ -69,14 +68,6 @@ class ExternalIggy:
                      after: int = 0) -> None:
         raise FaultUnavailable(f"refuse_sends needs the local broker; unset {URL_ENV}")
 
-    def __enter__(self) -> ExternalIggy:
-        return self
-
-    def __exit__(
-        self, et: type[BaseException] | None, ev: BaseException | None, tb: TracebackType | None
-    ) -> None:
-        self.stop()
-
     def __repr__(self) -> str:
         return f"ExternalIggy({self._url!r})"
 
@@ -85,5 +76,8 @@ class ExternalIggy:
 def iggy_server() -> Iterator[LocalIggy | ExternalIggy]:
     """The server to use: ``IGGY_URL`` when set, else a fresh in-process local broker."""
     url = os.environ.get(URL_ENV)
-    with ExternalIggy(url) if url else LocalIggy() as server:
+    if url:
+        yield ExternalIggy(url)
+        return
+    with LocalIggy() as server:
         yield server
