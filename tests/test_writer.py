@@ -15,7 +15,7 @@ from typing import Any
 
 import pyarrow as pa
 import pytest
-from broker_fixtures import connect, poll_all, run
+from broker_fixtures import connect, create_topic, poll_all, run
 
 from iggy_local import LocalIggy
 from iggy_spark import outbox, sending
@@ -245,12 +245,10 @@ def test_an_open_breaker_under_policy_error_fails_the_task(broker: LocalIggy, na
 def test_a_missing_destination_with_creation_off_is_unknown_not_a_breaker_failure(
     broker: LocalIggy, name: str
 ) -> None:
-    from broker_fixtures import connect, run
-
     async def make_stream() -> None:
         client = await connect(broker.address)
         await client.create_stream(name)
-        await client.create_topic(name, "dlq", 1)
+        await create_topic(client, name, "dlq", 1)
 
     run(make_stream())
     options = _dlq_options(name, create_destinations="false",
@@ -301,8 +299,8 @@ def test_a_streams_existing_topics_are_learned_in_one_listing(
     async def make() -> None:
         client = await connect(broker.address)
         await client.create_stream(name)
-        await client.create_topic(name, "two", partitions_count=2)
-        await client.create_topic(name, "five", partitions_count=5)
+        await create_topic(client, name, "two", 2)
+        await create_topic(client, name, "five", 5)
 
     run(make())
     ensured: list[str] = []
