@@ -6,6 +6,7 @@ batches, a commit message back), and everything is read back through the real SD
 
 from __future__ import annotations
 
+import dataclasses
 import json
 import multiprocessing
 import os
@@ -21,6 +22,7 @@ from iggy_local import LocalIggy
 from iggy_spark import outbox, sending
 from iggy_spark.encoding import message_id
 from iggy_spark.errors import AdmissionError, ServerError
+from iggy_spark.iggy_url import IggyUrl
 from iggy_spark.options import RoutedOptions
 from iggy_spark.partitioning import partition_for_key
 from iggy_spark.report import Ledger, TaskReport
@@ -198,6 +200,13 @@ def test_a_failing_destination_is_isolated_while_the_others_flow(
     bad = f"{name}/bad"
     rows = batch(stream=[name] * 12, topic=["ok1", "bad", "ok2"] * 4, n=list(range(12)))
     driver.run(batch(stream=[name], topic=["bad"], n=[-1]))
+
+    async def make_topics() -> None:  # beforehand: a real server's refusal stops creating them
+        client = await connect(broker.address)
+        for topic in ("ok1", "ok2", "dlq"):
+            await create_topic(client, name, topic, 1)
+
+    run(make_topics())
     broker.refuse_sends(name, "bad")
     try:
         [report] = driver.run(rows)
@@ -358,7 +367,8 @@ def test_an_unreachable_server_fails_the_task_without_tripping_breakers(name: st
 def test_wrong_credentials_fail_the_task_without_blaming_a_destination(
     broker: LocalIggy, name: str
 ) -> None:
-    wrong = broker.url.replace("iggy:iggy@", "iggy:not-the-password@")
+    wrong = dataclasses.replace(IggyUrl.parse(broker.url), password="not-the-password").format(
+        reveal_password=True)
     writer = IggyRoutedStreamWriter(RoutedOptions.from_options(
         {"url": wrong, "circuit_breaker.failure_threshold": "1"}), frozenset(), None)
     with pytest.raises(ServerError, match="Invalid credentials") as info:
