@@ -10,7 +10,7 @@ from typing import Any
 import apache_iggy
 import orjson
 import pytest
-from broker_fixtures import connect, run
+from broker_fixtures import connect, create_topic, run
 
 from connector_common.change_rows import JSON_TEXT_COLUMNS, SPARK_SCHEMA
 
@@ -19,7 +19,7 @@ def send(address: str, stream: str, topic: str, payloads: list[bytes]) -> None:
     async def main() -> None:
         client = await connect(address)
         await client.create_stream(stream)
-        await client.create_topic(stream, topic, 1)
+        await create_topic(client, stream, topic, 1)
         await client.send_messages(stream, topic, apache_iggy.Partitioning.partition_id(0),
                                    [apache_iggy.SendMessage(p) for p in payloads])
 
