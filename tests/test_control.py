@@ -8,6 +8,7 @@ from hypothesis import given
 from hypothesis import strategies as st
 
 from iggy_spark.control import (
+    EVERY_TASK,
     Claim,
     LedgerRecord,
     Record,
@@ -54,15 +55,15 @@ def test_foreign_and_future_records_are_skipped() -> None:
 
 
 @given(st.lists(records, max_size=30))
-def test_the_newest_ledger_by_batch_wins_and_the_first_of_a_tie(log: list[Record]) -> None:
+def test_the_newest_ledger_by_batch_wins_and_the_last_of_a_tie(log: list[Record]) -> None:
     view = fold(enumerate(log))
     ledgers = [(offset, r) for offset, r in enumerate(log) if isinstance(r, LedgerRecord)]
     if not ledgers:
         assert view.ledger is None and view.last_batch == -1
         return
     best = max(r.batch for _, r in ledgers)
-    first = min(offset for offset, r in ledgers if r.batch == best)
-    assert view.last_batch == best and view.ledger_offset == first
+    last = max(offset for offset, r in ledgers if r.batch == best)
+    assert view.last_batch == best and view.ledger_offset == last
     assert view.end == len(log)
 
 
@@ -71,6 +72,8 @@ def test_a_start_already_there_marks_a_replay(log: list[Record], batch: int, tas
     view = fold(enumerate(log))
     assert view.started(batch, task) == any(
         isinstance(r, Start) and (r.batch, r.task) == (batch, task) for r in log)
+    marked = fold([(len(log), Start(batch, EVERY_TASK, 0))], view)
+    assert marked.started(batch, task) and marked.started(batch, task + 1)
 
 
 @given(st.lists(records, max_size=20), st.permutations(range(4)), st.integers(0, 20))

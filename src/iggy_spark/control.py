@@ -22,7 +22,13 @@ from typing import Any
 
 import orjson
 
-__all__ = ["Start", "Claim", "LedgerRecord", "Record", "StateView", "encode", "decode", "fold"]
+__all__ = [
+    "Start", "Claim", "LedgerRecord", "Record", "StateView", "encode", "decode", "fold",
+    "EVERY_TASK",
+]
+
+EVERY_TASK = -1
+"""A ``start``'s task when any task of the batch may have sent (a migrated "started" marker)."""
 
 
 @dataclass(frozen=True)
@@ -94,7 +100,8 @@ class StateView:
     """What the records read so far say; fed oldest first by :func:`fold`."""
 
     ledger: dict[str, Any] | None = None
-    """The newest ledger by batch (the first one appended on a tie); ``None``: none read."""
+    """The newest ledger by batch (the last one appended on a tie: a retried append, or an
+    operator's correction); ``None``: none read."""
     ledger_offset: int | None = None
     starts: set[tuple[int, int]] = field(default_factory=set)
     """(batch, task) of every ``start`` read."""
@@ -111,7 +118,7 @@ class StateView:
     def add(self, offset: int, record: Record | None) -> None:
         self.end = max(self.end, offset + 1)
         if isinstance(record, LedgerRecord):
-            if self.ledger is None or record.batch > self.last_batch:
+            if self.ledger is None or record.batch >= self.last_batch:
                 self.ledger, self.ledger_offset = record.data, offset
         elif isinstance(record, Start):
             self.starts.add((record.batch, record.task))
@@ -119,8 +126,9 @@ class StateView:
             self.claims.setdefault((record.run, record.batch, record.destination), record.nonce)
 
     def started(self, batch: int, task: int) -> bool:
-        """Whether an earlier attempt of this task of ``batch`` appended its ``start``."""
-        return (batch, task) in self.starts
+        """Whether an earlier attempt of this task of ``batch`` appended its ``start`` (or a
+        migrated marker says every task of the batch may have)."""
+        return (batch, task) in self.starts or (batch, EVERY_TASK) in self.starts
 
     def won(self, claim: Claim) -> bool:
         """Whether ``claim`` is the first of its (run, batch, destination)."""

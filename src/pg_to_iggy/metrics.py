@@ -112,6 +112,8 @@ class _Collector:
                           "already in Iggy and did not send again")
         fallbacks = counter("iggy_routed_at_least_once_fallbacks", "groups a replay could not "
                             "decide on within delivery_scan_messages, sent again in full")
+        lost = counter("iggy_routed_state_lost", "tasks that found the query's control topic "
+                       "deleted or without a ledger (the cap and breakers started again)")
         active = gauge("iggy_routed_destinations_active", "destinations admitted by the query")
         open_breakers = gauge("iggy_routed_breakers_open", "destinations with an open breaker")
         create = HistogramMetricFamily("iggy_routed_destination_create_seconds",
@@ -154,6 +156,7 @@ class _Collector:
                 dropped.add_metric(label, data["dropped"])
                 resumed.add_metric(label, data["delivery"]["resumed"])
                 fallbacks.add_metric(label, data["delivery"]["at_least_once"])
+                lost.add_metric(label, data["delivery"].get("state_lost", 0))
                 active.add_metric(label, sum(1 for e in entries if e.get("admitted")))
                 opened = sum(1 for e in entries if e["breaker"] != "closed")
                 open_breakers.add_metric(label, opened)
@@ -176,8 +179,8 @@ class _Collector:
                 commit_failures.add_metric(label, q.source.commit_failures)
                 degraded.add_metric([q.label, _SOURCE_DEGRADED], float(q.source.degraded))
         yield from (batches, rows, duration, input_rate, processed, routed, rejected, missing,
-                    dead, dropped, resumed, fallbacks, active, open_breakers, create, degraded,
-                    lag, retained, slot_active, at_risk, safe_wal, reread,
+                    dead, dropped, resumed, fallbacks, lost, active, open_breakers, create,
+                    degraded, lag, retained, slot_active, at_risk, safe_wal, reread,
                     commit_failures)
 
     def _ledger(self, query_id: str) -> dict[str, Any] | None:
