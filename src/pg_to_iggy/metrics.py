@@ -1,7 +1,7 @@
 """Prometheus metrics for streaming queries, served over HTTP from the Spark driver.
 
-``serve_metrics(spark, port=9108)`` registers a :class:`StreamingQueryListener` and serves the
-Prometheus text format at ``http://<driver>:9108/metrics``. Where each figure comes from:
+``serve_metrics(spark, port=9108, url=...)`` registers a :class:`StreamingQueryListener` and
+serves the Prometheus text format at ``http://<driver>:9108/metrics``. Where each figure comes from:
 
 * **Spark's progress events** (the listener, in this process): batches, batch duration, input
   rows and rows per second, per query.
