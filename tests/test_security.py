@@ -93,7 +93,7 @@ def test_reprs_hide_both_passwords(secured_pg: LocalPostgres, secured_broker: Lo
 
     source = CdcOptions.from_options({"dsn": app_dsn(secured_pg), "slot": "s"})
     sink = RoutedOptions.from_options({"url": iggy_url(secured_broker)})
-    writer = IggyRoutedStreamWriter(sink, frozenset(), None)
+    writer = IggyRoutedStreamWriter(sink)
     assert_no_secret(repr(source), str(source), source.safe_dsn, repr(PgCdcStreamReader(source)),
                      repr(sink), str(sink), repr(sink.url), str(sink.url), repr(writer))
 
