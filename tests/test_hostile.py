@@ -184,8 +184,7 @@ def test_any_option_map_parses_or_names_the_option_at_fault(fmt: str, data: st.D
 
 
 def _writer(broker: LocalIggy) -> IggyRoutedStreamWriter:
-    return IggyRoutedStreamWriter(RoutedOptions.from_options({"url": broker.url}), frozenset(),
-                                  None)
+    return IggyRoutedStreamWriter(RoutedOptions.from_options({"url": broker.url}))
 
 
 def test_a_payload_of_exactly_the_limit_is_sent(broker: LocalIggy, name: str) -> None:
@@ -221,7 +220,7 @@ def test_with_a_dlq_bad_rows_are_dead_lettered_with_their_reason_and_the_rest_de
     })
     writer = IggyRoutedStreamWriter(RoutedOptions.from_options({
         "url": broker.url, "on_admission_failure": "dlq", "dlq.stream": name,
-        "dlq.topic": "dlq"}), frozenset(), None)
+        "dlq.topic": "dlq"}))
     report = writer.write(iter([rows]))
     assert report.rejected == {"too_large": 1, "invalid_row": 2} and report.dead_lettered == 3
     assert [m.payload for m in poll_all(broker.address, name, "t")] == [b"ok0", b"ok3"]
@@ -247,8 +246,7 @@ def test_dlq_headers_quote_hostile_destinations_as_valid_utf8_within_255_bytes(
         {"stream": [name] * len(hostile), "topic": hostile, "n": list(range(len(hostile)))})
     options = {"url": broker.url, "on_admission_failure": "dlq", "dlq.stream": name,
                "dlq.topic": "dlq"}
-    report = IggyRoutedStreamWriter(RoutedOptions.from_options(options), frozenset(),
-                                    None).write(iter([rows]))
+    report = IggyRoutedStreamWriter(RoutedOptions.from_options(options)).write(iter([rows]))
     assert report.rejected == {"invalid_name": len(hostile)}
     dead = sorted(poll_all(broker.address, name, "dlq"), key=lambda m: json.loads(m.payload)["n"])
     for message, original in zip(dead, hostile, strict=True):

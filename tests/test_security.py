@@ -93,7 +93,7 @@ def test_reprs_hide_both_passwords(secured_pg: LocalPostgres, secured_broker: Lo
 
     source = CdcOptions.from_options({"dsn": app_dsn(secured_pg), "slot": "s"})
     sink = RoutedOptions.from_options({"url": iggy_url(secured_broker)})
-    writer = IggyRoutedStreamWriter(sink, frozenset(), None)
+    writer = IggyRoutedStreamWriter(sink)
     assert_no_secret(repr(source), str(source), source.safe_dsn, repr(PgCdcStreamReader(source)),
                      repr(sink), str(sink), repr(sink.url), str(sink.url), repr(writer))
 
@@ -155,7 +155,7 @@ def test_a_working_pipeline_never_shows_its_passwords(
     query.explain(extended=True)
     seen = [str(query), query.name or "", json.dumps(query.lastProgress, default=str),
             json.dumps(query.recentProgress, default=str), str(query.status),
-            str(destinations(query, spark).collect())]
+            str(destinations(query, spark, url=iggy_url(secured_broker)).collect())]
     query.stop()
     seen += [path.read_text(errors="replace") for path in checkpoint.rglob("*") if path.is_file()]
     out, err = capfd.readouterr()
