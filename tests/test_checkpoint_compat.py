@@ -36,6 +36,7 @@ import orjson
 import psycopg
 import pytest
 from psycopg import sql
+from sink_state import ledger_of
 
 from iggy_local import LocalIggy
 from iggy_spark.encoding import message_id
@@ -427,8 +428,10 @@ def test_a_release_2_checkpoint_killed_mid_batch_goes_on_without_loss(
     resumed = re.search(rf"iggy_routed batch {interrupted}:.*found landed by a replay (\d+)", log)
     assert resumed and int(resumed[1]) == len(marked), job.log_tail()
 
-    # The ledger kept release 2's history and added this release's batches to it.
-    ledger = json.loads((checkpoint / "iggy_routed" / "destinations.json").read_text())
+    # The ledger kept release 2's history (migrated once into the query's control topic) and
+    # added this release's batches to it.
+    query_id = json.loads((checkpoint / "metadata").read_text())["id"]
+    ledger = ledger_of(broker, query_id).data
     assert ledger["last_batch"] == batches[-1].id
     for key, old in ledger_before["destinations"].items():
         new = ledger["destinations"][key]
@@ -438,7 +441,8 @@ def test_a_release_2_checkpoint_killed_mid_batch_goes_on_without_loss(
         assert new["messages"] == sum(1 for t in written for c in t.changes if c.table == topic)
         assert new["messages"] > old["messages"]
     assert ledger["delivery"]["resumed"] == ledger_before["delivery"]["resumed"] + len(marked)
-    assert not (checkpoint / "iggy_routed" / "started" / str(interrupted)).exists()
+    assert ledger["delivery"]["state_lost"] == 0
+    assert "now lives in the control topic" in log
 
 
 def _runs(messages: Sequence[Mapping[str, Any]]) -> dict[int, list[Mapping[str, Any]]]:

@@ -1,15 +1,13 @@
-"""Effectively-once delivery, the pure parts: the origin header, what landed, the plan."""
+"""Effectively-once delivery, the pure parts: the origin header and what landed."""
 
 from __future__ import annotations
 
-import json
 import random
-from pathlib import Path
 
 from hypothesis import given
 from hypothesis import strategies as st
 
-from iggy_spark.delivery import STARTED_DIR, Landed, Origin, TailScan, landed_count, plan_batch
+from iggy_spark.delivery import Landed, Origin, TailScan, landed_count
 
 names = st.text(alphabet="0123456789abcdef", min_size=1, max_size=16)
 numbers = st.integers(min_value=0, max_value=2**63)
@@ -79,41 +77,6 @@ def test_undecided_without_an_earlier_batch_or_my_group() -> None:
 def test_a_later_batch_before_mine_is_not_trusted() -> None:
     """A checkpoint restored from a backup would replay batch 5 after batch 6 was written."""
     assert landed_count(_tail([Origin("q", 5, 1, 0), Origin("q", 6, 1, 0)]), ME) is None
-
-
-def _checkpoint(tmp_path: Path, batches: list[int]) -> Path:
-    root = tmp_path / "checkpoint"
-    (root / "offsets").mkdir(parents=True)
-    (root / "metadata").write_text(json.dumps({"id": "0f5e6d7c-1111-2222-3333-444455556666"}))
-    for n in batches:
-        (root / "offsets" / str(n)).write_text("v1\n{}\n{}\n")
-    (root / "offsets" / ".3.crc").write_text("")
-    return root
-
-
-def test_a_new_batch_is_marked_started_and_its_replay_is_recognised(tmp_path: Path) -> None:
-    root = _checkpoint(tmp_path, [0, 1, 2])
-    ledger = root / "iggy_routed"
-    plan = plan_batch(root, ledger, 1, 100)
-    assert plan is not None
-    assert (plan.query, plan.batch, plan.last_delivered, plan.replay, plan.scan_limit) == (
-        "0f5e6d7c11112222", 2, 1, False, 100)
-    assert (ledger / STARTED_DIR / "2").exists()
-    again = plan_batch(root, ledger, 1, 100)
-    assert again is not None and again.replay and again.batch == 2
-    (root / "offsets" / "3").write_text("v1\n{}\n{}\n")
-    after = plan_batch(root, ledger, 2, 100)
-    assert after is not None and (after.batch, after.replay) == (3, False)
-    assert sorted(p.name for p in (ledger / STARTED_DIR).iterdir()) == ["3"]
-
-
-def test_no_plan_without_a_local_checkpoint_or_its_metadata(tmp_path: Path) -> None:
-    assert plan_batch(None, None, -1, 100) is None
-    root = _checkpoint(tmp_path, [])
-    assert plan_batch(root, root / "iggy_routed", -1, 100) is None  # no batch planned yet
-    (root / "offsets" / "0").write_text("v1\n{}\n{}\n")
-    (root / "metadata").unlink()
-    assert plan_batch(root, root / "iggy_routed", -1, 100) is None
 
 
 # -- what a replay skips when rows carry ids ---------------------------------------------------

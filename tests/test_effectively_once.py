@@ -18,10 +18,12 @@ from psycopg import sql
 from pyspark.sql.streaming.datasource import ReadAllAvailable
 
 from iggy_local import LocalIggy
-from iggy_spark import delivery, outbox
-from iggy_spark.delivery import ORIGIN_HEADER, BatchPlan, Origin, TaskIdentity
+from iggy_spark import outbox, state
+from iggy_spark.connection import IggyConnection
+from iggy_spark.control import LedgerRecord, Start
+from iggy_spark.delivery import ORIGIN_HEADER, Origin, TaskIdentity
 from iggy_spark.options import RoutedOptions
-from iggy_spark.report import TaskReport
+from iggy_spark.report import Ledger, TaskReport
 from iggy_spark.writer import IggyRoutedStreamWriter
 from iggy_spark_testing.harness import LocalPostgres
 from postgres_cdc_source.options import CdcOptions
@@ -43,16 +45,39 @@ def write(
     task: int = 0, spark_batch: int = 4, replay: bool = False, last_delivered: int = 3,
     retry: bool = False, query: str = "q1", plan: bool = True, **options: str,
 ) -> TaskReport:
-    monkeypatch.setattr(delivery, "task_identity",
-                        lambda: TaskIdentity(task, spark_batch, retry))
-    writer = IggyRoutedStreamWriter(
-        RoutedOptions.from_options({
-            "url": broker.url, "partition_key_encoding": "partition_id",
-            "topic_defaults.partitions_count": "2", **options}),
-        frozenset(), None,
-        plan=BatchPlan(query, 4, last_delivered, replay, 10_000) if plan else None,
-    )
+    """One task of ``spark_batch``, its control topic (in a stream of the test's own, named by
+    the ``state_stream`` option) holding a ledger through ``last_delivered`` and, with
+    ``replay``, an earlier attempt's ``start``. ``plan=False``: at-least-once delivery."""
+    settings = RoutedOptions.from_options({
+        "url": broker.url, "partition_key_encoding": "partition_id",
+        "topic_defaults.partitions_count": "2", "state_stream": _state_stream(batch),
+        **({} if plan else {"delivery_guarantee": "at_least_once"}), **options})
+    seed_state(settings, query, last_delivered, Start(spark_batch, task, 0) if replay else None)
+    identity = TaskIdentity(task, spark_batch, int(retry), query, "run-1")
+    writer = IggyRoutedStreamWriter(settings, identify=lambda: identity)
     return writer.write(iter([batch]))
+
+
+def _state_stream(batch: pa.RecordBatch) -> str:
+    """The test's own state stream: its rows' stream name (unique per test), suffixed."""
+    return f"{batch.column('stream')[0]}-state"
+
+
+def seed_state(
+    options: RoutedOptions, query: str, last_delivered: int, start: Start | None
+) -> None:
+    """Make the query's control topic hold a ledger through ``last_delivered`` (unless a newer
+    one is there) and ``start``."""
+    conn = IggyConnection.shared(options.url)
+    topic = state.state_topic(options.state_stream, query)
+    conn.run(state.create(conn, topic, timeout=30))
+    view = conn.run(state.read(conn, topic, timeout=30))
+    if view is None or view.last_batch < last_delivered:
+        ledger = Ledger()
+        ledger.data["last_batch"] = last_delivered
+        conn.run(state.append(conn, topic, LedgerRecord(ledger.data), timeout=30))
+    if start is not None:
+        conn.run(state.append(conn, topic, start, timeout=30))
 
 
 def landed(broker: LocalIggy, name: str) -> list[tuple[int, int, Any]]:
@@ -144,7 +169,7 @@ def test_a_batch_the_ledger_holds_is_not_sent_at_all(
 ) -> None:
     write(broker, monkeypatch, rows(name, range(5)))
     report = write(broker, monkeypatch, rows(name, range(5, 9)), last_delivered=4, replay=True)
-    assert report == TaskReport()
+    assert report == TaskReport(query="q1")
     assert ns(broker, name) == [0, 2, 4, 1, 3]
 
 

@@ -66,7 +66,8 @@ def test_three_event_types_reach_three_topics_and_null_goes_to_the_default(
         assert got == list(range(t, 30, 3))
     [fallback] = poll_all(broker.address, name, "unrouted")
     assert json.loads(fallback.payload) == {"n": 99}
-    table = {(r.topic, r.messages) for r in iggy_spark.destinations(feed.checkpoint).collect()}
+    rows = iggy_spark.destinations(feed.checkpoint, url=broker.url).collect()
+    table = {(r.topic, r.messages) for r in rows}
     assert table == {("type0", 10), ("type1", 10), ("type2", 10), ("unrouted", 1)}
 
 
@@ -158,7 +159,7 @@ def test_parallel_tasks_create_one_destination_once(
     assert sorted(
         json.loads(m.payload)["n"] for m in poll_all(broker.address, name, "shared")
     ) == list(range(40))
-    [row] = iggy_spark.destinations(feed.checkpoint).collect()
+    [row] = iggy_spark.destinations(feed.checkpoint, url=broker.url).collect()
     assert (row.messages, row.created) == (40, True)
 
 

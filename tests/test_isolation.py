@@ -18,9 +18,9 @@ import pyarrow.parquet as pq
 import pytest
 from broker_fixtures import connect, poll_all, run
 from pyspark.sql import SparkSession
+from sink_state import ledger_of, replace_ledger
 
 from iggy_local import LocalIggy
-from iggy_spark.report import LEDGER_FILE, Ledger
 from pg_to_iggy import serve_metrics
 
 pytestmark = pytest.mark.e2e
@@ -81,7 +81,7 @@ def test_one_destination_failing_for_good_while_49_others_flow(
                        for m in poll_all(broker.address, name, "dlq"))
 
     add([(name, "missing", -1, ""), (name, "t00", -2, "x" * 2000)])
-    metrics = serve_metrics(spark, port=0)
+    metrics = serve_metrics(spark, port=0, url=broker.url)
     query = (
         spark.readStream.schema(SCHEMA).parquet(str(feed)).writeStream.format("iggy_routed")
         .queryName(name)
@@ -104,7 +104,7 @@ def test_one_destination_failing_for_good_while_49_others_flow(
             assert got == expected, topic
         assert dead_letters() == {("circuit_open", BAD): 4, ("unknown", "missing"): 1,
                                   ("too_large", "t00"): 1}
-        entry = Ledger(checkpoint / LEDGER_FILE).data["destinations"][f"{name}/{BAD}"]
+        entry = ledger_of(broker, str(query.id)).data["destinations"][f"{name}/{BAD}"]
         assert (entry["breaker"], entry["consecutive_failures"]) == ("open", 3)
         first = scrape(metrics.url, name)
         assert first["iggy_routed_rejections_total{reason=circuit_open}"] == 4
@@ -119,23 +119,23 @@ def test_one_destination_failing_for_good_while_49_others_flow(
         add()  # the next batch: refused at once, no send (the count stays at 3)
         query.processAllAvailable()
         assert dead_letters()[("circuit_open", BAD)] == 8
-        assert Ledger(checkpoint / LEDGER_FILE).data["destinations"][f"{name}/{BAD}"][
+        assert ledger_of(broker, str(query.id)).data["destinations"][f"{name}/{BAD}"][
             "consecutive_failures"] == 3
         assert len(poll_all(broker.address, name, "t00")) == 8  # not the oversize row
     finally:
         broker.refuse_sends(name, BAD, refuse=False)
     # the fault clears; the cool-down is over (the ledger's opening time moved 10 minutes back,
     # as a clock would): the probe goes out, succeeds and closes the breaker
-    path = checkpoint / LEDGER_FILE
-    data = json.loads(path.read_text())
+    data = ledger_of(broker, str(query.id)).data
     data["destinations"][f"{name}/{BAD}"]["opened_at"] -= 600
-    path.write_text(json.dumps(data))
+    replace_ledger(broker, str(query.id), data)
     add()
     query.processAllAvailable()
     assert query.isActive and query.exception() is None
     got = [json.loads(m.payload)["n"] for m in poll_all(broker.address, name, BAD)]
     assert got == [2000 + 70 + k for k in range(4)]
-    assert Ledger(path).data["destinations"][f"{name}/{BAD}"]["breaker"] == "closed"
+    assert ledger_of(broker, str(query.id)).data["destinations"][f"{name}/{BAD}"][
+        "breaker"] == "closed"
     last = scrape(metrics.url, name)
     routed = last["iggy_routed_messages_routed_total"] - first["iggy_routed_messages_routed_total"]
     assert routed == (196 + 4) + 200  # batch 1: 49 x 4 and 4 dead letters; batch 2: all 50 x 4

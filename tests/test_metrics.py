@@ -1,16 +1,20 @@
-"""The metrics collector without Spark: progress events and ledgers in, Prometheus text out."""
+"""The metrics collector without Spark: progress events and ledgers (read from the local broker)
+in, Prometheus text out."""
 
 from __future__ import annotations
 
 import json
+import uuid
 from collections import Counter
-from pathlib import Path
 from types import SimpleNamespace
 
 import pytest
 from prometheus_client import CollectorRegistry, generate_latest
 from prometheus_client.parser import text_string_to_metric_families
+from sink_state import replace_ledger
 
+from iggy_local import LocalIggy
+from iggy_spark.iggy_url import IggyUrl
 from iggy_spark.report import Ledger, TaskReport
 from pg_to_iggy.metrics import _Collector, _require_classic
 from postgres_cdc_source.health import SlotHealth, SourceHealth
@@ -64,32 +68,36 @@ def test_a_slot_safe_from_loss_is_not_at_risk_and_unlimited_has_no_safe_size() -
     assert ("pg_cdc_slot_safe_wal_bytes", q) not in got
 
 
-def test_sink_figures_come_from_the_ledger(tmp_path: Path) -> None:
-    ledger = Ledger(tmp_path / "destinations.json")
+def test_sink_figures_come_from_the_ledger_in_the_control_topic(broker: LocalIggy) -> None:
+    ledger = Ledger()
     ledger.apply(0, [TaskReport(routed=Counter({"s/a": 3, "s/dlq": 1}),
                                 rejected=Counter({"circuit_open": 1}), dead_lettered=1,
-                                resumed=5, at_least_once=2, created=["s/a"],
+                                resumed=5, at_least_once=2, created=["s/a"], state_lost=2,
                                 create_seconds=[0.02], admitted=[("s", "a")],
                                 breakers={"s/a": {"state": "open", "consecutive_failures": 5,
                                                   "opened_at": 1.0, "last_error": "x"}})])
-    collector = _Collector(None)
-    collector.started("id-2", None)
-    collector.queries["id-2"].ledger = ledger.path
+    query_id = str(uuid.uuid4())
+    replace_ledger(broker, query_id, ledger.data)
+    collector = _Collector(IggyUrl.parse(broker.url))
+    collector.started(query_id, None)
+    collector.started("another-query", "other")  # no control topic: no sink figures
     got = samples(collector)
-    q = (("query", "id-2"),)  # unnamed: labelled by id
+    q = (("query", query_id),)  # unnamed: labelled by id
+    assert ("iggy_routed_messages_routed_total", (("query", "other"),)) not in got
     assert got[("iggy_routed_messages_routed_total", q)] == 4
-    circuit_open = (("query", "id-2"), ("reason", "circuit_open"))
+    circuit_open = (("query", query_id), ("reason", "circuit_open"))
     assert got[("iggy_routed_rejections_total", circuit_open)] == 1
     assert got[("iggy_routed_breakers_open", q)] == 1
     assert got[("iggy_routed_destinations_active", q)] == 1
     assert got[("iggy_routed_replay_skipped_total", q)] == 5
     assert got[("iggy_routed_at_least_once_fallbacks_total", q)] == 2
     assert got[("iggy_routed_destination_create_seconds_bucket",
-                (("le", "0.01"), ("query", "id-2")))] == 0
+                (("le", "0.01"), ("query", query_id)))] == 0
     assert got[("iggy_routed_destination_create_seconds_bucket",
-                (("le", "0.025"), ("query", "id-2")))] == 1
+                (("le", "0.025"), ("query", query_id)))] == 1
     assert got[("iggy_routed_destination_create_seconds_count", q)] == 1
-    assert got[("iggy_spark_degraded", (("component", "iggy_routed"), ("query", "id-2")))] == 1
+    assert got[("iggy_routed_state_lost_total", q)] == 2
+    assert got[("iggy_spark_degraded", (("component", "iggy_routed"), ("query", query_id)))] == 1
 
 
 def test_spark_connect_is_refused_with_a_clear_message() -> None:

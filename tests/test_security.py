@@ -155,7 +155,7 @@ def test_a_working_pipeline_never_shows_its_passwords(
     query.explain(extended=True)
     seen = [str(query), query.name or "", json.dumps(query.lastProgress, default=str),
             json.dumps(query.recentProgress, default=str), str(query.status),
-            str(destinations(query, spark).collect())]
+            str(destinations(query, spark, url=iggy_url(secured_broker)).collect())]
     query.stop()
     seen += [path.read_text(errors="replace") for path in checkpoint.rglob("*") if path.is_file()]
     out, err = capfd.readouterr()

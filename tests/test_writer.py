@@ -10,6 +10,7 @@ import json
 import multiprocessing
 import os
 import time
+import uuid
 from collections import Counter
 from typing import Any
 
@@ -19,20 +20,20 @@ from broker_fixtures import connect, poll_all, run
 
 from iggy_local import LocalIggy
 from iggy_spark import outbox, sending
+from iggy_spark.control import LedgerRecord, decode, encode
+from iggy_spark.delivery import TaskIdentity
 from iggy_spark.encoding import message_id
 from iggy_spark.errors import AdmissionError, ServerError
+from iggy_spark.monitoring import read_ledger
 from iggy_spark.options import RoutedOptions
 from iggy_spark.partitioning import partition_for_key
 from iggy_spark.report import Ledger, TaskReport
 from iggy_spark.writer import IggyRoutedStreamWriter
 
 
-def make_writer(
-    broker: LocalIggy, admitted: frozenset[Any] = frozenset(), **options: str
-) -> IggyRoutedStreamWriter:
-    return IggyRoutedStreamWriter(
-        RoutedOptions.from_options({"url": broker.url, **options}), admitted, None
-    )
+def make_writer(broker: LocalIggy, **options: str) -> IggyRoutedStreamWriter:
+    """A writer whose tasks run outside Spark: no query, no state, at-least-once."""
+    return IggyRoutedStreamWriter(RoutedOptions.from_options({"url": broker.url, **options}))
 
 
 def batch(**columns: list[Any]) -> pa.RecordBatch:
@@ -90,11 +91,11 @@ def test_cap_holds_in_every_mode(
 
 
 def test_cap_counts_destinations_admitted_by_earlier_batches(broker: LocalIggy, name: str) -> None:
-    earlier = frozenset({(name, "old1"), (name, "old2")})
+    driver = Driver(broker, **{"admission.max_destinations": "2", "on_admission_failure": "drop"})
+    driver.run(batch(stream=[name], topic=["old1"], n=[0]),
+               batch(stream=[name], topic=["old2"], n=[0]))
     rows = batch(stream=[name, name], topic=["old1", "new"], n=[1, 2])
-    report = make_writer(
-        broker, earlier, **{"admission.max_destinations": "2", "on_admission_failure": "drop"}
-    ).write(iter([rows]))
+    [report] = driver.run(rows)
     assert report.rejected == {"cap": 1} and report.dropped == 1
     assert report.routed == {f"{name}/old1": 1}
 
@@ -171,29 +172,36 @@ def _dlq_options(name: str, **extra: str) -> dict[str, str]:
 
 
 class Driver:
-    """Plays Spark's driver: a writer per micro-batch seeded from the ledger, tasks run one
-    after another, ``commit`` folds their reports in; the breakers' clock is ``now``."""
+    """Plays Spark: a writer per micro-batch, its tasks run one after another, each told its
+    query, batch and partition as Spark's local properties would; ``commit`` folds their
+    reports into the control topic's ledger. The breakers' clock is ``now``."""
 
-    def __init__(self, broker: LocalIggy, ledger: Any, **options: str) -> None:
+    def __init__(self, broker: LocalIggy, **options: str) -> None:
         self.options = RoutedOptions.from_options({"url": broker.url, **options})
-        self.ledger = ledger
+        self.query = str(uuid.uuid4())
         self.now = 1_000_000.0
         self.batch_id = 0
+        self.identity: TaskIdentity | None = None
 
     def run(self, *tasks: pa.RecordBatch) -> list[TaskReport]:
-        ledger = Ledger(self.ledger)
-        writer = IggyRoutedStreamWriter(self.options, ledger.admitted, self.ledger,
-                                        ledger.breakers, clock=lambda: self.now)
-        reports = [writer.write(iter([rows])) for rows in tasks]
+        writer = IggyRoutedStreamWriter(self.options, clock=lambda: self.now,
+                                        identify=lambda: self.identity)
+        reports = []
+        for partition, rows in enumerate(tasks):
+            self.identity = TaskIdentity(partition, self.batch_id, 0, self.query, "run-1")
+            reports.append(writer.write(iter([rows])))
         writer.commit(list(reports), self.batch_id)
         self.batch_id += 1
         return reports
+
+    def ledger(self) -> Ledger:
+        return read_ledger(self.options.url, query_id=self.query)
 
 
 def test_a_failing_destination_is_isolated_while_the_others_flow(
     broker: LocalIggy, name: str, tmp_path: Any
 ) -> None:
-    driver = Driver(broker, tmp_path / "ledger.json", **_dlq_options(
+    driver = Driver(broker, **_dlq_options(
         name, **{"circuit_breaker.failure_threshold": "3", "circuit_breaker.cool_down": "10s"}))
     bad = f"{name}/bad"
     rows = batch(stream=[name] * 12, topic=["ok1", "bad", "ok2"] * 4, n=list(range(12)))
@@ -209,7 +217,7 @@ def test_a_failing_destination_is_isolated_while_the_others_flow(
         assert [json.loads(m.payload)["n"] for m in dead] == [1, 4, 7, 10]  # in order
         assert {m.headers["iggy_spark.reason"] for m in dead} == {"circuit_open"}
         assert {m.headers["iggy_spark.topic"] for m in dead} == {"bad"}
-        assert Ledger(driver.ledger).data["destinations"][bad]["breaker"] == "open"
+        assert driver.ledger().data["destinations"][bad]["breaker"] == "open"
         # the next batch refuses at once: no send, so no outcome recorded for it
         driver.now += 9
         [report] = driver.run(rows)
@@ -222,8 +230,7 @@ def test_a_failing_destination_is_isolated_while_the_others_flow(
     probe, other = driver.run(rows, rows)
     assert probe.routed[bad] == 4 and probe.breakers[bad]["state"] == "closed"
     assert other.rejected == {"circuit_open": 4} and bad not in other.breakers
-    assert Ledger(driver.ledger).data["destinations"][bad]["breaker"] == "closed"
-    assert not (tmp_path / "probes").exists() or not any((tmp_path / "probes").iterdir())
+    assert driver.ledger().data["destinations"][bad]["breaker"] == "closed"
     first, second = driver.run(rows, rows)
     assert first.routed[bad] == second.routed[bad] == 4 and not first.rejected
     assert [json.loads(m.payload)["n"] for m in poll_all(broker.address, name, "bad")] == [
@@ -265,7 +272,7 @@ def test_a_missing_destination_with_creation_off_is_unknown_not_a_breaker_failur
 
 
 def _create_concurrently(url: str, stream: str, barrier: Any, out: Any) -> None:
-    writer = IggyRoutedStreamWriter(RoutedOptions.from_options({"url": url}), frozenset(), None)
+    writer = IggyRoutedStreamWriter(RoutedOptions.from_options({"url": url}))
     barrier.wait()
     out.put(writer.write(iter([batch(stream=[stream], topic=["shared"], n=[1])])).created)
     out.close()
@@ -326,8 +333,8 @@ def test_a_streams_existing_topics_are_learned_in_one_listing(
                            if partition_for_key(k.encode(), count) == partition}
 
 
-def test_ledger_folds_reports_once_per_batch(tmp_path: Any) -> None:
-    ledger = Ledger(tmp_path / "d.json")
+def test_ledger_folds_reports_once_per_batch() -> None:
+    ledger = Ledger()
     report = TaskReport(
         routed=Counter({"s/t": 3}),
         rejected=Counter({"cap": 1}),
@@ -336,7 +343,9 @@ def test_ledger_folds_reports_once_per_batch(tmp_path: Any) -> None:
     )
     assert ledger.apply(0, [report]) is not None
     assert ledger.apply(0, [report]) is None  # Spark may commit a batch id twice
-    reloaded = Ledger(tmp_path / "d.json")
+    record = decode(encode(LedgerRecord(ledger.data)))
+    assert isinstance(record, LedgerRecord)
+    reloaded = Ledger(record.data)
     assert reloaded.data["destinations"]["s/t"]["messages"] == 3
     assert reloaded.data["rejected"] == {"cap": 1}
     assert reloaded.admitted == {("s", "t")}
@@ -362,7 +371,7 @@ def test_wrong_credentials_fail_the_task_without_blaming_a_destination(
 ) -> None:
     wrong = broker.url.replace("iggy:iggy@", "iggy:not-the-password@")
     writer = IggyRoutedStreamWriter(RoutedOptions.from_options(
-        {"url": wrong, "circuit_breaker.failure_threshold": "1"}), frozenset(), None)
+        {"url": wrong, "circuit_breaker.failure_threshold": "1"}))
     with pytest.raises(ServerError, match="Invalid credentials") as info:
         writer.write(iter([batch(stream=[name], topic=["t"], n=[1])]))
     assert "not-the-password" not in str(info.value)  # and not circuit_open: nobody blamed

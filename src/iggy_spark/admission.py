@@ -202,6 +202,8 @@ class AdmissionRules:
     entries: tuple[Entry, ...] = ()
     max_destinations: int = 256
     exempt: frozenset[Destination] = field(default_factory=frozenset)
+    reserved: str | None = None
+    """The sink's own state stream (``state_stream``): refused to rows as if denylisted."""
 
     def list_reason(self, destination: Destination) -> Reason | None:
         """The allow/deny verdict alone (no name check, no cap): used to vet defaults."""
@@ -271,6 +273,8 @@ class Admission:
         if not (is_valid_name(destination.stream) and is_valid_name(destination.topic)):
             return Reason.INVALID_NAME
         reason = _list_verdict(self._rules.mode, self._matcher, destination)
+        if destination.stream == self._rules.reserved:
+            reason = Reason.DENYLIST
         if reason is not None:
             return reason
         if destination not in self._admitted:

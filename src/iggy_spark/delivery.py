@@ -8,15 +8,16 @@ a group the sink sends in order, a send goes only once the previous one was ackn
 send lands whole and contiguous, so the ``run`` messages ending at a marked message are that
 send's. (A header on every message would make the SDK convert every message's headers.)
 
-Three cases, decided without touching Iggy in the common one:
+Three cases, decided by each task from the query's control topic (:mod:`iggy_spark.state`),
+whatever filesystem the checkpoint is on:
 
-* **A new batch** (the driver found no "started" marker for it): tasks send everything, with
-  the headers. The only cost is one header per send.
+* **A new batch** (no ``start`` record of this batch and task yet): the task sends everything,
+  with the headers. The only cost is one header per send.
 * **A batch the ledger already holds** (``commit`` ran for it: every message was acknowledged,
   then the crash came before Spark wrote ``commits/N``): tasks send nothing.
-* **A replay** (the marker exists: the batch was planned before, maybe sent in part; or Spark
-  retries a task): each group reads back what it landed before (:class:`TailScan`) and
-  skips it.
+* **A replay** (a ``start`` record is there: the batch was started before, maybe sent in part;
+  Spark retries a task; or the control topic was lost): each group reads back what it landed
+  before (:class:`TailScan`) and skips it.
 
 What a replay skips is decided by what each message *is* when rows carry a message id (the
 ``id_column``; ``pg_cdc`` gives every change and snapshot row a stable one): a row is skipped
@@ -28,38 +29,30 @@ id column the skip is by count (the first ``n`` rows of the group), which is rig
 replayed task gets the same rows in the same order (deterministic sources and transformations).
 
 This query's messages in a partition are only ever written by this sink. Where it cannot decide
-(tail longer than the scan bound, no local checkpoint, a batch id it cannot confirm), it says so
+(tail longer than the scan bound, a task that cannot read Spark's query and batch ids), it says so
 in a warning and sends what it cannot prove landed again: at-least-once, never loss.
 """
 
 from __future__ import annotations
 
-import json
 import logging
-import os
 from collections import Counter
 from collections.abc import Iterable
 from dataclasses import dataclass, field
-from pathlib import Path
 from typing import NamedTuple
 
 __all__ = [
     "ORIGIN_HEADER",
     "Origin",
     "Landed",
-    "BatchPlan",
     "TaskIdentity",
     "landed_count",
     "TailScan",
-    "plan_batch",
-    "STARTED_DIR",
 ]
 
 log = logging.getLogger("iggy_spark")
 
 ORIGIN_HEADER = "iggy_spark.origin"
-STARTED_DIR = "started"
-"""Directory (next to the ledger) of per-batch markers written before a batch's tasks run."""
 
 
 class Origin(NamedTuple):
@@ -198,88 +191,26 @@ class TailScan:
         return False
 
 
-@dataclass(frozen=True)
-class BatchPlan:
-    """What the driver decided for one micro-batch, handed to every task (pickled)."""
-
-    query: str
-    batch: int
-    """The batch id the driver found in ``offsets/``; tasks confirm it with Spark's own."""
-    last_delivered: int
-    """The ledger's last batch: every message of it, and of the batches before, landed."""
-    replay: bool
-    """This batch was planned before (a restart replays it): look for what landed."""
-    scan_limit: int
-
-
 class TaskIdentity(NamedTuple):
-    """What Spark tells a write task about itself."""
+    """What Spark tells a write task about itself (its local properties, pyspark 4.3)."""
 
     partition: int
     batch: int | None
     """Spark's ``streaming.sql.batchId`` local property, if it reached the task."""
-    retry: bool
-    """A task attempt after the first: the earlier attempt may have sent a prefix."""
+    attempt: int
+    """The task's attempt number: after the first, an earlier one may have sent a prefix."""
+    query: str | None
+    """``sql.streaming.queryId``: the query's id, stable across restarts."""
+    run: str | None
+    """``spark.jobGroup.id``: the query's run id (a restart gets a new one)."""
 
-
-def _query_id(checkpoint: Path) -> str | None:
-    """Spark's query id (stable across restarts), from ``<checkpoint>/metadata``."""
-    try:
-        first = (checkpoint / "metadata").read_text().splitlines()[0]
-        return str(json.loads(first)["id"]).replace("-", "")[:16] or None
-    except (OSError, IndexError, ValueError, KeyError, TypeError):
-        return None
-
-
-def _planned_batch(checkpoint: Path) -> int | None:
-    """The highest batch id in ``offsets/``: Spark writes ``offsets/N`` before it builds batch
-    N's writer, and a restart replays the last one from there."""
-    try:
-        ids = [int(p.name) for p in (checkpoint / "offsets").iterdir() if p.name.isdigit()]
-    except OSError:
-        return None
-    return max(ids) if ids else None
-
-
-def plan_batch(
-    checkpoint: Path | None, ledger_dir: Path | None, last_delivered: int, scan_limit: int
-) -> BatchPlan | None:
-    """Driver side, when a batch's writer is built: which batch this is, and is it a replay?
-
-    Writes the batch's "started" marker (durably) if it is not there yet; a marker already
-    there means the batch was planned before. ``None`` when the checkpoint cannot tell (not on
-    a local filesystem, no metadata yet): the batch is sent at-least-once, with a warning.
-    """
-    if checkpoint is None or ledger_dir is None:
-        log.warning("iggy_routed: delivery_guarantee=effectively_once needs a checkpoint on a "
-                    "local filesystem; this batch is sent at-least-once")
-        return None
-    query, batch = _query_id(checkpoint), _planned_batch(checkpoint)
-    if query is None or batch is None:
-        log.warning("iggy_routed: the checkpoint at %s has no query id or planned batch yet; "
-                    "this batch is sent at-least-once", checkpoint)
-        return None
-    started = ledger_dir / STARTED_DIR
-    started.mkdir(parents=True, exist_ok=True)
-    marker = started / str(batch)
-    replay = marker.exists()
-    if not replay:
-        with open(marker, "w") as f:
-            f.flush()
-            os.fsync(f.fileno())
-        dir_fd = os.open(started, os.O_RDONLY)
-        try:
-            os.fsync(dir_fd)
-        finally:
-            os.close(dir_fd)
-    for old in started.iterdir():  # markers of committed batches are of no further use
-        if old.name.isdigit() and int(old.name) < batch:
-            old.unlink(missing_ok=True)
-    return BatchPlan(query, batch, last_delivered, replay, scan_limit)
+    @property
+    def retry(self) -> bool:
+        return self.attempt > 0
 
 
 def task_identity() -> TaskIdentity | None:
-    """This write task's partition id, Spark's batch id and whether it is a retry."""
+    """This write task's partition id, attempt, Spark's batch, query and run ids."""
     from pyspark import TaskContext
 
     context = TaskContext.get()
@@ -287,4 +218,6 @@ def task_identity() -> TaskIdentity | None:
         return None
     raw = context.getLocalProperty("streaming.sql.batchId")
     batch = int(raw) if raw is not None and raw.isascii() and raw.isdigit() else None
-    return TaskIdentity(context.partitionId(), batch, context.attemptNumber() > 0)
+    return TaskIdentity(context.partitionId(), batch, context.attemptNumber(),
+                        context.getLocalProperty("sql.streaming.queryId") or None,
+                        context.getLocalProperty("spark.jobGroup.id") or None)

@@ -19,6 +19,7 @@ __all__ = [
     "PayloadTooLarge",
     "SendError",
     "ServerError",
+    "StateError",
     "UnknownDestination",
     "show",
 ]
@@ -129,3 +130,18 @@ class ServerError(IggySparkError):
 
     def _message(self) -> str:
         return f"cannot use the Iggy server at {self.address}: {self.detail}"
+
+
+class StateError(IggySparkError):
+    """The query's control topic (its state in Iggy) cannot be used as it must be.
+
+    Fails the task or the commit: Spark does not commit the batch, so nothing is lost.
+    """
+
+    def __init__(self, topic: str, detail: str) -> None:
+        super().__init__(topic, detail)
+        self.topic = topic
+        self.detail = detail
+
+    def _message(self) -> str:
+        return f"the sink's control topic {show(self.topic)}: {self.detail}"

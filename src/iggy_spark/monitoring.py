@@ -5,46 +5,83 @@ from __future__ import annotations
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
-from iggy_spark.report import Ledger, ledger_path
+from iggy_spark import state
+from iggy_spark.connection import IggyConnection
+from iggy_spark.iggy_url import IggyUrl
+from iggy_spark.options import RoutedOptions
+from iggy_spark.report import Ledger
 
 if TYPE_CHECKING:
     from pyspark.sql import DataFrame, SparkSession
     from pyspark.sql.streaming import StreamingQuery
 
-__all__ = ["destinations", "DESTINATIONS_SCHEMA"]
+__all__ = ["destinations", "read_ledger", "DESTINATIONS_SCHEMA"]
 
 DESTINATIONS_SCHEMA = (
     "stream string, topic string, messages long, created boolean, admitted boolean, "
     "breaker string, consecutive_failures int, last_error string, first_batch long, "
     "last_batch long"
 )
+_READ_TIMEOUT = 30.0
 
 
-def _checkpoint_of(query: StreamingQuery) -> str:
-    """The query's resolved checkpoint root (classic Spark only: it asks the JVM)."""
-    return str(query._jsq.streamingQuery().resolvedCheckpointRoot())
+def _query_id(
+    query_or_location: StreamingQuery | str | Path | None, query_id: str | None
+) -> str:
+    if query_id:
+        return query_id
+    if query_or_location is None:
+        raise ValueError("name the query: a StreamingQuery, its checkpoint location, or "
+                         "query_id=")
+    if not isinstance(query_or_location, str | Path):
+        return str(query_or_location.id)
+    found = state.checkpoint_query_id(str(query_or_location))
+    if found is None:
+        raise ValueError(f"no query id in the checkpoint at {str(query_or_location)!r} (not a "
+                         "local folder, or the query never started): pass query_id=, the "
+                         "StreamingQuery's id")
+    return found
+
+
+def read_ledger(
+    url: str | IggyUrl,
+    query_or_location: StreamingQuery | str | Path | None = None,
+    *,
+    query_id: str | None = None,
+    state_stream: str = RoutedOptions.state_stream,
+) -> Ledger:
+    """The query's newest ledger, read from its control topic in Iggy.
+
+    ``url`` is the sink's ``url`` option (its user needs to poll the state stream).
+    ``query_or_location`` is a ``StreamingQuery`` or its checkpoint location: a local folder's
+    ``metadata`` names the query; for a remote checkpoint (``s3a://``...) pass ``query_id``.
+    An empty ledger when the query has not committed a batch yet.
+    """
+    iggy = url if isinstance(url, IggyUrl) else IggyUrl.parse(url)
+    topic = state.state_topic(state_stream, _query_id(query_or_location, query_id))
+    conn = IggyConnection.shared(iggy)
+    view = conn.run(state.read(conn, topic, timeout=_READ_TIMEOUT))
+    return Ledger(None if view is None else view.ledger)
 
 
 def destinations(
-    query_or_path: StreamingQuery | str | Path, spark: SparkSession | None = None
+    query_or_location: StreamingQuery | str | Path,
+    spark: SparkSession | None = None,
+    *,
+    url: str | IggyUrl,
+    query_id: str | None = None,
+    state_stream: str = RoutedOptions.state_stream,
 ) -> DataFrame:
     """One row per destination the query has sent to or admitted, with counts and breaker state.
 
-    ``query_or_path`` is a running or stopped ``StreamingQuery`` or its checkpoint location.
-    The table is rewritten after every committed micro-batch, so calling this again shows the
-    latest state.
+    Arguments as for :func:`read_ledger`. The ledger is appended after every committed
+    micro-batch, so calling this again shows the latest state.
     """
     from pyspark.sql import SparkSession
 
-    location = str(query_or_path) if isinstance(query_or_path, str | Path) else _checkpoint_of(
-        query_or_path
-    )
-    path = ledger_path(location)
-    if path is None:
-        raise ValueError(f"checkpoint location {location!r} is not on a local filesystem; "
-                         "the destinations table is kept only for local checkpoints")
     session = spark or SparkSession.builder.getOrCreate()
-    rows: list[dict[str, Any]] = Ledger(path).rows()
+    rows: list[dict[str, Any]] = read_ledger(url, query_or_location, query_id=query_id,
+                                             state_stream=state_stream).rows()
     fields = [f.split()[0] for f in DESTINATIONS_SCHEMA.split(", ")]
     return session.createDataFrame([tuple(r.get(f) for f in fields) for r in rows],
                                    DESTINATIONS_SCHEMA)

@@ -149,6 +149,9 @@ OPTION_DOCS: tuple[OptionDoc, ...] = (
     OptionDoc("delivery_scan_messages", "10000", "effectively_once: how many messages of each "
               "partition's tail a replayed task reads back, at most, looking for what it "
               "already sent; past it that group falls back to at-least-once"),
+    OptionDoc("state_stream", "iggy_spark_state", "stream holding the sink's query state: one "
+              "topic per query, `query-<Spark query id>` (see Operations); the sink's user "
+              "needs to create, append to and poll it; rows may not name it"),
     OptionDoc("json_columns", "(none)", "comma-separated string columns holding JSON text "
               "(e.g. pg_cdc's `key,before,after`), embedded in the payload as JSON, "
               "not as strings"),
@@ -234,6 +237,7 @@ class RoutedOptions:
     prewarm_deadline: float = 60.0
     delivery: DeliveryGuarantee = DeliveryGuarantee.EFFECTIVELY_ONCE
     delivery_scan_messages: int = 10_000
+    state_stream: str = "iggy_spark_state"
 
     @classmethod
     def from_options(cls, options: Mapping[str, str]) -> RoutedOptions:
@@ -255,7 +259,11 @@ class RoutedOptions:
         if on_failure is not FailurePolicy.DLQ and dlq is not None:
             raise ConfigError("dlq.stream", "dlq.stream and dlq.topic are only used with "
                               f"on_admission_failure=dlq, but it is {on_failure}")
-        admission = _admission_rules(given, parse, dlq)
+        state_stream = parse("state_stream", _name)
+        if dlq is not None and dlq.stream == state_stream:
+            raise ConfigError("state_stream", f"{show(state_stream)} is the dlq.stream; the "
+                              "sink's state needs a stream of its own")
+        admission = _admission_rules(given, parse, dlq, state_stream)
         missing_destination = _missing_destination(given, parse, admission)
         encoding = parse("partition_key_encoding", _choice(KeyEncoding))
         create = parse("create_destinations", parse_bool)
@@ -280,6 +288,7 @@ class RoutedOptions:
             prewarm_deadline=parse("prewarm_deadline", _seconds),
             delivery=parse("delivery_guarantee", _choice(DeliveryGuarantee)),
             delivery_scan_messages=parse("delivery_scan_messages", _at_least(1)),
+            state_stream=state_stream,
             json_columns=frozenset(
                 name.strip() for name in raw.get("json_columns", "").split(",") if name.strip()
             ),
@@ -358,7 +367,7 @@ def _entries(parse: _Parse, option: str, mode: AdmissionMode) -> tuple[Entry, ..
 
 
 def _admission_rules(
-    given: Mapping[str, str], parse: _Parse, dlq: Destination | None
+    given: Mapping[str, str], parse: _Parse, dlq: Destination | None, state_stream: str
 ) -> AdmissionRules:
     mode: AdmissionMode = parse("admission.mode", _choice(AdmissionMode))
     lists = {AdmissionMode.ALLOWLIST: "admission.allowlist",
@@ -378,6 +387,7 @@ def _admission_rules(
         entries=entries,
         max_destinations=parse("admission.max_destinations", _at_least(1)),
         exempt=frozenset([dlq] if dlq else []),
+        reserved=state_stream,
     )
 
 

@@ -1,22 +1,21 @@
 """What each write task reports, and the driver's running account of every destination.
 
 Tasks return a :class:`TaskReport` (Spark's commit message). The driver's ``commit`` folds the
-reports of a micro-batch into a :class:`Ledger` kept as JSON next to the query's checkpoint:
-per-destination message counts, breaker state (with its wall-clock opening time) and last error,
-rejection and missing-destination counters, the destination-creation latency histogram, and
-the set of admitted destinations that makes ``admission.max_destinations`` hold for the whole
-query. The next batch's tasks are seeded with the admitted set and the breakers, and
-:func:`pg_to_iggy.serve_metrics` reads the file at scrape time. Spark may commit one batch id
-twice (a replay after a crash); the ledger remembers the last batch it applied and ignores
-repeats, so counts are not doubled.
+reports of a micro-batch into a :class:`Ledger` and appends it to the query's control topic in
+Iggy (:mod:`iggy_spark.state`): per-destination message counts, breaker state (with its
+wall-clock opening time) and last error, rejection and missing-destination counters, the
+destination-creation latency histogram, and the set of admitted destinations that makes
+``admission.max_destinations`` hold for the whole query. Every task of the next batch reads
+the newest ledger back for the admitted set and the breakers, and :func:`iggy_spark.destinations`
+and :func:`pg_to_iggy.serve_metrics` read it too. Spark may commit one batch id twice (a replay
+after a crash); the ledger remembers the last batch it applied and ignores repeats, so counts
+are not doubled.
 """
 
 from __future__ import annotations
 
 import json
 import logging
-import os
-import tempfile
 from collections import Counter
 from collections.abc import Iterable
 from dataclasses import dataclass, field
@@ -55,10 +54,13 @@ class TaskReport(WriterCommitMessage):
     last_error: str | None = None
     resumed: int = 0  # messages of a replay found already landed, not sent again
     at_least_once: int = 0  # groups a replay could not decide on, sent again in full
+    query: str | None = None  # Spark's query id: the driver's commit learns it from here
+    state_lost: int = 0  # tasks that found the query's control topic gone or without a ledger
 
 
 def ledger_path(checkpoint_location: str | None) -> Path | None:
-    """Where the ledger lives for a checkpoint, or ``None`` if it is not on a local filesystem."""
+    """Where versions before the control topic kept the ledger, for a checkpoint; ``None`` if
+    the checkpoint is not on a local filesystem (those versions kept none there)."""
     if not checkpoint_location:
         return None
     parts = urlsplit(checkpoint_location)
@@ -72,19 +74,26 @@ def _destination_key(destination: Iterable[str]) -> str:
 
 
 class Ledger:
-    """The query's account of its destinations, loaded from and saved to one JSON file."""
+    """The query's account of its destinations: JSON-ready data, folded one batch at a time."""
 
-    def __init__(self, path: Path | None) -> None:
-        self.path = path
-        self.data: dict[str, Any] = {
+    def __init__(self, data: dict[str, Any] | None = None) -> None:
+        self.data: dict[str, Any] = data if data is not None else {
             "version": _VERSION, "last_batch": -1, "destinations": {}, "rejected": {},
             "missing": {}, "dropped": 0, "dead_lettered": 0, "last_error": None,
         }
-        if path is not None and path.exists():
-            self.data = json.loads(path.read_text())
         self.data.setdefault("delivery", {"resumed": 0, "at_least_once": 0})
+        self.data["delivery"].setdefault("state_lost", 0)
         self.data.setdefault("create_latency", {
             "buckets": [0] * len(CREATE_BUCKETS), "sum": 0.0, "count": 0})
+
+    @classmethod
+    def from_file(cls, path: Path) -> Ledger:
+        """The ledger a version before the control topic kept next to a local checkpoint."""
+        return cls(json.loads(path.read_text()))
+
+    @property
+    def last_batch(self) -> int:
+        return int(self.data["last_batch"])
 
     @property
     def open_breakers(self) -> int:
@@ -131,6 +140,7 @@ class Ledger:
             batch.last_error = report.last_error or batch.last_error
             batch.resumed += report.resumed
             batch.at_least_once += report.at_least_once
+            batch.state_lost += report.state_lost
 
         def entry(key: str) -> dict[str, Any]:
             stream, _, topic = key.partition("/")
@@ -162,6 +172,7 @@ class Ledger:
             self.data[name] = dict(totals)
         self.data["delivery"]["resumed"] += batch.resumed
         self.data["delivery"]["at_least_once"] += batch.at_least_once
+        self.data["delivery"]["state_lost"] += batch.state_lost
         self.data["dropped"] += batch.dropped
         self.data["dead_lettered"] += batch.dead_lettered
         self.data["last_error"] = batch.last_error or self.data["last_error"]
@@ -173,9 +184,9 @@ class Ledger:
                 if seconds <= bound:
                     latency["buckets"][i] += 1
         self.data["last_batch"] = batch_id
-        self._save()
-        if not (batch.routed or batch.rejected or batch.missing or batch.dropped):
-            return None  # an idle batch: saved, but not worth a log line
+        if not (batch.routed or batch.rejected or batch.missing or batch.dropped
+                or batch.state_lost):
+            return None  # an idle batch: folded in, but not worth a log line
         open_breakers = self.open_breakers
         status = f"DEGRADED ({open_breakers} open breakers)" if open_breakers else "ok"
         return (
@@ -184,25 +195,9 @@ class Ledger:
             f"{dict(batch.rejected) or 0}, missing destination {dict(batch.missing) or 0}, "
             f"dead-lettered {batch.dead_lettered}, dropped {batch.dropped}, "
             f"found landed by a replay {batch.resumed}, sent at-least-once {batch.at_least_once}, "
-            f"open breakers {open_breakers}; status {status}"
+            f"open breakers {open_breakers}, tasks that found the control topic lost "
+            f"{batch.state_lost}; status {status}"
         )
-
-    def _save(self) -> None:
-        """Replace the file atomically: a crash leaves the old or the new version, never half."""
-        if self.path is None:
-            return
-        self.path.parent.mkdir(parents=True, exist_ok=True)
-        fd, tmp = tempfile.mkstemp(dir=self.path.parent, prefix=".destinations-")
-        with os.fdopen(fd, "w") as f:
-            json.dump(self.data, f, indent=1, sort_keys=True)
-            f.flush()
-            os.fsync(f.fileno())
-        os.replace(tmp, self.path)
-        dir_fd = os.open(self.path.parent, os.O_RDONLY)
-        try:
-            os.fsync(dir_fd)
-        finally:
-            os.close(dir_fd)
 
     def rows(self) -> list[dict[str, Any]]:
         """One dict per destination, for :func:`iggy_spark.destinations`."""

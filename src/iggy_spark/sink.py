@@ -14,10 +14,10 @@ class IggyRoutedDataSource(DataSource):
     """``df.writeStream.format("iggy_routed")``: each row says which Iggy stream/topic it goes to.
 
     Spark builds a writer per micro-batch on the driver; options are parsed there, before any
-    task runs, so a bad option fails the query at start naming the option. The destinations
-    this query has already admitted, and its circuit breakers, are read from the ledger next to
-    the checkpoint and handed to every task, which keeps ``admission.max_destinations`` a
-    per-query cap and makes a breaker opened in one batch refuse at once in the next.
+    task runs, so a bad option fails the query at start naming the option. The query's state
+    (admitted destinations, breakers, which batches started and landed) lives in a control
+    topic in Iggy (:mod:`iggy_spark.state`) that every task reads itself, so the checkpoint may
+    be anywhere and need not be passed as an option.
     """
 
     @classmethod
@@ -29,20 +29,12 @@ class IggyRoutedDataSource(DataSource):
         # and must not fail there where the sink's client libraries are not installed.
         require("iggy_routed", "iggy", "apache_iggy", "xxhash")
         from iggy_spark.columns import check_columns
-        from iggy_spark.delivery import plan_batch
-        from iggy_spark.options import DeliveryGuarantee, RoutedOptions
-        from iggy_spark.report import Ledger, ledger_path
+        from iggy_spark.migration import migrate_once
+        from iggy_spark.options import RoutedOptions
         from iggy_spark.writer import IggyRoutedStreamWriter, prewarm_once
 
         options = RoutedOptions.from_options(self.options)
         check_columns(schema, options)
-        path = ledger_path(self.options.get("checkpointlocation"))
-        ledger = Ledger(path)
+        migrate_once(options, self.options.get("checkpointlocation"))
         prewarm_once(options)
-        plan = None
-        if options.delivery is DeliveryGuarantee.EFFECTIVELY_ONCE:
-            plan = plan_batch(None if path is None else path.parent.parent,
-                              None if path is None else path.parent,
-                              ledger.data["last_batch"], options.delivery_scan_messages)
-        return IggyRoutedStreamWriter(options, ledger.admitted, path, ledger.breakers,
-                                      plan=plan)
+        return IggyRoutedStreamWriter(options)

@@ -21,25 +21,21 @@ everything again, and stable ids let consumers drop the duplicates.
 
 from __future__ import annotations
 
-import hashlib
-import os
-import shutil
 import threading
 import time
-import uuid
-from collections.abc import Iterator, Mapping
-from pathlib import Path
+from collections.abc import Callable, Iterator
 from typing import TYPE_CHECKING, Any, NamedTuple
 
 from pyspark.sql.datasource import DataSourceStreamArrowWriter, WriterCommitMessage
 
-from iggy_spark import delivery, sending
+from iggy_spark import delivery, sending, state
 from iggy_spark.admission import Destination
-from iggy_spark.breaker import BreakerBoard, BreakerSnapshot, Claim, Clock
+from iggy_spark.breaker import BreakerBoard, Claim, Clock
 from iggy_spark.connection import IggyConnection
-from iggy_spark.delivery import BatchPlan, Origin
+from iggy_spark.control import LedgerRecord, Start, StateView
+from iggy_spark.delivery import Origin
 from iggy_spark.logs import log, log_batch, warn
-from iggy_spark.options import RoutedOptions
+from iggy_spark.options import DeliveryGuarantee, RoutedOptions
 from iggy_spark.report import Ledger, TaskReport
 from iggy_spark.task import RoutingTask, known_topics
 
@@ -81,109 +77,120 @@ def prewarm_once(options: RoutedOptions) -> None:
               f"ready in {time.monotonic() - started:.2f}s")
 
 
-def _probe_claims(directory: Path | None) -> Claim | None:
-    """The claim that lets exactly one task of a batch send a destination's probe.
-
-    The first task to create the destination's file in the batch's own ``directory`` wins
-    (``O_EXCL`` is atomic). File names are hashes: a stream may be called ``..``. Without a
-    local ledger there is nowhere to arbitrate, and every task may probe.
-    """
-    if directory is None:
-        return None
-
-    def claim(destination: Destination) -> bool:
-        directory.mkdir(parents=True, exist_ok=True)
-        name = hashlib.sha256(str(destination).encode()).hexdigest()[:32]
-        try:
-            os.close(os.open(directory / name, os.O_CREAT | os.O_EXCL | os.O_WRONLY, 0o600))
-        except FileExistsError:
-            return False
-        return True
-
-    return claim
-
-
 class IggyRoutedStreamWriter(DataSourceStreamArrowWriter):
-    """Writes each micro-batch's rows to the Iggy destinations they name."""
+    """Writes each micro-batch's rows to the Iggy destinations they name.
+
+    Small and picklable: options only. Each task finds its query, batch and state itself
+    (Spark's local properties, the control topic), so neither the checkpoint location nor a
+    driver-side plan has to reach it.
+    """
 
     def __init__(
         self,
         options: RoutedOptions,
-        admitted: frozenset[Destination],
-        ledger: Path | None,
-        breakers: Mapping[Destination, BreakerSnapshot] | None = None,
         clock: Clock = time.time,
-        plan: BatchPlan | None = None,
+        identify: Callable[[], delivery.TaskIdentity | None] = delivery.task_identity,
     ) -> None:
         self.options = options
-        self.admitted = admitted
-        self.ledger = ledger
-        self.breakers = dict(breakers or {})
         self.clock = clock  # wall clock: breaker opening times travel between processes
-        self.probes = None if ledger is None else ledger.parent / "probes" / uuid.uuid4().hex
-        self.plan = plan
+        self.identify = identify  # Spark's TaskContext; tests that play Spark pass their own
 
     def write(self, iterator: Iterator[pa.RecordBatch]) -> TaskReport:
-        origin: Origin | None = None
-        scan = False
-        if self.plan is not None:
-            start = _task_start(self.plan)
+        identity = self.identify()
+        if identity is None or identity.query is None or identity.batch is None:
+            warn("iggy_routed: the write task cannot read Spark's query and batch ids; sending "
+                 "at-least-once, without the query's admitted destinations and breakers")
+            board = BreakerBoard(self.options.breaker, self.clock)
+            task = RoutingTask(self.options, frozenset(), board)
+        else:
+            start = _task_start(self.options, identity)
             if start is None:
-                return TaskReport()  # the ledger holds the whole batch: it all landed
-            origin, scan = start
-        board = BreakerBoard(self.options.breaker, self.clock, self.breakers,
-                             _probe_claims(self.probes))
-        task = RoutingTask(self.options, self.admitted, board, origin, scan)
+                return TaskReport(query=identity.query)  # the ledger holds the whole batch
+            board = BreakerBoard(self.options.breaker, self.clock, start.ledger.breakers,
+                                 start.claim)
+            task = RoutingTask(self.options, start.ledger.admitted, board, start.origin,
+                               start.scan)
+            task.report.query, task.report.state_lost = identity.query, int(start.lost)
         for batch in iterator:
             task.route(batch)
         return task.finish()
 
     def commit(self, messages: list[WriterCommitMessage | None], batchId: int) -> None:
-        """Every task of ``batchId`` succeeded: fold their reports into the ledger, log a line."""
-        if self.plan is not None and self.plan.batch != batchId:
-            warn(f"iggy_routed: the writer was planned for batch {self.plan.batch} but Spark "
-                 f"commits batch {batchId}; tasks used Spark's id")
-        line = Ledger(self.ledger).apply(
-            batchId, [m for m in messages if isinstance(m, TaskReport)]
-        )
-        self._forget_probes()
+        """Every task of ``batchId`` succeeded: fold their reports into the ledger and append
+        it to the control topic (once: a batch id Spark commits again is not appended again),
+        log a line."""
+        reports = [m for m in messages if isinstance(m, TaskReport)]
+        query = next((r.query for r in reports if r.query), None)
+        if query is None:
+            log_batch(f"iggy_routed batch {batchId}: no task knew the query id; the ledger "
+                      "is not updated")
+            return
+        options, conn = self.options, IggyConnection.shared(self.options.url)
+        topic = state.state_topic(options.state_stream, query)
+        view = conn.run(state.read(conn, topic, timeout=options.send_timeout))
+        if view is None:
+            conn.run(state.create(conn, topic, timeout=options.send_timeout))
+        ledger = Ledger(None if view is None else view.ledger)
+        line = ledger.apply(batchId, reports)
+        if ledger.last_batch == batchId:  # not a repeat: the ledger moved
+            conn.run(state.append(conn, topic, LedgerRecord(ledger.data),
+                                  timeout=options.send_timeout))
         if line is not None:
             log_batch(line)
 
-    def _forget_probes(self) -> None:
-        if self.probes is not None:
-            shutil.rmtree(self.probes, ignore_errors=True)
-
     def abort(self, messages: list[WriterCommitMessage | None], batchId: int) -> None:
-        self._forget_probes()
         log_batch(f"iggy_routed batch {batchId} failed; Spark will not commit it and the "
                   "source will replay it")
 
 
 class _TaskStart(NamedTuple):
-    origin: Origin | None
+    ledger: Ledger
+    origin: Origin | None  # effectively_once: this task's origin header
     scan: bool  # look for what an earlier attempt landed
+    claim: Claim
+    lost: bool  # the control topic was gone, or held no ledger, in a batch after the first
 
 
-def _task_start(plan: BatchPlan) -> _TaskStart | None:
-    """This task's origin and whether it must look for what landed; ``None`` when the ledger
-    holds the whole batch (every message of it landed): send nothing.
+def _task_start(options: RoutedOptions, identity: delivery.TaskIdentity) -> _TaskStart | None:
+    """Read the query's state for this task; ``None`` when the ledger holds the whole batch
+    (every message of it landed): send nothing.
 
-    Spark's own batch id (the ``streaming.sql.batchId`` local property every task of the batch
-    gets) is the one trusted: a wrong id could make a task skip what it never sent. Without it
-    the task falls back to at-least-once (no origin), with a warning.
+    A ``start`` record of this (batch, task) already there, or a retried attempt, means an
+    earlier attempt may have sent a prefix: with ``effectively_once`` the task reads the
+    partition tails for what landed. A control topic that is gone, or holds no ledger, in any
+    batch after the first means the state was lost: the task says so, recreates the topic and
+    reads the tails too (the origin headers there are the ground truth), and the cap and the
+    breakers start again from empty.
     """
-    identity = delivery.task_identity()
-    if identity is None or identity.batch is None:
-        warn("iggy_routed: the write task cannot read Spark's batch id; sending at-least-once")
-        return _TaskStart(None, False)
-    batch, scan = identity.batch, plan.replay or identity.retry
-    if batch != plan.batch:
-        warn(f"iggy_routed: task {identity.partition}: the driver planned batch {plan.batch}, "
-             f"Spark runs {batch}; reading partition tails to find what landed")
-        scan = True
-    if batch <= plan.last_delivered:
+    assert identity.query is not None and identity.batch is not None
+    conn, timeout = IggyConnection.shared(options.url), options.send_timeout
+    topic = state.state_topic(options.state_stream, identity.query)
+    batch = identity.batch
+    view = conn.run(state.read(conn, topic, timeout=timeout))
+    if view is None:
+        conn.run(state.create(conn, topic, timeout=timeout))
+        view = StateView()
+    lost = batch > 0 and view.ledger is None
+    if lost:
+        warn(f"iggy_routed batch {batch}, task {identity.partition}: the control topic {topic} "
+             f"holds no ledger (deleted, or its retention dropped it); the query's admitted "
+             f"destinations and breakers start again from empty, and this task reads the "
+             f"partition tails to find what landed")
+    if batch <= view.last_batch:
         log_batch(f"iggy_routed batch {batch}, task {identity.partition}: already delivered "
                   "(the ledger holds it); sending nothing")
         return None
-    return _TaskStart(Origin(plan.query, batch, identity.partition, 0), scan)
+    ledger = Ledger(view.ledger)
+    origin, scan = None, False
+    if options.delivery is DeliveryGuarantee.EFFECTIVELY_ONCE:
+        scan = identity.retry or lost or view.started(batch, identity.partition)
+        conn.run(state.append(conn, topic, Start(batch, identity.partition, identity.attempt),
+                              timeout=timeout))
+        origin = Origin(state.query_key(identity.query), batch, identity.partition, 0)
+    run = identity.run or ""
+
+    def claim(destination: Destination) -> bool:
+        return conn.run(state.claim(conn, topic, view, run, batch, destination,
+                                    timeout=timeout))
+
+    return _TaskStart(ledger, origin, scan, claim, lost)

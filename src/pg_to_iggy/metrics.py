@@ -5,10 +5,12 @@ Prometheus text format at ``http://<driver>:9108/metrics``. Where each figure co
 
 * **Spark's progress events** (the listener, in this process): batches, batch duration, input
   rows and rows per second, per query.
-* **The ``iggy_routed`` ledger** (``<checkpoint>/iggy_routed/destinations.json``): the sink's
-  commit runs in a Python worker process, not here, and already folds every committed batch
-  into that file; it is read at scrape time, so the figures are always the committed ones and
-  survive restarts (counters are the query's totals, not this process's).
+* **The ``iggy_routed`` ledger** (the newest ``ledger`` record of the query's control topic in
+  Iggy, :mod:`iggy_spark.state`): the sink's commit runs in a Python worker process, not here,
+  and appends every committed batch's ledger there; it is read at scrape time (with the
+  ``url`` given to :func:`serve_metrics`), so the figures are always the committed ones and
+  survive restarts (counters are the query's totals, not this process's), wherever the
+  checkpoint lives.
 * **``pg_cdc``'s progress** (``sources[].latestOffset``): the reader runs in another Python
   worker process; it reports the slot's lag, retained WAL, whether it is active, whether it is
   about to be lost (``wal_status``, ``safe_wal_size``) and its
@@ -23,7 +25,7 @@ a missing-destination ``action``, a ``component``; never a stream or topic (per-
 detail is in :func:`iggy_spark.destinations`).
 
 Only classic Spark works: a Python listener under Spark Connect runs on the server, not in
-this process, and checkpoint paths are not reachable from the client.
+this process.
 """
 
 from __future__ import annotations
@@ -31,10 +33,13 @@ from __future__ import annotations
 import threading
 from collections.abc import Iterator
 from dataclasses import dataclass, field
-from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
-from iggy_spark.report import CREATE_BUCKETS, Ledger, ledger_path
+from iggy_spark import state
+from iggy_spark.connection import IggyConnection
+from iggy_spark.iggy_url import IggyUrl
+from iggy_spark.options import RoutedOptions
+from iggy_spark.report import CREATE_BUCKETS
 from postgres_cdc_source.health import SourceHealth
 
 if TYPE_CHECKING:
@@ -44,6 +49,7 @@ if TYPE_CHECKING:
 __all__ = ["MetricsServer", "serve_metrics"]
 
 _SINK_DEGRADED, _SOURCE_DEGRADED = "iggy_routed", "pg_cdc"
+_READ_TIMEOUT = 10.0
 
 
 @dataclass
@@ -56,15 +62,17 @@ class _Query:
     batch_seconds: float = 0.0
     input_rate: float = 0.0
     processed_rate: float = 0.0
-    ledger: Path | None = None
     source: SourceHealth | None = None
 
 
 class _Collector:
     """Turns the listener's state and the ledgers into metric families at scrape time."""
 
-    def __init__(self, spark: SparkSession | None) -> None:
-        self.spark = spark
+    def __init__(
+        self, url: IggyUrl | None = None, state_stream: str = RoutedOptions.state_stream
+    ) -> None:
+        self.url = url
+        self.state_stream = state_stream
         self.lock = threading.Lock()
         self.queries: dict[str, _Query] = {}
 
@@ -104,6 +112,8 @@ class _Collector:
                           "already in Iggy and did not send again")
         fallbacks = counter("iggy_routed_at_least_once_fallbacks", "groups a replay could not "
                             "decide on within delivery_scan_messages, sent again in full")
+        lost = counter("iggy_routed_state_lost", "tasks that found the query's control topic "
+                       "deleted or without a ledger (the cap and breakers started again)")
         active = gauge("iggy_routed_destinations_active", "destinations admitted by the query")
         open_breakers = gauge("iggy_routed_breakers_open", "destinations with an open breaker")
         create = HistogramMetricFamily("iggy_routed_destination_create_seconds",
@@ -128,16 +138,14 @@ class _Collector:
         with self.lock:
             queries = list(self.queries.items())
         for query_id, q in queries:
-            if q.ledger is None and self.spark is not None:
-                q.ledger = _ledger_of(self.spark, query_id)
             label = [q.label]
             batches.add_metric(label, q.batches)
             rows.add_metric(label, q.input_rows)
             duration.add_metric(label, q.batch_seconds)
             input_rate.add_metric(label, q.input_rate)
             processed.add_metric(label, q.processed_rate)
-            if q.ledger is not None and q.ledger.exists():
-                data = Ledger(q.ledger).data
+            data = self._ledger(query_id)
+            if data is not None:
                 entries = data["destinations"].values()
                 routed.add_metric(label, sum(e["messages"] for e in entries))
                 for reason, count in sorted(data["rejected"].items()):
@@ -148,6 +156,7 @@ class _Collector:
                 dropped.add_metric(label, data["dropped"])
                 resumed.add_metric(label, data["delivery"]["resumed"])
                 fallbacks.add_metric(label, data["delivery"]["at_least_once"])
+                lost.add_metric(label, data["delivery"].get("state_lost", 0))
                 active.add_metric(label, sum(1 for e in entries if e.get("admitted")))
                 opened = sum(1 for e in entries if e["breaker"] != "closed")
                 open_breakers.add_metric(label, opened)
@@ -170,9 +179,19 @@ class _Collector:
                 commit_failures.add_metric(label, q.source.commit_failures)
                 degraded.add_metric([q.label, _SOURCE_DEGRADED], float(q.source.degraded))
         yield from (batches, rows, duration, input_rate, processed, routed, rejected, missing,
-                    dead, dropped, resumed, fallbacks, active, open_breakers, create, degraded,
-                    lag, retained, slot_active, at_risk, safe_wal, reread,
+                    dead, dropped, resumed, fallbacks, lost, active, open_breakers, create,
+                    degraded, lag, retained, slot_active, at_risk, safe_wal, reread,
                     commit_failures)
+
+    def _ledger(self, query_id: str) -> dict[str, Any] | None:
+        """The query's newest ledger from its control topic; ``None`` without a sink url, or
+        for a query that has no control topic (it writes to another sink)."""
+        if self.url is None:
+            return None
+        conn = IggyConnection.shared(self.url)
+        view = conn.run(state.read(conn, state.state_topic(self.state_stream, query_id),
+                                   timeout=_READ_TIMEOUT))
+        return None if view is None else view.ledger
 
     def progress(self, progress: Any) -> None:
         """Fold one ``StreamingQueryProgress`` in (listener thread)."""
@@ -188,18 +207,6 @@ class _Collector:
             health = SourceHealth.from_progress(source.latestOffset)
             if health is not None:
                 q.source = health
-
-
-def _ledger_of(spark: SparkSession, query_id: str) -> Path | None:
-    """The ledger of a running query, from its resolved checkpoint (asks the JVM)."""
-    query = spark.streams.get(query_id)
-    if query is None:
-        return None
-    try:
-        root = str(query._jsq.streamingQuery().resolvedCheckpointRoot())
-    except Exception:  # noqa: BLE001 - a query without a checkpoint has no ledger
-        return None
-    return ledger_path(root)
 
 
 @dataclass
@@ -221,8 +228,15 @@ class MetricsServer:
         self._server.server_close()
 
 
-def serve_metrics(spark: SparkSession, port: int = 9108, addr: str = "0.0.0.0") -> MetricsServer:
+def serve_metrics(
+    spark: SparkSession, port: int = 9108, addr: str = "0.0.0.0", *, url: str | None = None,
+    state_stream: str = RoutedOptions.state_stream,
+) -> MetricsServer:
     """Serve Prometheus metrics of every streaming query of ``spark`` on ``addr:port``.
+
+    ``url`` (the ``iggy_routed`` sink's ``url`` option; its user needs to poll the
+    ``state_stream``) adds the sink's figures, read from each query's control topic at scrape
+    time; without it only Spark's and ``pg_cdc``'s figures are served.
 
     Call it once on the driver, before starting the queries to watch (a query shows up when
     it starts; one started earlier, with its first completed batch). ``port=0`` picks a free
@@ -233,7 +247,7 @@ def serve_metrics(spark: SparkSession, port: int = 9108, addr: str = "0.0.0.0") 
     from prometheus_client import CollectorRegistry, start_http_server
     from pyspark.sql.streaming import StreamingQueryListener
 
-    collector = _Collector(spark)
+    collector = _Collector(None if url is None else IggyUrl.parse(url), state_stream)
 
     class Listener(StreamingQueryListener):
         def onQueryStarted(self, event: Any) -> None:
@@ -265,6 +279,6 @@ def _require_classic(spark: object) -> None:
     if type(spark).__module__.startswith("pyspark.sql.connect"):
         raise RuntimeError(
             "serve_metrics needs a classic SparkSession (it listens to query progress in "
-            "this process and reads each query's checkpoint); under Spark Connect, scrape "
-            "the Spark server's own metrics and read iggy_spark.destinations(<checkpoint>)"
+            "this process); under Spark Connect, scrape the Spark server's own metrics and "
+            "read iggy_spark.destinations(<checkpoint>, url=...)"
         )

@@ -1,0 +1,172 @@
+"""A query's state in Iggy: its control topic, read and appended by the driver and every task.
+
+Where a checkpoint lives (a local folder, ``s3a://``, ``abfss://``) and which host a task runs
+on do not matter: every task already reaches Iggy with the sink's own connection. Each query
+has one topic, ``<state_stream>/query-<query id>``, with one partition, holding the records of
+:mod:`iggy_spark.control`. Costs per task: one topic lookup, one poll of the tail back to the
+newest ledger (usually a page), one append; per committed batch: the same read and one append
+of the ledger. Nothing is ever updated in place, so a crash between two writes loses nothing:
+the newest ledger stays the newest until a newer one has landed whole.
+
+Retention: records older than the newest ledger are never read again. The topic is created
+with no message expiry (a quiet query must keep its ledger); it grows by one ledger plus one
+small record per task and per breaker probe for every batch, and an operator may bound it
+with the topic's ``max_topic_size`` well above one batch's records (see the delivery docs).
+"""
+
+from __future__ import annotations
+
+import json
+import uuid
+from dataclasses import dataclass
+from pathlib import Path
+from typing import TYPE_CHECKING, Any
+from urllib.parse import urlsplit
+
+from iggy_spark import sending
+from iggy_spark.admission import Destination
+from iggy_spark.control import Claim, LedgerRecord, Record, StateView, decode, encode, fold
+from iggy_spark.errors import StateError
+from iggy_spark.options import TopicDefaults
+
+if TYPE_CHECKING:
+    import apache_iggy
+
+    from iggy_spark.connection import IggyConnection
+
+__all__ = [
+    "state_topic", "read", "append", "create", "claim", "query_key", "checkpoint_query_id",
+    "TOPIC_PREFIX",
+]
+
+TOPIC_PREFIX = "query-"
+_PAGE = 64
+_TOPIC = TopicDefaults(partitions_count=1, message_expiry="never")
+
+
+def state_topic(stream: str, query_id: str) -> Destination:
+    """The control topic of the query ``query_id`` (Spark's id, stable across restarts)."""
+    return Destination(stream, TOPIC_PREFIX + query_id)
+
+
+def query_key(query_id: str) -> str:
+    """The query's name in origin headers: 16 hex digits of its id (as they were always)."""
+    return query_id.replace("-", "")[:16]
+
+
+def checkpoint_query_id(location: str) -> str | None:
+    """Spark's query id from ``<checkpoint>/metadata``, for a checkpoint on a local filesystem
+    (a path or a ``file:`` URI); ``None`` if there is none, or the location is remote (pass the
+    query id itself then: ``StreamingQuery.id``)."""
+    parts = urlsplit(location)
+    if parts.scheme not in ("", "file"):
+        return None
+    root = Path(parts.path if parts.scheme else location)
+    try:
+        first = (root / "metadata").read_text().splitlines()[0]
+        return str(json.loads(first)["id"]) or None
+    except (OSError, IndexError, ValueError, KeyError, TypeError):
+        return None
+
+
+@dataclass(frozen=True)
+class _Partition:
+    id: int
+    end: int  # the offset after its last message
+
+
+async def _partition(client: apache_iggy.IggyClient, topic: Destination) -> _Partition | None:
+    details = await client.get_topic(topic.stream, topic.topic)
+    if details is None:
+        return None
+    [p] = details.partitions  # created with one; see state_topic
+    return _Partition(int(p.id), int(p.current_offset) + 1 if p.messages_count else 0)
+
+
+async def _poll(
+    client: apache_iggy.IggyClient, topic: Destination, p: _Partition, start: int, count: int
+) -> list[tuple[int, Record | None]]:
+    import apache_iggy
+
+    messages = await client.poll_messages(
+        topic.stream, topic.topic, consumer=apache_iggy.Consumer.Single("iggy-spark-state"),
+        polling_strategy=apache_iggy.PollingStrategy.Offset(start), count=count,
+        auto_commit=False, partition_id=p.id)
+    return [(int(m.offset()), decode(m.payload())) for m in messages]
+
+
+async def _read_back(client: apache_iggy.IggyClient, topic: Destination) -> StateView | None:
+    """Pages of the tail, newest first, until one holds a ledger (or the start)."""
+    p = await _partition(client, topic)
+    if p is None:
+        return None
+    pages: list[list[tuple[int, Record | None]]] = []
+    end = p.end
+    while end > 0:
+        start = max(0, end - _PAGE)
+        page = [r for r in await _poll(client, topic, p, start, end - start) if r[0] < end]
+        if not page:
+            break  # below the oldest record kept
+        pages.append(page)
+        end = page[0][0]
+        if any(isinstance(record, LedgerRecord) for _, record in page):
+            break
+    view = fold(r for page in reversed(pages) for r in page)
+    view.end = max(view.end, p.end)
+    return view
+
+
+async def _read_on(client: apache_iggy.IggyClient, topic: Destination, view: StateView) -> None:
+    """Fold every record after ``view.end`` into ``view``."""
+    p = await _partition(client, topic)
+    if p is None:
+        raise StateError(str(topic), "was deleted while the batch used it")
+    while view.end < p.end:
+        page = await _poll(client, topic, p, view.end, min(_PAGE * 16, p.end - view.end))
+        if not page:
+            break
+        fold(page, view)
+
+
+async def read(conn: IggyConnection, topic: Destination, *, timeout: float) -> StateView | None:
+    """The query's state as its control topic says; ``None`` if the topic does not exist."""
+    return await sending.retrying(conn, lambda client: _read_back(client, topic), timeout)
+
+
+async def create(conn: IggyConnection, topic: Destination, *, timeout: float) -> None:
+    """Create the control topic (and its stream) if missing; a parallel creator is fine."""
+    await sending.ensure_topic(conn, topic, create=True, defaults=_TOPIC, timeout=timeout)
+
+
+async def append(
+    conn: IggyConnection, topic: Destination, record: Record, *, timeout: float
+) -> None:
+    """Append one record. A retried append may land twice: every reader tolerates that."""
+    import apache_iggy
+
+    message = apache_iggy.SendMessage(encode(record))
+
+    async def send(client: apache_iggy.IggyClient) -> Any:
+        p = await _partition(client, topic)
+        if p is None:
+            raise StateError(str(topic), "was deleted while the batch used it")
+        return await client.send_messages(topic.stream, topic.topic,
+                                          apache_iggy.Partitioning.partition_id(p.id), [message])
+
+    await sending.retrying(conn, send, timeout)
+
+
+async def claim(
+    conn: IggyConnection, topic: Destination, view: StateView, run: str, batch: int,
+    destination: Destination, *, timeout: float,
+) -> bool:
+    """Whether this task won the probe of ``destination`` in ``batch`` of the query's ``run``.
+
+    Appends a claim, then reads the topic on from ``view`` to see whose claim came first.
+    """
+    mine = Claim(run, batch, str(destination), uuid.uuid4().hex)
+    if (mine.run, mine.batch, mine.destination) in view.claims:
+        return False
+    await append(conn, topic, mine, timeout=timeout)
+    await sending.retrying(conn, lambda client: _read_on(client, topic, view), timeout)
+    return view.won(mine)

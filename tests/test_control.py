@@ -1,0 +1,116 @@
+"""The control topic's records and what a reader concludes from them (pure, no I/O)."""
+
+from __future__ import annotations
+
+from typing import Any
+
+from hypothesis import given
+from hypothesis import strategies as st
+
+from iggy_spark.control import (
+    EVERY_TASK,
+    Claim,
+    LedgerRecord,
+    Record,
+    Start,
+    StateView,
+    decode,
+    encode,
+    fold,
+)
+from iggy_spark.report import Ledger, TaskReport
+
+small = st.integers(min_value=0, max_value=5)
+
+
+def _ledger(batch: int, **extra: Any) -> LedgerRecord:
+    return LedgerRecord({**Ledger().data, "last_batch": batch, **extra})
+
+
+records = st.one_of(
+    st.builds(Start, small, small, small),
+    st.builds(Claim, st.sampled_from(["r1", "r2"]), small, st.sampled_from(["s/a", "s/b"]),
+              st.text(alphabet="0123456789abcdef", min_size=1, max_size=8)),
+    st.builds(_ledger, small),
+)
+
+
+@given(records)
+def test_every_record_round_trips(record: Record) -> None:
+    assert decode(encode(record)) == record
+
+
+@given(st.binary(max_size=64))
+def test_anything_else_in_the_topic_is_skipped_not_an_error(payload: bytes) -> None:
+    record = decode(payload)
+    assert record is None or decode(encode(record)) == record
+
+
+def test_foreign_and_future_records_are_skipped() -> None:
+    for payload in (b"", b"[]", b'{"k": "start"}', b'{"k": "compact", "batch": 1}',
+                    b'{"k": "ledger", "data": {"no": "batch"}}', b'{"k": "ledger", "data": 3}',
+                    b'{"k": "claim", "run": "r", "batch": "x", "destination": "s/t", '
+                    b'"nonce": "n"}'):
+        assert decode(payload) is None
+
+
+@given(st.lists(records, max_size=30))
+def test_the_newest_ledger_by_batch_wins_and_the_last_of_a_tie(log: list[Record]) -> None:
+    view = fold(enumerate(log))
+    ledgers = [(offset, r) for offset, r in enumerate(log) if isinstance(r, LedgerRecord)]
+    if not ledgers:
+        assert view.ledger is None and view.last_batch == -1
+        return
+    best = max(r.batch for _, r in ledgers)
+    last = max(offset for offset, r in ledgers if r.batch == best)
+    assert view.last_batch == best and view.ledger_offset == last
+    assert view.end == len(log)
+
+
+@given(st.lists(records, max_size=30), small, small)
+def test_a_start_already_there_marks_a_replay(log: list[Record], batch: int, task: int) -> None:
+    view = fold(enumerate(log))
+    assert view.started(batch, task) == any(
+        isinstance(r, Start) and (r.batch, r.task) == (batch, task) for r in log)
+    marked = fold([(len(log), Start(batch, EVERY_TASK, 0))], view)
+    assert marked.started(batch, task) and marked.started(batch, task + 1)
+
+
+@given(st.lists(records, max_size=20), st.permutations(range(4)), st.integers(0, 20))
+def test_exactly_the_first_claim_in_partition_order_wins(
+    noise: list[Record], order: list[int], cut: int
+) -> None:
+    """Four tasks claim one probe; whatever else is in the log and whenever each reads, the
+    one whose claim the partition holds first wins, and every reader agrees."""
+    claims = [Claim("run", 7, "s/t", f"task{i}") for i in range(4)]
+    log = [*noise[:cut], *(claims[i] for i in order), *noise[cut:]]
+    winner = claims[order[0]]
+    for claim in claims:
+        view = fold(enumerate(log))
+        assert view.won(claim) == (claim == winner)
+    # a claim of another run or batch does not count against this one
+    view = fold(enumerate([Claim("old-run", 7, "s/t", "x"), Claim("run", 6, "s/t", "y"),
+                           *log]))
+    assert view.won(winner)
+
+
+def test_a_view_read_on_in_two_steps_equals_one_read() -> None:
+    log: list[Record] = [_ledger(3), Start(4, 0, 0), Claim("r", 4, "s/t", "a"),
+                         Start(4, 1, 0), _ledger(4), Claim("r", 5, "s/t", "b")]
+    whole = fold(enumerate(log))
+    view = StateView()
+    fold(list(enumerate(log))[:3], view)
+    fold(list(enumerate(log))[3:], view)
+    assert (view.ledger, view.starts, view.claims, view.end) == (
+        whole.ledger, whole.starts, whole.claims, whole.end)
+    assert view.last_batch == 4 and view.started(4, 1) and not view.started(5, 0)
+
+
+def test_the_ledger_carries_the_query_state_through_a_record() -> None:
+    ledger = Ledger()
+    ledger.apply(0, [TaskReport(admitted=[("s", "a")], state_lost=1)])
+    record = decode(encode(LedgerRecord(ledger.data)))
+    assert isinstance(record, LedgerRecord)
+    again = Ledger(record.data)
+    assert again.admitted == {("s", "a")} and again.last_batch == 0
+    assert again.data["delivery"]["state_lost"] == 1
