@@ -86,7 +86,8 @@ def standalone_cluster(
     """A Spark standalone master and ``workers`` workers (one core, 1 GiB each): its URL.
 
     ``private_disks`` runs each worker (and so its executors and their Python workers) as if
-    on its own host: see :func:`_on_own_disk` (root only; ``tmp`` must be under ``/tmp``).
+    on its own host: its own loopback address, and see :func:`_on_own_disk` (root only;
+    ``tmp`` must be under ``/tmp``).
     """
     tmp.mkdir(parents=True, exist_ok=True)
     spark_class = str(SPARK_HOME / "bin" / "spark-class")
@@ -103,8 +104,11 @@ def standalone_cluster(
         logs = []
         for index in range(workers):
             work_dir = tmp / f"work{index}"
+            # Spark reads a same-host executor's shuffle files straight from its disk: a worker
+            # with a disk of its own needs an address of its own too (any of 127/8 is local).
+            host = f"127.0.0.{index + 2}" if private_disks else "127.0.0.1"
             command = [spark_class, "org.apache.spark.deploy.worker.Worker", url, "--host",
-                       "127.0.0.1", "--cores", "1", "--memory", "1g", "--webui-port",
+                       host, "--cores", "1", "--memory", "1g", "--webui-port",
                        str(free_port()), "--work-dir", str(work_dir)]
             if private_disks:
                 command = _on_own_disk(command, work_dir)
