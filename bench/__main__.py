@@ -36,6 +36,7 @@ BENCHMARKS: dict[str, tuple[list[str], list[str]]] = {
     "latency": ([], ["--rates", "1000", "--seconds", "10"]),
     "memory": ([], ["--sizes", "10000,100000"]),
     "delivery": ([], ["--messages", "20000", "--rounds", "1"]),
+    "sink_state": ([], ["--repeat", "20"]),
     # The fault campaign runs about 45 minutes (its own time budget, then the verdict).
     "reliability": ([], ["--faults", "3", "--exception-rounds", "1", "--off-faults", "1",
                          "--inject-minutes", "4"]),

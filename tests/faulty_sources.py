@@ -149,8 +149,7 @@ class FaultyCdcSource(DataSource):
 
 class FaultyWriter(IggyRoutedStreamWriter):
     def __init__(self, writer: IggyRoutedStreamWriter, fault: Fault) -> None:
-        super().__init__(writer.options, writer.admitted, writer.ledger, writer.breakers,
-                         writer.clock, writer.plan)
+        super().__init__(writer.options, writer.clock, writer.identify)
         self.fault = fault
 
     def write(self, iterator: Iterator[pa.RecordBatch]) -> TaskReport:

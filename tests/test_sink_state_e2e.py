@@ -1,0 +1,119 @@
+"""The sink's state in Iggy, end to end: real Spark, the real Postgres, the broker over TCP.
+
+The checkpoint is the session-wide ``spark.sql.streaming.checkpointLocation``, never passed to
+the sink (``session_checkpoint_job.py``), so the sink finds its query and its state from
+Spark's task properties and its control topic alone. The driver is ``kill -9``-ed twice while a
+batch is being sent (the broker stops taking sends part way through it); the second restart
+finds no control topic (the local broker has no ``delete_topic``, so the query is pointed at an
+empty ``state_stream``: to the sink that is exactly a deleted topic). Every row must land
+exactly once.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import json
+import re
+import sys
+import time
+from pathlib import Path
+
+import psycopg
+import pytest
+from psycopg import sql
+
+from iggy_local import LocalIggy
+from iggy_spark.monitoring import read_ledger
+from iggy_spark_testing.chaos import (
+    PipelineJob,
+    committed_end,
+    flush_lsn,
+    read_checkpoint,
+    wait_until,
+)
+from iggy_spark_testing.harness import LocalPostgres
+from iggy_spark_testing.oracle import read_back
+from iggy_spark_testing.readback import connect
+
+pytestmark = pytest.mark.e2e
+
+ROWS, PER_BATCH = 3000, 1000
+SINK = {"max_batch_bytes": "64KB", "circuit_breaker.failure_threshold": "1000"}
+
+
+class SessionCheckpointJob(PipelineJob):
+    """:class:`PipelineJob`'s process handling around ``session_checkpoint_job.py``."""
+
+    def __init__(self, *, pg: LocalPostgres, slot: str, url: str, root: Path, log_path: Path,
+                 source: dict[str, str], sink: dict[str, str]) -> None:
+        super().__init__(dsn=pg.dsn, slot=slot, url=url, checkpoint=root / slot,
+                         log_path=log_path)
+        self.command = [sys.executable, str(Path(__file__).parent / "session_checkpoint_job.py"),
+                        pg.dsn, slot, url, str(root), slot, json.dumps(source), json.dumps(sink)]
+
+
+def _landed(url: str, stream: str) -> int:
+    async def count() -> int:
+        details = await (await connect(url)).get_topic(stream, "t")
+        return 0 if details is None else sum(p.messages_count for p in details.partitions)
+
+    return asyncio.run(count())
+
+
+def test_kills_and_a_deleted_control_topic_with_a_session_wide_checkpoint_lose_nothing(
+    pg: LocalPostgres, broker: LocalIggy, name: str, tmp_path: Path
+) -> None:
+    table = sql.Identifier(name, "t")
+    with psycopg.connect(pg.dsn, autocommit=True) as conn:
+        conn.execute(sql.SQL("CREATE SCHEMA {}").format(sql.Identifier(name)))
+        conn.execute(sql.SQL("CREATE TABLE {} (id int PRIMARY KEY, v text)").format(table))
+        conn.execute(sql.SQL("INSERT INTO {} SELECT g, repeat('x', 200) "
+                             "FROM generate_series(1, %s) g").format(table), (ROWS,))
+    job = SessionCheckpointJob(
+        pg=pg, slot=name, url=broker.url, root=tmp_path / "checkpoints",
+        log_path=tmp_path / "job.log",
+        source={"snapshot": "initial", "include_tables": f"{name}\\..*", "topic_from": "table",
+                "default_stream": name, "snapshot_chunk_rows": str(PER_BATCH),
+                "snapshot_max_rows_per_trigger": str(PER_BATCH)},
+        sink=SINK,
+    )
+    checkpoint = job.checkpoint
+
+    def kill_while_sending(landed: int) -> int:
+        """Start, let the sends stall once ``landed`` messages are in, kill -9 the driver;
+        how many of the interrupted batch's messages had landed."""
+        broker.refuse_sends(name, "t", after=landed)
+        job.start()
+        wait_until(lambda: _landed(broker.url, name) >= landed, 180, f"{landed} messages",
+                   alive=lambda: job.running)
+        time.sleep(2)  # the sink is retrying the refused send now
+        job.kill()
+        broker.refuse_sends(name, "t", refuse=False)
+        last = read_checkpoint(checkpoint)[-1]
+        assert last.committed_at is None and last.id > 0, "the kill missed the batch"
+        return _landed(broker.url, name) - last.id * PER_BATCH
+
+    try:
+        halves = kill_while_sending(1500)  # batch 1, half sent; its replay finds its start
+        halves += kill_while_sending(2500)  # batch 2, half sent; then its state is deleted
+        query_id = json.loads((checkpoint / "metadata").read_text().splitlines()[0])["id"]
+        lost = f"{name}-state"  # the query's control topic is not there
+        job.command[-1] = json.dumps({**SINK, "state_stream": lost})
+        target = flush_lsn(pg.dsn)
+        job.start()
+        wait_until(lambda: (committed_end(checkpoint) or 0) >= target, 180,
+                   "the job to catch up", alive=lambda: job.running)
+    finally:
+        broker.refuse_sends(name, "t", refuse=False)
+        if job.running:
+            job.kill()
+    reads = [m.change["key"]["id"] for m in read_back(broker.url, [name])
+             if m.change and m.change["op"] == "read"]
+    assert len(reads) == len(set(reads)), f"{len(reads) - len(set(reads))} rows sent twice"
+    assert sorted(reads) == list(range(1, ROWS + 1))
+    log = job.log_path.read_text(errors="replace")
+    resumed = [int(n) for n in re.findall(r"found landed by a replay (\d+)", log)]
+    assert halves > 0 and sum(resumed) == halves, log[-3000:]  # each found what had landed
+    assert f"{lost}/query-{query_id}" in log and "holds no ledger" in log
+    assert read_ledger(broker.url, query_id=query_id, state_stream=lost).data["delivery"][
+        "state_lost"] >= 1
