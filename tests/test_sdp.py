@@ -1,7 +1,9 @@
 """The Spark Declarative Pipelines example (examples/sdp_pg_to_iggy) run by the
 ``spark-pipelines`` CLI, as a user runs it: ``pg_cdc`` as the flow's source, ``iggy_routed``
-as its ``create_sink`` target. Every change of the table arrives in Iggy once, and the flow's
-checkpoint is where the docs say SDP keeps it: ``<storage>/_checkpoints/<sink>/<flow>/<n>``.
+as its ``create_sink`` target. Every change of the table arrives in Iggy once, the flow's
+checkpoint is where the docs say SDP keeps it (``<storage>/_checkpoints/<sink>/<flow>/<n>``), and
+the sink's state is the flow's query's, in Iggy (SDP passes no ``checkpointLocation`` option to
+the sink: the sink finds its query by Spark's id).
 """
 
 from __future__ import annotations
@@ -16,6 +18,7 @@ from typing import Any
 import pytest
 from psycopg import sql
 
+from iggy_spark.monitoring import read_ledger
 from iggy_spark_testing.harness import LocalPostgres
 from iggy_spark_testing.oracle import read_back
 from postgres_cdc_source.options import CdcOptions
@@ -64,4 +67,7 @@ def test_the_sdp_example_delivers_every_change_once(
     assert len(delivered) == 300 + 43 and len({m.id for m in delivered}) == len(delivered)
     assert sorted(m.change["key"]["id"] for m in delivered
                   if m.change and m.change["op"] == "insert") == list(range(300))
-    assert (tmp_path / "storage" / "_checkpoints" / "iggy" / "changes" / "0" / "commits").is_dir()
+    checkpoint = tmp_path / "storage" / "_checkpoints" / "iggy" / "changes" / "0"
+    assert (checkpoint / "commits").is_dir()
+    ledger = read_ledger(broker.url, checkpoint).rows()
+    assert {(r["stream"], r["topic"]): r["messages"] for r in ledger} == {(name, name): 343}
