@@ -8,6 +8,11 @@ holds a set number of messages (``LocalIggy.refuse_sends``): the batch is planne
 messages are in Iggy, and its sink tasks are retrying the rest when the driver dies. Between
 kills the workload commits more changes, so each restart has new data as well as the
 interrupted batch to replay.
+
+The sink's destination cap is set to the workload's three tables; once everything is delivered,
+:data:`OVER_CAP` rows of a fourth captured table (``extra``) come in a batch of their own. A cap
+that held per batch or per task would admit that topic (it is the batch's only destination);
+the query-wide cap refuses it, and ``on_admission_failure=drop`` counts the rows.
 """
 
 from __future__ import annotations
@@ -17,6 +22,8 @@ import time
 from dataclasses import dataclass
 from pathlib import Path
 
+import psycopg
+from psycopg import sql
 from spark_deployments import standalone_cluster
 
 from iggy_local import LocalIggy
@@ -26,10 +33,12 @@ from iggy_spark_testing.readback import messages_in
 from iggy_spark_testing.s3 import SeaweedS3
 from iggy_spark_testing.workload import Workload
 
-__all__ = ["Outcome", "killed_mid_send", "batches"]
+__all__ = ["Outcome", "killed_mid_send", "batches", "HELD", "OVER_CAP"]
 
 HELD = 150
 """Messages of the held topic that land, per kill, before the broker refuses its sends."""
+OVER_CAP = 50
+"""Rows of the fourth table, refused by the cap."""
 
 
 @dataclass(frozen=True)
@@ -75,6 +84,9 @@ def killed_mid_send(
     started = time.monotonic()
     work, source = prepare_capture(dsn, name, seed=seed)
     source["min_partitions"] = "2"  # each batch: two sink tasks at once, one per worker
+    extra = sql.Identifier(name, "extra")
+    with psycopg.connect(dsn, autocommit=True) as conn:
+        conn.execute(sql.SQL("CREATE TABLE {} (id int PRIMARY KEY)").format(extra))
     checkpoint = f"{name}/checkpoint"
     log = tmp / "job.log"
     with standalone_cluster(tmp / "cluster", private_disks=True) as master:
@@ -82,7 +94,9 @@ def killed_mid_send(
             dsn=dsn, slot=name, url=broker.url, checkpoint=s3.uri(checkpoint), log_path=log,
             source=source, master=master, spark_conf=s3.spark_conf(),
             sink={"topic_defaults.partitions_count": "3",
-                  "circuit_breaker.failure_threshold": "1000"},
+                  "circuit_breaker.failure_threshold": "1000",
+                  "admission.max_destinations": str(len(work.tables)),
+                  "on_admission_failure": "drop"},
         )
         work.run(changes=changes)
         held = max(work.tables, key=lambda t: sum(
@@ -105,6 +119,13 @@ def killed_mid_send(
             job.start()
             wait_until(lambda: _caught_up(s3, checkpoint, broker.url, name, work.changes), 300,
                        "the replay", every=2, alive=lambda: job.running)
+            done = max(batches(s3, checkpoint, "commits"))
+            with psycopg.connect(dsn, autocommit=True) as conn:
+                conn.execute(sql.SQL("INSERT INTO {} SELECT generate_series(1, %s)").format(
+                    extra), (OVER_CAP,))
+            wait_until(lambda: max(batches(s3, checkpoint, "commits")) > done
+                       and _caught_up(s3, checkpoint, broker.url, name, work.changes), 300,
+                       "the batch over the cap", every=2, alive=lambda: job.running)
             assert job.stop() == 0, job.log_tail()
         finally:
             broker.refuse_sends(name, held, refuse=False)

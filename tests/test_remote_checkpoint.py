@@ -9,7 +9,8 @@ the kill must live somewhere every process reaches. The oracle reads Iggy back a
 would: every committed change once, per-row order kept, with the sink's two tasks of each
 batch running in parallel on the two workers. The sink's figures (``destinations()`` and the
 ``/metrics`` collector) are read by the query's id, which is all they need wherever the
-checkpoint is, and agree with what landed.
+checkpoint is, and agree with what landed; the destination cap holds query-wide, across
+batches (tests/s3_cluster.py).
 """
 
 from __future__ import annotations
@@ -20,7 +21,7 @@ from pathlib import Path
 from typing import Any
 
 import pytest
-from s3_cluster import HELD, killed_mid_send
+from s3_cluster import HELD, OVER_CAP, killed_mid_send
 from test_metrics import samples
 
 from iggy_local import LocalIggy
@@ -59,3 +60,5 @@ def test_a_driver_killed_mid_send_with_an_s3a_checkpoint_and_diskless_executors(
     assert figures[("iggy_routed_messages_routed_total", q)] == run.work.changes
     assert figures[("iggy_routed_destinations_active", q)] == len(landed)
     assert figures[("iggy_routed_replay_skipped_total", q)] >= HELD  # skipped, not resent
+    assert "extra" not in landed and len(landed) == 3
+    assert figures[("iggy_routed_rejections_total", (*q, ("reason", "cap")))] == OVER_CAP
