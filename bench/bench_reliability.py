@@ -31,7 +31,6 @@ from __future__ import annotations
 
 import argparse
 import contextlib
-import json
 import os
 import random
 import sys
@@ -44,7 +43,7 @@ from typing import Any
 
 from bench.common import log, write_result
 from iggy_local import LocalIggy
-from iggy_spark.report import LEDGER_FILE
+from iggy_spark.monitoring import read_ledger
 from iggy_spark_testing.chaos import (
     PipelineJob,
     SlotWatch,
@@ -81,10 +80,11 @@ class Fault:
         return self.began if self.began == self.ended else (self.began, self.ended)
 
 
-def _ledger_batch(checkpoint: Path) -> int:
+def _ledger_batch(url: str, checkpoint: Path) -> int:
+    """The last batch the sink's ledger (in the query's control topic) holds; -1: none yet."""
     try:
-        return int(json.loads((checkpoint / LEDGER_FILE).read_text())["last_batch"])
-    except (OSError, ValueError, KeyError):
+        return read_ledger(url, checkpoint).last_batch
+    except ValueError:  # the query has not written its checkpoint's metadata yet
         return -1
 
 
@@ -148,8 +148,9 @@ class Campaign:
         self._kill("kill_in_batch")
 
     def kill_after_sink_commit(self) -> None:
-        last = _ledger_batch(self.checkpoint)
-        wait_until(lambda: _ledger_batch(self.checkpoint) > last, 120, "the sink's commit",
+        last = _ledger_batch(self.broker.url, self.checkpoint)
+        wait_until(lambda: _ledger_batch(self.broker.url, self.checkpoint) > last, 120,
+                   "the sink's commit",
                    every=0.005, alive=lambda: self.job.running)
         self._kill("kill_after_sink_commit")
 
@@ -281,7 +282,7 @@ def run_campaign(
         f.recover_seconds = round(min(after) - f.ended, 2) if after else None
     suspects = in_flight(batches, [f.window for f in all_faults])
     unexplained = unexplained_duplicates(report.duplicated_commits, suspects, report.commits)
-    ledger = json.loads((checkpoint / LEDGER_FILE).read_text())
+    ledger = read_ledger(broker.url, checkpoint).data
     kinds = sorted({f.kind for f in all_faults})
     return {
         "delivery_guarantee": delivery,

@@ -37,8 +37,8 @@ from iggy_spark_testing.readback import connect
 
 pytestmark = pytest.mark.e2e
 
-ROWS, PER_BATCH = 3000, 1000
-SINK = {"max_batch_bytes": "64KB", "circuit_breaker.failure_threshold": "1000"}
+ROWS, PER_BATCH = 1200, 400
+SINK = {"max_batch_bytes": "16KB", "circuit_breaker.failure_threshold": "1000"}
 
 
 class SessionCheckpointJob(PipelineJob):
@@ -94,8 +94,8 @@ def test_kills_and_a_deleted_control_topic_with_a_session_wide_checkpoint_lose_n
         return _landed(broker.url, name) - last.id * PER_BATCH
 
     try:
-        halves = kill_while_sending(1500)  # batch 1, half sent; its replay finds its start
-        halves += kill_while_sending(2500)  # batch 2, half sent; then its state is deleted
+        halves = kill_while_sending(600)  # batch 1, half sent; its replay finds its start
+        halves += kill_while_sending(1000)  # batch 2, half sent; then its state is lost
         query_id = json.loads((checkpoint / "metadata").read_text().splitlines()[0])["id"]
         lost = f"{name}-state"  # the query's control topic is not there
         job.command[-1] = json.dumps({**SINK, "state_stream": lost})
