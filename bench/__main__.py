@@ -40,6 +40,7 @@ BENCHMARKS: dict[str, tuple[list[str], list[str]]] = {
     # The fault campaign runs about 45 minutes (its own time budget, then the verdict).
     "reliability": ([], ["--faults", "3", "--exception-rounds", "1", "--off-faults", "1",
                          "--inject-minutes", "4"]),
+    "remote_checkpoint": ([], ["--kills", "1", "--changes", "500"]),
     "held_back": ([], ["--batch", "10000", "--behind", "0,100000", "--rounds", "2"]),
     "snapshot_faults": ([], ["--rows", "3000", "--kills", "1", "--chunk-rows", "300",
                              "--max-rows-per-trigger", "300"]),

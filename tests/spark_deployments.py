@@ -69,9 +69,26 @@ def _spawn(args: list[str], tmp: Path, log_name: str) -> tuple[subprocess.Popen[
     return process, log
 
 
+def _on_own_disk(command: list[str], work_dir: Path) -> list[str]:
+    """``command`` in its own mount namespace with an empty tmpfs over ``/tmp`` (and so over
+    the test's files, the driver's local checkpoint and scratch) and its work dir created
+    there: a host that shares no disk with the driver, only the network and the installed
+    software."""
+    script = 'mount -t tmpfs tmpfs /tmp && mkdir -p "$0" && exec "$@"'
+    return ["unshare", "--mount", "--propagation", "private", "sh", "-c", script,
+            str(work_dir), *command]
+
+
 @contextlib.contextmanager
-def standalone_cluster(tmp: Path, *, workers: int = 2) -> Iterator[str]:
-    """A Spark standalone master and ``workers`` workers (one core, 1 GiB each): its URL."""
+def standalone_cluster(
+    tmp: Path, *, workers: int = 2, private_disks: bool = False
+) -> Iterator[str]:
+    """A Spark standalone master and ``workers`` workers (one core, 1 GiB each): its URL.
+
+    ``private_disks`` runs each worker (and so its executors and their Python workers) as if
+    on its own host: its own loopback address, and see :func:`_on_own_disk` (root only;
+    ``tmp`` must be under ``/tmp``).
+    """
     tmp.mkdir(parents=True, exist_ok=True)
     spark_class = str(SPARK_HOME / "bin" / "spark-class")
     port = free_port()
@@ -86,12 +103,16 @@ def standalone_cluster(tmp: Path, *, workers: int = 2) -> Iterator[str]:
         url = f"spark://127.0.0.1:{port}"
         logs = []
         for index in range(workers):
-            worker, worker_log = _spawn(
-                [spark_class, "org.apache.spark.deploy.worker.Worker", url, "--host",
-                 "127.0.0.1", "--cores", "1", "--memory", "1g", "--webui-port",
-                 str(free_port()), "--work-dir", str(tmp / f"work{index}")],
-                tmp, f"worker{index}.log",
-            )
+            work_dir = tmp / f"work{index}"
+            # Spark reads a same-host executor's shuffle files straight from its disk: a worker
+            # with a disk of its own needs an address of its own too (any of 127/8 is local).
+            host = f"127.0.0.{index + 2}" if private_disks else "127.0.0.1"
+            command = [spark_class, "org.apache.spark.deploy.worker.Worker", url, "--host",
+                       host, "--cores", "1", "--memory", "1g", "--webui-port",
+                       str(free_port()), "--work-dir", str(work_dir)]
+            if private_disks:
+                command = _on_own_disk(command, work_dir)
+            worker, worker_log = _spawn(command, tmp, f"worker{index}.log")
             started.append(worker)
             logs.append(worker_log)
         deadline = time.monotonic() + 120

@@ -11,7 +11,6 @@ crash during the snapshot": what a consumer sees).
 
 from __future__ import annotations
 
-import asyncio
 import re
 import threading
 import time
@@ -37,7 +36,7 @@ from iggy_spark_testing.chaos import (
 )
 from iggy_spark_testing.harness import LocalPostgres
 from iggy_spark_testing.oracle import read_back, read_tables
-from iggy_spark_testing.readback import connect
+from iggy_spark_testing.readback import messages_in
 from iggy_spark_testing.workload import Workload
 from pg_to_iggy.pipeline import start_pipeline
 from postgres_cdc_source.lsn import parse_lsn
@@ -141,14 +140,6 @@ def test_driver_killed_during_the_snapshot(
     assert model == read_tables(pg.dsn, name, work.tables.values())
 
 
-def _messages_in(url: str, stream: str, topic: str) -> int:
-    async def count() -> int:
-        details = await (await connect(url)).get_topic(stream, topic)
-        return 0 if details is None else sum(p.messages_count for p in details.partitions)
-
-    return asyncio.run(count())
-
-
 def test_a_snapshot_batch_killed_mid_send_and_replayed_over_changed_rows_loses_nothing(
     pg: LocalPostgres, broker: LocalIggy, name: str, tmp_path: Path
 ) -> None:
@@ -174,11 +165,11 @@ def test_a_snapshot_batch_killed_mid_send_and_replayed_over_changed_rows_loses_n
     broker.refuse_sends(name, "t", after=2000)
     try:
         job.start()
-        wait_until(lambda: _messages_in(broker.url, name, "t") >= 2000, 180,
+        wait_until(lambda: messages_in(broker.url, name, "t") >= 2000, 180,
                    "the first sends of the snapshot", alive=lambda: job.running)
         time.sleep(3)  # the sink is retrying the refused send now
         job.kill()
-        assert _messages_in(broker.url, name, "t") < 4000
+        assert messages_in(broker.url, name, "t") < 4000
         last = read_checkpoint(checkpoint)[-1]
         offset = orjson.loads((checkpoint / "offsets" / str(last.id)).read_text()
                               .splitlines()[-1])

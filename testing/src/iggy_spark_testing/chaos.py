@@ -28,6 +28,7 @@ from __future__ import annotations
 import bisect
 import contextlib
 import os
+import shlex
 import signal
 import subprocess
 import sys
@@ -367,7 +368,8 @@ class PipelineJob:
     """``python -m pg_to_iggy.pipeline`` as a child process group that can be SIGKILLed whole.
 
     Output goes to ``log_path`` (appended across restarts). Spark's web UI is off, so several
-    jobs and a test session can run side by side.
+    jobs and a test session can run side by side. ``spark_conf`` adds ``--conf`` settings (a
+    remote checkpoint's filesystem, e.g. :meth:`~iggy_spark_testing.s3.SeaweedS3.spark_conf`).
     """
 
     def __init__(
@@ -383,6 +385,7 @@ class PipelineJob:
         trigger_interval: str | None = None,
         master: str = "local[2]",
         driver_memory: str = "1g",
+        spark_conf: Mapping[str, str] | None = None,
     ) -> None:
         self.checkpoint = Path(checkpoint)
         self.log_path = Path(log_path)
@@ -399,8 +402,13 @@ class PipelineJob:
             **os.environ,
             "PYSPARK_PYTHON": sys.executable,
             "PYSPARK_DRIVER_PYTHON": sys.executable,
-            "PYSPARK_SUBMIT_ARGS": (f"--driver-memory {driver_memory} --conf spark.ui.enabled=false"
-                                    " --conf spark.sql.shuffle.partitions=2 pyspark-shell"),
+            "PYSPARK_SUBMIT_ARGS": shlex.join([
+                "--driver-memory", driver_memory,
+                *(arg for key, value in {"spark.ui.enabled": "false",
+                                         "spark.sql.shuffle.partitions": "2",
+                                         **(spark_conf or {})}.items()
+                  for arg in ("--conf", f"{key}={value}")),
+                "pyspark-shell"]),
         }
         self._process: subprocess.Popen[bytes] | None = None
         self._log: IO[bytes] | None = None

@@ -17,7 +17,7 @@ if TYPE_CHECKING:
     import apache_iggy
 
 __all__ = [
-    "Delivered", "connect", "read_topic", "aread_topic", "apoll_partition",
+    "Delivered", "connect", "read_topic", "aread_topic", "apoll_partition", "messages_in",
 ]
 
 _POLL_BATCH = 1000
@@ -88,5 +88,16 @@ def read_topic(url: str | IggyUrl, stream: str, topic: str) -> list[Delivered]:
 
     async def main() -> list[Delivered]:
         return await aread_topic(await connect(url), stream, topic)
+
+    return asyncio.run(main())
+
+
+def messages_in(url: str | IggyUrl, stream: str, topic: str) -> int:
+    """How many messages ``stream/topic`` holds over all partitions (0 if it does not exist):
+    the server's count, without reading them."""
+
+    async def main() -> int:
+        details = await (await connect(url)).get_topic(stream, topic)
+        return 0 if details is None else sum(p.messages_count for p in details.partitions)
 
     return asyncio.run(main())
