@@ -9,6 +9,7 @@ from hypothesis import strategies as st
 
 from iggy_spark.control import (
     EVERY_TASK,
+    Admit,
     Claim,
     LedgerRecord,
     Record,
@@ -32,6 +33,7 @@ records = st.one_of(
     st.builds(Claim, st.sampled_from(["r1", "r2"]), small, st.sampled_from(["s/a", "s/b"]),
               st.text(alphabet="0123456789abcdef", min_size=1, max_size=8)),
     st.builds(_ledger, small),
+    st.builds(Admit, st.sampled_from(["s/a", "s/b", "s/c"])),
 )
 
 
@@ -92,6 +94,26 @@ def test_exactly_the_first_claim_in_partition_order_wins(
     view = fold(enumerate([Claim("old-run", 7, "s/t", "x"), Claim("run", 6, "s/t", "y"),
                            *log]))
     assert view.won(winner)
+
+
+@given(st.lists(st.sampled_from("abcdefgh"), max_size=30), st.integers(0, 8),
+       st.sets(st.sampled_from("abcdefgh"), max_size=4))
+def test_admits_from_every_task_never_exceed_the_cap_together(
+    asked: list[str], cap: int, seeded: set[str]
+) -> None:
+    """Tasks append an admit for each new destination they meet, in any interleaving: the
+    destinations every reader admits are the ledger's plus the first new ones in partition
+    order, never more than the cap, and readers agree whatever they read first."""
+    seed = frozenset(seeded)
+    log = [Admit(d) for d in asked]
+    view = fold(enumerate([_ledger(2), *log]))
+    admitted = {d for d in set(asked) | seed if view.admitted_within(d, seed, cap)}
+    new_in_order = list(dict.fromkeys(d for d in asked if d not in seed))
+    assert admitted == seed | set(new_in_order[:max(0, cap - len(seed))])
+    assert len(admitted - seed) <= max(0, cap - len(seed))
+    # an admit before a newer ledger belongs to a batch that ledger holds: it takes no place
+    later = fold(enumerate([*log, _ledger(3)]))
+    assert later.admits == {}
 
 
 def test_a_view_read_on_in_two_steps_equals_one_read() -> None:

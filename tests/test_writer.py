@@ -102,6 +102,18 @@ def test_cap_counts_destinations_admitted_by_earlier_batches(broker: LocalIggy, 
     assert report.routed == {f"{name}/old1": 1}
 
 
+def test_cap_holds_between_the_tasks_of_one_batch(broker: LocalIggy, name: str) -> None:
+    """Two tasks of one batch meet new destinations; neither knows what the other admitted
+    from the ledger (both start from the same one), yet together they admit only the cap."""
+    driver = Driver(broker, **{"admission.max_destinations": "3", "on_admission_failure": "drop"})
+    driver.run(batch(stream=[name], topic=["old"], n=[0]))
+    first, second = driver.run(batch(stream=[name] * 2, topic=["a", "b"], n=[1, 2]),
+                               batch(stream=[name] * 3, topic=["a", "c", "d"], n=[3, 4, 5]))
+    assert first.routed == {f"{name}/a": 1, f"{name}/b": 1}
+    assert second.routed == {f"{name}/a": 1} and second.rejected == {"cap": 2}
+    assert sorted(driver.ledger().admitted) == [(name, t) for t in ("a", "b", "old")]
+
+
 def test_hostile_destination_names_are_rejected_and_counted(broker: LocalIggy, name: str) -> None:
     hostile = ["", "x" * 256, "a/b", "ünïcode", "with space", "'; drop table x; --"]
     rows = batch(stream=[name] * len(hostile), topic=hostile, n=list(range(len(hostile))))

@@ -21,7 +21,7 @@ count, so failures can always be parked somewhere.
 from __future__ import annotations
 
 import re
-from collections.abc import Iterable
+from collections.abc import Callable, Iterable
 from dataclasses import dataclass, field
 from enum import StrEnum
 from typing import NamedTuple
@@ -228,9 +228,11 @@ class Admission:
     it (``admitted=``); the task reads back :attr:`newly_admitted` and returns it in its commit
     message for the driver to merge. Seeded destinations still pass the name and list checks
     (options may have changed since they were admitted) but never count against the cap twice.
-    Tasks running at the same time can each admit up to the remaining headroom, so a burst of
-    new destinations may overshoot the cap by at most (parallel tasks - 1) x headroom before the
-    driver's merge makes it hold again.
+    Tasks of one batch admit new destinations through ``admit`` (the query's control topic,
+    :func:`iggy_spark.state.admit`): it says whether a destination has a place within the cap
+    among every task's admissions, in the order the topic received them, so tasks running at
+    the same time never admit more than the cap between them. Without it (no query state:
+    the task cannot read Spark's ids) the cap holds per task.
 
     Verdicts are memoised per destination: the admitted set only grows and the cap never
     shrinks, so a destination's verdict cannot change during the task's lifetime. Admission is
@@ -238,8 +240,14 @@ class Admission:
     destinations the query tried to use, and the circuit breaker handles the failures.
     """
 
-    def __init__(self, rules: AdmissionRules, admitted: Iterable[Destination] = ()) -> None:
+    def __init__(
+        self,
+        rules: AdmissionRules,
+        admitted: Iterable[Destination] = (),
+        admit: Callable[[Destination], bool] | None = None,
+    ) -> None:
         self._rules = rules
+        self._admit = admit
         self._matcher = _Matcher(rules.entries)
         self._seeded = frozenset(Destination(*d) for d in admitted) - rules.exempt
         self._admitted = set(self._seeded)
@@ -280,6 +288,8 @@ class Admission:
         if destination not in self._admitted:
             if len(self._admitted) >= self._rules.max_destinations:
                 return Reason.CAP
+            if self._admit is not None and not self._admit(destination):
+                return Reason.CAP  # other tasks of the query took the places left
             self._admitted.add(destination)
         return None
 

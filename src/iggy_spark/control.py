@@ -12,6 +12,10 @@ the driver agree on. Three kinds of record, small JSON objects:
 * ``claim``: a task asks to send the probe of a half-open breaker. The first claim of a
   (run, batch, destination) in partition order wins: an append is the atomic
   create-if-absent the probe needs, which no object store offers.
+* ``admit``: a task asks to count a destination against ``admission.max_destinations``. The
+  ledger's admitted destinations come first, then each destination of an ``admit`` after the
+  ledger in partition order; a destination is admitted if its place is within the cap, so tasks
+  running at the same time never admit more than the cap between them.
 """
 
 from __future__ import annotations
@@ -23,7 +27,7 @@ from typing import Any
 import orjson
 
 __all__ = [
-    "Start", "Claim", "LedgerRecord", "Record", "StateView", "encode", "decode", "fold",
+    "Start", "Claim", "Admit", "LedgerRecord", "Record", "StateView", "encode", "decode", "fold",
     "EVERY_TASK",
 ]
 
@@ -52,6 +56,13 @@ class Claim:
 
 
 @dataclass(frozen=True)
+class Admit:
+    """A task asks to count ``destination`` (``stream/topic``) against the query's cap."""
+
+    destination: str
+
+
+@dataclass(frozen=True)
 class LedgerRecord:
     """The ledger's JSON data after batch ``data["last_batch"]``."""
 
@@ -62,7 +73,7 @@ class LedgerRecord:
         return int(self.data["last_batch"])
 
 
-Record = Start | Claim | LedgerRecord
+Record = Start | Claim | Admit | LedgerRecord
 
 
 def encode(record: Record) -> bytes:
@@ -73,6 +84,8 @@ def encode(record: Record) -> bytes:
     if isinstance(record, Claim):
         return orjson.dumps({"k": "claim", "run": record.run, "batch": record.batch,
                              "destination": record.destination, "nonce": record.nonce})
+    if isinstance(record, Admit):
+        return orjson.dumps({"k": "admit", "destination": record.destination})
     return orjson.dumps({"k": "ledger", "data": record.data})
 
 
@@ -87,6 +100,8 @@ def decode(payload: bytes) -> Record | None:
         if kind == "claim":
             return Claim(str(raw["run"]), int(raw["batch"]), str(raw["destination"]),
                          str(raw["nonce"]))
+        if kind == "admit":
+            return Admit(str(raw["destination"]))
         if kind == "ledger" and isinstance(raw["data"], dict):
             int(raw["data"]["last_batch"])
             return LedgerRecord(raw["data"])
@@ -107,6 +122,8 @@ class StateView:
     """(batch, task) of every ``start`` read."""
     claims: dict[tuple[str, int, str], str] = field(default_factory=dict)
     """(run, batch, destination) -> the nonce of its first claim."""
+    admits: dict[str, None] = field(default_factory=dict)
+    """Destinations of the ``admit`` records after the newest ledger, first one first."""
     end: int = 0
     """The offset after the last record read: where the next read goes on."""
 
@@ -119,16 +136,33 @@ class StateView:
         self.end = max(self.end, offset + 1)
         if isinstance(record, LedgerRecord):
             if self.ledger is None or record.batch >= self.last_batch:
-                self.ledger, self.ledger_offset = record.data, offset
+                # admits before it belong to a batch it holds, or to an attempt that failed
+                self.ledger, self.ledger_offset, self.admits = record.data, offset, {}
         elif isinstance(record, Start):
             self.starts.add((record.batch, record.task))
         elif isinstance(record, Claim):
             self.claims.setdefault((record.run, record.batch, record.destination), record.nonce)
+        elif isinstance(record, Admit):
+            self.admits.setdefault(record.destination)
 
     def started(self, batch: int, task: int) -> bool:
         """Whether an earlier attempt of this task of ``batch`` appended its ``start`` (or a
         migrated marker says every task of the batch may have)."""
         return (batch, task) in self.starts or (batch, EVERY_TASK) in self.starts
+
+    def admitted_within(self, destination: str, seeded: frozenset[str], cap: int) -> bool:
+        """Whether ``destination`` has a place within ``cap``: the ``seeded`` destinations
+        (the ledger's) first, then those of the ``admit`` records in partition order."""
+        if destination in seeded:
+            return True
+        place = len(seeded)
+        for admitted in self.admits:
+            if admitted in seeded:
+                continue
+            if admitted == destination:
+                return place < cap
+            place += 1
+        return False
 
     def won(self, claim: Claim) -> bool:
         """Whether ``claim`` is the first of its (run, batch, destination)."""

@@ -288,9 +288,14 @@ class RoutedOptions:
         return tuple(Destination(e.stream, e.topic) for e in self.admission.entries
                      if WILDCARD not in (e.stream, e.topic))
 
-    def new_admission(self, admitted: Iterable[Destination] = ()) -> Admission:
-        """An :class:`Admission` for one task, seeded with the query's admitted destinations."""
-        return Admission(self.admission, admitted)
+    def new_admission(
+        self,
+        admitted: Iterable[Destination] = (),
+        admit: Callable[[Destination], bool] | None = None,
+    ) -> Admission:
+        """An :class:`Admission` for one task, seeded with the query's admitted destinations;
+        ``admit`` arbitrates new ones between the query's tasks."""
+        return Admission(self.admission, admitted, admit)
 
 
 _Parse = Callable[[str, Callable[[str], Any]], Any]

@@ -25,7 +25,7 @@ from urllib.parse import urlsplit
 
 from iggy_spark import sending
 from iggy_spark.admission import Destination
-from iggy_spark.control import Claim, LedgerRecord, Record, StateView, decode, encode, fold
+from iggy_spark.control import Admit, Claim, LedgerRecord, Record, StateView, decode, encode, fold
 from iggy_spark.errors import StateError
 from iggy_spark.options import TopicDefaults
 
@@ -35,7 +35,7 @@ if TYPE_CHECKING:
     from iggy_spark.connection import IggyConnection
 
 __all__ = [
-    "state_topic", "read", "append", "create", "claim", "query_key", "checkpoint_query_id",
+    "state_topic", "read", "append", "create", "claim", "admit", "query_key", "checkpoint_query_id",
     "TOPIC_PREFIX",
 ]
 
@@ -170,3 +170,19 @@ async def claim(
     await append(conn, topic, mine, timeout=timeout)
     await sending.retrying(conn, lambda client: _read_on(client, topic, view), timeout)
     return view.won(mine)
+
+
+async def admit(
+    conn: IggyConnection, topic: Destination, view: StateView, seeded: frozenset[str],
+    destination: Destination, cap: int, *, timeout: float,
+) -> bool:
+    """Whether ``destination`` may count against the query's cap of ``cap`` destinations.
+
+    Appends an ``admit``, then reads the topic on from ``view``: the destinations the ledger
+    admitted (``seeded``) and those of earlier ``admit`` records take the places before it.
+    """
+    key = str(destination)
+    if key not in view.admits:
+        await append(conn, topic, Admit(key), timeout=timeout)
+        await sending.retrying(conn, lambda client: _read_on(client, topic, view), timeout)
+    return view.admitted_within(key, seeded, cap)

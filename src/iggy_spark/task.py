@@ -11,6 +11,7 @@ from __future__ import annotations
 
 import threading
 import time
+from collections.abc import Callable
 from typing import TYPE_CHECKING, Any
 
 import orjson
@@ -73,11 +74,12 @@ class RoutingTask:
         board: BreakerBoard,
         origin: Origin | None = None,
         scan: bool = False,
+        admit: Callable[[Destination], bool] | None = None,
     ) -> None:
         self.options = options
         self.conn = IggyConnection.shared(options.url)
         self.board = board
-        self.admission = options.new_admission(admitted)
+        self.admission = options.new_admission(admitted, admit)
         self.report = TaskReport()
         self.outbox = Outbox(options, board, self.report, origin, scan,
                              refused=self._refused_by_breaker, forget=self._forget)

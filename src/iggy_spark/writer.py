@@ -109,7 +109,7 @@ class IggyRoutedStreamWriter(DataSourceStreamArrowWriter):
             board = BreakerBoard(self.options.breaker, self.clock, start.ledger.breakers,
                                  start.claim)
             task = RoutingTask(self.options, start.ledger.admitted, board, start.origin,
-                               start.scan)
+                               start.scan, start.admit)
             task.report.query, task.report.state_lost = identity.query, int(start.lost)
         for batch in iterator:
             task.route(batch)
@@ -148,6 +148,7 @@ class _TaskStart(NamedTuple):
     origin: Origin | None  # effectively_once: this task's origin header
     scan: bool  # look for what an earlier attempt landed
     claim: Claim
+    admit: Claim  # whether a new destination has a place within the query's cap
     lost: bool  # the control topic was gone, or held no ledger, in a batch after the first
 
 
@@ -193,4 +194,11 @@ def _task_start(options: RoutedOptions, identity: delivery.TaskIdentity) -> _Tas
         return conn.run(state.claim(conn, topic, view, run, batch, destination,
                                     timeout=timeout))
 
-    return _TaskStart(ledger, origin, scan, claim, lost)
+    seeded = frozenset(str(d) for d in ledger.admitted)
+    cap = options.admission.max_destinations
+
+    def admit(destination: Destination) -> bool:
+        return conn.run(state.admit(conn, topic, view, seeded, destination, cap,
+                                    timeout=timeout))
+
+    return _TaskStart(ledger, origin, scan, claim, admit, lost)
