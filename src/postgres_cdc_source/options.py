@@ -74,6 +74,13 @@ OPTION_DOCS: tuple[OptionDoc, ...] = (
     OptionDoc("include_tables", "(all)", "regular expression, full match on `schema.table`"),
     OptionDoc("exclude_tables", "(none)", "regular expression, full match on `schema.table`"),
     OptionDoc(
+        "message_prefixes",
+        "(none)",
+        "logical messages to deliver (`pg_logical_emit_message`, op `message`): a comma-"
+        "separated list of prefixes, or `*` for all; none by default, so messages other tools "
+        "write to the WAL never reach your topics unasked (see Logical messages)",
+    ),
+    OptionDoc(
         "max_bytes_per_trigger",
         "(unlimited)",
         "WAL bytes per micro-batch (`64MB` style); "
@@ -193,8 +200,8 @@ def _is_column_route(option: str, value: str | None) -> bool:
 
 CDC_ONLY = frozenset({
     "slot", "plugin", "publication", "create_slot", "failover", "include_tables",
-    "exclude_tables", "max_bytes_per_trigger", "min_partitions", "min_bytes_per_partition",
-    "fail_on_data_loss",
+    "exclude_tables", "message_prefixes", "max_bytes_per_trigger", "min_partitions",
+    "min_bytes_per_partition", "fail_on_data_loss",
     "spill_rows", "snapshot", "snapshot_chunk_rows", "snapshot_max_rows_per_trigger",
 })
 """Options that mean something only to ``mode=cdc``; refused with ``mode=polling``."""
@@ -282,6 +289,8 @@ class CdcOptions:
     mode: str = "cdc"
     polling: PollingOptions | None = None  # set exactly when mode is polling
     connect_retry_seconds: float = 30.0
+    message_prefixes: frozenset[str] = frozenset()
+    """Prefixes of the logical messages to deliver; ``*`` stands for every prefix."""
 
     @property
     def safe_dsn(self) -> str:
@@ -300,6 +309,15 @@ class CdcOptions:
         if self.include_tables is not None and not self.include_tables.fullmatch(name):
             return False
         return self.exclude_tables is None or not self.exclude_tables.fullmatch(name)
+
+    @property
+    def delivers_messages(self) -> bool:
+        """Whether any logical message is delivered (``message_prefixes`` is set)."""
+        return bool(self.message_prefixes)
+
+    def keeps_message(self, prefix: str) -> bool:
+        """Whether ``message_prefixes`` lets a logical message with ``prefix`` through."""
+        return prefix in self.message_prefixes or "*" in self.message_prefixes
 
     @property
     def routes_by_column(self) -> bool:
@@ -435,7 +453,23 @@ class CdcOptions:
             connect_retry_seconds=_parsed(
                 "connect_retry_timeout", str(get("connect_retry_timeout")), parse_duration
             ).total_seconds(),
+            message_prefixes=_prefixes(get("message_prefixes")),
         )
+
+
+def _prefixes(text: str | None) -> frozenset[str]:
+    """``message_prefixes``: comma-separated prefixes, none empty; ``*`` alone means all."""
+    if text is None:
+        return frozenset()
+    prefixes = [p.strip() for p in text.split(",")]
+    if not all(prefixes):
+        raise ConfigError("message_prefixes", f"bad value: {text!r} has an empty prefix")
+    if "*" in prefixes and len(prefixes) > 1:
+        raise ConfigError("message_prefixes", f"bad value: {text!r} ('*' means every "
+                          "prefix: list prefixes or give '*' alone)")
+    if any("\x00" in p for p in prefixes):
+        raise ConfigError("message_prefixes", "bad value: it contains a NUL character")
+    return frozenset(prefixes)
 
 
 def _polling_options(get: Callable[[str], str | None]) -> PollingOptions:

@@ -21,8 +21,8 @@ def plugin_options(options: CdcOptions, publications: Sequence[str]) -> list[str
 
     ``publications`` are pgoutput's ``publication_names`` (ignored by test_decoding).
     """
-    pairs = (pgoutput_options(publications) if options.plugin == "pgoutput"
-             else TEST_DECODING_OPTIONS)
+    pairs = (pgoutput_options(publications, messages=options.delivers_messages)
+             if options.plugin == "pgoutput" else TEST_DECODING_OPTIONS)
     return [item for pair in pairs.items() for item in pair]
 
 
@@ -34,10 +34,11 @@ def make_decoder(options: CdcOptions, conn: psycopg.Connection[Any]) -> Decoder:
     """
     table_filter = options.keeps if options.filters_tables else None
     keep_values = options.routes_by_column  # the Router reads decoded values, not JSON again
+    messages = options.keeps_message if options.delivers_messages else None
     if options.plugin == "pgoutput":
-        return PgOutputDecoder(table_filter, keep_values=keep_values)
+        return PgOutputDecoder(table_filter, keep_values=keep_values, messages=messages)
 
     def catalog(schema: str, table: str) -> TableInfo | None:
         return table_info(conn, schema, table)
 
-    return TextFormatDecoder(catalog, table_filter, keep_values=keep_values)
+    return TextFormatDecoder(catalog, table_filter, keep_values=keep_values, messages=messages)

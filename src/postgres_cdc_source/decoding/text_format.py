@@ -7,6 +7,7 @@ The reader peeks with ``pg_logical_slot_peek_changes(slot, upto, NULL, VARIADIC 
     table "My Schema"."T""1": UPDATE: old-key: id[integer]:1 new-tuple: id[integer]:2 d[text]:'a''b'
     table public.t2, public.t3: TRUNCATE: (no-flags)
     COMMIT 731 (at 2024-01-02 03:04:05.123456+00)
+    message: transactional: 1 prefix: outbox, sz: 7 content:{"a":1}
 
 Names are printed with ``quote_identifier`` and types with ``format_type_be``. Values are the
 type's output text, quoted with ``'`` (doubled inside) except for integers, floats and numeric
@@ -46,6 +47,8 @@ from postgres_cdc_source.decoding.changes import (
     Change,
     Commit,
     Event,
+    LoneMessage,
+    MessageFilter,
     PeekRow,
     RawValue,
     RowShape,
@@ -53,6 +56,7 @@ from postgres_cdc_source.decoding.changes import (
     build_change,
     decode_error,
     empty_change,
+    message_change,
 )
 from postgres_cdc_source.errors import DecodeError
 from postgres_cdc_source.values import converter_for_oid, converter_for_type_name
@@ -89,6 +93,8 @@ _COLUMN = re.compile(
     rf" ({_IDENT})\[((?:[^\"\]]|\"(?:[^\"]|\"\")*\"|\](?!:))+)\]:('[^']*(?:''[^']*)*'|[^' ][^ ]*)"
 )
 _COMMIT = re.compile(r"COMMIT (\d+) \(at ([^)]+)\)\Z")
+_MESSAGE = re.compile(r"message: transactional: ([01]) prefix: ")
+_MESSAGE_SIZE = re.compile(r", sz: (\d+) content:")
 _QUOTED = r"'([^']*(?:''[^']*)*)'"
 
 _UNQUOTED = frozenset({20, 21, 23, 26, 700, 701, 1700})  # print_literal's bare types
@@ -216,6 +222,8 @@ class TextFormatDecoder:
     ``catalog(schema, table)`` is called at most once per kept table per decoder, lazily at its
     first change; ``table_filter(schema, table)`` once per table. Changes of filtered tables
     advance ``seq`` without their tuples being parsed or the catalog being asked.
+    ``messages(prefix)`` picks the logical messages to deliver; with it every transactional
+    message counts in ``seq``, as with pgoutput; without it they are skipped and not counted.
     """
 
     __test__ = False  # not a pytest test class, despite the name
@@ -226,10 +234,12 @@ class TextFormatDecoder:
         table_filter: TableFilter | None = None,
         *,
         keep_values: bool = False,
+        messages: MessageFilter | None = None,
     ) -> None:
         self._catalog = catalog
         self._filter = table_filter
         self._keep_values = keep_values
+        self._messages = messages
         self._tables: dict[tuple[str, str], _Table] = {}
         # "table s.t: INSERT:" / "...: UPDATE:" of kept tables with a catalog: the hot path's
         # lookup, filled as the general path meets them
@@ -240,7 +250,7 @@ class TextFormatDecoder:
         seq = 0
         headers = self._headers
         keep_values = self._keep_values
-        for lsn, _row_xid, line in rows:
+        for lsn, row_xid, line in rows:
             if not isinstance(line, str):
                 raise decode_error(_PLUGIN, lsn, "got bytes, expected text: peek test_decoding "
                                    "with pg_logical_slot_peek_changes")
@@ -279,7 +289,21 @@ class TextFormatDecoder:
                 elif first == "C" and line.startswith("COMMIT "):
                     yield self._commit(line, xid, lsn)
                     xid = -1
-                elif not line.startswith("message: "):  # logical messages are not changes
+                elif first == "m" and line.startswith("message: "):
+                    if self._messages is None:
+                        continue
+                    transactional, prefix, content = _message(line)
+                    if transactional:
+                        if xid < 0:
+                            raise ValueError("transactional message outside a transaction")
+                        seq += 1
+                        if self._messages(prefix):
+                            yield message_change(lsn, seq - 1, prefix, content,
+                                                 keep_values=keep_values)
+                    elif self._messages(prefix):
+                        yield LoneMessage(row_xid or None, message_change(
+                            lsn, None, prefix, content, keep_values=keep_values))
+                else:
                     raise ValueError("unrecognized line (were TEST_DECODING_OPTIONS passed?)")
             except DecodeError:
                 raise
@@ -360,6 +384,23 @@ class TextFormatDecoder:
 
 
 _OPS = {"INSERT": INSERT, "UPDATE": UPDATE, "DELETE": DELETE}
+
+
+def _message(line: str) -> tuple[bool, str, bytes]:
+    """A message line's (transactional?, prefix, content).
+
+    The prefix and content are printed raw, so either may hold the ``, sz: N content:`` that
+    separates them: the separator is the first one whose ``N`` is the byte length of the rest
+    of the line (the content is its last ``N`` bytes).
+    """
+    head = _MESSAGE.match(line)
+    if head is None:
+        raise ValueError("unrecognized message line")
+    for size in _MESSAGE_SIZE.finditer(line, head.end()):
+        content = line[size.end():].encode()
+        if len(content) == int(size[1]):
+            return head[1] == "1", line[head.end():size.start()], content
+    raise ValueError("message content does not match its printed size")
 
 
 _new = tuple.__new__  # builds a Change without NamedTuple.__new__'s Python frame
