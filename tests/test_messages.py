@@ -119,7 +119,7 @@ def _td(*lines: str) -> list[Any]:
 
 def test_test_decoding_finds_the_separator_a_prefix_or_content_may_also_hold() -> None:
     prefix = "p, sz: 3 content:abc"
-    content = "x, sz: 1 content:é"  # 'é' is two bytes: the printed size counts bytes
+    content = "x, sz: 2 content:é"  # a valid-looking tail: "é" is two bytes
     size = len(content.encode())
     (_, change, _) = _td(f"message: transactional: 1 prefix: {prefix}, sz: {size} "
                          f"content:{content}")
