@@ -26,6 +26,7 @@ from postgres_cdc_source.decoding.changes import (
     decode_error,
     empty_change,
     message_change,
+    message_event,
     message_prefix,
     route_values,
     row_json,
@@ -34,6 +35,6 @@ from postgres_cdc_source.decoding.changes import (
 __all__ = [
     "Begin", "Change", "Commit", "LoneMessage", "Event", "PeekRow", "TableFilter",
     "MessageFilter", "Decoder", "INSERT", "UPDATE", "DELETE", "TRUNCATE", "MESSAGE", "UNCHANGED",
-    "RowShape", "build_change", "empty_change", "message_change", "message_prefix",
+    "RowShape", "build_change", "empty_change", "message_change", "message_event", "message_prefix",
     "decode_error", "RawValue", "route_values", "row_json",
 ]

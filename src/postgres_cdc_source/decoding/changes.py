@@ -48,7 +48,7 @@ from postgres_cdc_source.values import Converter
 __all__ = [
     "Begin", "Change", "Commit", "LoneMessage", "Event", "PeekRow", "TableFilter",
     "MessageFilter", "Decoder", "INSERT", "UPDATE", "DELETE", "TRUNCATE", "MESSAGE", "UNCHANGED",
-    "RowShape", "build_change", "empty_change", "message_change", "message_prefix",
+    "RowShape", "build_change", "empty_change", "message_change", "message_event", "message_prefix",
     "decode_error", "RawValue", "route_values", "row_json",
 ]
 
@@ -345,6 +345,26 @@ def message_change(
              "content_base64": base64.b64encode(content).decode()}
     return Change(lsn, seq, None, None, MESSAGE, _dumps({"prefix": prefix}).decode(), None,
                   _dumps(after).decode(), (), after if keep_values else None)
+
+
+def message_event(
+    messages: MessageFilter, lsn: int, xid: int, row_xid: int, seq: int,
+    parsed: tuple[bool, str, bytes], *, keep_values: bool,
+) -> tuple[Change | LoneMessage | None, int]:
+    """The event of a parsed ``(transactional?, prefix, content)`` logical message (``None`` if
+    ``messages`` does not deliver its prefix) and the next ``seq``: a change at ``seq`` of the
+    open transaction (``xid`` -1: none open, an error), which takes its ``seq`` whether it is
+    delivered or not, or a :class:`LoneMessage` (``row_xid`` 0: written outside any
+    transaction)."""
+    transactional, prefix, content = parsed
+    if not transactional:
+        lone = LoneMessage(row_xid or None, message_change(
+            lsn, None, prefix, content, keep_values=keep_values))
+        return (lone if messages(prefix) else None), seq
+    if xid < 0:
+        raise ValueError("transactional message outside a transaction")
+    change = message_change(lsn, seq, prefix, content, keep_values=keep_values)
+    return (change if messages(prefix) else None), seq + 1
 
 
 def message_prefix(change: Change) -> str:

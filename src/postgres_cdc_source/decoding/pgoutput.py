@@ -44,7 +44,6 @@ from postgres_cdc_source.decoding.changes import (
     Change,
     Commit,
     Event,
-    LoneMessage,
     MessageFilter,
     PeekRow,
     RawValue,
@@ -53,7 +52,7 @@ from postgres_cdc_source.decoding.changes import (
     build_change,
     decode_error,
     empty_change,
-    message_change,
+    message_event,
 )
 from postgres_cdc_source.errors import DecodeError
 from postgres_cdc_source.values import Converter, converter_for_oid
@@ -268,17 +267,11 @@ class PgOutputDecoder:
                 elif kind == 82:  # 'R'
                     self._relation(data)
                 elif kind == 77 and self._messages is not None:  # 'M'
-                    transactional, prefix, content = _read_message(data)
-                    if transactional:
-                        if xid < 0:
-                            raise ValueError("transactional 'M' message outside a transaction")
-                        seq += 1
-                        if self._messages(prefix):
-                            yield message_change(lsn, seq - 1, prefix, content,
-                                                 keep_values=keep_values)
-                    elif self._messages(prefix):
-                        yield LoneMessage(row_xid or None, message_change(
-                            lsn, None, prefix, content, keep_values=keep_values))
+                    parsed = _read_message(data)
+                    event, seq = message_event(self._messages, lsn, xid, row_xid, seq, parsed,
+                                               keep_values=keep_values)
+                    if event is not None:
+                        yield event
                 elif kind not in _SKIPPED_KINDS:
                     raise ValueError(f"unsupported message type {chr(kind)!r} (use "
                                      f"proto_version 1 without streaming or two_phase)")

@@ -47,7 +47,6 @@ from postgres_cdc_source.decoding.changes import (
     Change,
     Commit,
     Event,
-    LoneMessage,
     MessageFilter,
     PeekRow,
     RawValue,
@@ -56,7 +55,7 @@ from postgres_cdc_source.decoding.changes import (
     build_change,
     decode_error,
     empty_change,
-    message_change,
+    message_event,
 )
 from postgres_cdc_source.errors import DecodeError
 from postgres_cdc_source.values import converter_for_oid, converter_for_type_name
@@ -292,17 +291,11 @@ class TextFormatDecoder:
                 elif first == "m" and line.startswith("message: "):
                     if self._messages is None:
                         continue
-                    transactional, prefix, content = _message(line)
-                    if transactional:
-                        if xid < 0:
-                            raise ValueError("transactional message outside a transaction")
-                        seq += 1
-                        if self._messages(prefix):
-                            yield message_change(lsn, seq - 1, prefix, content,
-                                                 keep_values=keep_values)
-                    elif self._messages(prefix):
-                        yield LoneMessage(row_xid or None, message_change(
-                            lsn, None, prefix, content, keep_values=keep_values))
+                    parsed = _message(line)
+                    event, seq = message_event(self._messages, lsn, xid, row_xid, seq, parsed,
+                                               keep_values=keep_values)
+                    if event is not None:
+                        yield event
                 else:
                     raise ValueError("unrecognized line (were TEST_DECODING_OPTIONS passed?)")
             except DecodeError:
