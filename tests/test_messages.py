@@ -108,13 +108,18 @@ def test_without_message_prefixes_no_message_arrives_and_seq_ignores_them(
     assert [(r["op"], r["seq"]) for r in rows] == [("insert", 0)]
 
 
-def test_pgoutput_carries_binary_content_as_base64_only(pg: LocalPostgres, name: str) -> None:
-    rows = _read(pg, {"slot": name, "message_prefixes": "*"}, [
+def test_binary_content_arrives_as_base64_only(pg: LocalPostgres, slot: str, plugin: str
+                                                ) -> None:
+    rows = _read(pg, {"slot": slot, "plugin": plugin, "message_prefixes": "*"}, [
+        # (a lone message first: the commit after it flushes its WAL, which makes it readable)
+        "SELECT pg_logical_emit_message(false, 'bin, sz: 1 content:', '\\x00'::bytea)",
         "SELECT pg_logical_emit_message(true, 'bin', '\\xff00fe'::bytea)",
     ])
-    (row,) = rows
-    assert json.loads(row["after"]) == {"prefix": "bin", "content": None,
-                                       "content_base64": base64.b64encode(b"\xff\x00\xfe").decode()}
+    assert [json.loads(row["after"]) for row in rows] == [
+        {"prefix": "bin, sz: 1 content:", "content": "\x00", "content_base64": "AA=="},
+        {"prefix": "bin", "content": None,
+         "content_base64": base64.b64encode(b"\xff\x00\xfe").decode()},
+    ]
 
 
 def _td(*lines: str) -> list[Any]:

@@ -92,8 +92,9 @@ _COLUMN = re.compile(
     rf" ({_IDENT})\[((?:[^\"\]]|\"(?:[^\"]|\"\")*\"|\](?!:))+)\]:('[^']*(?:''[^']*)*'|[^' ][^ ]*)"
 )
 _COMMIT = re.compile(r"COMMIT (\d+) \(at ([^)]+)\)\Z")
-_MESSAGE = re.compile(r"message: transactional: ([01]) prefix: ")
-_MESSAGE_SIZE = re.compile(r", sz: (\d+) content:")
+_MESSAGE = re.compile(rb"message: transactional: ([01]) prefix: ")
+_MESSAGE_SIZE = re.compile(rb", sz: (\d+) content:")
+_HEX = "message-hex: "
 _QUOTED = r"'([^']*(?:''[^']*)*)'"
 
 _UNQUOTED = frozenset({20, 21, 23, 26, 700, 701, 1700})  # print_literal's bare types
@@ -288,7 +289,7 @@ class TextFormatDecoder:
                 elif first == "C" and line.startswith("COMMIT "):
                     yield self._commit(line, xid, lsn)
                     xid = -1
-                elif first == "m" and line.startswith("message: "):
+                elif first == "m" and line.startswith(("message: ", _HEX)):
                     if self._messages is None:
                         continue
                     parsed = _message(line)
@@ -380,19 +381,21 @@ _OPS = {"INSERT": INSERT, "UPDATE": UPDATE, "DELETE": DELETE}
 
 
 def _message(line: str) -> tuple[bool, str, bytes]:
-    """A message line's (transactional?, prefix, content).
+    """A message line's (transactional?, prefix, content), from the line as test_decoding prints
+    it or as the reader fetches it (``message-hex: `` and the hex of its bytes, which carries
+    content that is not text).
 
     The prefix and content are printed raw, so either may hold the ``, sz: N content:`` that
     separates them: the separator is the first one whose ``N`` is the byte length of the rest
     of the line (the content is its last ``N`` bytes).
     """
-    head = _MESSAGE.match(line)
+    raw = bytes.fromhex(line[len(_HEX):]) if line.startswith(_HEX) else line.encode()
+    head = _MESSAGE.match(raw)
     if head is None:
         raise ValueError("unrecognized message line")
-    for size in _MESSAGE_SIZE.finditer(line, head.end()):
-        content = line[size.end():].encode()
-        if len(content) == int(size[1]):
-            return head[1] == "1", line[head.end():size.start()], content
+    for size in _MESSAGE_SIZE.finditer(raw, head.end()):
+        if len(raw) - size.end() == int(size[1]):
+            return head[1] == b"1", raw[head.end():size.start()].decode(), raw[size.end():]
     raise ValueError("message content does not match its printed size")
 
 
