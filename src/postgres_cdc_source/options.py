@@ -22,7 +22,7 @@ from postgres_cdc_source.errors import ConfigError
 
 __all__ = [
     "CdcOptions", "PollingOptions", "OPTION_DOCS", "PLUGINS", "MODES",
-    "SNAPSHOT_MODES", "CDC_ONLY", "POLLING_ONLY", "redact_dsn",
+    "SNAPSHOT_MODES", "CDC_ONLY", "POLLING_ONLY", "MARKER_PREFIX", "redact_dsn",
 ]
 
 T = TypeVar("T")
@@ -30,6 +30,10 @@ T = TypeVar("T")
 PLUGINS = ("pgoutput", "test_decoding")
 MODES = ("cdc", "polling")
 SNAPSHOT_MODES = ("never", "initial")
+
+MARKER_PREFIX = "pg_cdc.backfill.chunk"
+"""Prefix of the logical messages a query writes to place a backfill chunk in its stream; never
+delivered, even with ``message_prefixes=*``."""
 
 _SLOT_NAME = re.compile(r"[a-z0-9_]{1,63}")
 _MAX_ROWS = 2**31 - 1  # fetch/batch/spill sizes: more is no batch size, and FETCH overflows
@@ -152,6 +156,12 @@ OPTION_DOCS: tuple[OptionDoc, ...] = (
         "each batch's end is a checkpointed resume point",
     ),
     OptionDoc(
+        "backfill_chunk_rows",
+        "5000",
+        "rows per backfill chunk (see Backfill): the key range read and placed in the stream "
+        "at once, at most one chunk per micro-batch",
+    ),
+    OptionDoc(
         "spill_rows",
         "20000",
         "changes of one open transaction kept in memory before "
@@ -203,6 +213,7 @@ CDC_ONLY = frozenset({
     "exclude_tables", "message_prefixes", "max_bytes_per_trigger", "min_partitions",
     "min_bytes_per_partition", "fail_on_data_loss",
     "spill_rows", "snapshot", "snapshot_chunk_rows", "snapshot_max_rows_per_trigger",
+    "backfill_chunk_rows",
 })
 """Options that mean something only to ``mode=cdc``; refused with ``mode=polling``."""
 POLLING_ONLY = frozenset(
@@ -290,6 +301,7 @@ class CdcOptions:
     polling: PollingOptions | None = None  # set exactly when mode is polling
     connect_retry_seconds: float = 30.0
     message_prefixes: frozenset[str] = frozenset()
+    backfill_chunk_rows: int = 5000
     """Prefixes of the logical messages to deliver; ``*`` stands for every prefix."""
 
     @property
@@ -317,7 +329,8 @@ class CdcOptions:
 
     def keeps_message(self, prefix: str) -> bool:
         """Whether ``message_prefixes`` lets a logical message with ``prefix`` through."""
-        return prefix in self.message_prefixes or "*" in self.message_prefixes
+        return prefix in self.message_prefixes or (
+            "*" in self.message_prefixes and prefix != MARKER_PREFIX)
 
     @property
     def routes_by_column(self) -> bool:
@@ -454,6 +467,9 @@ class CdcOptions:
                 "connect_retry_timeout", str(get("connect_retry_timeout")), parse_duration
             ).total_seconds(),
             message_prefixes=_prefixes(get("message_prefixes")),
+            backfill_chunk_rows=_parsed(
+                "backfill_chunk_rows", str(get("backfill_chunk_rows")), _positive_int
+            ),
         )
 
 

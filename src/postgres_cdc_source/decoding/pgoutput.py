@@ -57,7 +57,7 @@ from postgres_cdc_source.decoding.changes import (
 from postgres_cdc_source.errors import DecodeError
 from postgres_cdc_source.values import Converter, converter_for_oid
 
-__all__ = ["PgOutputDecoder", "PGOUTPUT_OPTIONS", "pgoutput_options"]
+__all__ = ["PgOutputDecoder", "PGOUTPUT_OPTIONS", "pgoutput_options", "read_message"]
 
 PGOUTPUT_OPTIONS: dict[str, str] = {"proto_version": "1"}
 """Options for every pgoutput peek, besides ``publication_names`` (see :func:`pgoutput_options`).
@@ -267,7 +267,7 @@ class PgOutputDecoder:
                 elif kind == 82:  # 'R'
                     self._relation(data)
                 elif kind == 77 and self._messages is not None:  # 'M'
-                    parsed = _read_message(data)
+                    parsed = read_message(data)
                     event, seq = message_event(self._messages, lsn, xid, row_xid, seq, parsed,
                                                keep_values=keep_values)
                     if event is not None:
@@ -365,7 +365,7 @@ class PgOutputDecoder:
                    if shape.keep else None)
 
 
-def _read_message(data: bytes) -> tuple[bool, str, bytes]:
+def read_message(data: bytes) -> tuple[bool, str, bytes]:
     """A logical message's (transactional?, prefix, content)."""
     flags, _lsn = _message(data, 1)
     prefix, pos = _cstring(data, 10)

@@ -60,7 +60,7 @@ from postgres_cdc_source.decoding.changes import (
 from postgres_cdc_source.errors import DecodeError
 from postgres_cdc_source.values import converter_for_oid, converter_for_type_name
 
-__all__ = ["TEST_DECODING_OPTIONS", "TextFormatDecoder"]
+__all__ = ["TEST_DECODING_OPTIONS", "TextFormatDecoder", "message_line"]
 
 TEST_DECODING_OPTIONS: dict[str, str] = {
     "include-xids": "1",
@@ -292,7 +292,7 @@ class TextFormatDecoder:
                 elif first == "m" and line.startswith(("message: ", _HEX)):
                     if self._messages is None:
                         continue
-                    parsed = _message(line)
+                    parsed = message_line(line)
                     event, seq = message_event(self._messages, lsn, xid, row_xid, seq, parsed,
                                                keep_values=keep_values)
                     if event is not None:
@@ -380,7 +380,7 @@ class TextFormatDecoder:
 _OPS = {"INSERT": INSERT, "UPDATE": UPDATE, "DELETE": DELETE}
 
 
-def _message(line: str) -> tuple[bool, str, bytes]:
+def message_line(line: str) -> tuple[bool, str, bytes]:
     """A message line's (transactional?, prefix, content), from the line as test_decoding prints
     it or as the reader fetches it (``message-hex: `` and the hex of its bytes, which carries
     content that is not text).

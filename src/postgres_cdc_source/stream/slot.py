@@ -528,6 +528,24 @@ def peek(
         raise SlotError(_in_use(name, exc)) from None
 
 
+def peek_messages(
+    conn: Conn, options: CdcOptions, upto: int, pubs: list[str]
+) -> list[tuple[int, bytes | str]]:
+    """``(lsn, data)`` of the logical messages the slot would emit up to ``upto`` (pgoutput
+    peeked with ``messages``), filtered by the server: the rows of table changes never travel.
+    """
+    query, plugin_options = _peek_query(options, pubs)
+    is_message = ("get_byte(data, 0) = 77" if options.plugin == "pgoutput"
+                  else "starts_with(data, 'message-hex: ')")
+    probe = sql.SQL("SELECT lsn, data FROM ({}) AS peeked(lsn, xid, data) WHERE {}").format(
+        query, sql.SQL(is_message))
+    try:
+        rows = conn.execute(probe, (options.slot, format_lsn(upto), None, plugin_options))
+        return [(int(lsn), data) for lsn, data in rows.fetchall()]
+    except pgerrors.ObjectInUse as exc:
+        raise SlotError(_in_use(options.slot, exc)) from None
+
+
 def first_commit_end(
     conn: Conn,
     options: CdcOptions,
