@@ -105,3 +105,19 @@ def test_refusals_name_the_table_and_why(pg: LocalPostgres, name: str) -> None:
     finally:
         with pg.connect() as conn:
             conn.execute("SELECT pg_drop_replication_slot(%s)", (name,))
+
+
+def test_a_table_the_query_does_not_capture_is_skipped_with_a_warning(
+    pg: LocalPostgres, name: str, caplog: pytest.LogCaptureFixture
+) -> None:
+    with pg.connect() as conn:
+        conn.execute(f"CREATE TABLE {name}_in (id int PRIMARY KEY)")
+        conn.execute(f"CREATE TABLE {name}_out (id int PRIMARY KEY)")
+        conn.execute(f"INSERT INTO {name}_in VALUES (1)")
+        conn.execute(f"INSERT INTO {name}_out VALUES (1)")
+    query = _Query(pg, {"slot": name, "include_tables": rf"public\.{name}_in"})
+    backfill = request_backfill(pg.dsn, name, [f"{name}_out", f"{name}_in"])
+    rows = query.batch() + query.batch()
+    assert [(r["op"], r["table"]) for r in rows] == [("read", f"{name}_in")]
+    assert f"backfill {backfill}: table public.{name}_out is not captured" in caplog.text
+    assert query.offset.get("backfill") is None
