@@ -111,10 +111,9 @@ def test_a_table_the_query_does_not_capture_is_skipped_with_a_warning(
     pg: LocalPostgres, name: str, caplog: pytest.LogCaptureFixture
 ) -> None:
     with pg.connect() as conn:
-        conn.execute(f"CREATE TABLE {name}_in (id int PRIMARY KEY)")
-        conn.execute(f"CREATE TABLE {name}_out (id int PRIMARY KEY)")
-        conn.execute(f"INSERT INTO {name}_in VALUES (1)")
-        conn.execute(f"INSERT INTO {name}_out VALUES (1)")
+        for table in (f"{name}_in", f"{name}_out"):
+            conn.execute(f"CREATE TABLE {table} AS SELECT 1 AS id")
+            conn.execute(f"ALTER TABLE {table} ADD PRIMARY KEY (id)")
     query = _Query(pg, {"slot": name, "include_tables": rf"public\.{name}_in"})
     backfill = request_backfill(pg.dsn, name, [f"{name}_out", f"{name}_in"])
     rows = query.batch() + query.batch()

@@ -18,8 +18,8 @@ import pytest
 from iggy_local import LocalIggy
 from iggy_spark_testing.chaos import (
     PipelineJob,
-    committed_end,
-    flush_lsn,
+    abandon,
+    catch_up_and_stop,
     read_checkpoint,
     slot_exists,
     wait_until,
@@ -69,17 +69,9 @@ def test_backfill_across_a_driver_kill_rebuilds_every_table(
         job.start()
         wait_until(lambda: _backfill_state(checkpoint) is None, 180,
                    "the backfill to finish", alive=lambda: job.running)
-        stop.set()
-        run.join(60)
-        target = flush_lsn(pg.dsn)
-        wait_until(lambda: (committed_end(checkpoint) or 0) >= target, 120,
-                   "the job to catch up", alive=lambda: job.running)
-        assert job.stop() == 0, job.log_tail()
+        catch_up_and_stop(job, pg.dsn, checkpoint, run, stop)
     finally:
-        stop.set()
-        if job.running:
-            job.kill()
-        work.close()
+        abandon(job, stop, work)
     messages = [dict(m.change or {}, id=m.id) for m in read_back(broker.url, [name])]
     reads = [m for m in messages if m["op"] == "read"]
     assert reads and {m["table"] for m in reads} == set(work.tables)
