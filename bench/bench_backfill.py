@@ -28,20 +28,19 @@ import sys
 import threading
 import time
 from datetime import UTC, datetime
-from decimal import Decimal
 from typing import Any
 
 import orjson
 import psycopg
 from pyspark.sql.streaming.datasource import ReadAllAvailable
 
-from bench import common
+from bench import bench_snapshot, common
 from iggy_spark_testing.harness import postgres
 from postgres_cdc_source.backfill import request_backfill
 from postgres_cdc_source.options import CdcOptions
 from postgres_cdc_source.stream.reader import PgCdcStreamReader
 
-TABLE, EVENTS = "bf", "bf_events"
+TABLE, EVENTS = bench_snapshot.TABLE, "bf_events"
 BACKFILL_TIMED = ("request_backfill to the batch whose end offset has no backfill left; reader "
                   "driven in Spark's call order in one process, no Spark")
 HAND_TIMED = ("connect, keyset pages (WHERE id > $last ORDER BY id LIMIT chunk) in a binary "
@@ -49,23 +48,10 @@ HAND_TIMED = ("connect, keyset pages (WHERE id > $last ORDER BY id LIMIT chunk) 
 
 
 def make_tables(conn: psycopg.Connection[Any], rows: int) -> None:
-    conn.execute(f"CREATE TABLE {TABLE} (id bigint PRIMARY KEY, n integer, t text, "
-                 "amount numeric(14,2), at timestamptz, doc jsonb)")
-    conn.execute(
-        f"INSERT INTO {TABLE} SELECT g, g %% 1000, md5(g::text) || ' row', (g * 1.25)::numeric,"
-        " timestamptz '2024-01-01' + g * interval '1 second',"
-        " jsonb_build_object('g', g, 'tag', 'x' || (g %% 7)) FROM generate_series(1, %s) g",
-        (rows,),
-    )
-    conn.execute(f"VACUUM ANALYZE {TABLE}")
+    """The snapshot benchmark's table (the same rows), and the latency writer's table."""
+    bench_snapshot.make_table(conn, rows)
     conn.execute(f"CREATE TABLE {EVENTS} (id bigserial PRIMARY KEY, "
                  "at timestamptz NOT NULL DEFAULT clock_timestamp())")
-
-
-def _default(value: Any) -> Any:
-    if isinstance(value, Decimal):
-        return str(value)
-    raise TypeError(type(value))
 
 
 def handwritten(dsn: str, chunk: int) -> int:
@@ -80,7 +66,7 @@ def handwritten(dsn: str, chunk: int) -> int:
             if not rows:
                 return count
             for row in rows:
-                dumps(dict(zip(names, row, strict=True)), default=_default)
+                dumps(dict(zip(names, row, strict=True)), default=bench_snapshot.default)
                 dumps({"id": row[0]})
             count += len(rows)
             last = rows[-1][0]
