@@ -45,18 +45,21 @@ def _rows(reader: PgCdcStreamReader, start: dict[str, Any], end: dict[str, Any]
             for batch in reader.read(part) for row in batch.to_pylist()]
 
 
-@pytest.mark.parametrize("plugin", ["pgoutput", "test_decoding"])
+@pytest.mark.parametrize("plugin,partitions", [("pgoutput", "1"), ("test_decoding", "1"),
+                                               ("pgoutput", "3")])
 def test_a_backfill_places_chunks_in_the_stream_and_ends_with_current_values(
-    pg: LocalPostgres, name: str, plugin: str, caplog: pytest.LogCaptureFixture
+    pg: LocalPostgres, name: str, plugin: str, partitions: str,
+    caplog: pytest.LogCaptureFixture,
 ) -> None:
     caplog.set_level(logging.INFO, logger="postgres_cdc_source.backfill")
-    slot = f"{name}_{plugin}"
+    slot = f"{name}_{plugin}_{partitions}"
     with pg.connect() as conn:
         conn.execute(f"CREATE TABLE {slot} (a int, b text, v text, PRIMARY KEY (a, b))")
         conn.execute(f"INSERT INTO {slot} SELECT i % 4, 'k' || i, 'old' FROM "
                      "generate_series(1, 25) AS i")
     query = _Query(pg, {"slot": slot, "plugin": plugin, "include_tables": rf"public\.{slot}",
-                        "backfill_chunk_rows": "10"})
+                        "backfill_chunk_rows": "10", "min_partitions": partitions,
+                        "min_bytes_per_partition": "1"})
     backfill = request_backfill(pg.dsn, slot, [slot], where="v <> 'skip%'")
     rows: list[dict[str, Any]] = []
     with pg.connect() as conn:
