@@ -41,6 +41,7 @@ BENCHMARKS: dict[str, tuple[list[str], list[str]]] = {
     # The fault campaign runs about 45 minutes (its own time budget, then the verdict).
     "reliability": ([], ["--faults", "3", "--exception-rounds", "1", "--off-faults", "1",
                          "--inject-minutes", "4"]),
+    "held_back": ([], ["--batch", "10000", "--behind", "0,100000", "--rounds", "2"]),
     "snapshot_faults": ([], ["--rows", "3000", "--kills", "1", "--chunk-rows", "300",
                              "--max-rows-per-trigger", "300"]),
     # 3,000/s is what 2 cores sustain with generator, Postgres, Spark and broker on them.

@@ -9,6 +9,7 @@ from __future__ import annotations
 import base64
 import itertools
 import json
+import logging
 import math
 import pickle
 import re
@@ -410,6 +411,85 @@ def test_test_decoding_table_gone_from_the_catalog() -> None:
     assert ins.after == '{"id":1,"v":{"a": 1}}'
     assert (upd.key, upd.before, upd.after) == ('{"id":1}', None, '{"id":2,"v":null}')
     assert (dele.key, dele.before) == ('{"id":2}', None)
+
+
+# The catalog as it is when read, after the changes below were written: the key column "id"
+# was renamed to "key_id" / the primary key moved from "id" to "code".
+RENAMED = info_of("public", "t", "d", [("key_id", "key_id", "integer", 23, True),
+                                        ("data", "data", "text", 25, False)])
+MOVED = info_of("public", "u", "d", [("id", "id", "integer", 23, False),
+                                      ("code", "code", "text", 25, True)])
+
+
+def test_test_decoding_keys_are_the_old_tuples_postgres_logged_not_the_catalogs() -> None:
+    """A delete or key-changing update carries the identity as written: after a key column is
+    renamed or the key moves to other columns, those changes keep the key they were logged
+    with (what pgoutput's Relation message says too)."""
+    events = decode_td(td_rows(
+        "table public.t: UPDATE: old-key: id[integer]:1 new-tuple: id[integer]:10 data[text]:'a'",
+        "table public.t: DELETE: id[integer]:2",
+        "table public.u: UPDATE: old-key: id[integer]:2 new-tuple: id[integer]:20 code[text]:'x'",
+        "table public.u: DELETE: id[integer]:1",
+        "table public.u: DELETE: code[text]:'y'",  # written after the move: the catalog's key
+    ), RENAMED, MOVED)
+    assert [(c.table, c.op, loads(c.key), c.before) for c in changes(events)] == [
+        ("t", "update", {"id": 1}, None),
+        ("t", "delete", {"id": 2}, None),
+        ("u", "update", {"id": 2}, None),
+        ("u", "delete", {"id": 1}, None),
+        ("u", "delete", {"code": "y"}, None),
+    ]
+    assert loads(changes(events)[2].after) == {"id": 20, "code": "x"}
+
+
+_NAMES = st.lists(st.sampled_from(["a", "b", "c", "d", "e"]), min_size=1, max_size=5,
+                  unique=True)
+
+
+@settings(max_examples=100, deadline=None)
+@given(_NAMES, st.data())
+def test_test_decoding_a_printed_old_key_is_the_key_whatever_the_catalog_says_now(
+    written: list[str], data: st.DataObject
+) -> None:
+    """For any key a delete or key-changing update was logged with, and any catalog now (key
+    moved to other columns, a column renamed away, no key, or the same key), ``key`` is exactly
+    the printed old key; only a catalog predicting that very key lets its shape be used."""
+    key = data.draw(st.lists(st.sampled_from(written), min_size=1, unique=True), label="key")
+    key = [n for n in written if n in key]  # printed in column order
+    now = data.draw(st.lists(st.sampled_from(["a", "b", "c", "d", "e", "z"]), min_size=1,
+                             max_size=6, unique=True), label="columns now")
+    now_key = data.draw(st.lists(st.sampled_from(now), unique=True), label="key now")
+    info = info_of("public", "h", "d", [(n, n, "integer", 23, n in now_key) for n in now])
+    values = {n: i + 1 for i, n in enumerate(written)}
+    old = " ".join(f"{n}[integer]:{values[n]}" for n in key)
+    new = " ".join(f"{n}[integer]:{values[n] + 100}" for n in written)
+    (_, dele, upd, _) = decode_td(td_rows(
+        f"table public.h: DELETE: {old}",
+        f"table public.h: UPDATE: old-key: {old} new-tuple: {new}",
+    ), info)
+    expected = {n: values[n] for n in key}
+    assert (loads(dele.key), dele.before, dele.after) == (expected, None, None)
+    assert (loads(upd.key), upd.before) == (expected, None)
+    assert loads(upd.after) == {n: values[n] + 100 for n in written}
+
+
+def test_test_decoding_insert_whose_key_the_catalog_cannot_find_is_keyless_and_said(
+    caplog: pytest.LogCaptureFixture,
+) -> None:
+    """test_decoding prints no key for an insert or a key-keeping update: when the catalog's
+    key columns are not in the printed row, the key is null and a warning (once per table and
+    peek) says so, never a key of nulls on the new column."""
+    with caplog.at_level(logging.WARNING, logger="postgres_cdc_source"):
+        events = decode_td(td_rows(
+            "table public.t: INSERT: id[integer]:1 data[text]:'a'",
+            "table public.t: UPDATE: id[integer]:1 data[text]:'b'",
+            "table public.t: INSERT: key_id[integer]:3 data[text]:'c'",  # after the rename
+            "table public.gone: INSERT: id[integer]:4",
+        ), RENAMED)
+    assert [(c.table, c.key) for c in changes(events)] == [
+        ("t", None), ("t", None), ("t", '{"key_id":3}'), ("gone", None)]
+    assert caplog.text.count("key is null") == 2
+    assert "public.t changed" in caplog.text and "public.gone changed" in caplog.text
 
 
 @pytest.mark.parametrize(

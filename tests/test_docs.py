@@ -15,12 +15,12 @@ from pathlib import Path
 
 import pytest
 
+from connector_common.change_rows import COLUMNS
 from iggy_spark.options import OPTION_DOCS as SINK_OPTIONS
 from iggy_spark.source.options import OPTION_DOCS as IGGY_SOURCE_OPTIONS
 from iggy_spark.source.schema import COLUMNS as IGGY_COLUMNS
 from iggy_spark.source.schema import SCHEMA as IGGY_SCHEMA
 from postgres_cdc_source.options import OPTION_DOCS as SOURCE_OPTIONS
-from postgres_cdc_source.schema import COLUMNS
 
 ROOT = Path(__file__).resolve().parents[1]
 DOCS = ROOT / "docs"

@@ -150,6 +150,29 @@ def test_streaming_admission_and_new_topics(spark: Any, broker: Any, name: str,
     assert all(r.payload == payload(r.topic, r.partition, r.offset) for r in rows)
 
 
+def test_streaming_admission_by_bytes(spark: Any, broker: Any, name: str,
+                                      tmp_path: Path) -> None:
+    """``max_bytes_per_trigger`` charges each partition's average stored message size, holds
+    with ``max_messages_per_trigger`` too, and lets a message larger than it through alone."""
+    from iggy_spark.source import catalog
+    from iggy_spark.source.options import SourceOptions
+
+    seed(broker.address, name, ["a"], partitions=2, per_partition=10)  # messages of one size
+    parsed = SourceOptions.from_options({"url": broker.url, "stream": name, "topics": "a"})
+    size = {tail.message_bytes for tail in catalog.tails(parsed).values()}.pop()
+
+    def sizes(run: str, topics: str = "a", **options: str) -> list[int]:
+        progress = _stream(spark, broker, name, str(tmp_path / run / "cp"),
+                           str(tmp_path / run / "out"), topics=topics, **options)
+        return [p["numInputRows"] for p in progress if p["numInputRows"]]
+
+    assert sizes("bytes", max_bytes_per_trigger=str(7 * size)) == [7, 7, 6]
+    assert sizes("both", max_bytes_per_trigger=str(7 * size),
+                 max_messages_per_trigger="4") == [4] * 5
+    seed(broker.address, name, ["b"], partitions=1, per_partition=3)
+    assert sizes("tiny", "b", max_bytes_per_trigger="1") == [1, 1, 1]
+
+
 def test_ending_offsets_is_refused_for_streams(spark: Any, broker: Any, name: str,
                                                tmp_path: Path) -> None:
     with pytest.raises(Exception, match="option 'ending_offsets': only applies to batch"):

@@ -26,6 +26,8 @@ def options(fail: bool) -> SourceOptions:
 
 def stub_server(monkeypatch: pytest.MonkeyPatch, latest: dict[Position, int]) -> None:
     monkeypatch.setattr(catalog, "latest", lambda _options: dict(latest))
+    monkeypatch.setattr(catalog, "tails",
+                        lambda _options: {p: catalog.Tail(n, 1) for p, n in latest.items()})
     monkeypatch.setattr(catalog, "earliest", lambda _options, positions: {})
 
 
@@ -41,7 +43,7 @@ def test_a_partition_that_vanished_or_shrank_fails_the_query_or_is_passed_over(
     start = {"gone": {"0": 10}}
 
     def reader(fail: bool) -> IggyStreamReader:
-        made = IggyStreamReader(options(fail))
+        made = IggyStreamReader(options(fail), None)
         if available_now:
             made.prepareForTriggerAvailableNow()
         return made

@@ -131,6 +131,59 @@ def test_admission_is_fair(
         assert max(got.values()) <= min(short) + 1
 
 
+@st.composite
+def weighed(draw: st.DrawFn) -> tuple[dict[Position, int], dict[Position, int],
+                                      dict[Position, int]]:
+    start, latest = draw(backlogs())
+    return start, latest, {p: draw(st.integers(0, 3_000)) for p in latest}
+
+
+@given(weighed(), st.integers(1, 200_000))
+def test_admission_by_bytes_stays_within_the_budget_or_admits_one_message(
+    plan: tuple[dict[Position, int], dict[Position, int], dict[Position, int]], budget: int
+) -> None:
+    start, latest, cost = plan
+    end = admit(start, latest, budget, cost)
+    got = {p: end[p] - start.get(p, 0) for p in latest}
+    assert all(0 <= got[p] <= latest[p] - start.get(p, 0) for p in latest)
+    spent = sum(got[p] * max(1, cost[p]) for p in latest)
+    waiting = {p: latest[p] - start.get(p, 0) for p in latest}
+    if sum(waiting[p] * max(1, cost[p]) for p in latest) <= budget:
+        assert end == latest
+    elif any(waiting.values()):
+        assert spent <= budget or sum(got.values()) == 1  # a message larger than the budget
+        assert sum(got.values()) >= 1  # every batch makes progress
+        # the budget is used up to what fairness allows: the partition held back the most has
+        # a next message larger than what is left
+        short = [p for p in latest if got[p] < waiting[p]]
+        if short and spent <= budget:
+            least = min(short, key=lambda p: (got[p] * max(1, cost[p]), p))
+            assert max(1, cost[least]) > budget - spent
+
+
+@given(weighed(), st.integers(1, 200_000))
+def test_admission_by_bytes_is_fair_in_bytes(
+    plan: tuple[dict[Position, int], dict[Position, int], dict[Position, int]], budget: int
+) -> None:
+    """A partition held back got, in bytes, no less than any other minus one message of the
+    larger of the two."""
+    start, latest, cost = plan
+    end = admit(start, latest, budget, cost)
+    spent = {p: (end[p] - start.get(p, 0)) * max(1, cost[p]) for p in latest}
+    short = [p for p in latest if end[p] < latest[p]]
+    for held in short:
+        for other in latest:
+            assert spent[other] <= spent[held] + max(1, cost[held], cost[other])
+
+
+def test_admission_with_unit_costs_is_admission_by_messages() -> None:
+    start = {Position("t", 0): 3}
+    latest = {Position("t", 0): 50, Position("t", 1): 7, Position("u", 0): 90}
+    for budget in (1, 10, 33, 100, 1000):
+        assert admit(start, latest, budget, dict.fromkeys(latest, 1)) == admit(
+            start, latest, budget)
+
+
 def test_lag_counts_unread_messages_and_new_partitions_from_zero() -> None:
     end = {Position("t", 0): 5, Position("t", 1): 9}
     latest = {Position("t", 0): 8, Position("t", 1): 9, Position("u", 0): 4}
@@ -161,6 +214,8 @@ def test_defaults() -> None:
     assert parsed.starting == OffsetSpec(EARLIEST)
     assert parsed.ending == OffsetSpec(LATEST)
     assert parsed.max_messages_per_trigger is None
+    assert parsed.max_bytes_per_trigger is None
+    assert options(max_bytes_per_trigger="8MB").max_bytes_per_trigger == 8 << 20
     assert parsed.fail_on_data_loss is True
     assert pickle.loads(pickle.dumps(parsed)) == parsed
 
@@ -173,6 +228,8 @@ def test_defaults() -> None:
     ({"starting_offsets": '{"t": {"0": "x"}}'}, "starting_offsets", "not an integer"),
     ({"ending_offsets": "soon"}, "ending_offsets", "expected earliest, latest"),
     ({"max_messages_per_trigger": "0"}, "max_messages_per_trigger", "bad value"),
+    ({"max_bytes_per_trigger": "0"}, "max_bytes_per_trigger", "must be between 1 byte"),
+    ({"max_bytes_per_trigger": "lots"}, "max_bytes_per_trigger", "expected a size"),
     ({"starting_timestamp": "yesterday"}, "starting_timestamp", "expected an ISO-8601 time"),
     ({"starting_timestamp": "1", "starting_offsets": "latest"}, "starting_timestamp",
      "not both"),

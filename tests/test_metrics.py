@@ -53,6 +53,27 @@ def test_progress_and_slot_health_become_per_query_metrics() -> None:
     assert got[("iggy_spark_degraded", (("component", "pg_cdc"), ("query", "orders")))] == 1
 
 
+def test_an_iggy_sources_lag_is_a_gauge_per_partition() -> None:
+    from iggy_spark.source.offsets import Position
+    from iggy_spark.source.progress import report
+
+    collector = _Collector(None)
+    collector.started("id-4", "orders")
+    latest = {Position("eu", 0): 120, Position("eu", 1): 7, Position("us", 0): 5}
+    planned = {Position("eu", 0): 100, Position("eu", 1): 7}  # us/0 is new: lag from 0
+    collector.progress(progress("id-4", 1, json.dumps(report(latest, planned))))
+    got = samples(collector)
+    lag = {labels: value for (name, labels), value in got.items()
+           if name == "iggy_source_lag_messages"}
+    assert lag == {
+        (("partition", "0"), ("query", "orders"), ("topic", "eu")): 20,
+        (("partition", "1"), ("query", "orders"), ("topic", "eu")): 0,
+        (("partition", "0"), ("query", "orders"), ("topic", "us")): 5,
+    }
+    collector.progress(progress("id-4", 1, '{"eu": {"0": 3}}'))  # not an iggy source's report
+    assert not any(name == "iggy_source_lag_messages" for name, _ in samples(collector))
+
+
 def test_a_slot_safe_from_loss_is_not_at_risk_and_unlimited_has_no_safe_size() -> None:
     collector = _Collector(None)
     collector.started("id-3", "orders")

@@ -14,11 +14,11 @@ import psycopg
 import pyarrow as pa
 import pytest
 
+from connector_common.change_rows import ARROW_SCHEMA
 from iggy_spark_testing.chaos import wait_until
 from iggy_spark_testing.harness import LocalPostgres
 from postgres_cdc_source.lsn import format_lsn, parse_lsn
 from postgres_cdc_source.options import CdcOptions
-from postgres_cdc_source.schema import ARROW_SCHEMA
 from postgres_cdc_source.stream.reader import CdcPartition, PgCdcStreamReader
 
 pytestmark = pytest.mark.services

@@ -16,10 +16,10 @@ from chispa import assert_df_equality
 from pyspark.sql import DataFrame, SparkSession
 from streaming import rows_of, run_available_now
 
+from connector_common.change_rows import SPARK_SCHEMA
 from iggy_spark_testing.harness import LocalPostgres
 from postgres_cdc_source.lsn import format_lsn, parse_lsn
 from postgres_cdc_source.options import CdcOptions
-from postgres_cdc_source.schema import SPARK_SCHEMA
 from postgres_cdc_source.stream.reader import CdcPartition, PgCdcStreamReader
 
 PLUGINS = ["pgoutput", "test_decoding"]
@@ -300,3 +300,30 @@ def test_bad_options_fail_at_load_naming_the_option(spark: SparkSession, pg: Loc
             .option("max_bytes_per_triger", "1MB")
             .load()
         )
+
+
+@pytest.mark.pg_versions(18)
+def test_rows_of_a_table_created_and_filled_while_the_query_was_stopped_arrive(
+    spark: SparkSession, pg: LocalPostgres, name: str, checkpoint: str
+) -> None:
+    """A migration between two runs creates and fills a table, and re-creates another with other
+    columns: pgoutput sends every row, though no planning had added the tables yet."""
+    with pg.connect() as conn:
+        conn.execute(f"CREATE TABLE {name}_old (id int PRIMARY KEY)")
+    options = make_slot(pg, name, include_tables=rf"public\.{name}_.*")
+    run_available_now(spark, checkpoint, options)
+    with pg.connect() as conn:
+        with conn.transaction():
+            conn.execute(f"CREATE TABLE {name}_new (id int PRIMARY KEY, v text)")
+            conn.execute(f"INSERT INTO {name}_new VALUES (1, 'a')")
+            conn.execute(f"UPDATE {name}_new SET v = 'b'")
+        with conn.transaction():
+            conn.execute(f"DROP TABLE {name}_old")
+            conn.execute(f"CREATE TABLE {name}_old (k text PRIMARY KEY)")
+            conn.execute(f"INSERT INTO {name}_old VALUES ('x')")
+    rows = rows_of(run_available_now(spark, checkpoint, options))
+    assert [(r.table, r.op, json.loads(r.after)) for r in rows] == [
+        (f"{name}_new", "insert", {"id": 1, "v": "a"}),
+        (f"{name}_new", "update", {"id": 1, "v": "b"}),
+        (f"{name}_old", "insert", {"k": "x"}),
+    ]

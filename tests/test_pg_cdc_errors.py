@@ -16,6 +16,7 @@ import psycopg
 import pytest
 
 from iggy_spark_testing.harness import LocalPostgres, free_port
+from postgres_cdc_source.connections import connect_with_retry
 from postgres_cdc_source.errors import ConfigError, SlotError, SourceError
 from postgres_cdc_source.lsn import format_lsn, parse_lsn
 from postgres_cdc_source.options import CdcOptions
@@ -171,6 +172,24 @@ def test_what_waiting_cannot_heal_fails_at_once_with_the_servers_message_and_sql
     assert not info.value.transient  # libpq reports no SQLSTATE for a failed connection
     assert 'database "no_such_db" does not exist' in str(info.value)
     assert "s3cret" not in str(info.value)
+
+
+def test_no_host_in_the_state_target_session_attrs_asks_for_is_waited_for(
+    pg: LocalPostgres,
+) -> None:
+    """As while a standby is promoted: the server takes the login, but is not (yet) what the DSN
+    asks for. A refused login with the same attribute still fails at once."""
+    waiting = CdcOptions.from_options({"dsn": pg.dsn + " target_session_attrs=standby",
+                                       "slot": "s", "connect_retry_timeout": "0s"})
+    with pytest.raises(SourceError, match="no host is in the state target_session_attrs asks "
+                       "for: a failover in progress") as info:
+        connect_with_retry(waiting)
+    assert info.value.transient
+    refused = CdcOptions.from_options({
+        "dsn": pg.dsn + " dbname=no_such_db target_session_attrs=standby", "slot": "s"})
+    with pytest.raises(SourceError) as info:
+        connect_with_retry(refused)
+    assert not info.value.transient and "failover in progress" not in str(info.value)
 
 
 def test_connection_failures_are_transient_and_keep_their_cause(

@@ -141,6 +141,30 @@ def test_failover_on_a_slot_made_without_it_says_what_to_do(pg: LocalPostgres, n
     reader(pg.dsn, name, failover="true").initialOffset()
 
 
+@pytest.mark.pg_versions(18)
+def test_a_failover_slot_waiting_for_a_missing_standby_is_named(
+    pg: LocalPostgres, name: str, caplog: pytest.LogCaptureFixture
+) -> None:
+    """A promoted server that kept ``synchronized_standby_slots`` (or a standby that is down)
+    makes every read of a failover slot wait: planning says which standby and what to set."""
+    settings = {"synchronized_standby_slots": "gone_standby,down_standby"}
+    with LocalPostgres(version=pg.version, settings=settings) as server:
+        with server.connect() as conn:
+            conn.execute("SELECT pg_create_physical_replication_slot('down_standby')")
+        start = reader(server.dsn, name, failover="true").initialOffset()
+        with caplog.at_level(logging.WARNING, logger="postgres_cdc_source"):
+            reader(server.dsn, name, failover="true").latestOffset(start, ReadAllAvailable())
+        assert (f"replication slot {name} is a failover slot" in caplog.text
+                and "no standby streams from gone_standby (missing), down_standby (inactive)"
+                in caplog.text)
+        caplog.clear()
+        other = f"{name}_plain"  # a slot without failover does not wait
+        start = reader(server.dsn, other).initialOffset()
+        with caplog.at_level(logging.WARNING, logger="postgres_cdc_source"):
+            reader(server.dsn, other).latestOffset(start, ReadAllAvailable())
+        assert "failover slot" not in caplog.text
+
+
 @pytest.mark.pg_versions(15)
 def test_failover_is_refused_on_a_server_without_failover_slots(
     pg: LocalPostgres, name: str
@@ -150,6 +174,54 @@ def test_failover_is_refused_on_a_server_without_failover_slots(
         reader(pg.dsn, name, failover="true").initialOffset()
     assert info.value.option == "failover"
     assert slot_row(pg, name) is None  # refused before anything was created
+
+
+def test_on_slot_lost_is_fail_or_resnapshot_and_resnapshot_needs_create_slot() -> None:
+    base = {"dsn": "host=x", "slot": "s"}
+    assert CdcOptions.from_options(base).on_slot_lost == "fail"
+    with pytest.raises(ConfigError, match="option 'on_slot_lost': bad value: 'skip' "
+                       "\\(expected one of fail, resnapshot\\)"):
+        CdcOptions.from_options({**base, "on_slot_lost": "skip"})
+    with pytest.raises(ConfigError, match="option 'on_slot_lost': resnapshot recreates the "
+                       "slot, so it needs create_slot=true"):
+        CdcOptions.from_options({**base, "on_slot_lost": "resnapshot", "create_slot": "false"})
+    # the snapshot's sizing applies to the snapshot a lost slot takes
+    options = CdcOptions.from_options(
+        {**base, "on_slot_lost": "resnapshot", "snapshot_chunk_rows": "7"})
+    assert (options.on_slot_lost, options.snapshot_chunk_rows) == ("resnapshot", 7)
+    with pytest.raises(ConfigError, match="option 'snapshot_chunk_rows': only applies with "
+                       "snapshot=initial or on_slot_lost=resnapshot"):
+        CdcOptions.from_options({**base, "snapshot_chunk_rows": "7"})
+
+
+def test_resnapshot_skips_a_replayed_batch_of_the_lost_slot_then_snapshots(
+    pg: LocalPostgres, name: str
+) -> None:
+    """A batch planned before the slot was dropped and replayed after (Spark replays the last
+    uncommitted batch at restart without planning it) reads nothing: its changes are gone, and
+    reading would fail the query on every restart. The planning after it takes the snapshot."""
+    with pg.connect() as conn:
+        conn.execute(f"CREATE TABLE {name} (id int PRIMARY KEY)")
+        options = {"include_tables": f"public\\.{name}", "on_slot_lost": "resnapshot"}
+        start = reader(pg.dsn, name, **options).initialOffset()
+        conn.execute(f"INSERT INTO {name} VALUES (1), (2)")
+        end = reader(pg.dsn, name, **options).latestOffset(start, ReadAllAvailable())
+        assert end != start
+        conn.execute("SELECT pg_drop_replication_slot(%s)", (name,))
+    restarted = reader(pg.dsn, name, **options)
+    assert restarted.partitions(start, end) == []
+    failing = reader(pg.dsn, name)
+    [replayed] = failing.partitions(start, end)
+    with pytest.raises(SlotLostError):  # the default fails the replay's task
+        list(failing.read(replayed))
+    snapshot_start = restarted.latestOffset(end, ReadAllAvailable())
+    assert snapshot_start["snapshot"] == {"after": None, "chunks": 0, "table": None}
+    assert restarted.partitions(end, snapshot_start) == []
+    snapshot_end = restarted.latestOffset(snapshot_start, ReadAllAvailable())
+    [chunk] = restarted.partitions(snapshot_start, snapshot_end)
+    rows = [row for batch in restarted.read(chunk) for row in batch.to_pylist()]
+    assert sorted((r["op"], r["key"]) for r in rows) == [("read", '{"id":1}'), ("read", '{"id":2}')]
+    restarted.stop()
 
 
 def test_failover_option_is_a_boolean() -> None:

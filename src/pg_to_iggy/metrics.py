@@ -15,12 +15,16 @@ Prometheus text format at ``http://<driver>:9108/metrics``. Where each figure co
   consecutive failed commits through ``reportLatestOffset``, which Spark shows only in
   progress events (the :class:`~postgres_cdc_source.health.SourceHealth` contract). No extra
   connection to Postgres, no file.
+* **The ``iggy`` source's progress** likewise: each partition's lag, the messages past the
+  batch's end (:mod:`iggy_spark.source.progress`).
 
 It spans both connectors, so it lives with the job that joins them.
 
 Labels stay low-cardinality: the query's name (or id when unnamed), a rejection ``reason``,
-a missing-destination ``action``, a ``component``; never a stream or topic (per-destination
-detail is in :func:`iggy_spark.destinations`).
+a missing-destination ``action``, a ``component``; never a stream or topic of the sink, whose
+destinations come from the data (per-destination detail is in :func:`iggy_spark.destinations`).
+The ``iggy`` source's lag alone is per ``topic`` and ``partition``: those are its subscription,
+fixed by its options, and lag is watched per partition.
 
 Only classic Spark works: a Python listener under Spark Connect runs on the server, not in
 this process, and checkpoint paths are not reachable from the client.
@@ -35,6 +39,7 @@ from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 from iggy_spark.report import CREATE_BUCKETS, Ledger, ledger_path
+from iggy_spark.source.progress import lag_from_progress
 from postgres_cdc_source.health import SourceHealth
 
 if TYPE_CHECKING:
@@ -58,6 +63,8 @@ class _Query:
     processed_rate: float = 0.0
     ledger: Path | None = None
     source: SourceHealth | None = None
+    iggy_lag: dict[str, dict[str, int]] = field(default_factory=dict)
+    """The ``iggy`` sources' lag per topic and partition, from the last progress event."""
 
 
 class _Collector:
@@ -125,6 +132,9 @@ class _Collector:
                        "long-open transactions")
         commit_failures = gauge("pg_cdc_commit_failures",
                                 "consecutive commits that could not advance the slot")
+        iggy_lag = gauge("iggy_source_lag_messages", "messages an iggy source's partition "
+                         "holds past the end of the query's last planned batch",
+                         ("query", "topic", "partition"))
         with self.lock:
             queries = list(self.queries.items())
         for query_id, q in queries:
@@ -169,10 +179,13 @@ class _Collector:
                                                     and q.source.slot.slot_active))
                 commit_failures.add_metric(label, q.source.commit_failures)
                 degraded.add_metric([q.label, _SOURCE_DEGRADED], float(q.source.degraded))
+            for topic, partitions in sorted(q.iggy_lag.items()):
+                for partition, behind in partitions.items():
+                    iggy_lag.add_metric([q.label, topic, partition], behind)
         yield from (batches, rows, duration, input_rate, processed, routed, rejected, missing,
                     dead, dropped, resumed, fallbacks, active, open_breakers, create, degraded,
                     lag, retained, slot_active, at_risk, safe_wal, reread,
-                    commit_failures)
+                    commit_failures, iggy_lag)
 
     def progress(self, progress: Any) -> None:
         """Fold one ``StreamingQueryProgress`` in (listener thread)."""
@@ -184,10 +197,14 @@ class _Collector:
         q.batch_seconds = float(progress.batchDuration or 0) / 1000
         q.input_rate = float(progress.inputRowsPerSecond or 0.0)
         q.processed_rate = float(progress.processedRowsPerSecond or 0.0)
+        iggy_lag: dict[str, dict[str, int]] = {}
         for source in progress.sources or ():
             health = SourceHealth.from_progress(source.latestOffset)
             if health is not None:
                 q.source = health
+            for topic, partitions in (lag_from_progress(source.latestOffset) or {}).items():
+                iggy_lag.setdefault(topic, {}).update(partitions)
+        q.iggy_lag = iggy_lag
 
 
 def _ledger_of(spark: SparkSession, query_id: str) -> Path | None:

@@ -31,6 +31,7 @@ import threading
 from collections.abc import Mapping, Sequence
 from typing import TYPE_CHECKING, Any
 
+from connector_common.change_rows import JSON_TEXT_COLUMNS
 from connector_common.options import option_pair
 from pg_to_iggy.ordering import in_key_order
 
@@ -41,7 +42,7 @@ if TYPE_CHECKING:
 __all__ = ["start_pipeline", "main", "JSON_COLUMNS"]
 
 DSN_ENV, URL_ENV = "PG_CDC_DSN", "IGGY_URL"
-JSON_COLUMNS = "key,before,after"
+JSON_COLUMNS = ",".join(JSON_TEXT_COLUMNS)
 """pg_cdc's columns that hold JSON text: embedded as JSON in the Iggy payload, not as strings."""
 
 

@@ -17,6 +17,7 @@ from typing import Any, TypeVar
 import psycopg
 import pyarrow as pa
 from psycopg.abc import AdaptContext
+from psycopg.conninfo import conninfo_to_dict
 
 from postgres_cdc_source.errors import SourceError
 from postgres_cdc_source.options import CdcOptions
@@ -50,7 +51,9 @@ def connect(
     server's SQLSTATE itself: no answer, or ``cannot_connect_now`` (57P03: starting up, shutting
     down, recovering), is transient; a server that accepts connections but refused this one
     (password, database, privileges, ``pg_hba.conf``) will refuse it again, after one more try in
-    case it only just finished starting.
+    case it only just finished starting. One exception: a DSN with ``target_session_attrs``
+    (``read-write``, ``primary``, ...) that a server accepts without it is waiting for a host to
+    get there, as while a standby is being promoted; that is transient too.
     """
     session = " ".join(f"-c {k}={v}" for k, v in SESSION_SETTINGS.items())
     extra: dict[str, Any] = {"replication": "database"} if replication else {}
@@ -69,15 +72,31 @@ def connect(
             if ping == psycopg.pq.Ping.OK and attempt == 1:
                 continue
             rejecting = ping == psycopg.pq.Ping.REJECT
+            promoting = ping == psycopg.pq.Ping.OK and _only_session_attrs_refused(options)
             # `from None`: libpq's text is kept (scrubbed) in the message; the chained original
             # is not, so no traceback can show a DSN.
             raise SourceError(
                 f"cannot connect to Postgres ({options.safe_dsn}): {_scrub(str(exc), options)}"
-                + (" (SQLSTATE 57P03)" if rejecting else ""),
+                + (" (SQLSTATE 57P03)" if rejecting else "")
+                + (" (no host is in the state target_session_attrs asks for: a failover in "
+                   "progress?)" if promoting else ""),
                 "57P03" if rejecting else None,
-                transient=rejecting or ping == psycopg.pq.Ping.NO_RESPONSE,
+                transient=rejecting or promoting or ping == psycopg.pq.Ping.NO_RESPONSE,
             ) from None
     raise AssertionError("unreachable")
+
+
+def _only_session_attrs_refused(options: CdcOptions) -> bool:
+    """Whether a failed connection failed only on ``target_session_attrs``: some host accepts
+    this login once the DSN stops asking for a state (read-write, primary) none is in yet."""
+    attrs = conninfo_to_dict(options.dsn).get("target_session_attrs", "any")
+    if attrs == "any":
+        return False
+    try:
+        psycopg.connect(options.dsn, target_session_attrs="any").close()
+    except psycopg.OperationalError:
+        return False
+    return True
 
 
 def connect_with_retry(options: CdcOptions, *, autocommit: bool = True) -> Conn:
@@ -96,8 +115,6 @@ def connect_with_retry(options: CdcOptions, *, autocommit: bool = True) -> Conn:
 
 def _scrub(message: str, options: CdcOptions) -> str:
     """Remove the password from a server or libpq message, just in case it echoes the DSN."""
-    from psycopg.conninfo import conninfo_to_dict
-
     password = conninfo_to_dict(options.dsn).get("password")
     message = message.strip()
     return message.replace(str(password), "***") if password else message

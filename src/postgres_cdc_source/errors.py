@@ -61,17 +61,20 @@ class SlotLostError(SlotError):
         self.slot = slot
         self.reason = reason
 
+    @property
+    def because(self) -> str:
+        """Why the slot is lost, in words: the reason and what causes it."""
+        return _LOST_BECAUSE.get(self.reason, f"Postgres invalidated it ({self.reason})")
+
     def _message(self) -> str:
-        because = _LOST_BECAUSE.get(
-            self.reason, f"Postgres invalidated it ({self.reason})"
-        )
         return (
-            f"replication slot {self.slot!r} is lost: {because}. The changes since the "
+            f"replication slot {self.slot!r} is lost: {self.because}. The changes since the "
             "query's checkpoint cannot be read. Ways back: drop the slot if it still exists "
             f"(SELECT pg_drop_replication_slot('{self.slot}')) and start the query with a new "
             "checkpoint location, with snapshot=initial to read the captured tables as they "
             "are now (rows with op 'read': the state is restored, the history of the gap is "
-            "not). Docs: operations, Lost slots"
+            "not), or set on_slot_lost=resnapshot to do that from the same checkpoint. Docs: "
+            "operations, Lost slots"
         )
 
 

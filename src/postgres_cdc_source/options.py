@@ -22,7 +22,7 @@ from postgres_cdc_source.errors import ConfigError
 
 __all__ = [
     "CdcOptions", "PollingOptions", "OPTION_DOCS", "PLUGINS", "MODES",
-    "SNAPSHOT_MODES", "CDC_ONLY", "POLLING_ONLY", "MARKER_PREFIX", "redact_dsn",
+    "SNAPSHOT_MODES", "ON_SLOT_LOST", "CDC_ONLY", "POLLING_ONLY", "MARKER_PREFIX", "redact_dsn",
 ]
 
 T = TypeVar("T")
@@ -30,6 +30,7 @@ T = TypeVar("T")
 PLUGINS = ("pgoutput", "test_decoding")
 MODES = ("cdc", "polling")
 SNAPSHOT_MODES = ("never", "initial")
+ON_SLOT_LOST = ("fail", "resnapshot")
 
 MARKER_PREFIX = "pg_cdc.backfill.chunk"
 """Prefix of the logical messages a query writes to place a backfill chunk in its stream; never
@@ -62,8 +63,9 @@ OPTION_DOCS: tuple[OptionDoc, ...] = (
     OptionDoc(
         "publication",
         "(the slot name)",
-        "pgoutput publication; if missing, created with its `<name>_inserts` sibling and kept "
-        "in sync with the tables (see Publications); an existing one is used as it is",
+        "pgoutput publication; if missing, created with its `<name>_inserts` and `<name>_all` "
+        "siblings and kept in sync with the tables (see Publications); an existing one is used "
+        "as it is",
     ),
     OptionDoc("create_slot", "true", "create the slot (and publication) if missing"),
     OptionDoc(
@@ -74,6 +76,15 @@ OPTION_DOCS: tuple[OptionDoc, ...] = (
         "Off by default because it needs Postgres 17+ and standby configuration (see Failover "
         "slots), and because a primary with `synchronized_standby_slots` holds back decoding "
         "until those standbys confirm",
+    ),
+    OptionDoc(
+        "on_slot_lost",
+        "fail",
+        "what the query does when its slot is missing or invalidated by Postgres (the changes "
+        "since the checkpoint are gone): `fail` stops it with `SlotLostError` naming the slot, "
+        "the reason and the ways back; `resnapshot` recreates the slot and reads the captured "
+        "tables again as `snapshot=initial` does (rows with `op` = `read`), which restores the "
+        "state but not the history of the gap (see Lost slots); needs `create_slot=true`",
     ),
     OptionDoc("include_tables", "(all)", "regular expression, full match on `schema.table`"),
     OptionDoc("exclude_tables", "(none)", "regular expression, full match on `schema.table`"),
@@ -209,8 +220,9 @@ def _is_column_route(option: str, value: str | None) -> bool:
 
 
 CDC_ONLY = frozenset({
-    "slot", "plugin", "publication", "create_slot", "failover", "include_tables",
-    "exclude_tables", "message_prefixes", "max_bytes_per_trigger", "min_partitions",
+    "slot", "plugin", "publication", "create_slot", "failover", "on_slot_lost",
+    "include_tables", "exclude_tables", "message_prefixes", "max_bytes_per_trigger",
+    "min_partitions",
     "min_bytes_per_partition", "fail_on_data_loss",
     "spill_rows", "snapshot", "snapshot_chunk_rows", "snapshot_max_rows_per_trigger",
     "backfill_chunk_rows",
@@ -297,6 +309,7 @@ class CdcOptions:
     min_partitions: int = 1
     min_bytes_per_partition: int = 16 * 1024 * 1024
     failover: bool = False
+    on_slot_lost: str = "fail"
     mode: str = "cdc"
     polling: PollingOptions | None = None  # set exactly when mode is polling
     connect_retry_seconds: float = 30.0
@@ -422,16 +435,31 @@ class CdcOptions:
                 f"bad value: {snapshot!r} "
                 f"(expected one of {', '.join(SNAPSHOT_MODES)})",
             )
+        on_slot_lost = str(get("on_slot_lost"))
+        if on_slot_lost not in ON_SLOT_LOST:
+            raise ConfigError(
+                "on_slot_lost",
+                f"bad value: {on_slot_lost!r} (expected one of {', '.join(ON_SLOT_LOST)})",
+            )
+        create_slot = _parsed("create_slot", str(get("create_slot")), parse_bool)
+        if on_slot_lost == "resnapshot" and not create_slot:
+            raise ConfigError(
+                "on_slot_lost",
+                "resnapshot recreates the slot, so it needs create_slot=true",
+            )
         for option in ("snapshot_chunk_rows", "snapshot_max_rows_per_trigger"):
-            if option in opts and snapshot != "initial":
-                raise ConfigError(option, "only applies with snapshot=initial")
+            if option in opts and snapshot != "initial" and on_slot_lost != "resnapshot":
+                raise ConfigError(
+                    option, "only applies with snapshot=initial or on_slot_lost=resnapshot"
+                )
         return cls(
             dsn=dsn,
             slot=slot,
             plugin=plugin,
             publication=publication,
-            create_slot=_parsed("create_slot", str(get("create_slot")), parse_bool),
+            create_slot=create_slot,
             failover=_parsed("failover", str(get("failover")), parse_bool),
+            on_slot_lost=on_slot_lost,
             include_tables=_regex("include_tables", get("include_tables")),
             exclude_tables=_regex("exclude_tables", get("exclude_tables")),
             max_bytes_per_trigger=_parsed("max_bytes_per_trigger", max_bytes, parse_positive_size)

@@ -5,9 +5,9 @@ from __future__ import annotations
 from pyspark.sql.datasource import DataSource, DataSourceStreamReader
 from pyspark.sql.types import StructType
 
+from connector_common.change_rows import SPARK_SCHEMA
 from connector_common.dependencies import require
 from postgres_cdc_source.errors import ConfigError
-from postgres_cdc_source.schema import SPARK_SCHEMA
 
 __all__ = ["PgCdcDataSource"]
 

@@ -8,11 +8,10 @@ the same offset ranges and so reads the same messages.
 
 from __future__ import annotations
 
-import json
 from collections.abc import Mapping
 from typing import TYPE_CHECKING, Any
 
-from iggy_spark.source.offsets import behind, from_json, to_json
+from iggy_spark.source.progress import lag_from_progress
 from iggy_spark.source.source import IggyDataSource
 
 if TYPE_CHECKING:
@@ -27,13 +26,12 @@ def register(spark: SparkSession) -> None:
 
 
 def lag(source_progress: Mapping[str, Any]) -> dict[str, dict[str, int]]:
-    """Per topic and partition, how many messages the query has not read yet, from one source's
-    entry of a query's progress (``query.lastProgress["sources"][i]``): Spark records the
-    source's latest offsets there next to the batch's end offsets.
+    """Per topic and partition, how many messages the query has not read yet once the batch
+    commits, from one source's entry of a query's progress
+    (``query.lastProgress["sources"][i]``): the source reports it there as its
+    ``latestOffset``. Raises :class:`ValueError` for another kind of source's entry.
     """
-
-    def offsets(key: str) -> dict[Any, int]:
-        value = source_progress.get(key) or {}
-        return from_json(json.loads(value) if isinstance(value, str) else value)
-
-    return to_json(behind(offsets("endOffset"), offsets("latestOffset")))
+    found = lag_from_progress(source_progress.get("latestOffset"))
+    if found is None:
+        raise ValueError("not the progress of an iggy source (its latestOffset has no lag)")
+    return found

@@ -8,7 +8,7 @@ it starts.
 from __future__ import annotations
 
 from collections.abc import Awaitable, Callable, Iterable, Mapping
-from typing import TYPE_CHECKING, Any, TypeVar
+from typing import TYPE_CHECKING, Any, NamedTuple, TypeVar
 
 from iggy_spark.connection import IggyConnection
 from iggy_spark.errors import ConfigError, show
@@ -20,7 +20,8 @@ if TYPE_CHECKING:
     import apache_iggy
 
 __all__ = [
-    "CALL_SECONDS", "at_timestamp", "call", "consumer", "earliest", "latest", "report",
+    "CALL_SECONDS", "Tail", "at_timestamp", "call", "consumer", "earliest", "latest", "report",
+    "tails",
 ]
 
 T = TypeVar("T")
@@ -42,13 +43,28 @@ def consumer() -> Any:
     return apache_iggy.Consumer.Single("iggy-spark-source")
 
 
+class Tail(NamedTuple):
+    """Where a partition ends now, and what its messages weigh."""
+
+    next: int
+    """One past its newest message (0 while empty)."""
+    message_bytes: int
+    """Its stored bytes per message on average (0 while empty): what admission by
+    ``max_bytes_per_trigger`` charges for each of its messages."""
+
+
 def latest(options: SourceOptions) -> dict[Position, int]:
     """Each subscribed partition's next offset (one past its newest message), now.
 
     Raises :class:`ConfigError` for a stream or a listed topic that does not exist.
     """
+    return {position: tail.next for position, tail in tails(options).items()}
 
-    async def work(client: apache_iggy.IggyClient) -> dict[Position, int]:
+
+def tails(options: SourceOptions) -> dict[Position, Tail]:
+    """Each subscribed partition's :class:`Tail`, now (errors as :func:`latest`)."""
+
+    async def work(client: apache_iggy.IggyClient) -> dict[Position, Tail]:
         if await client.get_stream(options.stream) is None:
             raise ConfigError("stream", f"stream {show(options.stream)} does not exist")
         if options.topics is not None:
@@ -56,15 +72,18 @@ def latest(options: SourceOptions) -> dict[Position, int]:
         else:
             names = sorted(str(t.name) for t in await client.get_topics(options.stream)
                            if options.wants(str(t.name)))
-        found: dict[Position, int] = {}
+        found: dict[Position, Tail] = {}
         for name in names:
             details = await client.get_topic(options.stream, name)
             if details is None:
                 raise ConfigError("topics", f"topic {show(name)} does not exist in stream "
                                             f"{show(options.stream)}")
             for p in details.partitions:
-                filled = p.messages_count or p.current_offset
-                found[Position(name, int(p.id))] = int(p.current_offset) + 1 if filled else 0
+                count = int(p.messages_count)
+                filled = count or p.current_offset
+                found[Position(name, int(p.id))] = Tail(
+                    int(p.current_offset) + 1 if filled else 0,
+                    -(-int(p.size) // count) if count else 0)
         return found
 
     return call(options, work)

@@ -135,31 +135,54 @@ def resolve(
 
 
 def admit(
-    start: Mapping[Position, int], latest: Mapping[Position, int], budget: int | None
+    start: Mapping[Position, int],
+    latest: Mapping[Position, int],
+    budget: int | None,
+    cost: Mapping[Position, int] | None = None,
 ) -> dict[Position, int]:
-    """How far the next micro-batch reads: ``latest``, or at most ``budget`` messages more than
-    ``start`` shared fairly (water-filling: no partition gets less than an even share unless it
-    has less waiting), so one busy partition cannot starve the others.
+    """How far the next micro-batch reads: ``latest``, or at most ``budget`` more than ``start``
+    shared fairly (water-filling: no partition gets less than an even share unless it has less
+    waiting), so one busy partition cannot starve the others.
+
+    Without ``cost`` the budget counts messages; with it, each message of a position costs
+    ``cost[position]`` (its bytes, at least 1) and only whole messages are admitted. A batch
+    always makes progress: when not even one message fits the budget, the first message of the
+    position with the least waiting is admitted alone (as Spark's file source admits one file
+    larger than ``maxBytesPerTrigger``).
 
     Positions of ``latest`` missing from ``start`` start at 0 here; callers put new positions'
     earliest offsets into ``start`` first.
     """
+    costs = cost or {}
+
+    def unit(position: Position) -> int:
+        return max(1, costs.get(position, 1))
+
     backlog = {p: max(0, end - start.get(p, 0)) for p, end in latest.items()}
-    if budget is None or sum(backlog.values()) <= budget:
+    weight = {p: n * unit(p) for p, n in backlog.items()}
+    if budget is None or sum(weight.values()) <= budget:
         return dict(latest)
-    granted = dict.fromkeys(backlog, 0)
-    waiting = sorted((p for p in backlog if backlog[p]), key=lambda p: (backlog[p], p))
-    remaining = budget
-    while waiting and remaining:
-        share = max(1, remaining // len(waiting))
-        still: list[Position] = []
-        for position in waiting:
-            take = min(share, backlog[position] - granted[position], remaining)
-            granted[position] += take
-            remaining -= take
-            if granted[position] < backlog[position]:
-                still.append(position)
-        waiting = still
+    # the water level: partitions needing less than an even share of what is left get all they
+    # need, the others the same `level`, in whole messages
+    waiting = sorted((p for p in backlog if backlog[p]), key=lambda p: (weight[p], p))
+    remaining, level = budget, 0
+    for index, position in enumerate(waiting):
+        level = remaining // (len(waiting) - index)
+        if weight[position] > level:
+            break
+        remaining -= weight[position]
+    granted = {p: min(backlog[p], level // unit(p)) for p in backlog}
+    # what flooring to whole messages left over goes, a message at a time, to the partition
+    # held back the most, while its next message fits (never past it: that would be unfair)
+    left = budget - sum(granted[p] * unit(p) for p in backlog)
+    while short := [p for p in waiting if granted[p] < backlog[p]]:
+        position = min(short, key=lambda p: (granted[p] * unit(p), p))
+        if unit(position) > left:
+            break
+        granted[position] += 1
+        left -= unit(position)
+    if not any(granted.values()):
+        granted[waiting[0]] = 1  # a message larger than the whole budget: admitted alone
     return {p: (start.get(p, 0) + granted[p] if backlog[p] else end) for p, end in latest.items()}
 
 

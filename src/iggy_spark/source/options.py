@@ -13,12 +13,12 @@ from dataclasses import dataclass
 from datetime import UTC, datetime, timedelta
 
 from connector_common.options import OptionDoc, OptionSet, parsed
-from connector_common.units import parse_bool, parse_int
+from connector_common.units import parse_bool, parse_int, parse_positive_size
 from iggy_spark.errors import ConfigError
 from iggy_spark.iggy_url import IggyUrl
 from iggy_spark.source.offsets import OffsetSpec, parse_offset_spec
 
-__all__ = ["OPTION_DOCS", "SourceOptions", "parse_timestamp"]
+__all__ = ["OPTION_DOCS", "PAYLOAD_FORMATS", "SourceOptions", "parse_timestamp"]
 
 OPTION_DOCS = (
     OptionDoc("url", "(required)",
@@ -45,11 +45,20 @@ OPTION_DOCS = (
     OptionDoc("max_messages_per_trigger", "(unlimited)",
               "admission control: at most this many messages per micro-batch, shared fairly "
               "among partitions; honoured by `Trigger.AvailableNow` too"),
+    OptionDoc("max_bytes_per_trigger", "(unlimited)",
+              "admission control: at most about this many bytes per micro-batch (`64MB`, "
+              "`512KB` or bytes), shared fairly among partitions and charged at each "
+              "partition's average stored message size; a batch reads at least one message. "
+              "With `max_messages_per_trigger` both hold; honoured by `Trigger.AvailableNow`"),
     OptionDoc("max_messages_per_partition", "100000",
               "an Iggy partition's range longer than this is split over several Spark "
               "partitions (tasks)"),
     OptionDoc("poll_messages", "1000",
               "messages per poll request and per Arrow batch: bounds each task's memory"),
+    OptionDoc("payload_format", "binary",
+              "`binary`: the `payload` column as sent; `json`: the rows are the payloads' JSON "
+              "fields, in the schema given with `.schema(...)`; `pg_cdc`: the rows `pg_cdc` "
+              "produced, from the payloads an `iggy_routed` sink wrote from it"),
     OptionDoc("report_consumer", "(none)",
               "an Iggy consumer name under which each committed batch's offsets are stored "
               "on the server, for monitoring tools' lag (Spark's checkpoint stays the truth)"),
@@ -74,10 +83,13 @@ class SourceOptions:
     """µs since the epoch, as Iggy stamps messages."""
     ending: OffsetSpec
     max_messages_per_trigger: int | None
+    max_bytes_per_trigger: int | None
     max_messages_per_partition: int
     poll_messages: int
     fail_on_data_loss: bool
     report_consumer: str | None
+    payload_format: str
+    """``binary``, ``json`` or ``pg_cdc``."""
 
     @classmethod
     def from_options(cls, options: Mapping[str, str]) -> SourceOptions:
@@ -99,6 +111,7 @@ class SourceOptions:
         url = parsed("url", required("url"), IggyUrl.parse, ConfigError)
         topics, pattern = _subscription(given.get("topics"), given.get("topic_pattern"))
         cap = given.get("max_messages_per_trigger")
+        byte_cap = given.get("max_bytes_per_trigger")
         since = given.get("starting_timestamp")
         return cls(
             url=url,
@@ -112,11 +125,15 @@ class SourceOptions:
             ending=parsed("ending_offsets", given["ending_offsets"], parse_offset_spec,
                           ConfigError),
             max_messages_per_trigger=None if cap is None else positive("max_messages_per_trigger"),
+            max_bytes_per_trigger=None if byte_cap is None else parsed(
+                "max_bytes_per_trigger", byte_cap, parse_positive_size, ConfigError),
             max_messages_per_partition=positive("max_messages_per_partition"),
             poll_messages=positive("poll_messages"),
             fail_on_data_loss=parsed("fail_on_data_loss", given["fail_on_data_loss"], parse_bool,
                                      ConfigError),
             report_consumer=given.get("report_consumer", "").strip() or None,
+            payload_format=parsed("payload_format", given["payload_format"], _payload_format,
+                                  ConfigError),
         )
 
     def wants(self, topic: str) -> bool:
@@ -141,6 +158,16 @@ def parse_timestamp(text: str) -> int:
     if moment.tzinfo is None:
         moment = moment.replace(tzinfo=UTC)
     return (moment - datetime(1970, 1, 1, tzinfo=UTC)) // timedelta(microseconds=1)
+
+
+PAYLOAD_FORMATS = ("binary", "json", "pg_cdc")
+
+
+def _payload_format(text: str) -> str:
+    word = text.strip().lower()
+    if word not in PAYLOAD_FORMATS:
+        raise ValueError(f"expected one of {', '.join(PAYLOAD_FORMATS)}")
+    return word
 
 
 def _subscription(

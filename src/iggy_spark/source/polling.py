@@ -16,6 +16,7 @@ from iggy_spark.source.catalog import call, consumer
 from iggy_spark.source.errors import DataLoss
 from iggy_spark.source.offsets import Range
 from iggy_spark.source.options import SourceOptions
+from iggy_spark.source.payloads import parsed_batch
 from iggy_spark.source.schema import record_batch
 
 if TYPE_CHECKING:
@@ -24,8 +25,11 @@ if TYPE_CHECKING:
 __all__ = ["read_range"]
 
 
-def read_range(options: SourceOptions, work: Range) -> Iterator[pa.RecordBatch]:
-    """Every message of ``work``, in offset order.
+def read_range(
+    options: SourceOptions, work: Range, rows: pa.Schema | None = None
+) -> Iterator[pa.RecordBatch]:
+    """Every message of ``work``, in offset order: the message columns, or the payloads parsed
+    into ``rows`` (:mod:`~iggy_spark.source.payloads`).
 
     A gap (the server's oldest message is past where the range starts, or the partition has
     nothing left where it had messages) is data loss: :class:`DataLoss`, or skipped with
@@ -52,5 +56,9 @@ def read_range(options: SourceOptions, work: Range) -> Iterator[pa.RecordBatch]:
                 raise DataLoss(topic, partition, expected, first, why)
         if not messages:
             return
-        yield record_batch(options.stream, topic, partition, messages)
+        if rows is None:
+            yield record_batch(options.stream, topic, partition, messages)
+        else:
+            yield parsed_batch(rows, options.payload_format == "pg_cdc", options.stream, topic,
+                               partition, messages)
         expected = messages[-1].offset() + 1

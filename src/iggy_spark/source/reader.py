@@ -18,12 +18,13 @@ from pyspark.sql.datasource import DataSourceReader, DataSourceStreamReader, Inp
 from pyspark.sql.streaming.datasource import (
     ReadAllAvailable,
     ReadLimit,
+    ReadMaxBytes,
     ReadMaxRows,
     SupportsTriggerAvailableNow,
 )
 
 from iggy_spark.errors import ConfigError
-from iggy_spark.source import catalog
+from iggy_spark.source import catalog, progress
 from iggy_spark.source.errors import SourceError
 from iggy_spark.source.offsets import (
     EARLIEST,
@@ -44,9 +45,11 @@ __all__ = ["IggyBatchReader", "IggyStreamReader"]
 _log = logging.getLogger(__name__)
 
 
-def _read(options: SourceOptions, partition: InputPartition) -> Iterator[pa.RecordBatch]:
+def _read(
+    options: SourceOptions, rows: pa.Schema | None, partition: InputPartition
+) -> Iterator[pa.RecordBatch]:
     work: Range | None = partition.value
-    return iter(()) if work is None else read_range(options, work)
+    return iter(()) if work is None else read_range(options, work, rows)
 
 
 def _partitions(
@@ -78,8 +81,10 @@ class IggyBatchReader(DataSourceReader):
     """``spark.read.format("iggy")``: from ``starting_offsets`` to ``ending_offsets``, both
     resolved once when Spark plans the read."""
 
-    def __init__(self, options: SourceOptions) -> None:
+    def __init__(self, options: SourceOptions, rows: pa.Schema | None) -> None:
         self.options = options
+        self.rows = rows
+        """The schema payloads are parsed into; ``None``: the message columns."""
 
     def partitions(self) -> Sequence[InputPartition]:
         latest = catalog.latest(self.options)
@@ -96,7 +101,7 @@ class IggyBatchReader(DataSourceReader):
         return _partitions(self.options, start, end)
 
     def read(self, partition: InputPartition) -> Iterator[pa.RecordBatch]:
-        return _read(self.options, partition)
+        return _read(self.options, self.rows, partition)
 
 
 class IggyStreamReader(DataSourceStreamReader, SupportsTriggerAvailableNow):
@@ -104,39 +109,71 @@ class IggyStreamReader(DataSourceStreamReader, SupportsTriggerAvailableNow):
 
     ``latestOffset`` lists the subscription afresh every time (a ``topic_pattern`` picks up new
     topics, new partitions start at their earliest offset) and admits at most
-    ``max_messages_per_trigger`` messages; under ``Trigger.AvailableNow`` it never goes past the
-    offsets seen when the trigger started. Spark's checkpoint is the only record of progress;
-    ``commit`` at most reports it (``report_consumer``).
+    ``max_messages_per_trigger`` messages and ``max_bytes_per_trigger`` bytes; under
+    ``Trigger.AvailableNow`` it never goes past the offsets seen when the trigger started.
+    Spark's checkpoint is the only record of progress; ``commit`` at most reports it
+    (``report_consumer``).
     """
 
-    def __init__(self, options: SourceOptions) -> None:
+    def __init__(self, options: SourceOptions, rows: pa.Schema | None) -> None:
         self.options = options
+        self.rows = rows
+        """The schema payloads are parsed into; ``None``: the message columns."""
         self._ceiling: dict[Position, int] | None = None
+        self._planned: tuple[dict[Position, int], dict[Position, int]] | None = None
+        """The latest offsets and the end the last ``latestOffset`` saw and admitted."""
 
     def initialOffset(self) -> dict[str, Any]:
         return to_json(_starting(self.options, catalog.latest(self.options)))
 
     def getDefaultReadLimit(self) -> ReadLimit:
-        cap = self.options.max_messages_per_trigger
-        return ReadAllAvailable() if cap is None else ReadMaxRows(cap)
+        # Python sources get one limit from Spark (no composite): the messages cap when given,
+        # else the bytes cap; latestOffset applies both options whenever the limit is not
+        # ReadAllAvailable.
+        messages, size = self.options.max_messages_per_trigger, self.options.max_bytes_per_trigger
+        if messages is not None:
+            return ReadMaxRows(messages)
+        return ReadAllAvailable() if size is None else ReadMaxBytes(size)
 
     def prepareForTriggerAvailableNow(self) -> None:
         self._ceiling = catalog.latest(self.options)
 
     def reportLatestOffset(self) -> dict[str, Any]:
-        return to_json(catalog.latest(self.options))
+        """The partitions' latest offsets and lag (:mod:`~iggy_spark.source.progress`), as
+        ``latestOffset`` just saw them: Spark calls this right after it."""
+        if self._planned is None:
+            latest = catalog.latest(self.options)
+            return progress.report(latest, latest)
+        return progress.report(*self._planned)
 
     def latestOffset(self, start: dict[str, Any], limit: ReadLimit) -> dict[str, Any]:
         begin = from_json(start)
-        latest = catalog.latest(self.options)
+        tails = catalog.tails(self.options)
+        latest = {position: tail.next for position, tail in tails.items()}
         self._check_lost(begin, latest)
         now = self._bounded(latest, begin)
         new = [p for p in now if p not in begin]
         base = {**begin, **catalog.earliest(self.options, new)}
-        budget = limit.max_rows if isinstance(limit, ReadMaxRows) else None
         # a partition that vanished is left out; one whose end went back (both only with
         # fail_on_data_loss=false) has nothing admitted and goes on from its new end
-        return to_json(admit(base, now, budget))
+        end = self._admitted(limit, base, now, tails)
+        self._planned = (latest, end)
+        return to_json(end)
+
+    def _admitted(
+        self, limit: ReadLimit, base: dict[Position, int], now: dict[Position, int],
+        tails: Mapping[Position, catalog.Tail],
+    ) -> dict[Position, int]:
+        """How far the batch reads under ``limit`` (both caps unless it is ReadAllAvailable)."""
+        if isinstance(limit, ReadAllAvailable):
+            return now
+        messages = limit.max_rows if isinstance(limit, ReadMaxRows) else (
+            self.options.max_messages_per_trigger)
+        size = limit.max_bytes if isinstance(limit, ReadMaxBytes) else (
+            self.options.max_bytes_per_trigger)
+        end = admit(base, now, messages)
+        weights = {position: tail.message_bytes for position, tail in tails.items()}
+        return admit(base, end, size, weights)
 
     def _bounded(
         self, now: dict[Position, int], begin: Mapping[Position, int]
@@ -170,7 +207,7 @@ class IggyStreamReader(DataSourceStreamReader, SupportsTriggerAvailableNow):
         return _partitions(self.options, begin, stop)
 
     def read(self, partition: InputPartition) -> Iterator[pa.RecordBatch]:
-        return _read(self.options, partition)
+        return _read(self.options, self.rows, partition)
 
     def commit(self, end: dict[str, Any]) -> None:
         """Offsets live in Spark's checkpoint; only ``report_consumer`` tells the server.

@@ -2,43 +2,80 @@
 
 from __future__ import annotations
 
+from typing import TYPE_CHECKING
+
 from pyspark.sql.datasource import DataSource, DataSourceReader, DataSourceStreamReader
 from pyspark.sql.types import StructType
 
 from connector_common.dependencies import require
+
+if TYPE_CHECKING:
+    import pyarrow as pa
+
+    from iggy_spark.source.options import SourceOptions
 
 __all__ = ["IggyDataSource"]
 
 
 class IggyDataSource(DataSource):
     """``spark.read.format("iggy")`` and ``spark.readStream.format("iggy")``: the messages of
-    Iggy topics as rows (see :mod:`iggy_spark.source.schema` for the columns)."""
+    Iggy topics as rows (see :mod:`iggy_spark.source.schema` for the columns), or their JSON
+    payloads parsed (``payload_format``, :mod:`iggy_spark.source.payloads`)."""
 
     @classmethod
     def name(cls) -> str:
         return "iggy"
 
     def schema(self) -> StructType:
+        """Called only when the user gave no ``.schema(...)``."""
+        from connector_common.change_rows import SPARK_SCHEMA
+        from iggy_spark.errors import ConfigError
+        from iggy_spark.source.options import SourceOptions
         from iggy_spark.source.schema import SCHEMA
 
-        return SCHEMA
+        form = SourceOptions.from_options(self.options).payload_format
+        if form == "json":
+            raise ConfigError("payload_format", "json needs the rows' schema: "
+                              "spark.read.format('iggy').schema('order_id long, ...')")
+        return SPARK_SCHEMA if form == "pg_cdc" else SCHEMA
 
     def reader(self, schema: StructType) -> DataSourceReader:
         # Imported here, not at module level: Spark imports this module to discover formats,
         # and must not fail there where the client library is not installed.
         require("iggy", "iggy", "apache_iggy")
-        from iggy_spark.source.options import SourceOptions
         from iggy_spark.source.reader import IggyBatchReader
 
-        return IggyBatchReader(SourceOptions.from_options(self.options))
+        return IggyBatchReader(*self._plan(schema))
 
     def streamReader(self, schema: StructType) -> DataSourceStreamReader:
         require("iggy", "iggy", "apache_iggy")
         from iggy_spark.errors import ConfigError
-        from iggy_spark.source.options import SourceOptions
         from iggy_spark.source.reader import IggyStreamReader
 
-        options = SourceOptions.from_options(self.options)
         if any(key.strip().lower() == "ending_offsets" for key in self.options):
             raise ConfigError("ending_offsets", "only applies to batch reads (spark.read)")
-        return IggyStreamReader(options)
+        return IggyStreamReader(*self._plan(schema))
+
+    def _plan(self, schema: StructType) -> tuple[SourceOptions, pa.Schema | None]:
+        """The parsed options and the Arrow schema payloads are parsed into (``None``: the
+        message columns), checked against ``payload_format``."""
+        from pyspark.sql.pandas.types import to_arrow_schema
+
+        from connector_common.change_rows import SPARK_SCHEMA
+        from iggy_spark.errors import ConfigError
+        from iggy_spark.source.options import SourceOptions
+        from iggy_spark.source.schema import SCHEMA
+
+        options = SourceOptions.from_options(self.options)
+        form = options.payload_format
+        fixed = {"binary": SCHEMA, "pg_cdc": SPARK_SCHEMA}.get(form)
+        if fixed is not None and schema != fixed:
+            raise ConfigError("payload_format", f"{form} has its own columns; a schema given "
+                              "with .schema(...) needs payload_format=json")
+        if form == "binary":
+            return options, None
+        try:
+            return options, to_arrow_schema(schema, timezone="UTC")
+        except Exception as exc:  # noqa: BLE001 - pyspark raises its own types per Spark type
+            raise ConfigError("payload_format", f"json cannot fill the schema "
+                              f"{schema.simpleString()}: {exc}") from None

@@ -56,10 +56,11 @@ class BackfillPlanner:
         self._search = True
 
     def plan(
-        self, conn: Conn, state: Backfills, caught_up: bool, end: int
+        self, conn: Conn, state: Backfills, start: int, caught_up: bool, end: int
     ) -> tuple[Backfills, int]:
-        """The state and end of the next batch, which the stream alone would end at ``end``
-        (``caught_up``: at the flush position): with a chunk (and its marker) if one is due."""
+        """The state and end of the batch from ``start`` (where the slot is), which the stream
+        alone would end at ``end`` (``caught_up``: at the flush position): with a chunk (and its
+        marker) if one is due."""
         if self._listening is not conn:
             conn.add_notify_handler(self._notified)
             conn.execute(sql.SQL("LISTEN {}").format(sql.Identifier(CHANNEL)))
@@ -69,7 +70,7 @@ class BackfillPlanner:
         flush = slot.flush_lsn(conn)
         if self._search:
             self._search = False
-            state = self._requests(conn, state, flush)
+            state = self._requests(conn, state, start, flush)
         if not state.queue or not caught_up:
             return state, end
         while state.queue:
@@ -80,8 +81,8 @@ class BackfillPlanner:
             state = state.without_table(head.tables[0])
         return state, end
 
-    def _requests(self, conn: Conn, state: Backfills, flush: int) -> Backfills:
-        pubs = slot.publications(conn, self.options)
+    def _requests(self, conn: Conn, state: Backfills, start: int, flush: int) -> Backfills:
+        pubs = slot.publications(conn, self.options, start)
         found: list[Request] = []
         cancels: set[str] = set()
         for lsn, data in slot.peek_messages(conn, self.options, flush, pubs):

@@ -22,13 +22,18 @@ the decoder asks a catalog lookup for each table's
 (:func:`postgres_cdc_source.catalog.table_info`, in the peeking session).
 
 The catalog describes the table as it is now, while the change was written under the table's
-definition at that time. When the printed columns no longer match the catalog (the table was
-altered since), the printed columns win for ``after`` and only key/identity come from the
-catalog; when the table is gone, the old tuple of an update or delete is taken as the key.
+definition at that time, so what Postgres printed wins. The printed columns give ``after``. An
+old tuple (a delete, an update that changed the key) is the identity as logged: when its
+columns are not what the catalog's identity predicts (a key column renamed, the key moved, the
+table gone), they are the key. An insert or a key-keeping update prints no key: it takes the
+catalog's key columns from the printed row, and when they are not all there the key is null
+and a warning says so (an identity moved between columns the row still has cannot be seen
+here; pgoutput's Relation messages carry it).
 """
 
 from __future__ import annotations
 
+import logging
 import re
 from collections.abc import Iterable, Iterator
 from datetime import UTC, datetime
@@ -58,6 +63,7 @@ from postgres_cdc_source.decoding.changes import (
     message_event,
 )
 from postgres_cdc_source.errors import DecodeError
+from postgres_cdc_source.lsn import format_lsn
 from postgres_cdc_source.values import converter_for_oid, converter_for_type_name
 
 __all__ = ["TEST_DECODING_OPTIONS", "TextFormatDecoder", "message_line"]
@@ -73,6 +79,7 @@ xids and commit timestamps are part of the output rows; empty transactions are k
 commit, even of a DDL-only transaction, is seen.
 """
 
+log = logging.getLogger(__name__)
 _PLUGIN = "test_decoding"
 _dumps = orjson.dumps
 Columns = list[tuple[str, str, RawValue]]
@@ -140,7 +147,7 @@ class _Table:
     """Per-table state of one decoder: filter verdict, catalog info and derived shapes."""
 
     __slots__ = ("schema", "table", "keep", "loaded", "info", "shape", "full", "key_names",
-                 "generated", "printed", "fast", "quoted", "index", "shapes")
+                 "generated", "printed", "fast", "quoted", "index", "shapes", "warned")
 
     def __init__(self, schema: str, table: str, keep: bool) -> None:
         self.schema = schema
@@ -157,6 +164,7 @@ class _Table:
         self.quoted: tuple[int, ...] = ()  # shape positions of '-quoted values
         self.index: dict[str, int] = {}
         self.shapes: dict[tuple[tuple[str, str], ...], RowShape] = {}
+        self.warned = False  # the key-unknown warning was given
 
     def load(self, info: TableInfo | None) -> None:
         self.loaded = True
@@ -184,19 +192,28 @@ class _Table:
             if c.type_oid not in _UNQUOTED and c.type_oid != _BOOL and c.type_oid not in _BITS
         )
 
+    def logged_as_catalog(self, shape: RowShape, columns: Columns) -> bool:
+        """Whether an old tuple Postgres printed is what the catalog's identity predicts: all of
+        ``shape``'s columns under ``FULL`` (NULL ones are left out), exactly its key columns
+        otherwise. If not, the identity changed since the change was written."""
+        names = {name for name, _, _ in columns if name not in self.generated}
+        if self.full:
+            return names <= set(shape.names)
+        return names == set(shape.key_names)
+
     def shape_of_old(self, columns: Columns) -> tuple[RowShape, list[RawValue]]:
-        """Shape and values of an old tuple the catalog cannot describe (the table changed or is
-        gone): its printed columns; without a catalog they are all the key."""
+        """Shape and values of an old tuple whose columns the catalog does not predict (the
+        table's identity changed, or the table is gone): the printed columns, all of them the
+        key, since that is the identity Postgres logged."""
         columns = [c for c in columns if c[0] not in self.generated]
-        names = [name for name, _, _ in columns]
-        key = (range(len(names)) if self.info is None
-               else [i for i, name in enumerate(names) if name in self.key_names])
-        shape = RowShape(self.schema, self.table, names,
-                         [converter_for_type_name(t) for _, t, _ in columns], key, True)
+        shape = RowShape(self.schema, self.table, [name for name, _, _ in columns],
+                         [converter_for_type_name(t) for _, t, _ in columns],
+                         range(len(columns)), True)
         return shape, [value for _, _, value in columns]
 
     def shape_with_key(self, shape: RowShape, key_names: list[str]) -> RowShape:
-        """``shape`` with ``key_names`` as its key, for tables the catalog no longer knows."""
+        """``shape`` with ``key_names`` as its key: the identity as logged, not as the catalog
+        says now."""
         return RowShape(self.schema, self.table, shape.names, shape.converters,
                         [i for i, n in enumerate(shape.names) if n in key_names], True)
 
@@ -342,12 +359,15 @@ class TextFormatDecoder:
             printed, pos = _columns(line, pos)
             if pos != len(line):
                 raise ValueError(f"cannot parse the old tuple at offset {pos}")
-            old = None if table.shape is None else _align(table, table.shape, printed)
+            old = None
+            if table.shape is not None and table.logged_as_catalog(table.shape, printed):
+                old = _align(table, table.shape, printed)
             if old is not None and table.shape is not None:
-                shape = table.shape
-            else:
-                shape, old = table.shape_of_old(printed)
-            return build_change(shape, lsn, seq, DELETE, old, None, old_is_full=table.full,
+                return build_change(table.shape, lsn, seq, DELETE, old, None,
+                                    old_is_full=table.full, new_has_unchanged=False,
+                                    keep_values=self._keep_values)
+            shape, old = table.shape_of_old(printed)
+            return build_change(shape, lsn, seq, DELETE, old, None, old_is_full=False,
                                 new_has_unchanged=False, keep_values=self._keep_values)
         columns: Columns | None = None
         if op == UPDATE and line.startswith(" old-key:", pos):
@@ -357,14 +377,34 @@ class TextFormatDecoder:
             pos += 11
         shape, new, unchanged = _new_tuple(table, line, pos)
         old = None
+        old_is_full = table.full
         if columns is not None:
             old = _align(table, shape, columns)
             if old is None:
                 raise ValueError("the old tuple has a column the new tuple does not")
-            if table.info is None:  # no catalog: what Postgres logged is the key
+            if table.info is None or not table.logged_as_catalog(shape, columns):
+                # what Postgres logged is the key, whatever the catalog says now
                 shape = table.shape_with_key(shape, [n for n, _, _ in columns])
-        return build_change(shape, lsn, seq, op, old, new, old_is_full=table.full,
+                old_is_full = False
+        elif len(shape.key) < len(table.key_names) or table.info is None:
+            shape = table.shape_with_key(shape, [])
+            self._warn_key_unknown(table, lsn)
+        return build_change(shape, lsn, seq, op, old, new, old_is_full=old_is_full,
                             new_has_unchanged=unchanged, keep_values=self._keep_values)
+
+    def _warn_key_unknown(self, table: _Table, lsn: int) -> None:
+        """Say once per table and peek that rows go out without the key test_decoding did not
+        print and the catalog can no longer tell."""
+        if table.warned:
+            return
+        table.warned = True
+        log.warning(
+            "pg_cdc: %s.%s changed (or was dropped) after changes from LSN %s were written: "
+            "test_decoding does not print the key of an insert or of an update that keeps it, "
+            "and the table's key columns are not all in those rows any more, so their key is "
+            "null; plugin=pgoutput logs it with every change (docs: pg_cdc, Keys)",
+            table.schema, table.table, format_lsn(lsn),
+        )
 
     def _truncate(self, line: str, lsn: int, seq: int) -> Iterator[Change | None]:
         """One change per truncated table (``None`` for filtered ones, which count too)."""

@@ -64,6 +64,7 @@ from pyspark.sql.streaming.datasource import (
     SupportsTriggerAvailableNow,
 )
 
+from connector_common.change_rows import ARROW_SCHEMA
 from postgres_cdc_source.connections import (
     DriverConnection,
     connect_with_retry,
@@ -75,7 +76,6 @@ from postgres_cdc_source.errors import SourceError
 from postgres_cdc_source.options import CdcOptions, PollingOptions
 from postgres_cdc_source.polling.offset import PollOffset
 from postgres_cdc_source.polling.table import FRONTIER_QUERY, PolledTable, inspect
-from postgres_cdc_source.schema import ARROW_SCHEMA
 from postgres_cdc_source.values import converter_for_oid
 
 __all__ = ["PgPollingStreamReader", "PollingPartition", "READ_OP", "check_table"]

@@ -19,12 +19,12 @@ from psycopg.types.numeric import IntDumper
 from psycopg.types.string import StrDumperUnknown, TextLoader
 from pyspark.sql.datasource import InputPartition
 
+from connector_common.change_rows import ARROW_SCHEMA
 from postgres_cdc_source import connections
 from postgres_cdc_source.decoding import INSERT, Change, RowShape, build_change
 from postgres_cdc_source.destination_columns import Router
 from postgres_cdc_source.lsn import format_lsn
 from postgres_cdc_source.options import CdcOptions
-from postgres_cdc_source.schema import ARROW_SCHEMA
 from postgres_cdc_source.snapshot.planning import Key, SnapshotTable, key_range
 from postgres_cdc_source.sql_json import row_json_sql, text_json_sql
 from postgres_cdc_source.sql_names import Name

@@ -20,10 +20,10 @@ from typing import IO
 import pyarrow as pa
 import pyarrow.compute as pc
 
+from connector_common.change_rows import ARROW_SCHEMA
 from postgres_cdc_source.decoding import Begin, Change, Commit, LoneMessage
 from postgres_cdc_source.destination_columns import Router
 from postgres_cdc_source.lsn import format_lsn
-from postgres_cdc_source.schema import ARROW_SCHEMA
 
 __all__ = ["transactions", "record_batches", "Spill"]
 
@@ -194,7 +194,8 @@ def _ids(commit_lsn: pa.Array, seq: pa.Array) -> pa.Array:
 def record_batches(
     txns: Iterable[tuple[Commit, Iterator[list[Change]]]], router: Router, batch_rows: int
 ) -> Iterator[pa.RecordBatch]:
-    """Rows in :data:`~postgres_cdc_source.schema.ARROW_SCHEMA` order, ``batch_rows`` at a time."""
+    """Rows in :data:`~connector_common.change_rows.ARROW_SCHEMA` order, ``batch_rows`` at a
+    time."""
     route = router.route if router.active else None
     columns = _Columns()
     for commit, chunks in txns:

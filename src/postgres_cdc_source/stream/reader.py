@@ -21,6 +21,10 @@ Contract with Spark (pyspark 4.3; see the docs' delivery semantics):
 * With ``snapshot=initial``, batches first read the tables (:mod:`postgres_cdc_source.snapshot`:
   offsets at the slot's consistent point carrying the snapshot's progress, one partition per
   chunk), then stream from that point.
+* With ``on_slot_lost=resnapshot``, a planning that finds the slot lost (missing or invalidated)
+  creates it again and returns the start offset of a new snapshot: that batch is empty (its
+  changes are gone with the slot), and the next ones read the snapshot as above. A replayed
+  batch of a slot lost since is empty too, for the same reason.
 """
 
 from __future__ import annotations
@@ -54,6 +58,7 @@ from postgres_cdc_source.connections import (
 )
 from postgres_cdc_source.decoding.factory import make_decoder
 from postgres_cdc_source.destination_columns import Router
+from postgres_cdc_source.errors import SlotLostError
 from postgres_cdc_source.health import SourceHealth
 from postgres_cdc_source.lsn import format_lsn, parse_lsn
 from postgres_cdc_source.options import CdcOptions
@@ -124,9 +129,18 @@ class PgCdcStreamReader(DataSourceStreamReader, SupportsTriggerAvailableNow):
     def _driver(self, work: Callable[[psycopg.Connection[Any]], T]) -> T:
         """Run ``work`` on the driver's connection, reconnecting once if the server went away."""
         if not self._checked:  # going on from a checkpoint: initialOffset was not called
-            slot.ensure_slot(self.options, resuming=True)
+            try:
+                slot.ensure_slot(self.options, resuming=True)
+            except SlotLostError:
+                if not self._resnapshots:
+                    raise
+                # the planning that finds it lost again takes a new snapshot
             self._checked = True
         return self._db.run(work)
+
+    @property
+    def _resnapshots(self) -> bool:
+        return self.options.on_slot_lost == "resnapshot"
 
     def initialOffset(self) -> dict[str, Any]:
         """Where a new query starts: the slot's confirmed position (created if allowed), or with
@@ -140,12 +154,23 @@ class PgCdcStreamReader(DataSourceStreamReader, SupportsTriggerAvailableNow):
         return self._initial
 
     def _initial_offset(self) -> dict[str, Any]:
-        if self.options.snapshot == "initial":
-            self._exported = slot.export_snapshot(self.options)
+        try:
+            if self.options.snapshot == "initial":
+                return self._snapshot_start()
+            state = slot.ensure_slot(self.options)
+        except SlotLostError as lost:
+            if not self._resnapshots:
+                raise
+            return self._resnapshot(lost)
+        finally:
+            self._checked = True
+        return _offset(state.confirmed_flush)
+
+    def _snapshot_start(self) -> dict[str, Any]:
+        """Create the slot exporting a snapshot of its consistent point (if it does not exist)
+        and return the offset of a snapshot starting there."""
+        self._exported = slot.export_snapshot(self.options)
         state = slot.ensure_slot(self.options)
-        self._checked = True
-        if self.options.snapshot != "initial":
-            return _offset(state.confirmed_flush)
         if self._exported is None:
             log.warning(
                 "pg_cdc: replication slot %s already existed, so no snapshot of its position "
@@ -156,6 +181,18 @@ class PgCdcStreamReader(DataSourceStreamReader, SupportsTriggerAvailableNow):
             )
             return snapshot.start_offset(state.confirmed_flush)
         return snapshot.start_offset(self._exported.consistent_point)
+
+    def _resnapshot(self, lost: SlotLostError) -> dict[str, Any]:
+        """``on_slot_lost=resnapshot``: the slot dropped if invalidated, created again, and the
+        start offset of a snapshot of the captured tables at its new consistent point."""
+        log.warning(
+            "pg_cdc: replication slot %s is lost: %s. on_slot_lost=resnapshot: creating it "
+            "again and reading the captured tables as they are now (rows with op 'read'); the "
+            "changes since the checkpoint are not delivered (docs: operations, Lost slots)",
+            lost.slot, lost.because,
+        )
+        self._db.run(lambda conn: slot.drop_lost(conn, self.options.slot))
+        return self._snapshot_start()
 
     def getDefaultReadLimit(self) -> ReadLimit:
         if self.options.max_bytes_per_trigger is None:
@@ -194,10 +231,15 @@ class PgCdcStreamReader(DataSourceStreamReader, SupportsTriggerAvailableNow):
             horizon = self._reselect_horizon()
         start_lsn = _lsn(start)
         max_bytes = limit.max_bytes if isinstance(limit, ReadMaxBytes) else None
-        end_lsn = self._driver(lambda conn: self._plan(conn, start_lsn, max_bytes))
+        try:
+            end_lsn = self._driver(lambda conn: self._plan(conn, start_lsn, max_bytes))
+        except SlotLostError as lost:
+            if not self._resnapshots:
+                raise
+            return self._resnapshot(lost)
         caught_up = end_lsn >= self._planned_flush
         backfills, end_lsn = self._driver(lambda conn: self._backfills.plan(
-            conn, Backfills.of(start).delivered(), caught_up, end_lsn))
+            conn, Backfills.of(start).delivered(), start_lsn, caught_up, end_lsn))
         end = backfills.into(_offset(end_lsn))
         if horizon is not None:  # kept in every later offset: key changes are completed too
             end[snapshot.RESELECT_UNTIL] = horizon
@@ -242,7 +284,7 @@ class PgCdcStreamReader(DataSourceStreamReader, SupportsTriggerAvailableNow):
         # A transaction larger than the limit must still fit in one batch whole: otherwise every
         # batch it spans would re-decode it from its first change. Find where the first
         # transaction after `start` ends (the slot is at `start` now).
-        pubs = slot.publications(conn, self.options)
+        pubs = slot.publications(conn, self.options, start)
         first_end = slot.first_commit_end(conn, self.options, flush, pubs)
         return max(start + max_bytes, min(first_end or 0, flush))
 
@@ -257,6 +299,10 @@ class PgCdcStreamReader(DataSourceStreamReader, SupportsTriggerAvailableNow):
             reread = state.confirmed_flush - state.restart_lsn
             log.warning("%s", slot.describe_holder(self.options.slot, reread, holder))
             self._held_back_warned = now
+
+    def _slot_lost(self, conn: psycopg.Connection[Any]) -> bool:
+        state = slot.slot_state(conn, self.options.slot)
+        return state is None or state.lost
 
     def _plan_snapshot(
         self, conn: psycopg.Connection[Any], start: dict[str, Any]
@@ -276,8 +322,16 @@ class PgCdcStreamReader(DataSourceStreamReader, SupportsTriggerAvailableNow):
     def partitions(self, start: dict[str, Any], end: dict[str, Any]) -> Sequence[InputPartition]:
         if snapshot.in_progress(start):
             return self._snapshot_partitions(start, end)
+        if snapshot.in_progress(end):
+            return []  # the batch on_slot_lost=resnapshot planned: its changes are gone
         start_lsn, end_lsn = _lsn(start), _lsn(end)
         if end_lsn <= start_lsn:
+            return []
+        if self._resnapshots and self._driver(self._slot_lost):
+            # a batch planned before the slot was lost, replayed: the next planning resnapshots
+            log.warning("pg_cdc: replication slot %s is lost: batch (%s, %s] is skipped, its "
+                        "changes are gone; the next batch takes a new snapshot",
+                        self.options.slot, format_lsn(start_lsn), format_lsn(end_lsn))
             return []
         horizon = end.get(snapshot.RESELECT_UNTIL)
         until = None if horizon is None else parse_lsn(str(horizon))
@@ -385,7 +439,7 @@ def _peeked(options: CdcOptions, partition: CdcPartition) -> Generator[pa.Record
                 conn.execute("SELECT set_config('client_connection_check_interval', '1s',"
                              " false)")
             copy = slot.temporary_copy(conn, options, partition.copy_from, partition.start)
-        pubs = slot.publications(conn, options)
+        pubs = slot.publications(conn, options, partition.start)
         conn.commit()
         decoder = make_decoder(options, conn, is_marker if partition.backfill else None)
         events = decoder.events(slot.peek(conn, options, partition.end, pubs, copy))

@@ -33,6 +33,8 @@ __all__ = [
     "SlotState",
     "FAILOVER_VERSION",
     "check_not_lost",
+    "standbys_missing",
+    "drop_lost",
     "REREAD_WARN_BYTES",
     "RestartHolder",
     "restart_holder",
@@ -133,6 +135,40 @@ def check_not_lost(slot: str, state: SlotState | None) -> SlotState:
     return state
 
 
+def standbys_missing(conn: Conn, state: SlotState) -> list[str]:
+    """The physical slots ``synchronized_standby_slots`` names that no standby streams from
+    now (``name (missing)`` or ``name (inactive)``), for a failover slot; empty otherwise.
+
+    Postgres decodes a failover slot's changes only once those standbys confirm them, so while
+    one is missing (a promoted server inherited the setting) or down, every read waits.
+    """
+    if not state.failover:
+        return []
+    rows = conn.execute(
+        "SELECT s.name, r.active FROM unnest(string_to_array(current_setting("
+        "'synchronized_standby_slots', true), ',')) AS s(name)"
+        " LEFT JOIN pg_replication_slots AS r ON r.slot_name = trim(s.name)"
+        " AND r.slot_type = 'physical' WHERE trim(s.name) <> ''"
+    ).fetchall()
+    return [f"{str(name).strip()} ({'missing' if active is None else 'inactive'})"
+            for name, active in rows if not active]
+
+
+def drop_lost(conn: Conn, slot: str) -> None:
+    """Drop slot ``slot`` if it is invalidated, so it can be created again; a missing slot is
+    left missing, and a valid one (created again by someone meanwhile) is left alone."""
+    state = slot_state(conn, slot)
+    if state is None or not state.lost:
+        return
+    try:
+        conn.execute("SELECT pg_drop_replication_slot(%s)", (slot,))
+    except pgerrors.UndefinedObject:
+        pass  # dropped by someone else at the same moment: same outcome
+    except pgerrors.ObjectInUse as exc:
+        raise SlotError(_in_use(slot, exc)) from None
+    log.info("dropped lost replication slot %s (%s)", slot, state.lost_reason)
+
+
 def ensure_slot(options: CdcOptions, resuming: bool = False) -> SlotState:
     """Check the server and the slot (creating slot and publication if allowed); return its state.
 
@@ -153,13 +189,19 @@ def ensure_slot(options: CdcOptions, resuming: bool = False) -> SlotState:
         state = slot_state(conn, options.slot)
         if state is None and resuming:
             raise SlotLostError(options.slot, None)
+        created = state is None
         if state is None:
             if not options.create_slot:
                 raise SlotError(
                     f"replication slot {options.slot!r} does not exist: create it or "
                     "set create_slot=true"
                 )
+            if options.plugin == "pgoutput":  # first: the slot must not predate them
+                _check_may_create_slots(conn, options)
+                publication.ensure(conn, options)
             _create_slot(conn, options)
+            if options.plugin == "pgoutput":
+                publication.admit(conn, options, new_slot=True)
             state = slot_state(conn, options.slot)
             assert state is not None
         database = conn.info.dbname
@@ -182,7 +224,7 @@ def ensure_slot(options: CdcOptions, resuming: bool = False) -> SlotState:
                 "\"dbname=... replication=database\"), or drop it and start the query with a "
                 "new checkpoint (snapshot=initial for a full resync)"
             )
-        if options.plugin == "pgoutput":
+        if options.plugin == "pgoutput" and not created:
             publication.ensure(conn, options)
         return state
 
@@ -271,6 +313,9 @@ def export_snapshot(options: CdcOptions) -> ExportedSnapshot | None:
     assert point is not None and name is not None
     log.info("created replication slot %s exporting snapshot %s at %s",
              options.slot, name.decode(), point.decode())
+    if options.plugin == "pgoutput":
+        with connect_with_retry(options) as conn:
+            publication.admit(conn, options, new_slot=True)
     return ExportedSnapshot(repl, name.decode(), parse_lsn(point.decode()))
 
 
@@ -291,12 +336,25 @@ def _create_slot(conn: Conn, options: CdcOptions) -> None:
     except pgerrors.DuplicateObject:
         pass  # another query created it at the same moment: same outcome
     except pgerrors.InsufficientPrivilege as exc:
-        user = conn.info.user
-        raise SlotError(
-            f"role {user!r} may not create replication slots ({exc.diag.message_primary}):"
-            f" ALTER ROLE {user} REPLICATION, or create slot {options.slot!r} as a "
-            "superuser"
-        ) from None
+        raise _cannot_create_slots(conn, options, exc.diag.message_primary) from None
+
+
+def _check_may_create_slots(conn: Conn, options: CdcOptions) -> None:
+    """Refuse before anything is created (the publications) if the slot cannot be."""
+    row = conn.execute(
+        "SELECT rolreplication OR rolsuper FROM pg_roles WHERE rolname = current_user"
+    ).fetchone()
+    if row is not None and not row[0]:
+        raise _cannot_create_slots(conn, options, "the role has neither REPLICATION nor "
+                                   "superuser")
+
+
+def _cannot_create_slots(conn: Conn, options: CdcOptions, why: str | None) -> SlotError:
+    user = conn.info.user
+    return SlotError(
+        f"role {user!r} may not create replication slots ({why}): ALTER ROLE {user} "
+        f"REPLICATION, or create slot {options.slot!r} as a superuser"
+    )
 
 
 def insert_lsn(conn: Conn) -> int:
@@ -421,6 +479,16 @@ def bring_to(conn: Conn, options: CdcOptions, start: int) -> None:
             "slots)",
             options.slot,
         )
+    waiting_for = standbys_missing(conn, state)
+    if waiting_for:
+        log.warning(
+            "pg_cdc: replication slot %s is a failover slot, and Postgres sends its changes "
+            "only once the standbys named in synchronized_standby_slots have them; no standby "
+            "streams from %s, so reads wait until one does: start it, or set "
+            "synchronized_standby_slots to the standbys there are ('' for none; a promoted "
+            "server keeps the old primary's) (docs: operations, Failover slots)",
+            options.slot, ", ".join(waiting_for),
+        )
     if state.active_pid is not None and state.active_pid != conn.info.backend_pid:
         raise SlotError(
             f"replication slot {options.slot!r} is in use by another session (PID "
@@ -476,9 +544,9 @@ def temporary_copy(conn: Conn, options: CdcOptions, batch_start: int, start: int
     return name
 
 
-def publications(conn: Conn, options: CdcOptions) -> list[str]:
-    """pgoutput's ``publication_names`` for this slot (empty for test_decoding)."""
-    return publication.names(conn, options) if options.plugin == "pgoutput" else []
+def publications(conn: Conn, options: CdcOptions, start: int) -> list[str]:
+    """pgoutput's ``publication_names`` for a batch from ``start`` (empty for test_decoding)."""
+    return publication.names(conn, options, start) if options.plugin == "pgoutput" else []
 
 
 def _peek_query(options: CdcOptions, pubs: list[str]) -> tuple[sql.Composed, list[str]]:

@@ -42,10 +42,13 @@ from iggy_spark_testing.workload import BackgroundRun, Workload
 from postgres_cdc_source.lsn import format_lsn, lsn_from_offset, parse_lsn
 
 
-def prepare_capture(dsn: str, name: str, *, seed: int) -> tuple[Workload, dict[str, str]]:
+def prepare_capture(
+    dsn: str, name: str, *, seed: int, options: Mapping[str, str] | None = None
+) -> tuple[Workload, dict[str, str]]:
     """A workload on empty tables in schema ``name``, slot ``name`` created on them *before* any
     change (so the pipeline sees them all), and the ``pg_cdc`` options that route each table to
-    its own topic in stream ``name``, partitioned by row (``id``)."""
+    its own topic in stream ``name``, partitioned by row (``id``), plus ``options`` (which the
+    slot is created with too, e.g. ``failover``)."""
     from postgres_cdc_source.options import CdcOptions
     from postgres_cdc_source.stream import slot
 
@@ -56,6 +59,7 @@ def prepare_capture(dsn: str, name: str, *, seed: int) -> tuple[Workload, dict[s
         "topic_from": "table",
         "partition_key_from": "id",
         "default_stream": name,
+        **(options or {}),
     }
     slot.ensure_slot(CdcOptions.from_options({"dsn": dsn, "slot": name, **source}))
     return work, source

@@ -33,9 +33,10 @@ from pathlib import Path
 from types import TracebackType
 
 import psycopg
+from psycopg import sql
 
-__all__ = ["LocalPostgres", "ExternalPostgres", "postgres", "DSN_ENV", "WHEEL_VERSION",
-           "default_version"]
+__all__ = ["LocalPostgres", "LocalStandby", "ExternalPostgres", "postgres", "DSN_ENV",
+           "WHEEL_VERSION", "default_version"]
 
 DSN_ENV = "PG_CDC_DSN"
 """Environment variable naming an external server (libpq conninfo or URI) for tests and demos."""
@@ -163,12 +164,16 @@ class LocalPostgres:
             raise RuntimeError("LocalPostgres is not started")
         return self._root / "data"
 
+    def _make_root(self) -> None:
+        self._root = Path(tempfile.mkdtemp(prefix="pg-cdc-"))
+        if self._as_postgres:
+            pw = pwd.getpwnam("postgres")
+            os.chown(self._root, pw.pw_uid, pw.pw_gid)
+        atexit.register(self.stop)
+
     def start(self) -> LocalPostgres:
         if self._root is None:
-            self._root = Path(tempfile.mkdtemp(prefix="pg-cdc-"))
-            if self._as_postgres:
-                pw = pwd.getpwnam("postgres")
-                os.chown(self._root, pw.pw_uid, pw.pw_gid)
+            self._make_root()
             self._run(
                 "initdb",
                 "-D",
@@ -182,7 +187,6 @@ class LocalPostgres:
                 "--locale=C.UTF-8",
                 "--no-sync",
             )
-            atexit.register(self.stop)
         self._pg_ctl_start()
         return self
 
@@ -261,6 +265,54 @@ class LocalPostgres:
     def __repr__(self) -> str:
         return (f"LocalPostgres(version={self.version}, port={self.port}, "
                 f"running={self._root is not None})")
+
+
+class LocalStandby(LocalPostgres):
+    """A streaming standby of ``primary`` that synchronizes its failover slots (Postgres 17+).
+
+    Made with ``pg_basebackup`` through physical slot ``slot`` on the primary, which
+    ``synchronized_standby_slots`` names there (so no logical change reaches a consumer before
+    this standby has it), and started with ``sync_replication_slots``, ``hot_standby_feedback``
+    and a ``dbname`` in ``primary_conninfo``: the settings docs/operations.md (Failover slots)
+    lists. :meth:`promote` makes it a primary.
+    """
+
+    def __init__(self, primary: LocalPostgres, slot: str = "standby1") -> None:
+        super().__init__(
+            settings={"sync_replication_slots": "on", "hot_standby_feedback": "on"},
+            version=primary.version,
+        )
+        self.primary = primary
+        self.slot = slot
+
+    def start(self) -> LocalStandby:
+        if self._root is None:
+            with self.primary.connect() as conn:
+                conn.execute("SELECT pg_create_physical_replication_slot(%s, true)", (self.slot,))
+                conn.execute(
+                    sql.SQL("ALTER SYSTEM SET synchronized_standby_slots = {}").format(
+                        sql.Literal(self.slot)))
+                conn.execute("SELECT pg_reload_conf()")
+            self._make_root()
+            self._run("pg_basebackup", "-D", str(self.data_dir), "-R", "-S", self.slot,
+                      "-X", "stream", "-d", self.primary.dsn)
+            with (self.data_dir / "postgresql.auto.conf").open("a") as conf:
+                conf.write(f"primary_conninfo = '{self.primary.dsn} application_name=standby'\n")
+                # copied from the primary: promoted, this server has no such slot to wait for
+                conf.write("synchronized_standby_slots = ''\n")
+        self._pg_ctl_start()
+        return self
+
+    def promote(self) -> None:
+        """``pg_ctl promote``, waiting until the server accepts writes."""
+        self._run("pg_ctl", "-D", str(self.data_dir), "-w", "promote")
+
+    def replayed(self) -> int:
+        """The WAL position replayed so far (the standby has every change before it)."""
+        with self.connect() as conn:
+            row = conn.execute("SELECT (pg_last_wal_replay_lsn() - '0/0')::int8").fetchone()
+        assert row is not None and isinstance(row[0], int)
+        return row[0]
 
 
 class ExternalPostgres:

@@ -1,5 +1,8 @@
-"""The fixed output schema of ``pg_cdc``, for Spark (DDL) and for Arrow (what ``read`` yields).
+"""The change row: the columns ``pg_cdc`` produces, for Spark (DDL) and for Arrow.
 
+A contract both connectors share: ``pg_cdc`` yields these rows, ``iggy_routed`` carries them
+into Iggy (the JSON-text columns embedded as JSON), and the ``iggy`` source's
+``payload_format=pg_cdc`` reads them back, so it lives here, importable with either extra.
 Spark checks Arrow batches from ``read`` against the declared schema exactly (``int`` must be
 int32, ``long`` int64), so both views are declared side by side here and nowhere else.
 """
@@ -18,7 +21,7 @@ from pyspark.sql.types import (
     TimestampType,
 )
 
-__all__ = ["COLUMNS", "SPARK_SCHEMA", "ARROW_SCHEMA"]
+__all__ = ["ARROW_SCHEMA", "COLUMNS", "JSON_TEXT_COLUMNS", "SPARK_SCHEMA"]
 
 COLUMNS: tuple[tuple[str, str, pa.DataType, str], ...] = (
     ("lsn", "string", pa.string(), "LSN Postgres reports for the change row"),
@@ -101,6 +104,9 @@ COLUMNS: tuple[tuple[str, str, pa.DataType, str], ...] = (
         "destination partition key (routing options), else null",
     ),
 )
+
+JSON_TEXT_COLUMNS = ("key", "before", "after")
+"""The string columns holding JSON text (a row's values by column name)."""
 
 # Built from type objects, not parsed from DDL: parsing needs a SparkContext, which the
 # Python workers that call streamReader() do not have.

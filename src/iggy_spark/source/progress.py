@@ -1,0 +1,45 @@
+"""What the ``iggy`` source reports in Spark's progress events: its partitions' latest offsets
+and lag, the channel from the driver-side reader to monitoring.
+
+``reportLatestOffset`` runs in a Python worker process next to the driver; Spark shows what it
+returns only in progress events (``sources[].latestOffset``), never compares or stores it, so it
+carries a small document, recognised by ``"source": "iggy"``::
+
+    {"source": "iggy", "latest": {"orders": {"0": 120}}, "lag": {"orders": {"0": 20}}}
+
+``lag`` is, per partition, the messages past the end of the batch being planned (latest offset
+minus the offset the batch reads to, which is the committed offset once it commits).
+"""
+
+from __future__ import annotations
+
+import json
+from collections.abc import Mapping
+from typing import Any
+
+from iggy_spark.source.offsets import Position, behind, from_json, to_json
+
+__all__ = ["lag_from_progress", "report"]
+
+_KIND = "iggy"
+
+
+def report(latest: Mapping[Position, int], end: Mapping[Position, int]) -> dict[str, Any]:
+    """The progress document for a batch planned to ``end`` while partitions ended at
+    ``latest``."""
+    return {"source": _KIND, "latest": to_json(latest), "lag": to_json(behind(end, latest))}
+
+
+def lag_from_progress(latest: str | Mapping[str, Any] | None) -> dict[str, dict[str, int]] | None:
+    """The lag per topic and partition in a source's ``latestOffset`` from a progress event,
+    or ``None`` when another kind of source wrote it."""
+    try:
+        data = json.loads(latest) if isinstance(latest, str) else latest
+    except ValueError:
+        return None
+    if not isinstance(data, Mapping) or data.get("source") != _KIND:
+        return None
+    try:
+        return to_json(from_json(data.get("lag")))
+    except ValueError:
+        return None

@@ -1,0 +1,122 @@
+"""``payload_format``: JSON payloads read back as rows, generic (``json`` with a schema) and as
+the change rows ``pg_cdc`` produced, against the local broker."""
+
+from __future__ import annotations
+
+from datetime import UTC, datetime
+from pathlib import Path
+from typing import Any
+
+import apache_iggy
+import orjson
+import pytest
+from broker_fixtures import connect, run
+
+from connector_common.change_rows import JSON_TEXT_COLUMNS, SPARK_SCHEMA
+
+
+def send(address: str, stream: str, topic: str, payloads: list[bytes]) -> None:
+    async def main() -> None:
+        client = await connect(address)
+        await client.create_stream(stream)
+        await client.create_topic(stream, topic, 1)
+        await client.send_messages(stream, topic, apache_iggy.Partitioning.partition_id(0),
+                                   [apache_iggy.SendMessage(p) for p in payloads])
+
+    run(main())
+
+
+def reader(spark: Any, broker: Any, stream: str, **options: str) -> Any:
+    read = spark.read.format("iggy").option("url", broker.url).option("stream", stream)
+    for key, value in options.items():
+        read = read.option(key, value)
+    return read
+
+
+def test_json_payloads_fill_the_given_schema(spark: Any, broker: Any, name: str) -> None:
+    send(broker.address, name, "e", [
+        b'{"n": 1, "name": "a", "tags": ["x"], "at": "2026-11-25T10:00:00.5Z", "o": {"k": 1}}',
+        b'{"n": 2, "offset": 99}',
+    ])
+    rows = (reader(spark, broker, name, topics="e", payload_format="json")
+            .schema("n long, name string, tags array<string>, at timestamp, o string, "
+                    "topic string, offset long").load().orderBy("n").collect())
+    assert [r.asDict() for r in rows] == [
+        {"n": 1, "name": "a", "tags": ["x"], "o": '{"k":1}', "topic": "e", "offset": 0,
+         "at": datetime(2026, 11, 25, 10, 0, 0, 500000, tzinfo=UTC).replace(tzinfo=None)},
+        # a field the payload has wins over the message's column; a missing one is null
+        {"n": 2, "name": None, "tags": None, "o": None, "topic": "e", "offset": 99, "at": None},
+    ]
+
+
+@pytest.mark.parametrize(("payload", "message"), [
+    (b"not json", "offset 0: the payload is not a JSON object; read it with "
+                  "payload_format=binary"),
+    (b'[1, 2]', "offset 0: the payload is not a JSON object"),
+    (b'{"n": "one"}', "payload field 'n' does not fit the column's type int64"),
+])
+def test_a_payload_that_does_not_parse_fails_naming_where(
+    spark: Any, broker: Any, name: str, payload: bytes, message: str
+) -> None:
+    send(broker.address, name, "e", [payload])
+    with pytest.raises(Exception, match=message):
+        reader(spark, broker, name, topics="e", payload_format="json").schema(
+            "n long").load().collect()
+
+
+@pytest.mark.parametrize(("payload_format", "schema", "message"), [
+    ("json", None, "option 'payload_format': json needs the rows' schema"),
+    ("binary", "n long", "option 'payload_format': binary has its own columns"),
+    ("pg_cdc", "n long", "option 'payload_format': pg_cdc has its own columns"),
+    ("avro", None, "option 'payload_format': bad value: expected one of binary, json, pg_cdc"),
+])
+def test_schema_and_payload_format_must_agree(
+    spark: Any, broker: Any, name: str, payload_format: str, schema: str | None, message: str
+) -> None:
+    read = reader(spark, broker, name, topics="e", payload_format=payload_format)
+    with pytest.raises(Exception, match=message):
+        (read if schema is None else read.schema(schema)).load().collect()
+
+
+def test_change_rows_routed_into_iggy_come_back_as_pg_cdc_produced_them(
+    spark: Any, broker: Any, name: str, tmp_path: Path
+) -> None:
+    """Change rows through ``iggy_routed`` (as the pipeline sends them) and back through
+    ``payload_format=pg_cdc`` are the rows sent, but for ``partition_key``, which the sink
+    spends on choosing the partition."""
+    changes = []
+    for i in range(40):
+        snapshot = i < 4
+        changes.append({
+            "lsn": f"0/{16 + i:X}", "commit_lsn": f"0/{100 + i // 3:X}",
+            "xid": None if snapshot else 700 + i // 3,
+            "commit_ts": None if snapshot else datetime(2026, 11, 25, 10, 0, i, 123456),
+            "seq": None if snapshot else i % 3, "schema": "public", "table": "orders",
+            "op": "read" if snapshot else ("insert", "update", "delete")[i % 3],
+            "key": orjson.dumps({"id": i % 7}).decode(),
+            "before": None if i % 3 != 2 else orjson.dumps({"id": i % 7, "v": "é"}).decode(),
+            "after": None if i % 3 == 2 else orjson.dumps(
+                {"id": i % 7, "amount": "12.50", "tags": [1, None], "n": 1.5}).decode(),
+            "unchanged": [] if i % 5 else ["blob"],
+            "id": f"0/{100 + i // 3:X}:read:[\"public\",\"orders\",{i}]" if snapshot
+            else f"0/{100 + i // 3:X}:{i % 3}",
+            "stream": name, "topic": "orders", "partition_key": str(i % 7),
+        })
+    feed = str(tmp_path / "feed")
+    spark.createDataFrame(changes, SPARK_SCHEMA).coalesce(1).write.parquet(feed)
+    (spark.readStream.schema(SPARK_SCHEMA).parquet(feed).writeStream.format("iggy_routed")
+     .option("url", broker.url).option("json_columns", ",".join(JSON_TEXT_COLUMNS))
+     .option("topic_defaults.partitions_count", "2")
+     .option("checkpointLocation", str(tmp_path / "cp")).trigger(availableNow=True).start()
+     .awaitTermination(60))
+
+    back = reader(spark, broker, name, topics="orders", payload_format="pg_cdc").load()
+    assert back.schema == SPARK_SCHEMA
+    got = {r.lsn: r.asDict() for r in back.collect()}
+    for change in changes:
+        row = got.pop(change["lsn"])
+        expected = {**change, "partition_key": None}
+        if change["op"] == "read":  # a snapshot row's id holds key values the payload lost
+            expected["id"] = None
+        assert row == expected
+    assert not got
