@@ -30,6 +30,10 @@ from postgres_cdc_source.stream import slot
 
 __all__ = ["BackfillPlanner"]
 
+SEARCH_TIMEOUT = "5s"
+_STANDBY = object()
+"""What the planner listens on when the query reads a standby: nothing (warned once)."""
+
 log = logging.getLogger(__name__)
 Conn = psycopg.Connection[Any]
 
@@ -46,7 +50,7 @@ class BackfillPlanner:
     def __init__(self, options: CdcOptions) -> None:
         self.options = options
         self._search = True
-        self._listening: Conn | None = None
+        self._listening: Conn | object | None = None
         self._started: dict[str, float] = {}
 
     def __getstate__(self) -> dict[str, Any]:
@@ -62,16 +66,25 @@ class BackfillPlanner:
         alone would end at ``end`` (``caught_up``: at the flush position): with a chunk (and its
         marker) if one is due."""
         if self._listening is not conn:
+            try:
+                conn.execute(sql.SQL("LISTEN {}").format(sql.Identifier(CHANNEL)))
+            except psycopg.errors.ReadOnlySqlTransaction:  # a standby: no requests, no markers
+                if self._listening is not None:
+                    return state, end
+                self._listening = _STANDBY
+                log.warning("pg_cdc backfill: the query reads a standby, which takes no "
+                            "backfill requests (make them on the primary)")
+                return state, end
             conn.add_notify_handler(self._notified)
-            conn.execute(sql.SQL("LISTEN {}").format(sql.Identifier(CHANNEL)))
             self._listening = conn
             self._search = True
         conn.execute("SELECT 1")  # delivers the notifications that arrived meanwhile
         flush = slot.flush_lsn(conn)
+        if not caught_up:  # the backlog first: requests are searched for once it is read
+            return state, end
         if self._search:
-            self._search = False
             state = self._requests(conn, state, start, flush)
-        if not state.queue or not caught_up:
+        if not state.queue:
             return state, end
         while state.queue:
             head = state.queue[0]
@@ -82,10 +95,24 @@ class BackfillPlanner:
         return state, end
 
     def _requests(self, conn: Conn, state: Backfills, start: int, flush: int) -> Backfills:
+        """``state`` with the requests and cancels written up to ``flush``. The search reads
+        the WAL from ``start``, as the batch will: it waits at most :data:`SEARCH_TIMEOUT`
+        (reads of a failover slot wait for standbys that may be gone) and is tried again at the
+        next planning."""
         pubs = slot.publications(conn, self.options, start)
+        try:
+            with conn.transaction():
+                conn.execute("SELECT pg_catalog.set_config('statement_timeout', %s, true)",
+                             (SEARCH_TIMEOUT,))
+                messages = slot.peek_messages(conn, self.options, flush, pubs)
+        except psycopg.errors.QueryCanceled:
+            log.warning("pg_cdc backfill: searching the WAL for requests took over %s; tried "
+                        "again at the next planning", SEARCH_TIMEOUT)
+            return state
+        self._search = False
         found: list[Request] = []
         cancels: set[str] = set()
-        for lsn, data in slot.peek_messages(conn, self.options, flush, pubs):
+        for lsn, data in messages:
             if lsn <= state.scanned:
                 continue
             transactional, prefix, content = parse_message(self.options.plugin, data)
