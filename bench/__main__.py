@@ -34,6 +34,8 @@ BENCHMARKS: dict[str, tuple[list[str], list[str]]] = {
     "snapshot": ([], ["--rows", "20000", "--rounds", "1", "--chunk-rows", "5000",
                       "--memory-sizes", "10000,100000"]),
     "latency": ([], ["--rates", "1000", "--seconds", "10"]),
+    "backfill": ([], ["--rows", "20000", "--rounds", "1", "--chunk-rows", "2000",
+                      "--seconds", "5"]),
     "memory": ([], ["--sizes", "10000,100000"]),
     "delivery": ([], ["--messages", "20000", "--rounds", "1"]),
     "sink_state": ([], ["--repeat", "20"]),

@@ -27,6 +27,8 @@ from snapshot_support import replay
 from iggy_local import LocalIggy
 from iggy_spark_testing.chaos import (
     PipelineJob,
+    abandon,
+    catch_up_and_stop,
     committed_end,
     flush_lsn,
     read_checkpoint,
@@ -123,17 +125,9 @@ def test_driver_killed_during_the_snapshot(
             "the kill came after the snapshot: make the snapshot longer")
         job.start()
         job.wait_for_batch_after(time.time(), 120, committed=False)
-        stop.set()
-        run.join(60)
-        target = flush_lsn(pg.dsn)
-        wait_until(lambda: (committed_end(checkpoint) or 0) >= target, 120,
-                   "the job to catch up", alive=lambda: job.running)
-        assert job.stop() == 0, job.log_tail()
+        catch_up_and_stop(job, pg.dsn, checkpoint, run, stop)
     finally:
-        stop.set()
-        if job.running:
-            job.kill()
-        work.close()
+        abandon(job, stop, work)
     messages = _messages(broker.url, name)
     assert all(parse_lsn(m["commit_lsn"]) == last.end for m in messages if m["op"] == "read")
     model, _ = replay(messages, work.tables, strict=False)

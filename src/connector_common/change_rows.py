@@ -29,37 +29,58 @@ COLUMNS: tuple[tuple[str, str, pa.DataType, str], ...] = (
         "commit_lsn",
         "string",
         pa.string(),
-        "end LSN of the transaction's commit record (snapshot rows: the slot's consistent point)",
+        "end LSN of the transaction's commit record (snapshot rows: the slot's consistent point; "
+        "a non-transactional message: its own LSN)",
     ),
-    ("xid", "long", pa.int64(), "transaction id (null for snapshot rows)"),
+    (
+        "xid",
+        "long",
+        pa.int64(),
+        "transaction id (null for snapshot rows; for a non-transactional message the "
+        "transaction that wrote it, if any)",
+    ),
     (
         "commit_ts",
         "timestamp",
         pa.timestamp("us", tz="UTC"),
-        "commit time (null for snapshot rows)",
+        "commit time (null for snapshot rows and non-transactional messages)",
     ),
     (
         "seq",
         "int",
         pa.int32(),
-        "position of the change in its transaction, from 0 (null for snapshot rows)",
+        "position of the change in its transaction, from 0 (null for snapshot rows and "
+        "non-transactional messages)",
     ),
-    ("schema", "string", pa.string(), "schema of the changed table"),
-    ("table", "string", pa.string(), "name of the changed table"),
+    ("schema", "string", pa.string(), "schema of the changed table (null for a message)"),
+    ("table", "string", pa.string(), "name of the changed table (null for a message)"),
     (
         "op",
         "string",
         pa.string(),
-        "insert, update, delete or truncate; read for a row of the initial snapshot",
+        "insert, update, delete or truncate; read for a row of the initial snapshot; message for "
+        "a logical message (`message_prefixes`)",
     ),
-    ("key", "string", pa.string(), "JSON of the row's replica-identity key (null for truncate)"),
+    (
+        "key",
+        "string",
+        pa.string(),
+        "JSON of the row's replica-identity key (null for truncate; `{\"prefix\": ...}` for a "
+        "message)",
+    ),
     (
         "before",
         "string",
         pa.string(),
         "JSON of the old row, where Postgres sends it (REPLICA IDENTITY FULL)",
     ),
-    ("after", "string", pa.string(), "JSON of the new row (insert, update)"),
+    (
+        "after",
+        "string",
+        pa.string(),
+        "JSON of the new row (insert, update); for a message `prefix`, `content` (text, null "
+        "if not UTF-8) and `content_base64`",
+    ),
     (
         "unchanged",
         "array<string>",
@@ -71,7 +92,8 @@ COLUMNS: tuple[tuple[str, str, pa.DataType, str], ...] = (
         "string",
         pa.string(),
         "stable message id `<commit_lsn>:<seq>`, identical on replay; for snapshot rows "
-        '`<consistent point>:read:["<schema>","<table>",<primary key or ctid text>...]`',
+        '`<consistent point>:read:["<schema>","<table>",<primary key or ctid text>...]`; '
+        "`<lsn>:message` for a non-transactional message",
     ),
     ("stream", "string", pa.string(), "destination stream (routing options), else null"),
     ("topic", "string", pa.string(), "destination topic (routing options), else null"),

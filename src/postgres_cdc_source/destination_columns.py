@@ -8,6 +8,10 @@ parsing the JSON text again: per column, the new row's value, else the old row's
 IDENTITY FULL``), else the key's. A change that carries the column nowhere (a delete under the
 default identity routed by a non-key column) gets ``default_stream``/``default_topic``, which
 the options require alongside a column route.
+
+A logical message (op ``message``) has no schema or table: ``topic_from=table`` sends it to the
+topic named by its prefix, ``stream_from=schema`` to ``default_stream``, ``partition_key_from=
+key`` by its key ``{"prefix": ...}``; a column route reads its ``prefix``/``content`` fields.
 """
 
 from __future__ import annotations
@@ -16,7 +20,7 @@ from collections.abc import Callable
 
 import orjson
 
-from postgres_cdc_source.decoding import Change
+from postgres_cdc_source.decoding import MESSAGE, Change, message_prefix
 from postgres_cdc_source.options import CdcOptions
 
 __all__ = ["Router"]
@@ -46,12 +50,16 @@ def _picker(spec: str | None, builtin: str, attr: _Pick) -> _Pick | None:
     return column
 
 
+def _table_or_prefix(change: Change) -> str | None:
+    return message_prefix(change) if change.op == MESSAGE else change.table
+
+
 class Router:
     """Compute a change's destination columns; built once per read from :class:`CdcOptions`."""
 
     def __init__(self, options: CdcOptions) -> None:
         self._stream = _picker(options.stream_from, "schema", lambda c: c.schema)
-        self._topic = _picker(options.topic_from, "table", lambda c: c.table)
+        self._topic = _picker(options.topic_from, "table", _table_or_prefix)
         self._key = _picker(options.partition_key_from, "key", lambda c: c.key)
         self._default_stream = options.default_stream
         self._default_topic = options.default_topic

@@ -13,6 +13,7 @@ from connector_common.errors import ConnectorError, OptionError
 
 __all__ = [
     "CdcError", "ConfigError", "SlotError", "SlotLostError", "SourceError", "DecodeError",
+    "BackfillRefused",
 ]
 
 
@@ -108,6 +109,18 @@ class DecodeError(CdcError, ValueError):
         super().__init__(message, lsn)
         self.message = message
         self.lsn = lsn
+
+    def _message(self) -> str:
+        return self.message
+
+
+class BackfillRefused(CdcError, ValueError):
+    """A backfill request names a table that cannot be backfilled (unknown, or without a
+    primary key to read it in key ranges), or a slot that does not exist."""
+
+    def __init__(self, message: str) -> None:
+        super().__init__(message)
+        self.message = message
 
     def _message(self) -> str:
         return self.message

@@ -22,7 +22,7 @@ from postgres_cdc_source.errors import ConfigError
 
 __all__ = [
     "CdcOptions", "PollingOptions", "OPTION_DOCS", "PLUGINS", "MODES",
-    "SNAPSHOT_MODES", "ON_SLOT_LOST", "CDC_ONLY", "POLLING_ONLY", "redact_dsn",
+    "SNAPSHOT_MODES", "ON_SLOT_LOST", "CDC_ONLY", "POLLING_ONLY", "MARKER_PREFIX", "redact_dsn",
 ]
 
 T = TypeVar("T")
@@ -31,6 +31,10 @@ PLUGINS = ("pgoutput", "test_decoding")
 MODES = ("cdc", "polling")
 SNAPSHOT_MODES = ("never", "initial")
 ON_SLOT_LOST = ("fail", "resnapshot")
+
+MARKER_PREFIX = "pg_cdc.backfill.chunk"
+"""Prefix of the logical messages a query writes to place a backfill chunk in its stream; never
+delivered, even with ``message_prefixes=*``."""
 
 _SLOT_NAME = re.compile(r"[a-z0-9_]{1,63}")
 _MAX_ROWS = 2**31 - 1  # fetch/batch/spill sizes: more is no batch size, and FETCH overflows
@@ -84,6 +88,13 @@ OPTION_DOCS: tuple[OptionDoc, ...] = (
     ),
     OptionDoc("include_tables", "(all)", "regular expression, full match on `schema.table`"),
     OptionDoc("exclude_tables", "(none)", "regular expression, full match on `schema.table`"),
+    OptionDoc(
+        "message_prefixes",
+        "(none)",
+        "logical messages to deliver (`pg_logical_emit_message`, op `message`): a comma-"
+        "separated list of prefixes, or `*` for all; none by default, so messages other tools "
+        "write to the WAL never reach your topics unasked (see Logical messages)",
+    ),
     OptionDoc(
         "max_bytes_per_trigger",
         "(unlimited)",
@@ -156,6 +167,12 @@ OPTION_DOCS: tuple[OptionDoc, ...] = (
         "each batch's end is a checkpointed resume point",
     ),
     OptionDoc(
+        "backfill_chunk_rows",
+        "5000",
+        "rows per backfill chunk (see Backfill): the key range read and placed in the stream "
+        "at once, at most one chunk per micro-batch",
+    ),
+    OptionDoc(
         "spill_rows",
         "20000",
         "changes of one open transaction kept in memory before "
@@ -204,9 +221,11 @@ def _is_column_route(option: str, value: str | None) -> bool:
 
 CDC_ONLY = frozenset({
     "slot", "plugin", "publication", "create_slot", "failover", "on_slot_lost",
-    "include_tables", "exclude_tables", "max_bytes_per_trigger", "min_partitions",
+    "include_tables", "exclude_tables", "message_prefixes", "max_bytes_per_trigger",
+    "min_partitions",
     "min_bytes_per_partition", "fail_on_data_loss",
     "spill_rows", "snapshot", "snapshot_chunk_rows", "snapshot_max_rows_per_trigger",
+    "backfill_chunk_rows",
 })
 """Options that mean something only to ``mode=cdc``; refused with ``mode=polling``."""
 POLLING_ONLY = frozenset(
@@ -294,6 +313,9 @@ class CdcOptions:
     mode: str = "cdc"
     polling: PollingOptions | None = None  # set exactly when mode is polling
     connect_retry_seconds: float = 30.0
+    message_prefixes: frozenset[str] = frozenset()
+    backfill_chunk_rows: int = 5000
+    """Prefixes of the logical messages to deliver; ``*`` stands for every prefix."""
 
     @property
     def safe_dsn(self) -> str:
@@ -312,6 +334,16 @@ class CdcOptions:
         if self.include_tables is not None and not self.include_tables.fullmatch(name):
             return False
         return self.exclude_tables is None or not self.exclude_tables.fullmatch(name)
+
+    @property
+    def delivers_messages(self) -> bool:
+        """Whether any logical message is delivered (``message_prefixes`` is set)."""
+        return bool(self.message_prefixes)
+
+    def keeps_message(self, prefix: str) -> bool:
+        """Whether ``message_prefixes`` lets a logical message with ``prefix`` through."""
+        return prefix in self.message_prefixes or (
+            "*" in self.message_prefixes and prefix != MARKER_PREFIX)
 
     @property
     def routes_by_column(self) -> bool:
@@ -462,7 +494,26 @@ class CdcOptions:
             connect_retry_seconds=_parsed(
                 "connect_retry_timeout", str(get("connect_retry_timeout")), parse_duration
             ).total_seconds(),
+            message_prefixes=_prefixes(get("message_prefixes")),
+            backfill_chunk_rows=_parsed(
+                "backfill_chunk_rows", str(get("backfill_chunk_rows")), _positive_int
+            ),
         )
+
+
+def _prefixes(text: str | None) -> frozenset[str]:
+    """``message_prefixes``: comma-separated prefixes, none empty; ``*`` alone means all."""
+    if text is None:
+        return frozenset()
+    prefixes = [p.strip() for p in text.split(",")]
+    if not all(prefixes):
+        raise ConfigError("message_prefixes", f"bad value: {text!r} has an empty prefix")
+    if "*" in prefixes and len(prefixes) > 1:
+        raise ConfigError("message_prefixes", f"bad value: {text!r} ('*' means every "
+                          "prefix: list prefixes or give '*' alone)")
+    if any("\x00" in p for p in prefixes):
+        raise ConfigError("message_prefixes", "bad value: it contains a NUL character")
+    return frozenset(prefixes)
 
 
 def _polling_options(get: Callable[[str], str | None]) -> PollingOptions:

@@ -7,6 +7,7 @@ events out, with no I/O. The event model and the row rules both decoders share a
 from postgres_cdc_source.decoding.changes import (
     DELETE,
     INSERT,
+    MESSAGE,
     TRUNCATE,
     UNCHANGED,
     UPDATE,
@@ -15,6 +16,8 @@ from postgres_cdc_source.decoding.changes import (
     Commit,
     Decoder,
     Event,
+    LoneMessage,
+    MessageFilter,
     PeekRow,
     RawValue,
     RowShape,
@@ -22,12 +25,16 @@ from postgres_cdc_source.decoding.changes import (
     build_change,
     decode_error,
     empty_change,
+    message_change,
+    message_event,
+    message_prefix,
     route_values,
     row_json,
 )
 
 __all__ = [
-    "Begin", "Change", "Commit", "Event", "PeekRow", "TableFilter", "Decoder",
-    "INSERT", "UPDATE", "DELETE", "TRUNCATE", "UNCHANGED", "RowShape", "build_change",
-    "empty_change", "decode_error", "RawValue", "route_values", "row_json",
+    "Begin", "Change", "Commit", "LoneMessage", "Event", "PeekRow", "TableFilter",
+    "MessageFilter", "Decoder", "INSERT", "UPDATE", "DELETE", "TRUNCATE", "MESSAGE", "UNCHANGED",
+    "RowShape", "build_change", "empty_change", "message_change", "message_event", "message_prefix",
+    "decode_error", "RawValue", "route_values", "row_json",
 ]

@@ -2,8 +2,10 @@
 
 A decoder turns the rows of one ``pg_logical_slot_peek_*changes`` call into a flat stream of
 :class:`Begin`, :class:`Change` and :class:`Commit` events, in the order Postgres emitted them:
-whole transactions in commit order, never interleaved. Decoders are pure (no I/O) and stateful
-for one peek session only (pgoutput's relation cache), so the reader builds a fresh one per read.
+whole transactions in commit order, never interleaved, and between them the
+:class:`LoneMessage` events of logical messages written outside any transaction. Decoders are
+pure (no I/O) and stateful for one peek session only (pgoutput's relation cache), so the reader
+builds a fresh one per read.
 
 The two decoders differ only in parsing; from parsed column text onward they share
 :class:`RowShape` and :func:`build_change`, which is what makes them produce identical rows for
@@ -22,10 +24,17 @@ Row rules (the output contract):
   Under FULL every column is part of the identity, as pgoutput's relation message says, so
   ``key`` equals ``before`` there.
 * JSON objects keep the table's column order.
+
+Logical messages (``pg_logical_emit_message``, the transactional outbox) are changes too, with
+op :data:`MESSAGE` (see :func:`message_change`): a transactional one sits in its transaction at
+its place among the row changes and counts in ``seq``; one written outside a transaction is a
+:class:`LoneMessage`, delivered when Postgres decodes it (after every transaction that
+committed before it was written), with no ``seq``.
 """
 
 from __future__ import annotations
 
+import base64
 from collections.abc import Callable, Iterable, Iterator, Sequence
 from datetime import datetime
 from typing import Any, Final, NamedTuple, Protocol
@@ -37,15 +46,17 @@ from postgres_cdc_source.lsn import format_lsn
 from postgres_cdc_source.values import Converter
 
 __all__ = [
-    "Begin", "Change", "Commit", "Event", "PeekRow", "TableFilter", "Decoder",
-    "INSERT", "UPDATE", "DELETE", "TRUNCATE", "UNCHANGED", "RowShape", "build_change",
-    "empty_change", "decode_error", "RawValue", "route_values", "row_json",
+    "Begin", "Change", "Commit", "LoneMessage", "Event", "PeekRow", "TableFilter",
+    "MessageFilter", "Decoder", "INSERT", "UPDATE", "DELETE", "TRUNCATE", "MESSAGE", "UNCHANGED",
+    "RowShape", "build_change", "empty_change", "message_change", "message_event", "message_prefix",
+    "decode_error", "RawValue", "route_values", "row_json",
 ]
 
 INSERT: Final = "insert"
 UPDATE: Final = "update"
 DELETE: Final = "delete"
 TRUNCATE: Final = "truncate"
+MESSAGE: Final = "message"
 
 
 class Begin(NamedTuple):
@@ -59,13 +70,15 @@ class Change(NamedTuple):
     """One changed row (or one truncated table); ``key``/``before``/``after`` are JSON text.
 
     ``seq`` is the change's 0-based position in its transaction, counted before any table
-    filtering, so ``(commit_lsn, seq)`` identifies a change whatever the filter.
+    filtering, so ``(commit_lsn, seq)`` identifies a change whatever the filter; ``None`` for a
+    message written outside a transaction. ``schema`` and ``table`` are ``None`` for a
+    logical message (op :data:`MESSAGE`).
     """
 
     lsn: int
-    seq: int
-    schema: str
-    table: str
+    seq: int | None
+    schema: str | None
+    table: str | None
     op: str
     key: str | None
     before: str | None
@@ -83,18 +96,31 @@ class Change(NamedTuple):
 
 class Commit(NamedTuple):
     """A transaction ends. ``end_lsn`` is the end of its commit record: where a reader that has
-    consumed the transaction may advance the slot to."""
+    consumed the transaction may advance the slot to.
 
-    xid: int
+    The reader also stands a :class:`LoneMessage` in a commit of its own: ``end_lsn`` its LSN,
+    ``xid`` and ``commit_ts`` ``None`` when Postgres gives none."""
+
+    xid: int | None
     end_lsn: int
-    commit_ts: datetime
+    commit_ts: datetime | None
 
 
-Event = Begin | Change | Commit
+class LoneMessage(NamedTuple):
+    """A logical message written outside a transaction (``transactional`` false): a unit of its
+    own, delivered even if the transaction that wrote it (``xid``, ``None`` if none) aborts."""
+
+    xid: int | None
+    change: Change
+
+
+Event = Begin | Change | Commit | LoneMessage
 PeekRow = tuple[int, int, "bytes | str"]
 """``(lsn, xid, data)`` as the peek functions return them, with the LSN already an int."""
 TableFilter = Callable[[str, str], bool]
 """``(schema, table) -> keep?``; called once per table per decoder, not per change."""
+MessageFilter = Callable[[str], bool]
+"""``prefix -> deliver?`` for logical messages; a decoder without one delivers none."""
 
 
 class Decoder(Protocol):
@@ -302,6 +328,50 @@ def empty_change(lsn: int, seq: int, schema: str, table: str, op: str) -> Change
     """A change without key or row images: a truncated table, or a delete Postgres logged
     without an old tuple (REPLICA IDENTITY NOTHING)."""
     return Change(lsn, seq, schema, table, op, None, None, None, ())
+
+
+def message_change(
+    lsn: int, seq: int | None, prefix: str, content: bytes, *, keep_values: bool = False
+) -> Change:
+    """The change of a logical message: ``key`` is ``{"prefix": ...}`` (so routing by key keeps
+    a prefix's messages in order on one partition) and ``after`` holds ``prefix``, ``content``
+    (the text, ``null`` if it is not UTF-8) and ``content_base64`` (the bytes, always).
+    ``values`` (``keep_values``) is ``after``, so ``topic_from=prefix`` routes by prefix."""
+    try:
+        text: str | None = content.decode()
+    except UnicodeDecodeError:
+        text = None
+    after = {"prefix": prefix, "content": text,
+             "content_base64": base64.b64encode(content).decode()}
+    return Change(lsn, seq, None, None, MESSAGE, _dumps({"prefix": prefix}).decode(), None,
+                  _dumps(after).decode(), (), after if keep_values else None)
+
+
+def message_event(
+    messages: MessageFilter, lsn: int, xid: int, row_xid: int, seq: int,
+    parsed: tuple[bool, str, bytes], *, keep_values: bool,
+) -> tuple[Change | LoneMessage | None, int]:
+    """The event of a parsed ``(transactional?, prefix, content)`` logical message (``None`` if
+    ``messages`` does not deliver its prefix) and the next ``seq``: a change at ``seq`` of the
+    open transaction (``xid`` -1: none open, an error), which takes its ``seq`` whether it is
+    delivered or not, or a :class:`LoneMessage` (``row_xid`` 0: written outside any
+    transaction)."""
+    transactional, prefix, content = parsed
+    if not transactional:
+        lone = LoneMessage(row_xid or None, message_change(
+            lsn, None, prefix, content, keep_values=keep_values))
+        return (lone if messages(prefix) else None), seq
+    if xid < 0:
+        raise ValueError("transactional message outside a transaction")
+    change = message_change(lsn, seq, prefix, content, keep_values=keep_values)
+    return (change if messages(prefix) else None), seq + 1
+
+
+def message_prefix(change: Change) -> str:
+    """The prefix of a :func:`message_change`, read back from its key."""
+    assert change.op == MESSAGE and change.key is not None
+    prefix: str = orjson.loads(change.key)["prefix"]
+    return prefix
 
 
 def _conversion_error(

@@ -8,12 +8,16 @@ from typing import Any
 import psycopg
 
 from postgres_cdc_source.catalog import TableInfo, table_info
-from postgres_cdc_source.decoding.changes import Decoder
-from postgres_cdc_source.decoding.pgoutput import PgOutputDecoder, pgoutput_options
-from postgres_cdc_source.decoding.text_format import TEST_DECODING_OPTIONS, TextFormatDecoder
+from postgres_cdc_source.decoding.changes import Decoder, MessageFilter
+from postgres_cdc_source.decoding.pgoutput import PgOutputDecoder, pgoutput_options, read_message
+from postgres_cdc_source.decoding.text_format import (
+    TEST_DECODING_OPTIONS,
+    TextFormatDecoder,
+    message_line,
+)
 from postgres_cdc_source.options import CdcOptions
 
-__all__ = ["make_decoder", "plugin_options"]
+__all__ = ["make_decoder", "plugin_options", "parse_message"]
 
 
 def plugin_options(options: CdcOptions, publications: Sequence[str]) -> list[str]:
@@ -21,23 +25,38 @@ def plugin_options(options: CdcOptions, publications: Sequence[str]) -> list[str
 
     ``publications`` are pgoutput's ``publication_names`` (ignored by test_decoding).
     """
-    pairs = (pgoutput_options(publications) if options.plugin == "pgoutput"
-             else TEST_DECODING_OPTIONS)
+    pairs = (pgoutput_options(publications, messages=True)  # backfill markers, requests
+             if options.plugin == "pgoutput" else TEST_DECODING_OPTIONS)
     return [item for pair in pairs.items() for item in pair]
 
 
-def make_decoder(options: CdcOptions, conn: psycopg.Connection[Any]) -> Decoder:
-    """A fresh decoder for one peek session on ``conn``.
+def make_decoder(
+    options: CdcOptions, conn: psycopg.Connection[Any], also: MessageFilter | None = None
+) -> Decoder:
+    """A fresh decoder for one peek session on ``conn``, delivering the logical messages
+    ``message_prefixes`` asks for and those ``also`` picks (a backfill's markers).
 
     test_decoding prints type names but not the replica identity, so its decoder looks tables up
     in the catalog, on the peeking connection (same ``search_path`` as the output it parses).
     """
     table_filter = options.keeps if options.filters_tables else None
     keep_values = options.routes_by_column  # the Router reads decoded values, not JSON again
+    def messages(prefix: str) -> bool:
+        return options.keeps_message(prefix) or (also is not None and also(prefix))
+
     if options.plugin == "pgoutput":
-        return PgOutputDecoder(table_filter, keep_values=keep_values)
+        return PgOutputDecoder(table_filter, keep_values=keep_values, messages=messages)
 
     def catalog(schema: str, table: str) -> TableInfo | None:
         return table_info(conn, schema, table)
 
-    return TextFormatDecoder(catalog, table_filter, keep_values=keep_values)
+    return TextFormatDecoder(catalog, table_filter, keep_values=keep_values, messages=messages)
+
+
+def parse_message(plugin: str, data: bytes | str) -> tuple[bool, str, bytes]:
+    """``(transactional?, prefix, content)`` of one peeked logical message row of ``plugin``."""
+    if plugin == "pgoutput":
+        assert isinstance(data, bytes)
+        return read_message(data)
+    assert isinstance(data, str)
+    return message_line(data)

@@ -11,7 +11,9 @@ options)`` and :func:`pgoutput_options`; each row's ``data`` is one protocol mes
 ``U``  Update: relation id, optional ``K`` (old key) or ``O`` (old row) + tuple, ``N`` + tuple
 ``D``  Delete: relation id, ``K`` or ``O`` + tuple
 ``T``  Truncate: relation count, flags, relation ids
-``Y``  Type, ``O`` Origin, ``M`` logical message: skipped
+``M``  Logical message (with ``messages 'true'``): flags (1 = transactional), LSN, prefix,
+       content length, content
+``Y``  Type, ``O`` Origin: skipped
 =====  ==================================================================================
 
 A tuple is a count then, per column, ``n`` (NULL), ``u`` (unchanged TOAST value, not sent) or
@@ -42,6 +44,7 @@ from postgres_cdc_source.decoding.changes import (
     Change,
     Commit,
     Event,
+    MessageFilter,
     PeekRow,
     RawValue,
     RowShape,
@@ -49,17 +52,19 @@ from postgres_cdc_source.decoding.changes import (
     build_change,
     decode_error,
     empty_change,
+    message_event,
 )
 from postgres_cdc_source.errors import DecodeError
 from postgres_cdc_source.values import Converter, converter_for_oid
 
-__all__ = ["PgOutputDecoder", "PGOUTPUT_OPTIONS", "pgoutput_options"]
+__all__ = ["PgOutputDecoder", "PGOUTPUT_OPTIONS", "pgoutput_options", "read_message"]
 
 PGOUTPUT_OPTIONS: dict[str, str] = {"proto_version": "1"}
 """Options for every pgoutput peek, besides ``publication_names`` (see :func:`pgoutput_options`).
 
-Protocol version 1 without ``binary``, ``streaming``, ``messages`` or ``two_phase``: values come
-as text, and only the messages this decoder understands are sent.
+Protocol version 1 without ``binary``, ``streaming`` or ``two_phase``: values come as text, and
+only the messages this decoder understands are sent. ``messages`` is added when logical messages
+are delivered (:func:`pgoutput_options`).
 """
 
 _PLUGIN = "pgoutput"
@@ -67,14 +72,16 @@ _PG_EPOCH = datetime(2000, 1, 1, tzinfo=UTC)
 
 _u16 = struct.Struct(">H").unpack_from
 _u32 = struct.Struct(">I").unpack_from
+_message = struct.Struct(">BQ").unpack_from  # flags, LSN of the message
 _begin = struct.Struct(">QqI").unpack_from  # final_lsn, commit timestamp, xid
 _commit = struct.Struct(">BQQq").unpack_from  # flags, commit_lsn, end_lsn, commit timestamp
 _column = struct.Struct(">Ii").unpack_from  # type OID, type modifier
 _dumps = orjson.dumps
 
 
-def pgoutput_options(publications: Iterable[str]) -> dict[str, str]:
-    """The full peek options for ``publications``, quoting each name as Postgres expects.
+def pgoutput_options(publications: Iterable[str], *, messages: bool = False) -> dict[str, str]:
+    """The full peek options for ``publications``, quoting each name as Postgres expects, and
+    with ``messages`` pgoutput's option that sends logical messages.
 
     ``publication_names`` is parsed like a list of SQL identifiers, so a name with upper-case
     letters, commas or quotes must be double-quoted or pgoutput looks up a different name.
@@ -82,7 +89,10 @@ def pgoutput_options(publications: Iterable[str]) -> dict[str, str]:
     names = ",".join('"' + name.replace('"', '""') + '"' for name in publications)
     if not names:
         raise ValueError("pgoutput needs at least one publication name")
-    return {**PGOUTPUT_OPTIONS, "publication_names": names}
+    options = {**PGOUTPUT_OPTIONS, "publication_names": names}
+    if messages:
+        options["messages"] = "true"
+    return options
 
 
 def _timestamp(micros: int) -> datetime:
@@ -175,14 +185,19 @@ class PgOutputDecoder:
     """Decoder for one pgoutput peek session; see the module docstring for the protocol.
 
     ``table_filter(schema, table)`` is asked once per relation; changes of tables it rejects
-    still advance ``seq`` but their tuples are never parsed.
+    still advance ``seq`` but their tuples are never parsed. ``messages(prefix)`` picks the
+    logical messages to deliver (peek with ``messages 'true'``); every transactional message
+    counts in ``seq``. Without it, messages are skipped and not counted (as when pgoutput does
+    not send them).
     """
 
     def __init__(
-        self, table_filter: TableFilter | None = None, *, keep_values: bool = False
+        self, table_filter: TableFilter | None = None, *, keep_values: bool = False,
+        messages: MessageFilter | None = None,
     ) -> None:
         self._filter = table_filter
         self._keep_values = keep_values
+        self._messages = messages
         self._relations: dict[int, RowShape] = {}
         self._fast: dict[int, _FastShape] = {}  # kept relations only
 
@@ -191,7 +206,7 @@ class PgOutputDecoder:
         seq = 0
         fast = self._fast
         keep_values = self._keep_values
-        for lsn, _row_xid, payload in rows:
+        for lsn, row_xid, payload in rows:
             if type(payload) is bytes:
                 data = payload
             elif isinstance(payload, str):
@@ -251,6 +266,12 @@ class PgOutputDecoder:
                     xid = -1
                 elif kind == 82:  # 'R'
                     self._relation(data)
+                elif kind == 77 and self._messages is not None:  # 'M'
+                    parsed = read_message(data)
+                    event, seq = message_event(self._messages, lsn, xid, row_xid, seq, parsed,
+                                               keep_values=keep_values)
+                    if event is not None:
+                        yield event
                 elif kind not in _SKIPPED_KINDS:
                     raise ValueError(f"unsupported message type {chr(kind)!r} (use "
                                      f"proto_version 1 without streaming or two_phase)")
@@ -342,6 +363,16 @@ class PgOutputDecoder:
         for offset, shape in enumerate(shapes):
             yield (empty_change(lsn, seq + offset, shape.schema, shape.table, TRUNCATE)
                    if shape.keep else None)
+
+
+def read_message(data: bytes) -> tuple[bool, str, bytes]:
+    """A logical message's (transactional?, prefix, content)."""
+    flags, _lsn = _message(data, 1)
+    prefix, pos = _cstring(data, 10)
+    (length,) = _u32(data, pos)
+    if pos + 4 + length != len(data):
+        raise ValueError(f"content of {length} bytes does not match the message's length")
+    return bool(flags & 1), prefix, data[pos + 4:]
 
 
 _CHANGE_KINDS = frozenset(b"IUD")

@@ -7,6 +7,7 @@ The reader peeks with ``pg_logical_slot_peek_changes(slot, upto, NULL, VARIADIC 
     table "My Schema"."T""1": UPDATE: old-key: id[integer]:1 new-tuple: id[integer]:2 d[text]:'a''b'
     table public.t2, public.t3: TRUNCATE: (no-flags)
     COMMIT 731 (at 2024-01-02 03:04:05.123456+00)
+    message: transactional: 1 prefix: outbox, sz: 7 content:{"a":1}
 
 Names are printed with ``quote_identifier`` and types with ``format_type_be``. Values are the
 type's output text, quoted with ``'`` (doubled inside) except for integers, floats and numeric
@@ -51,6 +52,7 @@ from postgres_cdc_source.decoding.changes import (
     Change,
     Commit,
     Event,
+    MessageFilter,
     PeekRow,
     RawValue,
     RowShape,
@@ -58,12 +60,13 @@ from postgres_cdc_source.decoding.changes import (
     build_change,
     decode_error,
     empty_change,
+    message_event,
 )
 from postgres_cdc_source.errors import DecodeError
 from postgres_cdc_source.lsn import format_lsn
 from postgres_cdc_source.values import converter_for_oid, converter_for_type_name
 
-__all__ = ["TEST_DECODING_OPTIONS", "TextFormatDecoder"]
+__all__ = ["TEST_DECODING_OPTIONS", "TextFormatDecoder", "message_line"]
 
 TEST_DECODING_OPTIONS: dict[str, str] = {
     "include-xids": "1",
@@ -96,6 +99,9 @@ _COLUMN = re.compile(
     rf" ({_IDENT})\[((?:[^\"\]]|\"(?:[^\"]|\"\")*\"|\](?!:))+)\]:('[^']*(?:''[^']*)*'|[^' ][^ ]*)"
 )
 _COMMIT = re.compile(r"COMMIT (\d+) \(at ([^)]+)\)\Z")
+_MESSAGE = re.compile(rb"message: transactional: ([01]) prefix: ")
+_MESSAGE_SIZE = re.compile(rb", sz: (\d+) content:")
+_HEX = "message-hex: "
 _QUOTED = r"'([^']*(?:''[^']*)*)'"
 
 _UNQUOTED = frozenset({20, 21, 23, 26, 700, 701, 1700})  # print_literal's bare types
@@ -233,6 +239,8 @@ class TextFormatDecoder:
     ``catalog(schema, table)`` is called at most once per kept table per decoder, lazily at its
     first change; ``table_filter(schema, table)`` once per table. Changes of filtered tables
     advance ``seq`` without their tuples being parsed or the catalog being asked.
+    ``messages(prefix)`` picks the logical messages to deliver; with it every transactional
+    message counts in ``seq``, as with pgoutput; without it they are skipped and not counted.
     """
 
     __test__ = False  # not a pytest test class, despite the name
@@ -243,10 +251,12 @@ class TextFormatDecoder:
         table_filter: TableFilter | None = None,
         *,
         keep_values: bool = False,
+        messages: MessageFilter | None = None,
     ) -> None:
         self._catalog = catalog
         self._filter = table_filter
         self._keep_values = keep_values
+        self._messages = messages
         self._tables: dict[tuple[str, str], _Table] = {}
         # "table s.t: INSERT:" / "...: UPDATE:" of kept tables with a catalog: the hot path's
         # lookup, filled as the general path meets them
@@ -257,7 +267,7 @@ class TextFormatDecoder:
         seq = 0
         headers = self._headers
         keep_values = self._keep_values
-        for lsn, _row_xid, line in rows:
+        for lsn, row_xid, line in rows:
             if not isinstance(line, str):
                 raise decode_error(_PLUGIN, lsn, "got bytes, expected text: peek test_decoding "
                                    "with pg_logical_slot_peek_changes")
@@ -296,7 +306,15 @@ class TextFormatDecoder:
                 elif first == "C" and line.startswith("COMMIT "):
                     yield self._commit(line, xid, lsn)
                     xid = -1
-                elif not line.startswith("message: "):  # logical messages are not changes
+                elif first == "m" and line.startswith(("message: ", _HEX)):
+                    if self._messages is None:
+                        continue
+                    parsed = message_line(line)
+                    event, seq = message_event(self._messages, lsn, xid, row_xid, seq, parsed,
+                                               keep_values=keep_values)
+                    if event is not None:
+                        yield event
+                else:
                     raise ValueError("unrecognized line (were TEST_DECODING_OPTIONS passed?)")
             except DecodeError:
                 raise
@@ -400,6 +418,25 @@ class TextFormatDecoder:
 
 
 _OPS = {"INSERT": INSERT, "UPDATE": UPDATE, "DELETE": DELETE}
+
+
+def message_line(line: str) -> tuple[bool, str, bytes]:
+    """A message line's (transactional?, prefix, content), from the line as test_decoding prints
+    it or as the reader fetches it (``message-hex: `` and the hex of its bytes, which carries
+    content that is not text).
+
+    The prefix and content are printed raw, so either may hold the ``, sz: N content:`` that
+    separates them: the separator is the first one whose ``N`` is the byte length of the rest
+    of the line (the content is its last ``N`` bytes).
+    """
+    raw = bytes.fromhex(line[len(_HEX):]) if line.startswith(_HEX) else line.encode()
+    head = _MESSAGE.match(raw)
+    if head is None:
+        raise ValueError("unrecognized message line")
+    for size in _MESSAGE_SIZE.finditer(raw, head.end()):
+        if len(raw) - size.end() == int(size[1]):
+            return head[1] == b"1", raw[head.end():size.start()].decode(), raw[size.end():]
+    raise ValueError("message content does not match its printed size")
 
 
 _new = tuple.__new__  # builds a Change without NamedTuple.__new__'s Python frame

@@ -52,6 +52,7 @@ from postgres_cdc_source.snapshot.planning import (
     SnapshotTable,
     captured_tables,
     describe,
+    next_bound,
     plan,
     planned_chunks,
 )
@@ -61,5 +62,5 @@ __all__ = [
     "READ", "Position", "Chunk", "SnapshotTable", "SnapshotPartition", "in_progress",
     "start_offset", "position_of", "offset_of", "offset_key", "captured_tables", "describe",
     "RESELECT_UNTIL", "PENDING", "PLANNED",
-    "plan", "planned_chunks", "read_chunk",
+    "plan", "planned_chunks", "read_chunk", "next_bound",
 ]

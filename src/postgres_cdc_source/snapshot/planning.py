@@ -17,8 +17,8 @@ from postgres_cdc_source.snapshot.offsets import Position, planned_bounds
 from postgres_cdc_source.sql_names import Name
 
 __all__ = [
-    "Key", "SnapshotTable", "Chunk", "captured_tables", "describe", "key_range", "plan",
-    "planned_chunks",
+    "Key", "SnapshotTable", "Chunk", "captured_tables", "describe", "key_range", "next_bound",
+    "plan", "planned_chunks",
 ]
 
 Conn = psycopg.Connection[Any]
@@ -119,7 +119,7 @@ def key_range(
     return where, params
 
 
-def _next_bound(
+def next_bound(
     conn: Conn, table: SnapshotTable, lo: Key | None, limit: Key | None, rows: int
 ) -> Key | None:
     """The upper bound of the chunk of about ``rows`` rows after ``lo``; ``None`` when the rest
@@ -189,7 +189,7 @@ def plan(
             continue  # dropped since it was listed
         lo = start.after if name == start.table else None
         while True:
-            hi = _next_bound(conn, table, lo, limit, chunk_rows)
+            hi = next_bound(conn, table, lo, limit, chunk_rows)
             chunks.append(Chunk(table, lo, hi if hi is not None else limit))
             count += 1
             if hi is None:

@@ -46,6 +46,13 @@ class SnapshotPartition(InputPartition):
     hi: Key | None
     snapshot: str | None  # the exported snapshot to import, while its exporter lives
     consistent_point: int
+    where: str | None = None
+    """A backfill's condition: trusted SQL, read under :data:`GUARDS`."""
+
+
+GUARDS = {"statement_timeout": "5min", "lock_timeout": "10s"}
+"""Limits of a backfill chunk's read: it runs beside the owner's writes and never waits long
+behind their locks (an ``ACCESS EXCLUSIVE`` lock of a migration, say)."""
 
 
 _TEXT_ONLY = AdaptersMap()
@@ -84,6 +91,12 @@ def read_chunk(
         table = part.table
         router = Router(options)
         where, params = key_range(table, part.lo, part.hi)
+        if part.where is not None:
+            for setting, value in GUARDS.items():
+                conn.execute("SELECT pg_catalog.set_config(%s, %s, true)", (setting, value))
+            condition = sql.SQL("({})").format(sql.SQL(part.where.replace("%", "%%")))
+            where = (sql.SQL("{} AND {}") if params else sql.SQL("{} WHERE {}")).format(
+                where, condition)
         name = Name(table.schema, table.table)
         in_sql = None if router.by_column else _json_columns(table, part.consistent_point)
         with conn.cursor(name="pg_cdc_snapshot") as cur:

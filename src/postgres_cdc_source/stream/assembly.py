@@ -21,7 +21,7 @@ import pyarrow as pa
 import pyarrow.compute as pc
 
 from connector_common.change_rows import ARROW_SCHEMA
-from postgres_cdc_source.decoding import Begin, Change, Commit
+from postgres_cdc_source.decoding import Begin, Change, Commit, LoneMessage
 from postgres_cdc_source.destination_columns import Router
 from postgres_cdc_source.lsn import format_lsn
 
@@ -57,10 +57,10 @@ def _committed(spill: Spill | None, pending: list[Change]) -> Iterator[list[Chan
 
 
 def transactions(
-    events: Iterable[Begin | Change | Commit], spill_rows: int
+    events: Iterable[Begin | Change | Commit | LoneMessage], spill_rows: int
 ) -> Iterator[tuple[Commit, Iterator[list[Change]]]]:
     """Group events into ``(commit, chunks of changes)`` in commit order, spilling large
-    transactions.
+    transactions. A message written outside a transaction is a unit of its own, at its LSN.
 
     The caller must exhaust each chunk iterator before asking for the next transaction.
     """
@@ -79,6 +79,9 @@ def transactions(
             pending, spill = [], None
         elif kind is Begin:
             pending, spill = [], None
+        elif kind is LoneMessage:  # Postgres sends it between transactions, never inside one
+            lone: LoneMessage = event  # type: ignore[assignment]
+            yield Commit(lone.xid, lone.change.lsn, None), iter([[lone.change]])
 
 
 _EPOCH = datetime(1970, 1, 1, tzinfo=UTC)
@@ -120,12 +123,12 @@ class _Columns:
         self.parts: list[list[Change]] = []
         self.ends: list[int] = []  # the row each chunk ends at
         self.commit_lsn: list[str] = []  # per chunk
-        self.xid: list[int] = []  # per chunk
-        self.micros: list[int] = []  # per chunk
+        self.xid: list[int | None] = []  # per chunk
+        self.micros: list[int | None] = []  # per chunk
         self.destinations: list[tuple[str | None, str | None, str | None]] = []
 
     def add(
-        self, changes: list[Change], commit_lsn: str, xid: int, micros: int,
+        self, changes: list[Change], commit_lsn: str, xid: int | None, micros: int | None,
         route: Callable[[Change], tuple[str | None, str | None, str | None]] | None,
     ) -> None:
         self.parts.append(changes)
@@ -169,13 +172,23 @@ class _Columns:
                 pa.array(before, string),
                 pa.array(after, string),
                 names,
-                pc.binary_join_element_wise(commit_lsn, seq_array.cast(string), ":"),
+                _ids(commit_lsn, seq_array),
                 stream,
                 topic,
                 key_column,
             ],
             schema=ARROW_SCHEMA,
         )
+
+
+def _ids(commit_lsn: pa.Array, seq: pa.Array) -> pa.Array:
+    """``<commit_lsn>:<seq>``; ``<lsn>:message`` for a message written outside a transaction
+    (no ``seq``), which cannot collide with the first change of a transaction whose commit
+    ends where the message starts."""
+    ids = pc.binary_join_element_wise(commit_lsn, seq.cast(pa.string()), ":")
+    if seq.null_count:
+        ids = pc.coalesce(ids, pc.binary_join_element_wise(commit_lsn, "message", ":"))
+    return ids
 
 
 def record_batches(
@@ -187,7 +200,8 @@ def record_batches(
     columns = _Columns()
     for commit, chunks in txns:
         commit_lsn = format_lsn(commit.end_lsn)
-        micros = (commit.commit_ts - _EPOCH) // _MICROSECOND
+        micros = (None if commit.commit_ts is None
+                  else (commit.commit_ts - _EPOCH) // _MICROSECOND)
         for chunk in chunks:
             start = 0
             while start < len(chunk):

@@ -48,6 +48,9 @@ from pyspark.sql.streaming.datasource import (
 )
 
 from postgres_cdc_source import snapshot
+from postgres_cdc_source.backfill.planning import BackfillPlanner
+from postgres_cdc_source.backfill.progress import Backfills
+from postgres_cdc_source.backfill.splice import ChunkRead, is_marker, spliced
 from postgres_cdc_source.connections import (
     DriverConnection,
     connect_with_retry,
@@ -87,6 +90,8 @@ class CdcPartition(InputPartition):
     copy_from: int | None = None
     reselect_until: int | None = None
     """Complete unchanged TOAST values up to here (:mod:`postgres_cdc_source.stream.reselect`)."""
+    backfill: ChunkRead | None = None
+    """The backfill chunk whose marker lies in the range (:mod:`postgres_cdc_source.backfill`)."""
 
 
 def _offset(lsn: int) -> dict[str, str]:
@@ -110,6 +115,8 @@ class PgCdcStreamReader(DataSourceStreamReader, SupportsTriggerAvailableNow):
         self._initial: dict[str, Any] | None = None
         self._commit_failures = 0
         self._held_back_warned = -HELD_BACK_WARN_EVERY
+        self._backfills = BackfillPlanner(options)
+        self._planned_flush = 0
 
     def __getstate__(self) -> dict[str, Any]:
         state = self.__dict__.copy()
@@ -225,11 +232,15 @@ class PgCdcStreamReader(DataSourceStreamReader, SupportsTriggerAvailableNow):
         start_lsn = _lsn(start)
         max_bytes = limit.max_bytes if isinstance(limit, ReadMaxBytes) else None
         try:
-            end = _offset(self._driver(lambda conn: self._plan(conn, start_lsn, max_bytes)))
+            end_lsn = self._driver(lambda conn: self._plan(conn, start_lsn, max_bytes))
         except SlotLostError as lost:
             if not self._resnapshots:
                 raise
             return self._resnapshot(lost)
+        caught_up = end_lsn >= self._planned_flush
+        backfills, end_lsn = self._driver(lambda conn: self._backfills.plan(
+            conn, Backfills.of(start).delivered(), start_lsn, caught_up, end_lsn))
+        end = backfills.into(_offset(end_lsn))
         if horizon is not None:  # kept in every later offset: key changes are completed too
             end[snapshot.RESELECT_UNTIL] = horizon
         return end
@@ -265,6 +276,7 @@ class PgCdcStreamReader(DataSourceStreamReader, SupportsTriggerAvailableNow):
         flush = slot.flush_lsn(conn)
         if self._target is not None:
             flush = min(flush, self._target)
+        self._planned_flush = flush
         if flush <= start:
             return start
         if max_bytes is None or start + max_bytes >= flush:
@@ -323,6 +335,11 @@ class PgCdcStreamReader(DataSourceStreamReader, SupportsTriggerAvailableNow):
             return []
         horizon = end.get(snapshot.RESELECT_UNTIL)
         until = None if horizon is None else parse_lsn(str(horizon))
+        chunk = Backfills.of(end).chunk
+        if chunk is not None:  # read whole: one task places the chunk where its marker is
+            table = self._driver(lambda conn: snapshot.describe(conn, *chunk.table))
+            read = None if table is None else ChunkRead(chunk, table)
+            return [CdcPartition(start_lsn, end_lsn, reselect_until=until, backfill=read)]
         count = splitting.partition_count(
             start_lsn, end_lsn, self.options.min_partitions, self.options.min_bytes_per_partition
         )
@@ -400,8 +417,10 @@ class PgCdcStreamReader(DataSourceStreamReader, SupportsTriggerAvailableNow):
             )
             return
         assert isinstance(partition, CdcPartition)
+        # a chunk's rows are read anew each time: not the same rows, so never skipped by count
         yield from riding_out_restarts(
-            lambda: _peeked(self.options, partition), self.options, repeatable=True
+            lambda: _peeked(self.options, partition), self.options,
+            repeatable=partition.backfill is None,
         )
 
 
@@ -422,12 +441,15 @@ def _peeked(options: CdcOptions, partition: CdcPartition) -> Generator[pa.Record
             copy = slot.temporary_copy(conn, options, partition.copy_from, partition.start)
         pubs = slot.publications(conn, options, partition.start)
         conn.commit()
-        decoder = make_decoder(options, conn)
+        decoder = make_decoder(options, conn, is_marker if partition.backfill else None)
         events = decoder.events(slot.peek(conn, options, partition.end, pubs, copy))
         txns = reselect.complete(transactions(events, options.spill_rows), options,
                                  partition.reselect_until)
         with _collector_paused():
-            yield from record_batches(txns, Router(options), options.batch_rows)
+            if partition.backfill is not None:
+                yield from spliced(txns, partition.backfill, options, Router(options))
+            else:
+                yield from record_batches(txns, Router(options), options.batch_rows)
     finally:
         conn.close()
 

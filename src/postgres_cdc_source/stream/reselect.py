@@ -139,6 +139,7 @@ class _Tables:
         todo: dict[tuple[str, str], list[int]] = {}
         for i, change in enumerate(changes):
             if change.unchanged and (every or _moves_key(change)):
+                assert change.schema is not None and change.table is not None  # a row change
                 todo.setdefault((change.schema, change.table), []).append(i)
         if not todo:
             return changes

@@ -39,7 +39,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import IO, Any
 
-from iggy_spark_testing.workload import Workload
+from iggy_spark_testing.workload import BackgroundRun, Workload
 from postgres_cdc_source.lsn import format_lsn, lsn_from_offset, parse_lsn
 
 
@@ -343,6 +343,32 @@ class SlotWatch:
 
 
 # -- the job -------------------------------------------------------------------------------------
+
+
+def catch_up_and_stop(
+    job: PipelineJob, dsn: str, checkpoint: str | os.PathLike[str], workload: BackgroundRun,
+    stop: threading.Event, timeout: float = 120.0,
+) -> None:
+    """Stop the background ``workload`` (``stop`` set), wait until ``job`` has committed
+    everything written, then stop the job; an exit code other than 0 fails with its log's tail.
+    """
+    stop.set()
+    workload.join(60)
+    target = flush_lsn(dsn)
+    wait_until(lambda: (committed_end(checkpoint) or 0) >= target, timeout,
+               "the job to catch up", alive=lambda: job.running)
+    code = job.stop()
+    if code != 0:
+        raise AssertionError(f"the job exited with {code}:\n{job.log_tail()}")
+
+
+def abandon(job: PipelineJob, stop: threading.Event, work: Workload) -> None:
+    """What a test leaves behind, whatever happened: the workload stopped and closed, the job
+    killed if it still runs."""
+    stop.set()
+    if job.running:
+        job.kill()
+    work.close()
 
 
 def wait_until(

@@ -8,7 +8,7 @@ relies on. Used by the snapshot tests and by ``bench.bench_snapshot_faults``.
 
 from __future__ import annotations
 
-from collections.abc import Iterable, Mapping, Sequence
+from collections.abc import Callable, Iterable, Mapping, Sequence
 from typing import Any
 
 import orjson
@@ -16,7 +16,7 @@ import orjson
 from iggy_spark_testing.workload import Key, Row, TableSpec
 from postgres_cdc_source.lsn import parse_lsn
 
-__all__ = ["Message", "ordered", "replay"]
+__all__ = ["Message", "ordered", "in_stream_order", "replay"]
 
 Message = dict[str, Any]
 READ = "read"
@@ -46,14 +46,23 @@ def ordered(messages: Iterable[Message]) -> list[Message]:
     return reads + changes
 
 
+def in_stream_order(messages: Iterable[Message]) -> list[Message]:
+    """A consumer's order when ``read`` rows come in the middle of the stream (a backfill):
+    every message once (by id) in commit order, a chunk's rows at their marker's position."""
+    unique = list({m["id"]: m for m in reversed(list(messages))}.values())[::-1]
+    return sorted(unique, key=lambda m: (parse_lsn(m["commit_lsn"]),
+                                         -1 if m["seq"] is None else int(m["seq"])))
+
+
 def replay(
-    messages: Sequence[Message], specs: Mapping[str, TableSpec], *, strict: bool
+    messages: Sequence[Message], specs: Mapping[str, TableSpec], *, strict: bool,
+    order: Callable[[Iterable[Message]], list[Message]] = ordered,
 ) -> tuple[dict[str, dict[Key, Row]], list[str]]:
-    """The tables the messages rebuild (in :func:`ordered` order), and with ``strict`` every
-    change that did not apply to exactly the state before it."""
+    """The tables the messages rebuild (in ``order``, by default :func:`ordered`), and with
+    ``strict`` every change that did not apply to exactly the state before it."""
     model: dict[str, dict[Key, Row]] = {name: {} for name in specs}
     problems: list[str] = []
-    for message in ordered(messages):
+    for message in order(messages):
         spec = specs[message["table"]]
         rows = model[spec.name]
         op = message["op"]

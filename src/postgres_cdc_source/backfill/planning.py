@@ -1,0 +1,174 @@
+"""The driver's part of a backfill: finding requests in the WAL, and placing one chunk per
+micro-batch in the stream with a marker.
+
+A chunk's rows are read on the executor *after* its marker committed, and placed in the stream
+right where the marker is: every change before that place is older than what the read sees,
+every change after it is delivered after the rows. So replaying the stream in order ends with
+each key's current value, and a row deleted before the read is never read, whenever the read
+runs (again, after a crash: the rows it then reads are at least as new). Between a chunk's rows
+and the changes that follow them a consumer may briefly see a row newer than the next change
+of its key; the last one is the newest.
+"""
+
+from __future__ import annotations
+
+import logging
+import time
+import uuid
+from typing import Any
+
+import psycopg
+from psycopg import sql
+
+from postgres_cdc_source import snapshot
+from postgres_cdc_source.backfill.progress import Backfills, ChunkPlan, Request
+from postgres_cdc_source.backfill.requests import CHANNEL, REQUEST_PREFIX, parse_request
+from postgres_cdc_source.decoding.factory import parse_message
+from postgres_cdc_source.options import MARKER_PREFIX, CdcOptions
+from postgres_cdc_source.snapshot.reading import GUARDS
+from postgres_cdc_source.stream import slot
+
+__all__ = ["BackfillPlanner"]
+
+SEARCH_TIMEOUT = "5s"
+_STANDBY = object()
+"""What the planner listens on when the query reads a standby: nothing (warned once)."""
+
+log = logging.getLogger(__name__)
+Conn = psycopg.Connection[Any]
+
+
+class BackfillPlanner:
+    """Keeps one query's backfills moving; lives in the driver beside the stream reader.
+
+    The WAL is searched for requests when this process plans its first batch and whenever a
+    ``NOTIFY`` on :data:`~postgres_cdc_source.backfill.requests.CHANNEL` arrives; a chunk is
+    planned only when the stream has caught up (the batch ends at the flush position), so a
+    backfill never holds the stream back.
+    """
+
+    def __init__(self, options: CdcOptions) -> None:
+        self.options = options
+        self._search = True
+        self._listening: Conn | object | None = None
+        self._started: dict[str, float] = {}
+
+    def __getstate__(self) -> dict[str, Any]:
+        return {**self.__dict__, "_listening": None}
+
+    def _notified(self, _notify: psycopg.Notify) -> None:
+        self._search = True
+
+    def plan(
+        self, conn: Conn, state: Backfills, start: int, caught_up: bool, end: int
+    ) -> tuple[Backfills, int]:
+        """The state and end of the batch from ``start`` (where the slot is), which the stream
+        alone would end at ``end`` (``caught_up``: at the flush position): with a chunk (and its
+        marker) if one is due."""
+        if self._listening is not conn:
+            try:
+                conn.execute(sql.SQL("LISTEN {}").format(sql.Identifier(CHANNEL)))
+            except psycopg.errors.ReadOnlySqlTransaction:  # a standby: no requests, no markers
+                if self._listening is not None:
+                    return state, end
+                self._listening = _STANDBY
+                log.warning("pg_cdc backfill: the query reads a standby, which takes no "
+                            "backfill requests (make them on the primary)")
+                return state, end
+            conn.add_notify_handler(self._notified)
+            self._listening = conn
+            self._search = True
+        conn.execute("SELECT 1")  # delivers the notifications that arrived meanwhile
+        flush = slot.flush_lsn(conn)
+        if not caught_up:  # the backlog first: requests are searched for once it is read
+            return state, end
+        if self._search:
+            state = self._requests(conn, state, start, flush)
+        if not state.queue:
+            return state, end
+        while state.queue:
+            head = state.queue[0]
+            table = self._table(conn, head)
+            if table is not None:
+                return self._chunk(conn, state, head, table)
+            state = state.without_table(head.tables[0])
+        return state, end
+
+    def _requests(self, conn: Conn, state: Backfills, start: int, flush: int) -> Backfills:
+        """``state`` with the requests and cancels written up to ``flush``. The search reads
+        the WAL from ``start``, as the batch will: it waits at most :data:`SEARCH_TIMEOUT`
+        (reads of a failover slot wait for standbys that may be gone) and is tried again at the
+        next planning."""
+        pubs = slot.publications(conn, self.options, start)
+        try:
+            with conn.transaction():
+                conn.execute("SELECT pg_catalog.set_config('statement_timeout', %s, true)",
+                             (SEARCH_TIMEOUT,))
+                messages = slot.peek_messages(conn, self.options, flush, pubs)
+        except psycopg.errors.QueryCanceled:
+            log.warning("pg_cdc backfill: searching the WAL for requests took over %s; tried "
+                        "again at the next planning", SEARCH_TIMEOUT)
+            return state
+        self._search = False
+        found: list[Request] = []
+        cancels: set[str] = set()
+        for lsn, data in messages:
+            if lsn <= state.scanned:
+                continue
+            transactional, prefix, content = parse_message(self.options.plugin, data)
+            if prefix != REQUEST_PREFIX:
+                continue
+            request = parse_request(content, self.options.slot)
+            if isinstance(request, str):
+                cancels.add(request)
+                log.warning("pg_cdc backfill %s: cancelled", request)
+            elif request is not None:
+                found.append(request)
+                log.info("pg_cdc backfill %s: requested for %s", request.id,
+                         ", ".join(".".join(t) for t in request.tables))
+        return state.requested(found, cancels, flush)
+
+    def _table(self, conn: Conn, head: Request) -> snapshot.SnapshotTable | None:
+        """The request's current table, if the query can backfill it (else a warning)."""
+        name = head.tables[0]
+        where = ".".join(name)
+        table = snapshot.describe(conn, *name)
+        if table is None:
+            log.warning("pg_cdc backfill %s: table %s is gone; skipped", head.id, where)
+        elif name not in snapshot.captured_tables(conn, self.options):
+            log.warning("pg_cdc backfill %s: table %s is not captured by this query "
+                        "(include_tables/exclude_tables, or not in the publication); skipped",
+                        head.id, where)
+        elif table.chunk_key == ("ctid",):
+            log.warning("pg_cdc backfill %s: table %s has no primary key; skipped", head.id,
+                        where)
+        else:
+            return table
+        return None
+
+    def _chunk(
+        self, conn: Conn, state: Backfills, head: Request, table: snapshot.SnapshotTable
+    ) -> tuple[Backfills, int]:
+        """Plan the next chunk of ``head``'s table and write its marker."""
+        with conn.transaction():
+            for setting, value in GUARDS.items():
+                conn.execute("SELECT pg_catalog.set_config(%s, %s, true)", (setting, value))
+            hi = snapshot.next_bound(conn, table, head.after, None,
+                                     self.options.backfill_chunk_rows)
+        nonce = uuid.uuid4().hex
+        with conn.transaction():  # flushed at commit: the batch can end after it
+            conn.execute("SET LOCAL synchronous_commit = on")
+            conn.execute("SELECT pg_catalog.pg_logical_emit_message(true, %s, %s)",
+                         (MARKER_PREFIX, nonce))
+        chunk = ChunkPlan(head.id, nonce, head.tables[0], head.after, hi, head.where)
+        started = self._started.setdefault(head.id, time.monotonic())
+        log.info(
+            "pg_cdc backfill %s: %s chunk %d, keys after %s up to %s; %d chunks in %.0f s",
+            head.id, ".".join(chunk.table), head.chunks + 1, _shown(chunk.lo), _shown(hi),
+            head.chunks + 1, time.monotonic() - started,
+        )
+        return Backfills(state.queue, chunk, state.scanned), slot.flush_lsn(conn)
+
+
+def _shown(key: tuple[str, ...] | None) -> str:
+    return "the end" if key is None else "(" + ", ".join(key) + ")"

@@ -1,0 +1,144 @@
+"""Where the backfills of a query stand, as Spark's offsets record it.
+
+A stream offset with backfills pending carries them under ``backfill``::
+
+    {"lsn": "0/1A2B3C0",
+     "backfill": {"queue": [{"id": "9f..", "tables": [["public", "t"]], "where": null,
+                             "after": ["41"], "chunks": 3}],
+                  "chunk": {"id": "9f..", "nonce": "c1..", "table": ["public", "t"],
+                            "lo": ["41"], "hi": ["82"]},
+                  "scanned": "0/1A2B3C0"}}
+
+``queue`` holds the requests in the order they were found; the first is running: the rows of
+its first table with a key up to ``after`` are delivered (``chunks`` chunks). ``chunk`` is the
+chunk the batch ending at this offset delivers (its marker lies in the batch's WAL range), so a
+replayed batch reads the same key range; the next planning counts it as delivered.
+``scanned`` is how far the WAL was searched for requests.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, replace
+from typing import Any
+
+from postgres_cdc_source.lsn import format_lsn, parse_lsn
+
+__all__ = ["Request", "ChunkPlan", "Backfills", "OFFSET_KEY"]
+
+OFFSET_KEY = "backfill"
+Key = tuple[str, ...]
+
+
+def _key(value: Any) -> Key | None:
+    return None if value is None else tuple(str(v) for v in value)
+
+
+def _key_json(key: Key | None) -> list[str] | None:
+    return None if key is None else list(key)
+
+
+@dataclass(frozen=True)
+class Request:
+    """A backfill request: ``tables`` still to read (the first is being read), the rows of the
+    first one with a key up to ``after`` delivered."""
+
+    id: str
+    tables: tuple[tuple[str, str], ...]
+    where: str | None = None
+    after: Key | None = None
+    chunks: int = 0
+
+    def as_json(self) -> dict[str, Any]:
+        return {"id": self.id, "tables": [list(t) for t in self.tables], "where": self.where,
+                "after": _key_json(self.after), "chunks": self.chunks}
+
+    @classmethod
+    def from_json(cls, data: dict[str, Any]) -> Request:
+        return cls(str(data["id"]), tuple((str(s), str(t)) for s, t in data["tables"]),
+                   data.get("where"), _key(data.get("after")), int(data.get("chunks", 0)))
+
+
+@dataclass(frozen=True)
+class ChunkPlan:
+    """The chunk a batch delivers: keys in ``(lo, hi]`` of ``table`` (``hi`` ``None``: to the
+    end), spliced into the stream where the marker with ``nonce`` was decoded."""
+
+    id: str
+    nonce: str
+    table: tuple[str, str]
+    lo: Key | None
+    hi: Key | None
+    where: str | None
+
+    def as_json(self) -> dict[str, Any]:
+        return {"id": self.id, "nonce": self.nonce, "table": list(self.table),
+                "lo": _key_json(self.lo), "hi": _key_json(self.hi), "where": self.where}
+
+    @classmethod
+    def from_json(cls, data: dict[str, Any]) -> ChunkPlan:
+        schema, table = data["table"]
+        return cls(str(data["id"]), str(data["nonce"]), (str(schema), str(table)),
+                   _key(data.get("lo")), _key(data.get("hi")), data.get("where"))
+
+
+@dataclass(frozen=True)
+class Backfills:
+    """The ``backfill`` part of an offset; empty when nothing is pending."""
+
+    queue: tuple[Request, ...] = ()
+    chunk: ChunkPlan | None = None
+    scanned: int = 0
+
+    @classmethod
+    def of(cls, offset: dict[str, Any]) -> Backfills:
+        data = offset.get(OFFSET_KEY)
+        if not data:
+            return cls()
+        chunk = data.get("chunk")
+        return cls(tuple(Request.from_json(r) for r in data.get("queue", ())),
+                   ChunkPlan.from_json(chunk) if chunk else None,
+                   parse_lsn(data["scanned"]) if data.get("scanned") else 0)
+
+    def into(self, offset: dict[str, Any]) -> dict[str, Any]:
+        """``offset`` with this state (nothing added when there is nothing to keep)."""
+        if self.queue or self.chunk is not None or self.scanned > parse_lsn(offset["lsn"]):
+            data: dict[str, Any] = {"queue": [r.as_json() for r in self.queue]}
+            if self.chunk is not None:
+                data["chunk"] = self.chunk.as_json()
+            if self.scanned:
+                data["scanned"] = format_lsn(self.scanned)
+            offset[OFFSET_KEY] = data
+        return offset
+
+    def delivered(self) -> Backfills:
+        """The state once the batch carrying :attr:`chunk` is committed: the running request
+        moved past it (to its next table, or done)."""
+        chunk = self.chunk
+        if chunk is None:
+            return self
+        queue = list(self.queue)
+        if queue and queue[0].id == chunk.id and queue[0].tables[:1] == (chunk.table,):
+            head = queue[0]
+            if chunk.hi is None:  # the table is done
+                head = replace(head, tables=head.tables[1:], after=None, chunks=head.chunks + 1)
+            else:
+                head = replace(head, after=chunk.hi, chunks=head.chunks + 1)
+            queue[0] = head
+            if not head.tables:
+                queue.pop(0)
+        return replace(self, queue=tuple(queue), chunk=None)
+
+    def requested(self, requests: list[Request], cancels: set[str], scanned: int) -> Backfills:
+        """Requests found in the WAL up to ``scanned`` added behind the queue (a request for a
+        table that a queued request will read is kept: it reads the table again, with its own
+        ``where``), ``cancels`` removed."""
+        known = {r.id for r in self.queue}
+        queue = [r for r in self.queue if r.id not in cancels]
+        queue += [r for r in requests if r.id not in known and r.id not in cancels]
+        return replace(self, queue=tuple(queue), scanned=max(self.scanned, scanned))
+
+    def without_table(self, table: tuple[str, str]) -> Backfills:
+        """The running request without its current ``table`` (refused at pick-up)."""
+        head = self.queue[0]
+        rest = replace(head, tables=head.tables[1:], after=None)
+        return replace(self, queue=((rest,) if rest.tables else ()) + self.queue[1:])

@@ -1,0 +1,76 @@
+"""The executor's part of a backfill: a chunk's rows placed in the stream at its marker."""
+
+from __future__ import annotations
+
+from collections.abc import Iterable, Iterator
+from dataclasses import dataclass
+
+import orjson
+import pyarrow as pa
+
+from postgres_cdc_source.backfill.progress import ChunkPlan
+from postgres_cdc_source.decoding import MESSAGE, Change, Commit, message_prefix
+from postgres_cdc_source.destination_columns import Router
+from postgres_cdc_source.options import MARKER_PREFIX, CdcOptions
+from postgres_cdc_source.snapshot import SnapshotPartition, SnapshotTable, read_chunk
+from postgres_cdc_source.stream.assembly import record_batches
+
+__all__ = ["ChunkRead", "spliced", "is_marker"]
+
+Unit = tuple[Commit, Iterator[list[Change]]]
+
+
+@dataclass(frozen=True)
+class ChunkRead:
+    """A planned chunk with what reading it needs (looked up on the driver)."""
+
+    plan: ChunkPlan
+    table: SnapshotTable
+
+
+def is_marker(prefix: str) -> bool:
+    return prefix == MARKER_PREFIX
+
+
+def _marker_nonce(change: Change) -> str | None:
+    if change.op != MESSAGE or message_prefix(change) != MARKER_PREFIX:
+        return None
+    after = orjson.loads(change.after or "{}")
+    return str(after.get("content"))
+
+
+def spliced(
+    units: Iterable[Unit], chunk: ChunkRead, options: CdcOptions, router: Router,
+) -> Iterator[pa.RecordBatch]:
+    """The stream's rows with the chunk's rows right after the transaction of its marker
+    (markers themselves are left out). Without its marker in this range, no chunk rows."""
+    rest = iter(units)
+    found: list[int] = []
+
+    def head() -> Iterator[Unit]:
+        for commit, chunks in rest:
+            yield commit, _without_markers(chunks, chunk.plan.nonce, commit, found)
+            if found:
+                return
+
+    yield from record_batches(head(), router, options.batch_rows)
+    if found:
+        plan = chunk.plan
+        yield from read_chunk(options, SnapshotPartition(
+            chunk.table, plan.lo, plan.hi, None, found[0], where=plan.where or "true"))
+    yield from record_batches(rest, router, options.batch_rows)
+
+
+def _without_markers(
+    chunks: Iterator[list[Change]], nonce: str, commit: Commit, found: list[int]
+) -> Iterator[list[Change]]:
+    for changes in chunks:
+        kept = []
+        for change in changes:
+            marker = _marker_nonce(change)
+            if marker is None:
+                kept.append(change)
+            elif marker == nonce:
+                found.append(commit.end_lsn)
+        if kept:
+            yield kept

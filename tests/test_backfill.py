@@ -1,0 +1,125 @@
+"""Backfill on request, driven through the reader's own calls (no Spark): requests found in the
+WAL, one chunk per batch placed at its marker, progress in the offsets, refusals."""
+
+from __future__ import annotations
+
+import json
+import logging
+from typing import Any
+
+import pytest
+from pyspark.sql.streaming.datasource import ReadAllAvailable
+
+from iggy_spark_testing.harness import LocalPostgres
+from postgres_cdc_source.backfill import cancel_backfill, request_backfill
+from postgres_cdc_source.backfill.requests import main as backfill_command
+from postgres_cdc_source.errors import BackfillRefused
+from postgres_cdc_source.options import CdcOptions
+from postgres_cdc_source.stream.reader import PgCdcStreamReader
+
+
+class _Query:
+    """A reader run the way Spark runs it: plan, read every partition, commit; offsets kept."""
+
+    def __init__(self, pg: LocalPostgres, options: dict[str, str]) -> None:
+        self.reader = PgCdcStreamReader(CdcOptions.from_options({"dsn": pg.dsn, **options}))
+        self.offset: dict[str, Any] = self.reader.initialOffset()
+        self.offsets: list[dict[str, Any]] = []
+
+    def batch(self, replayed: list[dict[str, Any]] | None = None) -> list[dict[str, Any]]:
+        """One batch's rows; with ``replayed``, the batch is also read again, as a new driver
+        process does after a crash, into that list."""
+        end = self.reader.latestOffset(self.offset, ReadAllAvailable())
+        rows = _rows(self.reader, self.offset, end)
+        if replayed is not None:
+            replayed += _rows(PgCdcStreamReader(self.reader.options), self.offset, end)
+        self.reader.commit(end)
+        self.offset = end
+        self.offsets.append(end)
+        return rows
+
+
+def _rows(reader: PgCdcStreamReader, start: dict[str, Any], end: dict[str, Any]
+          ) -> list[dict[str, Any]]:
+    return [row for part in reader.partitions(start, end)
+            for batch in reader.read(part) for row in batch.to_pylist()]
+
+
+@pytest.mark.parametrize("plugin,partitions", [("pgoutput", "1"), ("test_decoding", "1"),
+                                               ("pgoutput", "3")])
+def test_a_backfill_places_chunks_in_the_stream_and_ends_with_current_values(
+    pg: LocalPostgres, name: str, plugin: str, partitions: str,
+    caplog: pytest.LogCaptureFixture,
+) -> None:
+    caplog.set_level(logging.INFO, logger="postgres_cdc_source.backfill")
+    slot = f"{name}_{plugin}_{partitions}"
+    with pg.connect() as conn:
+        conn.execute(f"CREATE TABLE {slot} (a int, b text, v text, PRIMARY KEY (a, b))")
+        conn.execute(f"INSERT INTO {slot} SELECT i % 4, 'k' || i, 'old' FROM "
+                     "generate_series(1, 25) AS i")
+    query = _Query(pg, {"slot": slot, "plugin": plugin, "include_tables": rf"public\.{slot}",
+                        "backfill_chunk_rows": "10", "min_partitions": partitions,
+                        "min_bytes_per_partition": "1"})
+    backfill = request_backfill(pg.dsn, slot, [slot], where="v <> 'skip%'")
+    rows: list[dict[str, Any]] = []
+    with pg.connect() as conn:
+        conn.autocommit = True
+        rows += query.batch()  # finds the request; first chunk
+        conn.execute(f"UPDATE {slot} SET v = 'new' WHERE b = 'k25'")  # beyond the first chunk
+        conn.execute(f"DELETE FROM {slot} WHERE b = 'k24'")
+        replayed: list[dict[str, Any]] = []
+        second = query.batch(replayed)
+        rows += second
+        conn.execute(f"INSERT INTO {slot} VALUES (9, 'late', 'x')")
+        for _ in range(4):
+            rows += query.batch()
+    assert query.offset.get("backfill") is None  # done: nothing left in the offset
+    reads = [r for r in rows if r["op"] == "read"]
+    # every row once (k24 was read before it was deleted, 'late' inserted before its chunk)
+    assert len(reads) == 26 and len({r["id"] for r in reads}) == 26
+    assert all(r["commit_lsn"] == r["lsn"] and r["seq"] is None for r in reads)
+    state: dict[str, Any] = {}
+    for r in rows:  # a consumer replaying the stream in order
+        key = r["key"]
+        state.pop(key, None) if r["op"] == "delete" else state.__setitem__(key, r["after"])
+    with pg.connect() as conn:
+        table = {json.dumps({"a": a, "b": b}, separators=(",", ":")):
+                 json.dumps({"a": a, "b": b, "v": v}, separators=(",", ":"))
+                 for a, b, v in conn.execute(f"SELECT a, b, v FROM {slot}")}
+    assert state == table
+    # the second batch read again by a new driver: the same rows, with the same ids
+    assert replayed == second and any(r["op"] == "read" for r in second)
+    assert backfill in caplog.text
+
+
+def test_refusals_name_the_table_and_why(pg: LocalPostgres, name: str) -> None:
+    with pg.connect() as conn:
+        conn.execute(f"CREATE TABLE {name}_nokey (a int)")
+        conn.execute("SELECT pg_create_logical_replication_slot(%s, 'test_decoding')", (name,))
+    try:
+        with pytest.raises(BackfillRefused, match="does not exist"):
+            request_backfill(pg.dsn, name, [f"{name}_missing"])
+        with pytest.raises(BackfillRefused, match=f"{name}_nokey has no primary key"):
+            request_backfill(pg.dsn, name, [f"{name}_nokey"])
+        with pytest.raises(BackfillRefused, match="replication slot 'nope' does not exist"):
+            request_backfill(pg.dsn, "nope", [f"{name}_nokey"])
+        assert backfill_command(["--dsn", pg.dsn, "--slot", name, f"{name}_nokey"]) == 2
+        cancel_backfill(pg.dsn, name, "anything")
+    finally:
+        with pg.connect() as conn:
+            conn.execute("SELECT pg_drop_replication_slot(%s)", (name,))
+
+
+def test_a_table_the_query_does_not_capture_is_skipped_with_a_warning(
+    pg: LocalPostgres, name: str, caplog: pytest.LogCaptureFixture
+) -> None:
+    with pg.connect() as conn:
+        for table in (f"{name}_in", f"{name}_out"):
+            conn.execute(f"CREATE TABLE {table} AS SELECT 1 AS id")
+            conn.execute(f"ALTER TABLE {table} ADD PRIMARY KEY (id)")
+    query = _Query(pg, {"slot": name, "include_tables": rf"public\.{name}_in"})
+    backfill = request_backfill(pg.dsn, name, [f"{name}_out", f"{name}_in"])
+    rows = query.batch() + query.batch()
+    assert [(r["op"], r["table"]) for r in rows] == [("read", f"{name}_in")]
+    assert f"backfill {backfill}: table public.{name}_out is not captured" in caplog.text
+    assert query.offset.get("backfill") is None

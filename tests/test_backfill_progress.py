@@ -1,0 +1,77 @@
+"""Backfill progress as offsets carry it: random request/chunk/cancel sequences, each state
+round-tripped through JSON as Spark stores it, against a model of what must be delivered."""
+
+from __future__ import annotations
+
+import json
+
+from hypothesis import given, settings
+from hypothesis import strategies as st
+
+from postgres_cdc_source.backfill.progress import Backfills, ChunkPlan, Request
+
+_TABLES = [("s", "a"), ("s", "b"), ('S"q', "c d")]
+_step = st.one_of(
+    st.tuples(st.just("request"), st.lists(st.sampled_from(_TABLES), min_size=1, max_size=3,
+                                            unique=True)),
+    st.tuples(st.just("chunk"), st.integers(0, 3)),  # keys in the chunk; 0: to the end
+    st.tuples(st.just("cancel"), st.integers(0, 5)),
+)
+
+
+def _spark(state: Backfills, lsn: str = "0/10") -> Backfills:
+    offset = json.loads(json.dumps(state.into({"lsn": lsn})))
+    return Backfills.of(offset)
+
+
+@settings(max_examples=300, deadline=None)
+@given(st.lists(_step, max_size=30))
+def test_every_table_of_a_request_is_read_in_order_to_its_end(steps: list[tuple[str, object]]
+                                                              ) -> None:
+    state = Backfills()
+    ids: list[str] = []
+    pending: dict[str, list[tuple[str, str]]] = {}  # the model: tables still to read, per id
+    cancelled: set[str] = set()
+    read: dict[str, list[tuple[tuple[str, str], str | None, str | None]]] = {}
+    for kind, arg in steps:
+        if kind == "request":
+            assert isinstance(arg, list)
+            rid = f"r{len(ids)}"
+            ids.append(rid)
+            pending[rid] = list(arg)
+            state = _spark(state.requested([Request(rid, tuple(arg))], set(), 0))
+        elif kind == "cancel":
+            assert isinstance(arg, int)
+            if arg < len(ids):
+                cancelled.add(ids[arg])
+                pending.pop(ids[arg], None)
+                state = _spark(state.requested([], {ids[arg]}, 0))
+        elif state.queue:  # plan a chunk of the running request, Spark commits it, next plan
+            head = state.queue[0]
+            assert head.id == next(iter(pending))  # requests run in the order they came
+            lo = head.after
+            hi = None if arg == 0 else str(int(lo[0] if lo else "0") + int(str(arg)))
+            chunk = ChunkPlan(head.id, "n", head.tables[0], lo, None if hi is None else (hi,),
+                              None)
+            read.setdefault(head.id, []).append((head.tables[0], lo and lo[0], hi))
+            state = _spark(Backfills(state.queue, chunk, state.scanned)).delivered()
+            if hi is None:
+                pending[head.id].pop(0)
+                if not pending[head.id]:
+                    del pending[head.id]
+        assert [r.id for r in state.queue] == list(pending)
+        assert all(list(r.tables) == pending[r.id] for r in state.queue)
+        assert not cancelled & {r.id for r in state.queue}
+    for chunks in read.values():  # each table's chunks join up: (lo, hi] after (.., lo]
+        previous: dict[tuple[str, str], str | None] = {}
+        for table, lo, hi in chunks:
+            assert previous.get(table) == lo
+            previous[table] = hi
+
+
+def test_a_request_found_again_is_not_queued_twice() -> None:
+    one = Request("r1", (("s", "a"),))
+    state = Backfills().requested([one], set(), 100)
+    assert state.requested([one], set(), 120).queue == (one,)
+    assert _spark(state, "0/64").scanned == 100  # kept while beyond the offset's LSN
+    assert Backfills.of(Backfills().into({"lsn": "0/10"})) == Backfills()
