@@ -16,6 +16,7 @@ from pyspark.sql import SparkSession
 
 from iggy_local import LocalIggy
 from iggy_spark_testing.harness import LocalPostgres
+from iggy_spark_testing.s3 import SeaweedS3
 from postgres_cdc_source.abandon import RECORD_FILE, abandon_batch, main
 from postgres_cdc_source.lsn import parse_lsn
 from postgres_cdc_source.options import CdcOptions
@@ -77,3 +78,30 @@ def test_a_stuck_batch_is_skipped_logged_and_the_query_restarts_past_it(
     assert _run(spark, source, broker.url, checkpoint) is None
     delivered = [json.loads(m.payload)["after"]["id"] for m in poll_all(broker.address, name, name)]
     assert delivered == [8, 9]  # the skipped 1-7 never arrive; everything after does
+
+
+def test_a_checkpoint_on_s3_is_abandoned_in_place(monkeypatch: pytest.MonkeyPatch) -> None:
+    """The checkpoint production keeps on S3: abandon reads ``offsets/`` and writes
+    ``commits/N`` and its record there, with the store's identity taken from the environment."""
+    with SeaweedS3() as s3:
+        store = s3.filesystem()
+        root = f"{s3.bucket}/stuck"
+        for path, lsn in (("offsets/0", "0/16B3748"), ("offsets/1", "0/16B9000")):
+            with store.open_output_stream(f"{root}/{path}") as f:  # type: ignore[attr-defined]
+                f.write(f'v1\n{{"batchWatermarkMs":0}}\n{{"lsn": "{lsn}"}}'.encode())
+        with store.open_output_stream(f"{root}/commits/0") as f:  # type: ignore[attr-defined]
+            f.write(b'v1\n{"nextBatchWatermarkMs":0}')
+        monkeypatch.setenv("AWS_ACCESS_KEY_ID", s3.access_key)
+        monkeypatch.setenv("AWS_SECRET_ACCESS_KEY", s3.secret_key)
+        monkeypatch.setenv("AWS_ENDPOINT_URL", s3.endpoint)
+        monkeypatch.setenv("AWS_REGION", "us-east-1")
+
+        record = abandon_batch(s3.uri("stuck"))
+        assert (record.batch_id, record.start, record.end) == (1, "0/16B3748", "0/16B9000")
+        with store.open_input_stream(f"{root}/commits/1") as f:  # type: ignore[attr-defined]
+            assert f.read().decode().splitlines()[0] == "v1"
+        with store.open_input_stream(f"{root}/{RECORD_FILE}") as f:  # type: ignore[attr-defined]
+            [line] = f.read().decode().splitlines()
+        assert json.loads(line)["batch_id"] == 1
+        with pytest.raises(ValueError, match="is committed: no batch is stuck"):
+            abandon_batch(s3.uri("stuck"))

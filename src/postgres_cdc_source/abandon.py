@@ -17,6 +17,12 @@ releasing the WAL without waiting for the restart; the order (commit record firs
 slot) keeps the slot from ever being ahead of the checkpoint. Every abandon is appended to
 ``<checkpoint>/pg_cdc_abandoned.jsonl``.
 
+The checkpoint may be a local path or a remote URI (``s3a://``, ``s3://``, ``gs://``,
+``hdfs://``, ``abfs://``), opened with ``pyarrow.fs``: production keeps checkpoints in object
+stores. An object is written whole by one PUT, so a remote ``commits/N`` is never half there
+either. Credentials and endpoint come from the store's usual environment (``AWS_ACCESS_KEY_ID``,
+``AWS_SECRET_ACCESS_KEY``, ``AWS_ENDPOINT_URL``, ...), never from the command line.
+
 Spark's log files: ``offsets/N`` is ``v1``, a batch-metadata JSON line, then one offset per
 source (``{"lsn": "0/1534DC8"}`` for ``pg_cdc``); ``commits/N`` is ``v1`` and a JSON line
 (``{"nextBatchWatermarkMs":0}``). Both are written whole (temporary file, rename).
@@ -34,12 +40,17 @@ import time
 from collections.abc import Mapping, Sequence
 from dataclasses import asdict, dataclass
 from pathlib import Path
+from typing import TYPE_CHECKING
+from urllib.parse import urlsplit
 
 from connector_common.options import option_pair
 from postgres_cdc_source import connections
 from postgres_cdc_source.lsn import format_lsn, parse_lsn
 from postgres_cdc_source.options import CdcOptions
 from postgres_cdc_source.stream import slot
+
+if TYPE_CHECKING:
+    from pyarrow import fs
 
 __all__ = ["Abandoned", "abandon_batch", "main"]
 
@@ -65,28 +76,86 @@ class Abandoned:
                 f"{self.end}], {count} changes; they will never reach the sink")
 
 
-def _logs(directory: Path) -> dict[int, Path]:
-    if not directory.is_dir():
-        return {}
-    return {int(p.name): p for p in directory.iterdir() if p.name.isdigit()}
+class _Checkpoint:
+    """The few file operations abandon needs, on a local path or through ``pyarrow.fs``."""
+
+    def __init__(self, location: str) -> None:
+        parts = urlsplit(location)
+        self.local: Path | None = None
+        self.remote: fs.FileSystem | None = None
+        if parts.scheme in ("", "file"):
+            self.local = Path(parts.path if parts.scheme == "file" else location)
+            self.root, self.name = str(self.local), str(self.local)
+            return
+        from pyarrow import fs
+
+        scheme = "s3" if parts.scheme in ("s3a", "s3n") else parts.scheme  # Spark's names
+        self.remote, self.root = fs.FileSystem.from_uri(
+            f"{scheme}://{parts.netloc}{parts.path}")
+        self.name = f"{parts.scheme}://{parts.netloc}{parts.path}"  # no query: it may hold keys
+
+    def path(self, *names: str) -> str:
+        return "/".join([self.root.rstrip("/"), *names])
+
+    def logs(self, directory: str) -> dict[int, str]:
+        """Batch id -> path of the files of ``offsets/`` or ``commits/``."""
+        if self.local is not None:
+            folder = self.local / directory
+            names = [p.name for p in folder.iterdir()] if folder.is_dir() else []
+        else:
+            from pyarrow import fs
+
+            assert self.remote is not None
+            infos = self.remote.get_file_info(fs.FileSelector(self.path(directory),
+                                                              allow_not_found=True))
+            names = [i.base_name for i in infos if i.type == fs.FileType.File]
+        return {int(n): self.path(directory, n) for n in names if n.isdigit()}
+
+    def read_text(self, path: str) -> str:
+        if self.remote is None:
+            return Path(path).read_text()
+        with self.remote.open_input_stream(path) as f:
+            return bytes(f.read()).decode()
+
+    def exists(self, path: str) -> bool:
+        if self.remote is None:
+            return Path(path).exists()
+        from pyarrow import fs
+
+        return self.remote.get_file_info(path).type != fs.FileType.NotFound
+
+    def write_whole(self, path: str, text: str) -> None:
+        """Write ``path`` so that a reader sees the old version or the new one, never half."""
+        if self.remote is not None:
+            with self.remote.open_output_stream(path) as f:  # one object, visible at close
+                f.write(text.encode())
+            return
+        target = Path(path)
+        target.parent.mkdir(exist_ok=True)
+        fd, tmp = tempfile.mkstemp(dir=target.parent, prefix=f".{target.name}.")
+        with os.fdopen(fd, "w") as f:
+            f.write(text)
+            f.flush()
+            os.fsync(f.fileno())
+        os.replace(tmp, target)
+
+    def append_line(self, path: str, line: str) -> None:
+        """Append one line (an object store cannot append: the object is written anew)."""
+        if self.remote is None:
+            with open(path, "a") as f:
+                f.write(line + "\n")
+            return
+        before = self.read_text(path) if self.exists(path) else ""
+        self.write_whole(path, before + line + "\n")
 
 
-def _end_lsn(offsets_file: Path) -> int:
+def _end_lsn(checkpoint: _Checkpoint, offsets_file: str) -> int:
     """The ``pg_cdc`` end offset of one ``offsets/N`` file (its only source)."""
-    lines = offsets_file.read_text().splitlines()
+    lines = checkpoint.read_text(offsets_file).splitlines()
     if len(lines) != 3:
         raise ValueError(f"{offsets_file} has {len(lines) - 2} source offsets; abandon works "
                          "for queries with one pg_cdc source")
     return parse_lsn(str(json.loads(lines[2])["lsn"]))
-
-
-def _write_whole(path: Path, text: str) -> None:
-    fd, tmp = tempfile.mkstemp(dir=path.parent, prefix=f".{path.name}.")
-    with os.fdopen(fd, "w") as f:
-        f.write(text)
-        f.flush()
-        os.fsync(f.fileno())
-    os.replace(tmp, path)
 
 
 def abandon_batch(
@@ -99,16 +168,17 @@ def abandon_batch(
     let it count the skipped changes and advance the slot now. Raises :class:`ValueError`
     when the checkpoint has no uncommitted batch.
     """
-    root = Path(checkpoint)
-    offsets, commits = _logs(root / "offsets"), _logs(root / "commits")
+    root = _Checkpoint(os.fspath(checkpoint))
+    offsets, commits = root.logs("offsets"), root.logs("commits")
     if not offsets:
-        raise ValueError(f"{root} has no planned batch (no offsets/ files): nothing to abandon")
+        raise ValueError(f"{root.name} has no planned batch (no offsets/ files): nothing to "
+                         "abandon")
     batch_id = max(offsets)
     if batch_id in commits:
         raise ValueError(f"batch {batch_id}, the last planned one, is committed: no batch is "
                          "stuck; restart the query")
-    end = _end_lsn(offsets[batch_id])
-    start = _end_lsn(offsets[batch_id - 1]) if batch_id - 1 in offsets else None
+    end = _end_lsn(root, offsets[batch_id])
+    start = _end_lsn(root, offsets[batch_id - 1]) if batch_id - 1 in offsets else None
     changes = None
     options: CdcOptions | None = None
     if source_options is not None:
@@ -117,13 +187,11 @@ def abandon_batch(
     record = Abandoned(batch_id, None if start is None else format_lsn(start), format_lsn(end),
                        changes, time.time())
     log.warning("%s", record.describe())
-    (root / "commits").mkdir(exist_ok=True)
-    _write_whole(root / "commits" / str(batch_id), _COMMIT_TEXT)
+    root.write_whole(root.path("commits", str(batch_id)), _COMMIT_TEXT)
     if options is not None:
         with connections.connect(options) as conn:
             slot.advance(conn, options.slot, end)
-    with open(root / RECORD_FILE, "a") as f:
-        f.write(json.dumps(asdict(record)) + "\n")
+    root.append_line(root.path(RECORD_FILE), json.dumps(asdict(record)))
     return record
 
 
@@ -152,7 +220,9 @@ def main(argv: Sequence[str] | None = None) -> int:
         "lost for the sink: use only when a long outage would otherwise fill Postgres's disk "
         "with WAL.",
     )
-    parser.add_argument("--checkpoint", required=True, help="the query's checkpointLocation")
+    parser.add_argument("--checkpoint", required=True,
+                        help="the query's checkpointLocation: a path or a URI (s3a://, gs://, "
+                        "hdfs://, abfs://; credentials from the environment)")
     parser.add_argument("--dsn", help="count the skipped changes and advance the slot now")
     parser.add_argument("--slot", help="the query's slot (with --dsn)")
     parser.add_argument("--source", action="append", default=[], type=option_pair,
@@ -170,6 +240,9 @@ def main(argv: Sequence[str] | None = None) -> int:
         record = abandon_batch(args.checkpoint, source)
     except ValueError as exc:
         print(f"abandon: {exc}", file=sys.stderr)
+        return 1
+    except OSError as exc:  # the checkpoint's store refused or is unreachable
+        print(f"abandon: cannot read or write the checkpoint: {exc}", file=sys.stderr)
         return 1
     print(record.describe())
     return 0
