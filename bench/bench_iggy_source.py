@@ -12,6 +12,9 @@ two contenders, interleaved round by round after a discarded warm-up round:
   one's end (Spark's progress reports); JVM and query start-up are excluded.
 * ``handwritten``: one asyncio client polling each partition by offset, 1,000 messages per poll
   (the source's ``poll_messages`` default), touching every message's offset and payload.
+* ``ceiling``: :mod:`bench.memory_source`, a Python streaming source yielding the same rows,
+  schema and batch size from memory into the same sink, timed the same way: what pyspark's
+  Python data source path alone allows, the most any Python source can reach.
 
 Writes ``bench/results/iggy_source.json``.
 """
@@ -20,7 +23,9 @@ from __future__ import annotations
 
 import argparse
 import asyncio
+import os
 import sys
+from pathlib import Path
 from typing import Any
 
 from apache_iggy import Consumer, Partitioning, PollingStrategy, SendMessage
@@ -28,7 +33,10 @@ from apache_iggy import Consumer, Partitioning, PollingStrategy, SendMessage
 from bench import common
 from bench.handwritten import sdk_client
 from bench.iggy import fresh_broker
+from bench.memory_source import NAME, MemorySource
 
+CEILING_TIMED = ("a Python source yielding the same rows from memory -> noop, timed as the "
+                 "iggy source is")
 SPARK_TIMED = ("iggy -> noop: first micro-batch start to last micro-batch end (Spark progress); "
                "JVM and query start-up excluded")
 HAND_TIMED = "one asyncio client, each partition polled by offset 1,000 at a time, payloads read"
@@ -81,7 +89,11 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--partitions", default="1,2")
     parser.add_argument("--rounds", type=int, default=3)
     args = parser.parse_args(argv)
+    # Spark's Python workers import the memory source by name: they need the repository root
+    root = str(Path(__file__).resolve().parent.parent)
+    os.environ["PYTHONPATH"] = os.pathsep.join(filter(None, [root, os.environ.get("PYTHONPATH")]))
     spark = common.spark_session("bench-iggy-source")
+    spark.dataSource.register(MemorySource)
     by_partitions: dict[str, Any] = {}
     for partitions in (int(p) for p in args.partitions.split(",")):
         broker = fresh_broker()
@@ -105,18 +117,32 @@ def main(argv: list[str] | None = None) -> int:
                     raise AssertionError(f"hand-written loop read {read}, not {args.messages}")
                 return common.Measure(read, elapsed(), HAND_TIMED)
 
-            runs = common.paired_rounds({"handwritten": hand, "spark": spark_run}, args.rounds,
+            def ceiling(_: int, count: int = partitions) -> common.Measure:
+                return common.read_to_noop(
+                    lambda: spark.readStream.format(NAME).option("messages", args.messages)
+                    .option("partitions", count).option("payload_bytes", len(PAYLOAD)).load(),
+                    CEILING_TIMED, args.messages, "the memory source")
+
+            runs = common.paired_rounds({"handwritten": hand, "spark": spark_run,
+                                         "ceiling": ceiling}, args.rounds,
                                         f"iggy source, {partitions} partition(s)", warm_up=True)
         finally:
             broker.stop()
-        by_partitions[str(partitions)] = common.compared(runs)
+        by_partitions[str(partitions)] = {
+            **common.compared(runs, baselines=("handwritten", "ceiling")),
+            "ceiling_vs_handwritten": common.ratio(runs["ceiling"], runs["handwritten"]),
+        }
     spark.stop()
     summary = f"iggy source, messages/s [{args.messages:,} messages]: " + "; ".join(
         f"{p} partition(s) {r['spark']['per_second']:,}/s = "
         f"{r['ratio_vs_handwritten']['median']:.2f}x hand-written "
-        f"({r['handwritten']['per_second']:,}/s)" for p, r in by_partitions.items())
+        f"({r['handwritten']['per_second']:,}/s), {r['ratio_vs_ceiling']['median']:.2f}x a "
+        f"Python source reading from memory ({r['ceiling']['per_second']:,}/s = "
+        f"{r['ceiling_vs_handwritten']['median']:.2f}x hand-written)"
+        for p, r in by_partitions.items())
     return common.publish("iggy_source", {
-        "benchmark": "iggy -> noop vs a hand-written single-process SDK poll loop",
+        "benchmark": "iggy -> noop vs a hand-written single-process SDK poll loop, and the "
+                     "ceiling of a Python source reading from memory",
         "config": {"messages": args.messages, "payload_bytes": len(PAYLOAD),
                    "rounds": args.rounds, "partitions": args.partitions},
         "results": by_partitions,

@@ -21,6 +21,8 @@ import pyspark
 from iggy_spark_testing.harness import free_port
 
 SPARK_HOME = Path(pyspark.__file__).resolve().parent
+ROOT = Path(__file__).resolve().parent.parent
+"""The checkout: workers on a disk of their own still see it (its venv and sources)."""
 
 
 def _env(tmp: Path) -> dict[str, str]:
@@ -73,10 +75,16 @@ def _on_own_disk(command: list[str], work_dir: Path) -> list[str]:
     """``command`` in its own mount namespace with an empty tmpfs over ``/tmp`` (and so over
     the test's files, the driver's local checkpoint and scratch) and its work dir created
     there: a host that shares no disk with the driver, only the network and the installed
-    software."""
-    script = 'mount -t tmpfs tmpfs /tmp && mkdir -p "$0" && exec "$@"'
-    return ["unshare", "--mount", "--propagation", "private", "sh", "-c", script,
-            str(work_dir), *command]
+    software. The software stays: a checkout or venv that lives under ``/tmp`` (a CI clone) is
+    bound back into the empty ``/tmp``, nothing else of it."""
+    keep = sorted({str(p) for p in (ROOT, Path(sys.prefix)) if p.is_relative_to("/tmp")})
+    script = (
+        'mount --bind /tmp /mnt && mount -t tmpfs tmpfs /tmp && IFS=: && '
+        'for d in $KEEP; do mkdir -p "$d" && mount --bind "/mnt${d#/tmp}" "$d"; done && '
+        'umount -l /mnt && mkdir -p "$0" && exec "$@"'
+    )
+    return ["unshare", "--mount", "--propagation", "private", "env", f"KEEP={':'.join(keep)}",
+            "sh", "-c", script, str(work_dir), *command]
 
 
 @contextlib.contextmanager
