@@ -4,8 +4,8 @@ vanish or shrink under a running query (driver), and ranges whose messages are g
 
 from __future__ import annotations
 
+from concurrent.futures import Future
 from dataclasses import dataclass
-from typing import Any
 
 import pytest
 from pyspark.sql.streaming.datasource import ReadAllAvailable
@@ -78,12 +78,14 @@ class Message:
 def stub_polls(monkeypatch: pytest.MonkeyPatch, kept_from: int, kept_to: int) -> None:
     """Polls answer as a partition that only keeps offsets ``[kept_from, kept_to)``."""
 
-    def call(_options: SourceOptions, work: Any) -> list[Message]:
-        start = work.__defaults__[0]  # read_range binds each poll's start offset as a default
+    def poll(_options: SourceOptions, _topic: str, _partition: int, start: int, _end: int
+             ) -> Future[list[Message]]:
         first = max(start, kept_from)
-        return [Message(o) for o in range(first, min(first + 4, kept_to))]
+        answer: Future[list[Message]] = Future()
+        answer.set_result([Message(o) for o in range(first, min(first + 4, kept_to))])
+        return answer
 
-    monkeypatch.setattr(polling, "call", call)
+    monkeypatch.setattr(polling, "_poll", poll)
 
 
 def test_messages_removed_by_retention_are_refused_or_skipped(

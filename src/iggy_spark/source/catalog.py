@@ -8,6 +8,7 @@ it starts.
 from __future__ import annotations
 
 from collections.abc import Awaitable, Callable, Iterable, Mapping
+from concurrent.futures import Future
 from typing import TYPE_CHECKING, Any, NamedTuple, TypeVar
 
 from iggy_spark.connection import IggyConnection
@@ -30,10 +31,17 @@ CALL_SECONDS = 30.0
 """How long one planning or polling call may wait for an unreachable server."""
 
 
+def submit(
+    options: SourceOptions, work: Callable[[apache_iggy.IggyClient], Awaitable[T]]
+) -> Future[T]:
+    """Start ``work(client)`` on this process's connection, retried across disconnections."""
+    conn = IggyConnection.shared(options.url)
+    return conn.submit(retrying(conn, work, CALL_SECONDS))
+
+
 def call(options: SourceOptions, work: Callable[[apache_iggy.IggyClient], Awaitable[T]]) -> T:
     """``work(client)`` on this process's connection, retried across disconnections."""
-    conn = IggyConnection.shared(options.url)
-    return conn.run(retrying(conn, work, CALL_SECONDS))
+    return submit(options, work).result()
 
 
 def consumer() -> Any:
