@@ -156,8 +156,10 @@ class BackfillPlanner:
             hi = snapshot.next_bound(conn, table, head.after, None,
                                      self.options.backfill_chunk_rows)
         nonce = uuid.uuid4().hex
-        with conn.transaction():  # flushed at commit: the batch can end after it
-            conn.execute("SET LOCAL synchronous_commit = on")
+        # flushed at commit, so the batch can end after it; applied by synchronous standbys,
+        # so every earlier commit waiting for one is released (backfill.visibility)
+        with conn.transaction():
+            conn.execute("SET LOCAL synchronous_commit = remote_apply")
             conn.execute("SELECT pg_catalog.pg_logical_emit_message(true, %s, %s)",
                          (MARKER_PREFIX, nonce))
         chunk = ChunkPlan(head.id, nonce, head.tables[0], head.after, hi, head.where)
