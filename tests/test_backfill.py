@@ -16,7 +16,7 @@ from pyspark.sql.streaming.datasource import ReadAllAvailable
 from iggy_spark_testing.harness import LocalPostgres
 from postgres_cdc_source import snapshot
 from postgres_cdc_source.backfill import cancel_backfill, request_backfill, visibility
-from postgres_cdc_source.backfill.progress import ChunkPlan
+from postgres_cdc_source.backfill.progress import ChunkPlan, TableProgress
 from postgres_cdc_source.backfill.requests import main as backfill_command
 from postgres_cdc_source.backfill.splice import ChunkRead
 from postgres_cdc_source.errors import BackfillRefused, SourceError
@@ -97,6 +97,13 @@ def test_a_backfill_places_chunks_in_the_stream_and_ends_with_current_values(
     # the second batch read again by a new driver: the same rows, with the same ids
     assert replayed == second and any(r["op"] == "read" for r in second)
     assert backfill in caplog.text
+    # progress for monitoring: the rows of the chunks' key ranges, and a rate per chunk line
+    report = query.reader.reportLatestOffset()
+    assert report["backfill_requests"] == 0
+    (table,) = report["backfills"].items()
+    assert table[0] == f"public.{slot}"
+    assert (table[1]["rows"], table[1]["chunks"]) == (26, 3) and table[1]["rows_per_second"] > 0
+    assert f"public.{slot}: 26 rows at " in caplog.text
 
 
 def test_refusals_name_the_table_and_why(pg: LocalPostgres, name: str) -> None:
@@ -202,3 +209,12 @@ def test_a_chunk_is_not_read_before_changes_committed_ahead_of_its_marker_are_vi
              if r["after"] and json.loads(r["after"])["k"] == 3]
     assert three == [("update", "new"), ("read", "new")]
     assert [r["op"] for r in rows].count("read") == 5
+
+
+def test_a_tables_rate_counts_the_chunks_delivered_before_the_last() -> None:
+    progress = TableProgress()
+    assert progress.rows_per_second == 0.0
+    progress = progress.planned(100, 10.0)
+    assert (progress.rows, progress.chunks, progress.rows_per_second) == (100, 1, 0.0)
+    progress = progress.planned(100, 12.0).planned(30, 14.0)  # 200 rows delivered in 4 s
+    assert (progress.rows, progress.chunks, progress.rows_per_second) == (230, 3, 50.0)
