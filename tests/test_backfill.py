@@ -160,15 +160,16 @@ def _commit_in_thread(pg: LocalPostgres, statement: str, *params: str) -> thread
     return thread
 
 
+@pytest.mark.parametrize("plugin", ["pgoutput", "test_decoding"])
 def test_a_chunk_is_not_read_before_changes_committed_ahead_of_its_marker_are_visible(
-    pg: LocalPostgres, name: str, monkeypatch: pytest.MonkeyPatch
+    pg: LocalPostgres, name: str, plugin: str, monkeypatch: pytest.MonkeyPatch
 ) -> None:
     """A commit that is in the WAL before the marker but still waits for a synchronous standby
     (invisible): the chunk read waits for it, so the stream ends with its value, not the old."""
     with pg.connect() as conn:
         conn.execute(f"CREATE TABLE {name} (k int PRIMARY KEY, v text)")
         conn.execute(f"INSERT INTO {name} SELECT i, 'old' FROM generate_series(1, 5) AS i")
-    query = _Query(pg, {"slot": name, "include_tables": rf"public\.{name}"})
+    query = _Query(pg, {"slot": name, "plugin": plugin, "include_tables": rf"public\.{name}"})
     reader = query.reader
     start = parse_lsn(query.offset["lsn"])
     nonce = uuid.uuid4().hex
