@@ -56,8 +56,8 @@ def spliced(
             yield commit, _without_markers(chunks, chunk.plan.nonce, commit, found)
             if found:
                 return
-            if commit.xid is not None:
-                before.add(commit.xid)
+            if commit.xid is not None and commit.commit_ts is not None:
+                before.add(commit.xid)  # not a lone message's: its transaction may still run
 
     yield from record_batches(head(), router, options.batch_rows)
     if found:
