@@ -25,6 +25,7 @@ SAMPLE = {
     "max_rows_per_trigger": "5", "delete_after_read": "false", "processed_column": "done",
     "snapshot": "initial", "snapshot_chunk_rows": "5", "snapshot_max_rows_per_trigger": "5",
     "min_partitions": "4", "min_bytes_per_partition": "1MB",
+    "backfill_chunk_rows": "5", "message_prefixes": "app", "on_slot_lost": "fail",
 }
 
 
