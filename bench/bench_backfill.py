@@ -18,7 +18,7 @@ figures are the connector's own cost; Spark adds its per-batch overhead (one chu
   the time from that commit to the row leaving ``read``. ``--seconds`` idle, then ``--seconds``
   with a backfill of the big table running.
 
-Writes ``bench/results/backfill.json``.
+Writes ``bench/results/backfill.json`` (``backfill_chunk<N>k.json`` for other chunk sizes).
 """
 
 from __future__ import annotations
@@ -209,7 +209,8 @@ def main(argv: list[str] | None = None) -> int:
         f"{busy['p50_ms']}/{busy['p99_ms']} ms while backfilling "
         f"({busy['backfill_rows']:,} rows backfilled meanwhile)"
     )
-    return common.publish("backfill", {
+    name = "backfill" if args.chunk_rows == 5000 else f"backfill_chunk{args.chunk_rows // 1000}k"
+    return common.publish(name, {
         "benchmark": "pg_cdc backfill (reader in-process, no Spark) vs hand-written keyset loop; "
                      "stream latency idle vs backfilling",
         "config": {"rows": args.rows, "rounds": args.rounds, "chunk_rows": args.chunk_rows,

@@ -5,17 +5,24 @@ from __future__ import annotations
 
 import json
 import logging
+import threading
+import time
+import uuid
 from typing import Any
 
 import pytest
 from pyspark.sql.streaming.datasource import ReadAllAvailable
 
 from iggy_spark_testing.harness import LocalPostgres
-from postgres_cdc_source.backfill import cancel_backfill, request_backfill
+from postgres_cdc_source import snapshot
+from postgres_cdc_source.backfill import cancel_backfill, request_backfill, visibility
+from postgres_cdc_source.backfill.progress import ChunkPlan, TableProgress
 from postgres_cdc_source.backfill.requests import main as backfill_command
-from postgres_cdc_source.errors import BackfillRefused
-from postgres_cdc_source.options import CdcOptions
-from postgres_cdc_source.stream.reader import PgCdcStreamReader
+from postgres_cdc_source.backfill.splice import ChunkRead
+from postgres_cdc_source.errors import BackfillRefused, SourceError
+from postgres_cdc_source.lsn import parse_lsn
+from postgres_cdc_source.options import MARKER_PREFIX, CdcOptions
+from postgres_cdc_source.stream.reader import CdcPartition, PgCdcStreamReader
 
 
 class _Query:
@@ -90,6 +97,13 @@ def test_a_backfill_places_chunks_in_the_stream_and_ends_with_current_values(
     # the second batch read again by a new driver: the same rows, with the same ids
     assert replayed == second and any(r["op"] == "read" for r in second)
     assert backfill in caplog.text
+    # progress for monitoring: the rows of the chunks' key ranges, and a rate per chunk line
+    report = query.reader.reportLatestOffset()
+    assert report["backfill_requests"] == 0
+    (table,) = report["backfills"].items()
+    assert table[0] == f"public.{slot}"
+    assert (table[1]["rows"], table[1]["chunks"]) == (26, 3) and table[1]["rows_per_second"] > 0
+    assert f"public.{slot}: 26 rows at " in caplog.text
 
 
 def test_refusals_name_the_table_and_why(pg: LocalPostgres, name: str) -> None:
@@ -123,3 +137,85 @@ def test_a_table_the_query_does_not_capture_is_skipped_with_a_warning(
     assert [(r["op"], r["table"]) for r in rows] == [("read", f"{name}_in")]
     assert f"backfill {backfill}: table public.{name}_out is not captured" in caplog.text
     assert query.offset.get("backfill") is None
+
+
+def _in_sync_rep(pg: LocalPostgres, sessions: int) -> None:
+    """Wait until ``sessions`` sessions wait for a synchronous standby."""
+    deadline = time.monotonic() + 10
+    with pg.connect() as conn:
+        while conn.execute("SELECT count(*) FROM pg_stat_activity WHERE wait_event = 'SyncRep'"
+                           ).fetchone() != (sessions,):
+            assert time.monotonic() < deadline, "no session waits in SyncRep"
+            time.sleep(0.05)
+
+
+def _commit_in_thread(pg: LocalPostgres, statement: str, *params: str) -> threading.Thread:
+    def run() -> None:
+        with pg.connect() as conn:
+            conn.execute("SET synchronous_commit = on")
+            conn.execute(statement, params)
+
+    thread = threading.Thread(target=run)
+    thread.start()
+    return thread
+
+
+@pytest.mark.parametrize("plugin", ["pgoutput", "test_decoding"])
+def test_a_chunk_is_not_read_before_changes_committed_ahead_of_its_marker_are_visible(
+    pg: LocalPostgres, name: str, plugin: str, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """A commit that is in the WAL before the marker but still waits for a synchronous standby
+    (invisible): the chunk read waits for it, so the stream ends with its value, not the old."""
+    with pg.connect() as conn:
+        conn.execute(f"CREATE TABLE {name} (k int PRIMARY KEY, v text)")
+        conn.execute(f"INSERT INTO {name} SELECT i, 'old' FROM generate_series(1, 5) AS i")
+    query = _Query(pg, {"slot": name, "plugin": plugin, "include_tables": rf"public\.{name}"})
+    reader = query.reader
+    start = parse_lsn(query.offset["lsn"])
+    nonce = uuid.uuid4().hex
+    threads: list[threading.Thread] = []
+    with pg.connect() as admin:
+        table = snapshot.describe(admin, "public", name)
+        assert table is not None
+        admin.execute("ALTER SYSTEM SET synchronous_standby_names = 'nobody'")
+        admin.execute("SELECT pg_reload_conf()")
+        try:
+            threads.append(_commit_in_thread(pg, f"UPDATE {name} SET v = 'new' WHERE k = 3"))
+            _in_sync_rep(pg, 1)  # committed in the WAL and the clog, not visible
+            threads.append(_commit_in_thread(
+                pg, "SELECT pg_logical_emit_message(true, %s, %s)", MARKER_PREFIX, nonce))
+            _in_sync_rep(pg, 2)
+            (flush,) = admin.execute("SELECT pg_current_wal_flush_lsn()::text").fetchone()
+            part = CdcPartition(start, parse_lsn(flush), backfill=ChunkRead(
+                ChunkPlan("b", nonce, ("public", name), None, None, None), table))
+            monkeypatch.setattr(visibility, "SETTLE_SECONDS", 0.3)
+            with pytest.raises(SourceError, match=f"backfill chunk of public.{name}: "
+                                                  "transactions .* committed before"):
+                list(reader.read(part))
+            monkeypatch.setattr(visibility, "SETTLE_SECONDS", 60.0)
+            rows: list[dict[str, Any]] = []
+            read = threading.Thread(target=lambda: rows.extend(
+                r for b in reader.read(part) for r in b.to_pylist()))
+            read.start()
+            read.join(1.0)
+            assert read.is_alive()  # waits for the update to become visible
+        finally:
+            admin.execute("ALTER SYSTEM RESET synchronous_standby_names")
+            admin.execute("SELECT pg_reload_conf()")
+            for thread in threads:
+                thread.join(10)
+    read.join(10)
+    assert not read.is_alive()
+    three = [(r["op"], json.loads(r["after"])["v"]) for r in rows
+             if r["after"] and json.loads(r["after"])["k"] == 3]
+    assert three == [("update", "new"), ("read", "new")]
+    assert [r["op"] for r in rows].count("read") == 5
+
+
+def test_a_tables_rate_counts_the_chunks_delivered_before_the_last() -> None:
+    progress = TableProgress()
+    assert progress.rows_per_second == 0.0
+    progress = progress.planned(100, 10.0)
+    assert (progress.rows, progress.chunks, progress.rows_per_second) == (100, 1, 0.0)
+    progress = progress.planned(100, 12.0).planned(30, 14.0)  # 200 rows delivered in 4 s
+    assert (progress.rows, progress.chunks, progress.rows_per_second) == (230, 3, 50.0)

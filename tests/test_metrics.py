@@ -17,7 +17,7 @@ from iggy_local import LocalIggy
 from iggy_spark.iggy_url import IggyUrl
 from iggy_spark.report import Ledger, TaskReport
 from pg_to_iggy.metrics import _Collector, _require_classic
-from postgres_cdc_source.health import SlotHealth, SourceHealth
+from postgres_cdc_source.health import SlotHealth, SourceHealth, TableBackfill
 
 
 def samples(collector: _Collector) -> dict[tuple[str, tuple[tuple[str, str], ...]], float]:
@@ -55,6 +55,23 @@ def test_progress_and_slot_health_become_per_query_metrics() -> None:
     assert got[("pg_cdc_slot_safe_wal_bytes", q)] == -512
     assert got[("pg_cdc_slot_reread_wal_bytes", q)] == 1024
     assert got[("iggy_spark_degraded", (("component", "pg_cdc"), ("query", "orders")))] == 1
+
+
+def test_a_backfills_progress_is_per_table() -> None:
+    collector = _Collector(None)
+    collector.started("id-5", "orders")
+    health = SourceHealth(None, 0, False, 1, {"public.a": TableBackfill(20000, 4, 950.5),
+                                              "s.b": TableBackfill(70, 1, 0.0)})
+    collector.progress(progress("id-5", 1, json.dumps(health.as_progress())))
+    got = samples(collector)
+    a = (("query", "orders"), ("table", "public.a"))
+    b = (("query", "orders"), ("table", "s.b"))
+    assert got[("pg_cdc_backfill_requests", (("query", "orders"),))] == 1
+    assert got[("pg_cdc_backfill_rows_total", a)] == 20000
+    assert got[("pg_cdc_backfill_chunks_total", a)] == 4
+    assert got[("pg_cdc_backfill_rows_per_second", a)] == 950.5
+    assert got[("pg_cdc_backfill_rows_total", b)] == 70
+    assert got[("pg_cdc_backfill_chunks_total", b)] == 1
 
 
 def test_an_iggy_sources_lag_is_a_gauge_per_partition() -> None:
@@ -133,11 +150,12 @@ def test_the_source_health_contract_round_trips_with_the_keys_dashboards_read() 
     the keys are the ones earlier releases wrote (a progress event from one still reads)."""
     for health in (SourceHealth(SlotHealth(True, 10, 20), 2, False),
                    SourceHealth(SlotHealth(True, 10, 20, "unreserved", 4096, 30), 0, False),
-                   SourceHealth(None, 5, True)):
+                   SourceHealth(None, 5, True),
+                   SourceHealth(None, 0, False, 2, {"public.t": TableBackfill(30, 3, 12.5)})):
         report = {"lsn": "0/10", **health.as_progress()}
         assert SourceHealth.from_progress(json.dumps(report)) == health
     assert set(SourceHealth(SlotHealth(True, 1, 2), 0, False).as_progress()) == {
         "slot_active", "slot_lag_bytes", "retained_wal_bytes", "wal_status", "safe_wal_bytes",
-        "reread_wal_bytes", "commit_failures", "degraded"}
+        "reread_wal_bytes", "commit_failures", "degraded", "backfill_requests", "backfills"}
     for other in (None, "", "not json", "[1]", '{"logOffset": 3}'):
         assert SourceHealth.from_progress(other) is None

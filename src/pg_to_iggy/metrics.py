@@ -13,8 +13,8 @@ serves the Prometheus text format at ``http://<driver>:9108/metrics``. Where eac
   checkpoint lives.
 * **``pg_cdc``'s progress** (``sources[].latestOffset``): the reader runs in another Python
   worker process; it reports the slot's lag, retained WAL, whether it is active, whether it is
-  about to be lost (``wal_status``, ``safe_wal_size``) and its
-  consecutive failed commits through ``reportLatestOffset``, which Spark shows only in
+  about to be lost (``wal_status``, ``safe_wal_size``), its consecutive failed commits and its
+  backfills' progress per table through ``reportLatestOffset``, which Spark shows only in
   progress events (the :class:`~postgres_cdc_source.health.SourceHealth` contract). No extra
   connection to Postgres, no file.
 * **The ``iggy`` source's progress** likewise: each partition's lag, the messages past the
@@ -26,7 +26,8 @@ Labels stay low-cardinality: the query's name (or id when unnamed), a rejection 
 a missing-destination ``action``, a ``component``; never a stream or topic of the sink, whose
 destinations come from the data (per-destination detail is in :func:`iggy_spark.destinations`).
 The ``iggy`` source's lag alone is per ``topic`` and ``partition``: those are its subscription,
-fixed by its options, and lag is watched per partition.
+fixed by its options, and lag is watched per partition; a ``pg_cdc`` backfill's figures are per
+``table``, the few tables an operator asked to backfill.
 
 Only classic Spark works: a Python listener under Spark Connect runs on the server, not in
 this process.
@@ -142,6 +143,15 @@ class _Collector:
                        "long-open transactions")
         commit_failures = gauge("pg_cdc_commit_failures",
                                 "consecutive commits that could not advance the slot")
+        backfill_requests = gauge("pg_cdc_backfill_requests",
+                                  "backfill requests queued or running")
+        backfill_rows = counter("pg_cdc_backfill_rows", "rows in the key ranges of the backfill "
+                                "chunks planned, per table (before a request's where)",
+                                ("query", "table"))
+        backfill_chunks = counter("pg_cdc_backfill_chunks", "backfill chunks planned, per table",
+                                  ("query", "table"))
+        backfill_rate = gauge("pg_cdc_backfill_rows_per_second", "a table's backfill rate, "
+                              "from its first chunk to its last", ("query", "table"))
         iggy_lag = gauge("iggy_source_lag_messages", "messages an iggy source's partition "
                          "holds past the end of the query's last planned batch",
                          ("query", "topic", "partition"))
@@ -188,13 +198,19 @@ class _Collector:
                                                     and q.source.slot.slot_active))
                 commit_failures.add_metric(label, q.source.commit_failures)
                 degraded.add_metric([q.label, _SOURCE_DEGRADED], float(q.source.degraded))
+                backfill_requests.add_metric(label, q.source.backfill_requests)
+                for table, backfill in sorted(q.source.backfills.items()):
+                    backfill_rows.add_metric([q.label, table], backfill.rows)
+                    backfill_chunks.add_metric([q.label, table], backfill.chunks)
+                    backfill_rate.add_metric([q.label, table], backfill.rows_per_second)
             for topic, partitions in sorted(q.iggy_lag.items()):
                 for partition, behind in partitions.items():
                     iggy_lag.add_metric([q.label, topic, partition], behind)
         yield from (batches, rows, duration, input_rate, processed, routed, rejected, missing,
                     dead, dropped, resumed, fallbacks, lost, active, open_breakers, create,
                     degraded, lag, retained, slot_active, at_risk, safe_wal, reread,
-                    commit_failures, iggy_lag)
+                    commit_failures, backfill_requests, backfill_rows, backfill_chunks,
+                    backfill_rate, iggy_lag)
 
     def _ledger(self, query_id: str) -> dict[str, Any] | None:
         """The query's newest ledger from its control topic; ``None`` without a sink url, or

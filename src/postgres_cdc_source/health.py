@@ -10,10 +10,10 @@ listener (:func:`pg_to_iggy.serve_metrics`) reads it with :meth:`SourceHealth.fr
 from __future__ import annotations
 
 import json
-from dataclasses import asdict, dataclass
+from dataclasses import asdict, dataclass, field
 from typing import Any
 
-__all__ = ["SlotHealth", "SourceHealth"]
+__all__ = ["SlotHealth", "SourceHealth", "TableBackfill"]
 
 
 @dataclass(frozen=True)
@@ -42,6 +42,17 @@ class SlotHealth:
 
 
 @dataclass(frozen=True)
+class TableBackfill:
+    """A table's backfill since this driver process started
+    (:class:`~postgres_cdc_source.backfill.progress.TableProgress`)."""
+
+    rows: int
+    """Rows in the key ranges of the chunks planned (before a request's ``where``)."""
+    chunks: int
+    rows_per_second: float
+
+
+@dataclass(frozen=True)
 class SourceHealth:
     """The slot's health (``None`` while the slot cannot be found) and the reader's own."""
 
@@ -49,10 +60,16 @@ class SourceHealth:
     commit_failures: int
     """Consecutive commits that could not advance the slot."""
     degraded: bool
+    backfill_requests: int = 0
+    """Backfill requests queued or running."""
+    backfills: dict[str, TableBackfill] = field(default_factory=dict)
+    """Per table (``schema.table``) backfilled since the process started."""
 
     def as_progress(self) -> dict[str, Any]:
         """The keys merged into the reader's ``reportLatestOffset``."""
-        report = {"commit_failures": self.commit_failures, "degraded": self.degraded}
+        report = {"commit_failures": self.commit_failures, "degraded": self.degraded,
+                  "backfill_requests": self.backfill_requests,
+                  "backfills": {t: asdict(b) for t, b in self.backfills.items()}}
         return {**(asdict(self.slot) if self.slot is not None else {}), **report}
 
     @classmethod
@@ -73,4 +90,8 @@ class SourceHealth:
                               str(status) if status is not None else None,
                               int(safe) if safe is not None else None,
                               int(data.get("reread_wal_bytes", 0)))
-        return cls(slot, int(data["commit_failures"]), bool(data.get("degraded")))
+        backfills = {str(t): TableBackfill(int(b["rows"]), int(b["chunks"]),
+                                           float(b["rows_per_second"]))
+                     for t, b in (data.get("backfills") or {}).items()}
+        return cls(slot, int(data["commit_failures"]), bool(data.get("degraded")),
+                   int(data.get("backfill_requests", 0)), backfills)

@@ -168,7 +168,7 @@ OPTION_DOCS: tuple[OptionDoc, ...] = (
     ),
     OptionDoc(
         "backfill_chunk_rows",
-        "5000",
+        "10000",
         "rows per backfill chunk (see Backfill): the key range read and placed in the stream "
         "at once, at most one chunk per micro-batch",
     ),
@@ -314,8 +314,8 @@ class CdcOptions:
     polling: PollingOptions | None = None  # set exactly when mode is polling
     connect_retry_seconds: float = 30.0
     message_prefixes: frozenset[str] = frozenset()
-    backfill_chunk_rows: int = 5000
     """Prefixes of the logical messages to deliver; ``*`` stands for every prefix."""
+    backfill_chunk_rows: int = 10000
 
     @property
     def safe_dsn(self) -> str:

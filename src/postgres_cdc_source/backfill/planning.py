@@ -21,11 +21,13 @@ import psycopg
 from psycopg import sql
 
 from postgres_cdc_source import snapshot
-from postgres_cdc_source.backfill.progress import Backfills, ChunkPlan, Request
+from postgres_cdc_source.backfill.progress import Backfills, ChunkPlan, Request, TableProgress
 from postgres_cdc_source.backfill.requests import CHANNEL, REQUEST_PREFIX, parse_request
 from postgres_cdc_source.decoding.factory import parse_message
 from postgres_cdc_source.options import MARKER_PREFIX, CdcOptions
+from postgres_cdc_source.snapshot.planning import key_range
 from postgres_cdc_source.snapshot.reading import GUARDS
+from postgres_cdc_source.sql_names import Name
 from postgres_cdc_source.stream import slot
 
 __all__ = ["BackfillPlanner"]
@@ -52,6 +54,10 @@ class BackfillPlanner:
         self._search = True
         self._listening: Conn | object | None = None
         self._started: dict[str, float] = {}
+        self.tables: dict[str, TableProgress] = {}
+        """Rows and chunks planned by this process, per table (``schema.table``)."""
+        self.requests = 0
+        """Requests queued or running at the last planning."""
 
     def __getstate__(self) -> dict[str, Any]:
         return {**self.__dict__, "_listening": None}
@@ -65,6 +71,13 @@ class BackfillPlanner:
         """The state and end of the batch from ``start`` (where the slot is), which the stream
         alone would end at ``end`` (``caught_up``: at the flush position): with a chunk (and its
         marker) if one is due."""
+        state, end = self._plan(conn, state, start, caught_up, end)
+        self.requests = len(state.queue)
+        return state, end
+
+    def _plan(
+        self, conn: Conn, state: Backfills, start: int, caught_up: bool, end: int
+    ) -> tuple[Backfills, int]:
         if self._listening is not conn:
             try:
                 conn.execute(sql.SQL("LISTEN {}").format(sql.Identifier(CHANNEL)))
@@ -156,18 +169,35 @@ class BackfillPlanner:
             hi = snapshot.next_bound(conn, table, head.after, None,
                                      self.options.backfill_chunk_rows)
         nonce = uuid.uuid4().hex
-        with conn.transaction():  # flushed at commit: the batch can end after it
-            conn.execute("SET LOCAL synchronous_commit = on")
+        # flushed at commit, so the batch can end after it; applied by synchronous standbys,
+        # so every earlier commit waiting for one is released (backfill.visibility)
+        with conn.transaction():
+            conn.execute("SET LOCAL synchronous_commit = remote_apply")
             conn.execute("SELECT pg_catalog.pg_logical_emit_message(true, %s, %s)",
                          (MARKER_PREFIX, nonce))
         chunk = ChunkPlan(head.id, nonce, head.tables[0], head.after, hi, head.where)
         started = self._started.setdefault(head.id, time.monotonic())
+        name = ".".join(chunk.table)
+        rows = self.options.backfill_chunk_rows if hi is not None else _rows_after(
+            conn, table, head.after)
+        progress = self.tables.get(name, TableProgress()).planned(rows, time.monotonic())
+        self.tables[name] = progress
         log.info(
-            "pg_cdc backfill %s: %s chunk %d, keys after %s up to %s; %d chunks in %.0f s",
-            head.id, ".".join(chunk.table), head.chunks + 1, _shown(chunk.lo), _shown(hi),
-            head.chunks + 1, time.monotonic() - started,
+            "pg_cdc backfill %s: %s chunk %d, keys after %s up to %s; %d chunks in %.0f s; "
+            "%s: %d rows at %.0f rows/s",
+            head.id, name, head.chunks + 1, _shown(chunk.lo), _shown(hi),
+            head.chunks + 1, time.monotonic() - started, name, progress.rows,
+            progress.rows_per_second,
         )
         return Backfills(state.queue, chunk, state.scanned), slot.flush_lsn(conn)
+
+
+def _rows_after(conn: Conn, table: snapshot.SnapshotTable, lo: tuple[str, ...] | None) -> int:
+    """The rows of ``table``'s last chunk (keys after ``lo``): fewer than a chunk's worth."""
+    where, params = key_range(table, lo, None)
+    row = conn.execute(sql.SQL("SELECT count(*) FROM ONLY {}{}").format(
+        Name(table.schema, table.table), where), params).fetchone()
+    return 0 if row is None else int(row[0])
 
 
 def _shown(key: tuple[str, ...] | None) -> str:

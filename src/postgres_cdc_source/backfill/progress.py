@@ -23,7 +23,7 @@ from typing import Any
 
 from postgres_cdc_source.lsn import format_lsn, parse_lsn
 
-__all__ = ["Request", "ChunkPlan", "Backfills", "OFFSET_KEY"]
+__all__ = ["Request", "ChunkPlan", "Backfills", "TableProgress", "OFFSET_KEY"]
 
 OFFSET_KEY = "backfill"
 Key = tuple[str, ...]
@@ -142,3 +142,30 @@ class Backfills:
         head = self.queue[0]
         rest = replace(head, tables=head.tables[1:], after=None)
         return replace(self, queue=((rest,) if rest.tables else ()) + self.queue[1:])
+
+
+@dataclass(frozen=True)
+class TableProgress:
+    """A table's backfill as the planner of this process saw it, for monitoring: ``rows`` in
+    the key ranges of the ``chunks`` it planned (before a request's ``where``), the last chunk
+    holding ``last_rows``; the first and the last planned at ``first`` and ``last`` (monotonic
+    seconds)."""
+
+    rows: int = 0
+    chunks: int = 0
+    last_rows: int = 0
+    first: float = 0.0
+    last: float = 0.0
+
+    def planned(self, rows: int, now: float) -> TableProgress:
+        """With one more chunk of ``rows`` planned at ``now``."""
+        return TableProgress(self.rows + rows, self.chunks + 1, rows,
+                             now if self.chunks == 0 else self.first, now)
+
+    @property
+    def rows_per_second(self) -> float:
+        """The rate of the chunks before the last: a chunk is delivered before the next is
+        planned, so they took the time from the first planning to the last (0 until then)."""
+        if self.last <= self.first:
+            return 0.0
+        return (self.rows - self.last_rows) / (self.last - self.first)

@@ -9,6 +9,7 @@ import orjson
 import pyarrow as pa
 
 from postgres_cdc_source.backfill.progress import ChunkPlan
+from postgres_cdc_source.backfill.visibility import wait_until_visible
 from postgres_cdc_source.decoding import MESSAGE, Change, Commit, message_prefix
 from postgres_cdc_source.destination_columns import Router
 from postgres_cdc_source.options import MARKER_PREFIX, CdcOptions
@@ -43,19 +44,25 @@ def spliced(
     units: Iterable[Unit], chunk: ChunkRead, options: CdcOptions, router: Router,
 ) -> Iterator[pa.RecordBatch]:
     """The stream's rows with the chunk's rows right after the transaction of its marker
-    (markers themselves are left out). Without its marker in this range, no chunk rows."""
+    (markers themselves are left out). Without its marker in this range, no chunk rows. The
+    chunk is read once the transactions before the marker are visible
+    (:mod:`~postgres_cdc_source.backfill.visibility`)."""
     rest = iter(units)
     found: list[int] = []
+    before: set[int] = set()
 
     def head() -> Iterator[Unit]:
         for commit, chunks in rest:
             yield commit, _without_markers(chunks, chunk.plan.nonce, commit, found)
             if found:
                 return
+            if commit.xid is not None and commit.commit_ts is not None:
+                before.add(commit.xid)  # not a lone message's: its transaction may still run
 
     yield from record_batches(head(), router, options.batch_rows)
     if found:
         plan = chunk.plan
+        wait_until_visible(options, before, ".".join(plan.table))
         yield from read_chunk(options, SnapshotPartition(
             chunk.table, plan.lo, plan.hi, None, found[0], where=plan.where or "true"))
     yield from record_batches(rest, router, options.batch_rows)

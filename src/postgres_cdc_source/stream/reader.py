@@ -59,7 +59,7 @@ from postgres_cdc_source.connections import (
 from postgres_cdc_source.decoding.factory import make_decoder
 from postgres_cdc_source.destination_columns import Router
 from postgres_cdc_source.errors import SlotLostError
-from postgres_cdc_source.health import SourceHealth
+from postgres_cdc_source.health import SourceHealth, TableBackfill
 from postgres_cdc_source.lsn import format_lsn, parse_lsn
 from postgres_cdc_source.options import CdcOptions
 from postgres_cdc_source.stream import publication, reselect, slot, splitting
@@ -217,8 +217,11 @@ class PgCdcStreamReader(DataSourceStreamReader, SupportsTriggerAvailableNow):
         :class:`~postgres_cdc_source.health.SourceHealth` contract.
         """
         def report(conn: psycopg.Connection[Any]) -> dict[str, Any]:
+            backfills = {name: TableBackfill(t.rows, t.chunks, t.rows_per_second)
+                         for name, t in self._backfills.tables.items()}
             health = SourceHealth(slot.health(conn, self.options.slot), self._commit_failures,
-                                  self._commit_failures >= DEGRADED_AFTER)
+                                  self._commit_failures >= DEGRADED_AFTER,
+                                  self._backfills.requests, backfills)
             return {**_offset(slot.flush_lsn(conn)), **health.as_progress()}
 
         return self._driver(report)
