@@ -178,3 +178,50 @@ def test_ending_offsets_is_refused_for_streams(spark: Any, broker: Any, name: st
     with pytest.raises(Exception, match="option 'ending_offsets': only applies to batch"):
         _stream(spark, broker, name, str(tmp_path / "cp"), str(tmp_path / "out"), topics="a",
                 ending_offsets="latest")
+
+
+def test_a_topic_deleted_or_recreated_under_a_running_query_is_named_or_passed_over(
+    broker: Any, name: str
+) -> None:
+    """An operator deletes a topic the query reads (over TCP, on the broker), then creates one
+    with its name and fewer messages: the checkpoint's offsets point at messages that are gone.
+    The next planning fails naming the topic and ``fail_on_data_loss``; with it off, the query
+    passes the deleted topic over and reads the recreated one from its start (its messages are
+    new: none of them was read)."""
+    from broker_fixtures import connect, run
+    from pyspark.sql.streaming.datasource import ReadAllAvailable
+
+    from iggy_spark.source.errors import SourceError
+    from iggy_spark.source.options import SourceOptions
+    from iggy_spark.source.reader import IggyStreamReader
+
+    seed(broker.address, name, ["kept", "gone"], partitions=1, per_partition=5)
+
+    def planned(fail: bool, start: dict[str, Any]) -> dict[str, Any]:
+        options = SourceOptions.from_options({"url": broker.url, "stream": name,
+                                              "topic_pattern": ".*",
+                                              "fail_on_data_loss": str(fail).lower()})
+        return IggyStreamReader(options, None).latestOffset(start, ReadAllAvailable())
+
+    checkpoint = planned(True, {})
+    assert checkpoint == {"kept": {"0": 5}, "gone": {"0": 5}}
+
+    async def delete() -> None:
+        await (await connect(broker.address)).delete_topic(name, "gone")
+
+    run(delete())
+    with pytest.raises(SourceError, match="reading topic 'gone': partition 0 no longer exists"
+                                          ".*fail_on_data_loss=false"):
+        planned(True, checkpoint)
+    assert planned(False, checkpoint) == {"kept": {"0": 5}}
+
+    seed(broker.address, name, ["gone"], partitions=1, per_partition=2)  # recreated, shorter
+    with pytest.raises(SourceError, match="reading topic 'gone': partition 0 ends at 2, "
+                                          "before the checkpoint's offset 5"):
+        planned(True, checkpoint)
+    end = planned(False, checkpoint)
+    assert end == {"kept": {"0": 5}, "gone": {"0": 2}}
+    options = SourceOptions.from_options({"url": broker.url, "stream": name,
+                                          "topic_pattern": ".*", "fail_on_data_loss": "false"})
+    ranges = [p.value for p in IggyStreamReader(options, None).partitions(checkpoint, end)]
+    assert [(r.topic, r.partition, r.start, r.end) for r in ranges if r] == [("gone", 0, 0, 2)]

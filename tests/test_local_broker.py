@@ -31,6 +31,7 @@ from apache_iggy import (
     PollingStrategy,
     ReceiveMessage,
     SendMessage,
+    TopicDetails,
 )
 from broker_fixtures import (
     Polled,
@@ -789,3 +790,31 @@ def test_options_and_headers_are_validated() -> None:
 
 
 pytestmark = pytest.mark.services
+
+
+def test_a_deleted_topic_is_gone_with_its_messages_and_stays_gone_after_a_restart(
+    tmp_path: Path
+) -> None:
+    """``delete_topic`` as an operator runs it: the topic, its partitions and messages go, the
+    name can be taken again (empty), and the journal replays the deletion."""
+    broker = LocalIggy(data_dir=tmp_path, process=True)
+    with broker:
+
+        async def main() -> None:
+            client = await _topic(broker.address, "s", "t", 2)
+            await client.send_messages("s", "t", Partitioning.partition_id(0),
+                                       [SendMessage(b"old")])
+            await client.delete_topic("s", "t")
+            assert await client.get_topic("s", "t") is None
+            with pytest.raises(RuntimeError):
+                await client.delete_topic("s", "t")
+            await create_topic(client, "s", "t", 1)
+
+        async def details() -> TopicDetails | None:
+            return await (await connect(broker.address)).get_topic("s", "t")
+
+        run(main())
+        broker.kill()
+        broker.start()
+        again = run(details())
+        assert again is not None and again.messages_count == 0 and again.partitions_count == 1

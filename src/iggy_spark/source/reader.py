@@ -201,7 +201,9 @@ class IggyStreamReader(DataSourceStreamReader, SupportsTriggerAvailableNow):
 
     def partitions(self, start: dict[str, Any], end: dict[str, Any]) -> Sequence[InputPartition]:
         begin, stop = from_json(start), from_json(end)
-        new = [p for p in stop if p not in begin]
+        # a partition whose end went back past the start was recreated (the query passed that
+        # over with fail_on_data_loss=false): it is new, read from its start like one
+        new = [p for p in stop if p not in begin or stop[p] < begin[p]]
         begin.update({p: 0 for p in new})
         begin.update(catalog.earliest(self.options, new))
         return _partitions(self.options, begin, stop)

@@ -34,6 +34,7 @@ class RecordKind(IntEnum):
     PARTITIONS = 3
     BATCH = 4
     CONSUMER_OFFSET = 5
+    TOPIC_DELETED = 6
 
 
 _KINDS = frozenset(RecordKind)

@@ -123,6 +123,7 @@ class BrokerServer:
         self._writes: dict[int, Handler] = {
             Operation.CREATE_STREAM: self._create_stream,
             Operation.CREATE_TOPIC: self._create_topic,
+            Operation.DELETE_TOPIC: self._delete_topic,
             Operation.CREATE_PARTITIONS: self._create_partitions,
             Operation.SEND_MESSAGES: self._send_messages,
             Operation.STORE_CONSUMER_OFFSET: self._store_consumer_offset,
@@ -324,6 +325,11 @@ class BrokerServer:
         name = reader.name("topic name")
         topic = self.store.create_topic(stream, name, partitions_count, bytes(reader.rest()))
         return encode_topic(topic.summary())
+
+    def _delete_topic(self, _conn: Connection, body: bytes) -> bytes:
+        reader = Reader(body)
+        self.store.delete_topic(reader.identifier("stream id"), reader.identifier("topic id"))
+        return b""
 
     def _create_partitions(self, _conn: Connection, body: bytes) -> bytes:
         reader = Reader(body)

@@ -231,6 +231,7 @@ class Store:
             RecordKind.PARTITIONS: store._apply_partitions,
             RecordKind.BATCH: store._apply_batch,
             RecordKind.CONSUMER_OFFSET: store._apply_consumer_offset,
+            RecordKind.TOPIC_DELETED: store._apply_topic_deleted,
         }
         for kind, payload in records:
             replay[kind](payload)
@@ -332,6 +333,13 @@ class Store:
 
     # -- appliers, shared by the live path and journal replay --------------------------------
 
+    def delete_topic(self, stream_ident: Identifier, topic_ident: Identifier) -> None:
+        """Drop a topic with its partitions and messages (an operator's ``delete_topic``)."""
+        topic = self.topic(stream_ident, topic_ident)
+        payload = _ID_PAIR.pack(topic.stream_id, topic.id)
+        self._record(RecordKind.TOPIC_DELETED, payload)
+        self._apply_topic_deleted(payload)
+
     def _apply_stream(self, payload: bytes) -> None:
         reader = Reader(payload)
         stream_id, created_at = reader.u32("stream id"), reader.u64("created at")
@@ -361,6 +369,11 @@ class Store:
         batch = payload[_ID_PAIR.size:]
         partition_id = batch_location(batch)[0]
         self.topic(stream_id, topic_id).partition(partition_id).append(batch)
+
+    def _apply_topic_deleted(self, payload: bytes) -> None:
+        stream_id, topic_id = _ID_PAIR.unpack(payload)
+        stream = self.stream(stream_id)
+        del stream.topic_ids[stream.topics.pop(topic_id).name]
 
     def _apply_consumer_offset(self, payload: bytes) -> None:
         stream_id, topic_id, partition_id, kind, consumer, offset = struct.unpack(
