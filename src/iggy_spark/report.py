@@ -21,10 +21,10 @@ from collections.abc import Iterable
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
-from urllib.parse import urlsplit
 
 from pyspark.sql.datasource import WriterCommitMessage
 
+from connector_common.checkpoints import local_checkpoint
 from iggy_spark.admission import Destination
 from iggy_spark.breaker import BreakerSnapshot, BreakerState, merge_snapshots
 
@@ -61,12 +61,8 @@ class TaskReport(WriterCommitMessage):
 def ledger_path(checkpoint_location: str | None) -> Path | None:
     """Where versions before the control topic kept the ledger, for a checkpoint; ``None`` if
     the checkpoint is not on a local filesystem (those versions kept none there)."""
-    if not checkpoint_location:
-        return None
-    parts = urlsplit(checkpoint_location)
-    if parts.scheme not in ("", "file"):
-        return None
-    return Path(parts.path if parts.scheme else checkpoint_location) / LEDGER_FILE
+    root = local_checkpoint(checkpoint_location) if checkpoint_location else None
+    return None if root is None else root / LEDGER_FILE
 
 
 def _destination_key(destination: Iterable[str]) -> str:

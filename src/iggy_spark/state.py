@@ -19,10 +19,9 @@ from __future__ import annotations
 import json
 import uuid
 from dataclasses import dataclass
-from pathlib import Path
 from typing import TYPE_CHECKING, Any
-from urllib.parse import urlsplit
 
+from connector_common.checkpoints import local_checkpoint
 from iggy_spark import sending
 from iggy_spark.admission import Destination
 from iggy_spark.control import Admit, Claim, LedgerRecord, Record, StateView, decode, encode, fold
@@ -58,10 +57,9 @@ def checkpoint_query_id(location: str) -> str | None:
     """Spark's query id from ``<checkpoint>/metadata``, for a checkpoint on a local filesystem
     (a path or a ``file:`` URI); ``None`` if there is none, or the location is remote (pass the
     query id itself then: ``StreamingQuery.id``)."""
-    parts = urlsplit(location)
-    if parts.scheme not in ("", "file"):
+    root = local_checkpoint(location)
+    if root is None:
         return None
-    root = Path(parts.path if parts.scheme else location)
     try:
         first = (root / "metadata").read_text().splitlines()[0]
         return str(json.loads(first)["id"]) or None

@@ -43,6 +43,7 @@ from pathlib import Path
 from typing import TYPE_CHECKING
 from urllib.parse import urlsplit
 
+from connector_common.checkpoints import local_checkpoint
 from connector_common.options import option_pair
 from postgres_cdc_source import connections
 from postgres_cdc_source.lsn import format_lsn, parse_lsn
@@ -80,14 +81,14 @@ class _Checkpoint:
     """The few file operations abandon needs, on a local path or through ``pyarrow.fs``."""
 
     def __init__(self, location: str) -> None:
-        parts = urlsplit(location)
-        self.local: Path | None = None
+        self.local = local_checkpoint(location)
         self.remote: fs.FileSystem | None = None
-        if parts.scheme in ("", "file"):
-            self.local = Path(parts.path if parts.scheme == "file" else location)
+        if self.local is not None:
             self.root, self.name = str(self.local), str(self.local)
             return
         from pyarrow import fs
+
+        parts = urlsplit(location)
 
         scheme = "s3" if parts.scheme in ("s3a", "s3n") else parts.scheme  # Spark's names
         self.remote, self.root = fs.FileSystem.from_uri(
