@@ -44,11 +44,15 @@ def call(options: SourceOptions, work: Callable[[apache_iggy.IggyClient], Awaita
     return submit(options, work).result()
 
 
+CONSUMER = "iggy-spark-source"
+"""The consumer polls name: polls are by offset, so nothing is stored under it."""
+
+
 def consumer() -> Any:
-    """The consumer polls name: polls are by offset, so nothing is stored under it."""
+    """:data:`CONSUMER` as the SDK's consumer."""
     import apache_iggy
 
-    return apache_iggy.Consumer.Single("iggy-spark-source")
+    return apache_iggy.Consumer.Single(CONSUMER)
 
 
 class Tail(NamedTuple):

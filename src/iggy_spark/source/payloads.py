@@ -12,17 +12,13 @@ payload, so ``id`` is rebuilt (``<commit_lsn>:<seq>``) and ``partition_key`` sta
 from __future__ import annotations
 
 from collections.abc import Sequence
-from typing import TYPE_CHECKING, Any
+from typing import Any
 
 import orjson
 import pyarrow as pa
 import pyarrow.compute as pc
 
 from iggy_spark.source.errors import SourceError
-from iggy_spark.source.schema import record_batch
-
-if TYPE_CHECKING:
-    import apache_iggy
 
 __all__ = ["parsed_batch"]
 
@@ -41,27 +37,25 @@ def _change_ids(documents: Sequence[dict[str, Any]]) -> list[str | None]:
             for doc in documents]
 
 
-def parsed_batch(
-    schema: pa.Schema, change_rows: bool, stream: str, topic: str, partition: int,
-    messages: Sequence[apache_iggy.ReceiveMessage],
-) -> pa.RecordBatch:
-    """The rows of ``schema`` that the messages' JSON payloads hold.
+def parsed_batch(schema: pa.Schema, change_rows: bool, own: pa.RecordBatch) -> pa.RecordBatch:
+    """The rows of ``schema`` that the JSON payloads of ``own`` (polled messages of one
+    partition, their message columns) hold.
 
     Raises :class:`SourceError` naming the offset for a payload that is not a JSON object and
     the column for a value that does not fit its type: skipping them would lose data quietly.
     """
+    topic, partition = own["topic"][0].as_py(), own["partition"][0].as_py()
     documents: list[dict[str, Any]] = []
-    for message in messages:
+    for offset, payload in zip(own["offset"].to_pylist(), own["payload"].to_pylist(),
+                               strict=True):
         try:
-            document = orjson.loads(message.payload())
+            document = orjson.loads(payload)
         except orjson.JSONDecodeError as exc:
             document = exc
         if not isinstance(document, dict):
-            raise SourceError(topic, f"partition {partition} offset {message.offset()}: the "
-                              "payload is not a JSON object; read it with "
-                              "payload_format=binary")
+            raise SourceError(topic, f"partition {partition} offset {offset}: the payload is "
+                              "not a JSON object; read it with payload_format=binary")
         documents.append(document)
-    own = record_batch(stream, topic, partition, messages)
     columns = []
     for field in schema:
         name, text = field.name, pa.types.is_string(field.type)

@@ -7,9 +7,6 @@ scalars as their decimal text), so a header of any Iggy kind fits one column typ
 
 from __future__ import annotations
 
-from collections.abc import Sequence
-from typing import TYPE_CHECKING, Any
-
 import pyarrow as pa
 from pyspark.sql.types import (
     BinaryType,
@@ -22,10 +19,7 @@ from pyspark.sql.types import (
     TimestampType,
 )
 
-if TYPE_CHECKING:
-    import apache_iggy
-
-__all__ = ["ARROW_SCHEMA", "COLUMNS", "SCHEMA", "record_batch"]
+__all__ = ["ARROW_SCHEMA", "COLUMNS", "HEADERS_TYPE", "SCHEMA"]
 
 COLUMNS: tuple[tuple[str, str], ...] = (
     ("stream", "the stream name, as given in the `stream` option"),
@@ -52,6 +46,8 @@ SCHEMA = StructType([
     StructField("payload", BinaryType(), False),
 ])
 
+HEADERS_TYPE = pa.map_(pa.string(), pa.binary())
+
 ARROW_SCHEMA = pa.schema([
     pa.field("stream", pa.string(), False),
     pa.field("topic", pa.string(), False),
@@ -59,45 +55,6 @@ ARROW_SCHEMA = pa.schema([
     pa.field("offset", pa.int64(), False),
     pa.field("id", pa.string(), False),
     pa.field("timestamp", pa.timestamp("us", tz="UTC"), False),
-    pa.field("headers", pa.map_(pa.string(), pa.binary()), True),
+    pa.field("headers", HEADERS_TYPE, True),
     pa.field("payload", pa.binary(), False),
 ])
-
-
-def _header_bytes(value: Any) -> bytes:
-    if isinstance(value, bytes | bytearray):
-        return bytes(value)
-    if isinstance(value, bool):
-        return b"true" if value else b"false"
-    return str(value).encode()
-
-
-def _headers(message: apache_iggy.ReceiveMessage) -> list[tuple[str, bytes]] | None:
-    headers = message.user_headers()
-    if not headers:
-        return None
-    try:
-        plain = headers.to_scalar_dict()
-    except ValueError:  # two typed keys with one plain value: keep each key's own text
-        plain = {str(k): v for k, v in headers.items()}
-    return [
-        (k.decode(errors="replace") if isinstance(k, bytes) else str(k), _header_bytes(v))
-        for k, v in plain.items()
-    ]
-
-
-def record_batch(
-    stream: str, topic: str, partition: int, messages: Sequence[apache_iggy.ReceiveMessage]
-) -> pa.RecordBatch:
-    """One Arrow batch of rows from polled messages of one partition."""
-    count = len(messages)
-    return pa.RecordBatch.from_arrays([
-        pa.array([stream] * count, pa.string()),
-        pa.array([topic] * count, pa.string()),
-        pa.array([partition] * count, pa.int32()),
-        pa.array([m.offset() for m in messages], pa.int64()),
-        pa.array([str(m.id()) for m in messages], pa.string()),
-        pa.array([m.timestamp() for m in messages], pa.timestamp("us", tz="UTC")),
-        pa.array([_headers(m) for m in messages], pa.map_(pa.string(), pa.binary())),
-        pa.array([m.payload() for m in messages], pa.binary()),
-    ], schema=ARROW_SCHEMA)

@@ -1,0 +1,162 @@
+"""The ``iggy`` source decodes poll replies itself (:mod:`iggy_spark.source.wire`): every column
+must equal what the SDK's own decoding of the same messages says, for any payloads, ids and
+headers, from any offset and across the batches a poll spans, over TCP from the broker."""
+
+from __future__ import annotations
+
+import struct
+import uuid
+from typing import Any
+
+import pytest
+from apache_iggy import (
+    Consumer,
+    HeaderKey,
+    HeaderValue,
+    Partitioning,
+    PollingStrategy,
+    ReceiveMessage,
+    SendMessage,
+    UserHeaders,
+)
+from broker_fixtures import connect, create_topic, run
+from hypothesis import HealthCheck, given, settings
+from hypothesis import strategies as st
+
+from iggy_spark.source import wire
+from iggy_spark.source.catalog import CONSUMER
+
+U128 = st.one_of(st.sampled_from([0, 1, 2**64 - 1, 2**64, 10**38, 2**127, 2**128 - 1]),
+                 st.integers(0, 2**128 - 1))
+KEYS = st.one_of(
+    st.text(min_size=1, max_size=20).filter(lambda k: len(k.encode()) <= 255).map(
+        HeaderKey.String),
+    st.binary(min_size=1, max_size=8).map(HeaderKey.Raw),
+    st.integers(-(2**31), 2**31 - 1).map(HeaderKey.Int32),
+    st.booleans().map(HeaderKey.Bool),
+)
+VALUES = st.one_of(
+    st.binary(min_size=1, max_size=40).map(HeaderValue.Raw),
+    st.text(min_size=1, max_size=20).filter(lambda v: len(v.encode()) <= 255).map(
+        HeaderValue.String),
+    st.booleans().map(HeaderValue.Bool),
+    st.integers(-128, 127).map(HeaderValue.Int8),
+    st.integers(-(2**63), 2**63 - 1).map(HeaderValue.Int64),
+    st.integers(-(2**127), 2**127 - 1).map(HeaderValue.Int128),
+    st.integers(0, 2**16 - 1).map(HeaderValue.UnsignedInt16),
+    st.integers(0, 2**128 - 1).map(HeaderValue.UnsignedInt128),
+    st.floats(width=32, allow_nan=False, allow_infinity=False).map(HeaderValue.Float32),
+    st.floats(allow_nan=False, allow_infinity=False).map(HeaderValue.Float64),
+)
+MESSAGES = st.lists(st.tuples(U128, st.binary(min_size=1, max_size=300),
+                              st.dictionaries(KEYS, VALUES, max_size=3)),
+                    min_size=1, max_size=40)
+
+
+def _text(value: Any) -> bytes:
+    if isinstance(value, bytes):
+        return value
+    if isinstance(value, bool):
+        return b"true" if value else b"false"
+    return str(value).encode()
+
+
+def _headers(message: ReceiveMessage) -> list[tuple[str, bytes]] | None:
+    """The ``headers`` cell from the SDK's typed headers: the column's documented text."""
+    headers = message.user_headers()
+    if not headers:
+        return None
+    return sorted((_text(key).decode(errors="replace"), _text(value))
+                  for key, value in _scalars(headers))
+
+
+def _scalars(headers: UserHeaders) -> list[tuple[Any, Any]]:
+    """Each typed key and value as a Python scalar, kinds kept apart (unlike
+    ``to_scalar_dict``, which merges keys that compare equal)."""
+    return [(UserHeaders({key: HeaderValue.Bool(True)}).to_scalar_dict().popitem()[0],
+             UserHeaders({HeaderKey.String("v"): value}).to_scalar_dict()["v"])
+            for key, value in headers.items()]
+
+
+def _expected(messages: list[ReceiveMessage]) -> list[dict[str, Any]]:
+    return [{
+        "offset": m.offset(), "id": str(m.id()), "timestamp": m.timestamp(),
+        "headers": _headers(m), "payload": m.payload(),
+    } for m in messages]
+
+
+def _decoded(reply: bytes) -> list[dict[str, Any]]:
+    rows = wire.record_batch(reply, "s", "t", 0).to_pylist()
+    assert all((r["stream"], r["topic"], r["partition"]) == ("s", "t", 0) for r in rows)
+    return [{
+        "offset": r["offset"], "id": r["id"],
+        "timestamp": int(r["timestamp"].timestamp() * 1_000_000),
+        "headers": None if r["headers"] is None else sorted(r["headers"]),
+        "payload": r["payload"],
+    } for r in rows]
+
+
+@settings(max_examples=40, deadline=None, suppress_health_check=[HealthCheck.too_slow])
+@given(sent=MESSAGES, sends=st.integers(1, 4), start=st.integers(0, 50),
+       count=st.integers(1, 60))
+def test_a_poll_decodes_as_the_sdk_decodes_it(
+    broker: Any, sent: list[tuple[int, bytes, dict[Any, Any]]], sends: int, start: int,
+    count: int,
+) -> None:
+    topic = f"t{uuid.uuid4().hex}"
+
+    async def main() -> tuple[bytes, list[ReceiveMessage]]:
+        client = await connect(broker.address)
+        if await client.get_stream("s") is None:
+            await client.create_stream("s")
+        await create_topic(client, "s", topic, 1)
+        share = -(-len(sent) // sends)  # several sends: a poll spans several batches
+        for low in range(0, len(sent), share):
+            await client.send_messages("s", topic, Partitioning.partition_id(0), [
+                SendMessage(payload, UserHeaders(headers) if headers else None, id=message_id)
+                for message_id, payload, headers in sent[low:low + share]])
+        raw = await client.send_binary_request(
+            wire.POLL_MESSAGES, wire.poll_request(CONSUMER, "s", topic, 0, start, count))
+        polled = await client.poll_messages(
+            "s", topic, consumer=Consumer.Single(CONSUMER),
+            polling_strategy=PollingStrategy.Offset(start), count=count, auto_commit=False,
+            partition_id=0)
+        return raw, polled
+
+    raw, polled = run(main())
+    assert len(polled) == max(0, min(count, len(sent) - start))
+    assert _decoded(raw) == _expected(polled)
+
+
+def _reply(messages: list[tuple[bytes, bytes]]) -> bytes:
+    """A one-batch reply of ``(payload, user headers)`` messages, laid out by hand."""
+    frames = b"".join(struct.pack("<Q16sIIIIQ", 0, bytes(16), i, 0, len(h), len(p), 0) + p + h
+                      for i, (p, h) in enumerate(messages))
+    header = struct.pack("<QQQQQQI", 0, 40, 7, 0, 256 + len(frames), 0, len(messages))
+    return (struct.pack("<IQI", 0, 0, len(messages)) + header.ljust(256, b"\0") + frames)
+
+
+def test_a_hand_laid_reply_decodes() -> None:
+    header = b"\x02\x01\x00\x00\x00k" + b"\x0c\x08\x00\x00\x00" + struct.pack("<Q", 2**64 - 1)
+    rows = wire.record_batch(_reply([(b"a", b""), (b"", header), (b"ccc", b"")]),
+                             "s", "t", 3).to_pylist()
+    assert [(r["offset"], r["payload"], r["headers"]) for r in rows] == [
+        (40, b"a", None), (41, b"", [("k", b"18446744073709551615")]), (42, b"ccc", None)]
+    assert {r["id"] for r in rows} == {"0"}
+    assert {r["partition"] for r in rows} == {3}
+
+
+@pytest.mark.parametrize(("reply", "problem"), [
+    (b"\0" * 10, "has no header"),
+    (_reply([(b"abc", b"")])[:-1], "does not fill"),
+    (_reply([(b"abc", b"")])[:100], "ends inside a batch header"),
+    (_reply([(b"abc", b"")]) + b"\0" * 300, "does not fill"),
+    (struct.pack("<IQI", 0, 0, 2) + _reply([(b"abc", b"")])[16:], "says 2 messages and holds 1"),
+    (_reply([(b"", b"\x02\x09\x00\x00\x00k")]), "kind 2 and 9 bytes does not fit"),
+    (_reply([(b"", b"\x63\x01\x00\x00\x00k")]), "kind 99"),
+    (_reply([(b"", b"\x02\x01\x00\x00\x00k")]), "a key without a value"),
+    (_reply([(b"", b"\x02\x01")]), "end inside an entry"),
+])
+def test_a_malformed_reply_is_refused(reply: bytes, problem: str) -> None:
+    with pytest.raises(wire.MalformedReply, match=problem):
+        wire.record_batch(reply, "s", "t", 0)
