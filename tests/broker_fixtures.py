@@ -74,6 +74,15 @@ class Polled:
         )
 
 
+def poll_reply(base_offset: int, messages: list[tuple[bytes, bytes]]) -> bytes:
+    """A poll reply laid out by hand: one batch from ``base_offset``, appended at 7 µs past the
+    epoch, of ``(payload, user headers bytes)`` messages with id 0."""
+    frames = b"".join(struct.pack("<Q16sIIIIQ", 0, bytes(16), i, 0, len(h), len(p), 0) + p + h
+                      for i, (p, h) in enumerate(messages))
+    header = struct.pack("<QQQQQQI", 0, base_offset, 7, 0, 256 + len(frames), 0, len(messages))
+    return struct.pack("<IQI", 0, 0, len(messages)) + header.ljust(256, b"\0") + frames
+
+
 async def connect(address: str, username: str = "iggy", password: str = "iggy") -> IggyClient:
     """A connected, logged-in SDK client."""
     client = IggyClient(address)

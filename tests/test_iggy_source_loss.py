@@ -6,8 +6,8 @@ from __future__ import annotations
 
 from concurrent.futures import Future
 
-import pyarrow as pa
 import pytest
+from broker_fixtures import poll_reply
 from pyspark.sql.streaming.datasource import ReadAllAvailable
 
 from iggy_spark.source import catalog, polling
@@ -15,7 +15,6 @@ from iggy_spark.source.errors import DataLoss, SourceError
 from iggy_spark.source.offsets import Position, Range
 from iggy_spark.source.options import SourceOptions
 from iggy_spark.source.reader import IggyStreamReader
-from iggy_spark.source.schema import ARROW_SCHEMA
 
 URL = "iggy://iggy:secret@localhost:8090"
 
@@ -56,23 +55,15 @@ def test_a_partition_that_vanished_or_shrank_fails_the_query_or_is_passed_over(
     assert end == ({"gone": {"0": 3}} if now else {})  # dropped, or read on from where it is
 
 
-def messages(offsets: range) -> pa.RecordBatch:
-    count = len(offsets)
-    return pa.RecordBatch.from_pydict({
-        "stream": ["s"] * count, "topic": ["t"] * count, "partition": [0] * count,
-        "offset": list(offsets), "id": [str(o + 1) for o in offsets],
-        "timestamp": [1_000_000] * count, "headers": [None] * count, "payload": [b"p"] * count,
-    }, schema=ARROW_SCHEMA)
-
-
 def stub_polls(monkeypatch: pytest.MonkeyPatch, kept_from: int, kept_to: int) -> None:
     """Polls answer as a partition that only keeps offsets ``[kept_from, kept_to)``."""
 
     def poll(_options: SourceOptions, _topic: str, _partition: int, start: int, _end: int
-             ) -> Future[pa.RecordBatch]:
+             ) -> Future[bytes]:
         first = max(start, kept_from)
-        answer: Future[pa.RecordBatch] = Future()
-        answer.set_result(messages(range(first, min(first + 4, kept_to))))
+        answer: Future[bytes] = Future()
+        kept = range(first, min(first + 4, kept_to))
+        answer.set_result(poll_reply(first, [(b"p", b"")] * len(kept)))
         return answer
 
     monkeypatch.setattr(polling, "_poll", poll)

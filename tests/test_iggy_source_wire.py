@@ -19,7 +19,7 @@ from apache_iggy import (
     SendMessage,
     UserHeaders,
 )
-from broker_fixtures import connect, create_topic, run
+from broker_fixtures import connect, create_topic, poll_reply, run
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
@@ -128,18 +128,11 @@ def test_a_poll_decodes_as_the_sdk_decodes_it(
     assert _decoded(raw) == _expected(polled)
 
 
-def _reply(messages: list[tuple[bytes, bytes]]) -> bytes:
-    """A one-batch reply of ``(payload, user headers)`` messages, laid out by hand."""
-    frames = b"".join(struct.pack("<Q16sIIIIQ", 0, bytes(16), i, 0, len(h), len(p), 0) + p + h
-                      for i, (p, h) in enumerate(messages))
-    header = struct.pack("<QQQQQQI", 0, 40, 7, 0, 256 + len(frames), 0, len(messages))
-    return (struct.pack("<IQI", 0, 0, len(messages)) + header.ljust(256, b"\0") + frames)
-
-
 def test_a_hand_laid_reply_decodes() -> None:
     header = b"\x02\x01\x00\x00\x00k" + b"\x0c\x08\x00\x00\x00" + struct.pack("<Q", 2**64 - 1)
-    rows = wire.record_batch(_reply([(b"a", b""), (b"", header), (b"ccc", b"")]),
+    rows = wire.record_batch(poll_reply(40, [(b"a", b""), (b"", header), (b"ccc", b"")]),
                              "s", "t", 3).to_pylist()
+    assert rows[0]["timestamp"].timestamp() == 7e-6
     assert [(r["offset"], r["payload"], r["headers"]) for r in rows] == [
         (40, b"a", None), (41, b"", [("k", b"18446744073709551615")]), (42, b"ccc", None)]
     assert {r["id"] for r in rows} == {"0"}
@@ -148,14 +141,15 @@ def test_a_hand_laid_reply_decodes() -> None:
 
 @pytest.mark.parametrize(("reply", "problem"), [
     (b"\0" * 10, "has no header"),
-    (_reply([(b"abc", b"")])[:-1], "does not fill"),
-    (_reply([(b"abc", b"")])[:100], "ends inside a batch header"),
-    (_reply([(b"abc", b"")]) + b"\0" * 300, "does not fill"),
-    (struct.pack("<IQI", 0, 0, 2) + _reply([(b"abc", b"")])[16:], "says 2 messages and holds 1"),
-    (_reply([(b"", b"\x02\x09\x00\x00\x00k")]), "kind 2 and 9 bytes does not fit"),
-    (_reply([(b"", b"\x63\x01\x00\x00\x00k")]), "kind 99"),
-    (_reply([(b"", b"\x02\x01\x00\x00\x00k")]), "a key without a value"),
-    (_reply([(b"", b"\x02\x01")]), "end inside an entry"),
+    (poll_reply(40, [(b"abc", b"")])[:-1], "does not fill"),
+    (poll_reply(40, [(b"abc", b"")])[:100], "ends inside a batch header"),
+    (poll_reply(40, [(b"abc", b"")]) + b"\0" * 300, "does not fill"),
+    (struct.pack("<IQI", 0, 0, 2) + poll_reply(40, [(b"abc", b"")])[16:],
+     "says 2 messages and holds 1"),
+    (poll_reply(40, [(b"", b"\x02\x09\x00\x00\x00k")]), "kind 2 and 9 bytes does not fit"),
+    (poll_reply(40, [(b"", b"\x63\x01\x00\x00\x00k")]), "kind 99"),
+    (poll_reply(40, [(b"", b"\x02\x01\x00\x00\x00k")]), "a key without a value"),
+    (poll_reply(40, [(b"", b"\x02\x01")]), "end inside an entry"),
 ])
 def test_a_malformed_reply_is_refused(reply: bytes, problem: str) -> None:
     with pytest.raises(wire.MalformedReply, match=problem):

@@ -2,8 +2,9 @@
 
 Polls by offset (never a consumer's stored offset), so reading a range twice, after a crash
 or a task retry, reads exactly the same messages; one poll's messages are one Arrow batch, so a
-task holds at most two polls' messages at a time: the next poll is on its way while the last
-one becomes a batch.
+task holds at most two polls' messages at a time: the next poll is on its way (the server and
+the SDK's I/O working in other processes and threads) while this thread turns the last reply
+into a batch.
 """
 
 from __future__ import annotations
@@ -43,7 +44,13 @@ def read_range(
         return
     pending = _poll(options, topic, partition, expected, end)
     while True:
-        messages = _within(pending.result(), expected, end)
+        reply = pending.result()
+        # the next poll travels while this reply becomes a batch; it starts where the reply's
+        # header says the messages end, checked against the decoded offsets below
+        ahead = wire.following(reply)
+        if ahead is not None and ahead < end:
+            pending = _poll(options, topic, partition, ahead, end)
+        messages = _within(_decoded(options, topic, partition, expected, reply), expected, end)
         first = messages["offset"][0].as_py() if messages.num_rows else end
         if first > expected:
             why = "older than the oldest message kept" if messages.num_rows else (
@@ -53,7 +60,7 @@ def read_range(
         if not messages.num_rows:
             return
         following = messages["offset"][-1].as_py() + 1
-        if following < end:  # the next poll travels while this one becomes a batch
+        if following < end and following != ahead:
             pending = _poll(options, topic, partition, following, end)
         if rows is None:
             yield messages
@@ -75,18 +82,23 @@ def _within(messages: pa.RecordBatch, start: int, end: int) -> pa.RecordBatch:
 
 def _poll(
     options: SourceOptions, topic: str, partition: int, start: int, end: int
-) -> Future[pa.RecordBatch]:
-    """Start polling up to ``poll_messages`` messages of ``[start, end)`` (the message
-    columns, :mod:`~iggy_spark.source.wire`)."""
+) -> Future[bytes]:
+    """Start polling up to ``poll_messages`` messages of ``[start, end)``: the reply's bytes."""
     body = wire.poll_request(CONSUMER, options.stream, topic, partition, start,
                              min(options.poll_messages, end - start))
 
-    async def poll(client: apache_iggy.IggyClient) -> pa.RecordBatch:
-        reply = await client.send_binary_request(wire.POLL_MESSAGES, body)
-        try:
-            return wire.record_batch(reply, options.stream, topic, partition)
-        except wire.MalformedReply as exc:
-            raise SourceError(topic, f"partition {partition}: the server's reply to a poll "
-                              f"from offset {start} is malformed: {exc}") from exc
+    async def poll(client: apache_iggy.IggyClient) -> bytes:
+        return bytes(await client.send_binary_request(wire.POLL_MESSAGES, body))
 
     return submit(options, poll)
+
+
+def _decoded(
+    options: SourceOptions, topic: str, partition: int, start: int, reply: bytes
+) -> pa.RecordBatch:
+    """The message columns of a poll's reply (:mod:`~iggy_spark.source.wire`)."""
+    try:
+        return wire.record_batch(reply, options.stream, topic, partition)
+    except wire.MalformedReply as exc:
+        raise SourceError(topic, f"partition {partition}: the server's reply to a poll from "
+                          f"offset {start} is malformed: {exc}") from exc

@@ -18,6 +18,7 @@ the server appended it) is its batch's ``base_timestamp``: what the SDK reports 
 from __future__ import annotations
 
 import struct
+from array import array
 from collections.abc import Callable, Iterator
 from functools import cache
 
@@ -26,7 +27,9 @@ import pyarrow.compute as pc
 
 from iggy_spark.source.schema import ARROW_SCHEMA, HEADERS_TYPE
 
-__all__ = ["POLL_MESSAGES", "MalformedReply", "poll_request", "record_batch", "user_headers"]
+__all__ = [
+    "POLL_MESSAGES", "MalformedReply", "following", "poll_request", "record_batch", "user_headers",
+]
 
 POLL_MESSAGES = 100
 """Command code of poll-messages."""
@@ -35,6 +38,7 @@ _REPLY = struct.Struct("<IQI")
 _BATCH = struct.Struct("<8xQQ8xQ8xI")
 _LENGTHS = struct.Struct("<II")
 _BATCH_HEADER, _MESSAGE_HEADER = 256, 48
+_HEADER_BYTES = pa.scalar(_MESSAGE_HEADER, pa.int32())
 _CONSUMER_KIND, _NUMERIC_ID, _TEXT_ID = 1, 1, 2
 _BY_OFFSET = 1
 
@@ -62,16 +66,27 @@ def poll_request(
     ))
 
 
-def _cuts(reply: bytes) -> tuple[list[int], list[tuple[int, int, int]]]:
-    """Where each message's header, payload, user headers and the gap after it begin, in one
-    flat list (four cuts a message, then where the last one ends), and each batch's
-    ``(message count, base offset, base timestamp)``."""
+def following(reply: bytes) -> int | None:
+    """The offset after the reply's messages as its headers tell it (the first message's
+    offset plus the count; a partition's offsets have no holes), without decoding it; ``None``
+    for a reply without messages."""
+    if len(reply) < _REPLY.size + _BATCH_HEADER + _MESSAGE_HEADER:
+        return None
+    count = _REPLY.unpack_from(reply, 0)[2]
+    base = _BATCH.unpack_from(reply, _REPLY.size)[0]
+    delta = struct.unpack_from("<I", reply, _REPLY.size + _BATCH_HEADER + 24)[0]
+    return int(base + delta + count) if count else None
+
+
+def _messages(reply: bytes) -> tuple[array[int], int, list[tuple[int, int, int]]]:
+    """Where each message begins and the last one ends, and each batch's ``(message count,
+    base offset, base timestamp)``: the one walk that must visit every message."""
     size = len(reply)
     if size < _REPLY.size:
         raise MalformedReply(f"a poll reply of {size} bytes has no header")
     count = _REPLY.unpack_from(reply, 0)[2]
-    cuts: list[int] = []
-    add = cuts.extend
+    starts: list[int] = []
+    add = starts.append
     lengths = _LENGTHS.unpack_from
     batches = []
     pos = _REPLY.size
@@ -83,17 +98,30 @@ def _cuts(reply: bytes) -> tuple[list[int], list[tuple[int, int, int]]]:
         batches.append((messages, base_offset, base_timestamp))
         pos += _BATCH_HEADER
         for _ in range(messages):
+            add(pos)
             headers, payload = lengths(reply, pos + 32)
-            body = pos + _MESSAGE_HEADER
-            add((pos, body, body + payload, body + payload + headers))
-            pos = body + payload + headers
+            pos += _MESSAGE_HEADER + payload + headers
         if pos != end or end > size:
             raise MalformedReply(f"a batch of {messages} messages does not fill its "
                                  f"{length} bytes")
-    if len(cuts) != 4 * count:
-        raise MalformedReply(f"the reply says {count} messages and holds {len(cuts) // 4}")
-    cuts.append(pos)
-    return cuts, batches
+    if len(starts) != count:
+        raise MalformedReply(f"the reply says {count} messages and holds {len(starts)}")
+    return array("i", starts), pos, batches
+
+
+@cache
+def _interleaved(count: int) -> pa.Array:
+    """Indices taking ``a[0], b[0], a[1], b[1], ..., end`` from ``a + b + [end]``."""
+    return pa.array([*(k // 2 + (k % 2) * count for k in range(2 * count)), 2 * count],
+                    pa.int32())
+
+
+def _spans(data: pa.Buffer, starts: pa.Array, stops: pa.Array, end: int) -> pa.Array:
+    """Bytes ``[starts[i], stops[i])`` of ``data`` for each message, without copying them: the
+    even elements of one binary array whose odd elements are the bytes in between."""
+    cuts = pa.concat_arrays([starts, stops, pa.array([end], pa.int32())]).take(
+        _interleaved(len(starts)))
+    return pa.Array.from_buffers(pa.binary(), 2 * len(starts), [None, cuts.buffers()[1], data])
 
 
 @cache
@@ -129,23 +157,28 @@ def record_batch(reply: bytes, stream: str, topic: str, partition: int) -> pa.Re
 
     Raises :class:`MalformedReply` for a reply whose layout does not add up.
     """
-    cuts, batches = _cuts(reply)
-    count = len(cuts) // 4
+    positions, end, batches = _messages(reply)
+    count = len(positions)
     if not count:
         return pa.RecordBatch.from_pylist([], schema=ARROW_SCHEMA)
-    pieces = pa.Array.from_buffers(pa.binary(), 4 * count,
-                                   [None, pa.array(cuts, pa.int32()).buffers()[1],
-                                    pa.py_buffer(reply)])
-    heads = pieces.take(_every(0, 4 * count, 4))
+    data = pa.py_buffer(reply)
+    starts = pa.Array.from_buffers(pa.int32(), count, [None, pa.py_buffer(positions)])
+    every_other = _every(0, 2 * count, 2)
+    heads = _spans(data, starts, pc.add(starts, _HEADER_BYTES), end).take(every_other)
+    bodies = pc.add(starts, _HEADER_BYTES)
+    payload_lengths = _field(heads, 36, 4, pa.int32())
+    header_lengths = _field(heads, 32, 4, pa.int32())
+    if pc.max(header_lengths).as_py():
+        headers = pa.array([
+            user_headers(reply[at:at + size]) if size else None
+            for at, size in zip(pc.add(bodies, payload_lengths).to_pylist(),
+                                header_lengths.to_pylist(), strict=True)
+        ], HEADERS_TYPE)
+    else:
+        headers = pa.nulls(count, HEADERS_TYPE)
     offsets = pc.add(_field(heads, 24, 4, pa.uint32()).cast(pa.int64()),
                      _per_message([(n, base) for n, base, _ in batches], pa.int64()))
     timestamps = _per_message([(n, ts) for n, _, ts in batches], pa.int64())
-    header_lengths = _field(heads, 32, 4, pa.uint32())
-    if pc.max(header_lengths).as_py():
-        raw = pieces.take(_every(2, 4 * count, 4)).to_pylist()
-        headers = pa.array([user_headers(h) if h else None for h in raw], HEADERS_TYPE)
-    else:
-        headers = pa.nulls(count, HEADERS_TYPE)
     return pa.RecordBatch.from_arrays([
         pa.repeat(pa.scalar(stream, pa.string()), count),
         pa.repeat(pa.scalar(topic, pa.string()), count),
@@ -154,7 +187,7 @@ def record_batch(reply: bytes, stream: str, topic: str, partition: int) -> pa.Re
         _ids(heads),
         timestamps.cast(pa.timestamp("us", tz="UTC")),
         headers,
-        pieces.take(_every(1, 4 * count, 4)),
+        _spans(data, bodies, pc.add(bodies, payload_lengths), end).take(every_other),
     ], schema=ARROW_SCHEMA)
 
 
