@@ -1,10 +1,14 @@
 """``iggy`` source read speed against a hand-written single-process SDK poll loop.
 
     python -m bench.bench_iggy_source [--messages 200000] [--partitions 1,2] [--rounds 3]
+                                      [--url iggy://user:password@host:port]
 
 For each partition count, one fresh broker (in its own process) holds one topic of
 ``--messages`` messages of 200-byte payloads spread evenly over the partitions, read whole by
-two contenders, interleaved round by round after a discarded warm-up round:
+three contenders, interleaved round by round after a discarded warm-up round. With ``--url``
+the topic lives on that server instead (a real Iggy server the reader runs; a stream of its
+own per partition count, deleted afterwards): the local broker is Python, and its serving
+speed, not the readers', can bound every contender.
 
 * ``spark``: ``spark.readStream.format("iggy")`` into Spark's ``noop`` sink with
   ``trigger(availableNow=True)`` and a fresh checkpoint (reading changes nothing on the server,
@@ -24,7 +28,10 @@ from __future__ import annotations
 import argparse
 import asyncio
 import os
+import secrets
 import sys
+from collections.abc import Iterator
+from contextlib import contextmanager
 from pathlib import Path
 from typing import Any
 
@@ -34,35 +41,38 @@ from bench import common
 from bench.handwritten import sdk_client
 from bench.iggy import fresh_broker
 from bench.memory_source import NAME, MemorySource
+from iggy_spark import topic_request
+from iggy_spark.iggy_url import IggyUrl
+from iggy_spark.options import TopicDefaults
 
 CEILING_TIMED = ("a Python source yielding the same rows from memory -> noop, timed as the "
                  "iggy source is")
 SPARK_TIMED = ("iggy -> noop: first micro-batch start to last micro-batch end (Spark progress); "
                "JVM and query start-up excluded")
 HAND_TIMED = "one asyncio client, each partition polled by offset 1,000 at a time, payloads read"
-STREAM, TOPIC = "bench", "events"
+TOPIC = "events"
 PAYLOAD = b"x" * 200
 POLL = 1_000
 
 
-def seed(address: str, messages: int, partitions: int) -> None:
+def seed(address: str, stream: str, messages: int, partitions: int) -> None:
     """The topic, its messages spread evenly over its partitions (untimed)."""
 
     async def main() -> None:
         client = await sdk_client(address)
-        await client.create_stream(STREAM)
-        await client.create_topic(STREAM, TOPIC, partitions)
+        await client.create_stream(stream)
+        await topic_request.create_topic(client, stream, TOPIC, TopicDefaults(partitions))
         for partition in range(partitions):
             share = messages // partitions + (partition < messages % partitions)
             for low in range(0, share, POLL):
                 await client.send_messages(
-                    STREAM, TOPIC, Partitioning.partition_id(partition),
+                    stream, TOPIC, Partitioning.partition_id(partition),
                     [SendMessage(PAYLOAD) for _ in range(min(POLL, share - low))])
 
     asyncio.run(main())
 
 
-def handwritten(address: str, partitions: int) -> int:
+def handwritten(address: str, stream: str, partitions: int) -> int:
     """Every message of the topic, polled partition by partition; how many."""
 
     async def main() -> int:
@@ -72,7 +82,7 @@ def handwritten(address: str, partitions: int) -> int:
         for partition in range(partitions):
             offset = 0
             while batch := await client.poll_messages(
-                    STREAM, TOPIC, consumer=consumer, polling_strategy=PollingStrategy.Offset(
+                    stream, TOPIC, consumer=consumer, polling_strategy=PollingStrategy.Offset(
                         offset), count=POLL, auto_commit=False, partition_id=partition):
                 for message in batch:
                     message.payload()
@@ -83,11 +93,36 @@ def handwritten(address: str, partitions: int) -> int:
     return asyncio.run(main())
 
 
+@contextmanager
+def _server(url: str | None) -> Iterator[tuple[str, str]]:
+    """``(address, url)`` of the server to read from: ``url``'s, or a fresh local broker's."""
+    if url:
+        yield IggyUrl.parse(url).server_address, url
+        return
+    broker = fresh_broker()
+    try:
+        yield broker.address, broker.url
+    finally:
+        broker.stop()
+
+
+def drop(address: str, stream: str) -> None:
+    """Delete a measurement's stream from a server that outlives the benchmark."""
+
+    async def main() -> None:
+        client = await sdk_client(address)
+        await client.delete_stream(stream)
+
+    asyncio.run(main())
+
+
 def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     parser.add_argument("--messages", type=int, default=200_000)
     parser.add_argument("--partitions", default="1,2")
     parser.add_argument("--rounds", type=int, default=3)
+    parser.add_argument("--url", help="a running Iggy server to read from instead of a fresh "
+                        "local broker (its user must create and delete streams)")
     args = parser.parse_args(argv)
     # Spark's Python workers import the memory source by name: they need the repository root
     root = str(Path(__file__).resolve().parent.parent)
@@ -96,23 +131,23 @@ def main(argv: list[str] | None = None) -> int:
     spark.dataSource.register(MemorySource)
     by_partitions: dict[str, Any] = {}
     for partitions in (int(p) for p in args.partitions.split(",")):
-        broker = fresh_broker()
-        try:
+        stream = f"bench-{partitions}-{secrets.token_hex(4)}"
+        with _server(args.url) as (address, url):
             with common.stopwatch() as elapsed:
-                seed(broker.address, args.messages, partitions)
+                seed(address, stream, args.messages, partitions)
             common.log(f"{partitions} partition(s): {args.messages:,} messages in "
                        f"{elapsed():.1f}s")
 
-            def spark_run(_: int, url: str = broker.url) -> common.Measure:
+            def spark_run(_: int, url: str = url, stream: str = stream) -> common.Measure:
                 return common.read_to_noop(
                     lambda: spark.readStream.format("iggy").option("url", url)
-                    .option("stream", STREAM).option("topics", TOPIC).load(),
+                    .option("stream", stream).option("topics", TOPIC).load(),
                     SPARK_TIMED, args.messages, "iggy")
 
-            def hand(_: int, address: str = broker.address,
+            def hand(_: int, address: str = address, stream: str = stream,
                      count: int = partitions) -> common.Measure:
                 with common.stopwatch() as elapsed:
-                    read = handwritten(address, count)
+                    read = handwritten(address, stream, count)
                 if read != args.messages:
                     raise AssertionError(f"hand-written loop read {read}, not {args.messages}")
                 return common.Measure(read, elapsed(), HAND_TIMED)
@@ -126,8 +161,8 @@ def main(argv: list[str] | None = None) -> int:
             runs = common.paired_rounds({"handwritten": hand, "spark": spark_run,
                                          "ceiling": ceiling}, args.rounds,
                                         f"iggy source, {partitions} partition(s)", warm_up=True)
-        finally:
-            broker.stop()
+            if args.url:
+                drop(address, stream)
         by_partitions[str(partitions)] = {
             **common.compared(runs, baselines=("handwritten", "ceiling")),
             "ceiling_vs_handwritten": common.ratio(runs["ceiling"], runs["handwritten"]),
@@ -144,7 +179,9 @@ def main(argv: list[str] | None = None) -> int:
         "benchmark": "iggy -> noop vs a hand-written single-process SDK poll loop, and the "
                      "ceiling of a Python source reading from memory",
         "config": {"messages": args.messages, "payload_bytes": len(PAYLOAD),
-                   "rounds": args.rounds, "partitions": args.partitions},
+                   "rounds": args.rounds, "partitions": args.partitions,
+                   "server": "an Iggy server at --url" if args.url else
+                   "the local broker, in its own process"},
         "results": by_partitions,
         "summary": summary,
     })

@@ -143,6 +143,12 @@ def test_streaming_admission_and_new_topics(spark: Any, broker: Any, name: str,
     # the first run's last batch (to 25) was committed, and reported, when the second started
     monitor = f"{name}-monitor"
     assert [reported_next(broker.address, name, "t1", p, monitor) for p in range(2)] == [25, 25]
+    forget = {"url": broker.url, "stream": name, "topic_pattern": "t[0-9]",
+              "report_consumer": monitor}
+    assert iggy_spark.source.delete_reported_offsets(forget) == [("t1", 0), ("t1", 1)]
+    # nothing stored: the consumer would start from the beginning again
+    assert [reported_next(broker.address, name, "t1", p, monitor) for p in range(2)] == [0, 0]
+    assert iggy_spark.source.delete_reported_offsets(forget) == []
     rows = spark.read.parquet(out).select("topic", "partition", "offset", "payload").collect()
     keys = sorted((r.topic, r.partition, r.offset) for r in rows)
     assert keys == sorted([("t1", p, o) for p in range(2) for o in range(28)]

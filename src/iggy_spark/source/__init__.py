@@ -17,7 +17,7 @@ from iggy_spark.source.source import IggyDataSource
 if TYPE_CHECKING:
     from pyspark.sql import SparkSession
 
-__all__ = ["IggyDataSource", "lag", "register"]
+__all__ = ["IggyDataSource", "delete_reported_offsets", "lag", "register"]
 
 
 def register(spark: SparkSession) -> None:
@@ -35,3 +35,20 @@ def lag(source_progress: Mapping[str, Any]) -> dict[str, dict[str, int]]:
     if found is None:
         raise ValueError("not the progress of an iggy source (its latestOffset has no lag)")
     return found
+
+
+def delete_reported_offsets(options: Mapping[str, str]) -> list[tuple[str, int]]:
+    """Remove from the server the offsets a query stored with ``report_consumer``, once the
+    query is gone: ``options`` are the reader's (``url``, ``stream``, ``topics`` or
+    ``topic_pattern``, ``report_consumer``). Returns the ``(topic, partition)`` pairs that had
+    one; calling it again returns none. Raises
+    :class:`~iggy_spark.errors.ConfigError` without ``report_consumer``.
+    """
+    from iggy_spark.errors import ConfigError
+    from iggy_spark.source import catalog
+    from iggy_spark.source.options import SourceOptions
+
+    parsed = SourceOptions.from_options(dict(options))
+    if parsed.report_consumer is None:
+        raise ConfigError("report_consumer", "name the consumer whose offsets to delete")
+    return [(p.topic, p.partition) for p in catalog.forget(parsed, parsed.report_consumer)]

@@ -157,3 +157,24 @@ def report(options: SourceOptions, name: str, offsets: Mapping[Position, int]) -
                     count=1, auto_commit=True, partition_id=position.partition)
 
     call(options, work)
+
+
+def forget(options: SourceOptions, name: str) -> list[Position]:
+    """Delete the offsets consumer ``name`` stored in the subscribed partitions (what
+    ``report_consumer=name`` left behind); the partitions it had any in."""
+    from iggy_spark.source import wire
+
+    positions = sorted(tails(options))
+
+    async def work(client: apache_iggy.IggyClient) -> list[Position]:
+        deleted = []
+        for position in positions:
+            target = (name, options.stream, position.topic, position.partition)
+            if await client.send_binary_request(wire.GET_CONSUMER_OFFSET,
+                                                wire.offset_request(*target)):
+                await client.send_binary_request(wire.DELETE_CONSUMER_OFFSET,
+                                                 wire.delete_offset_request(*target))
+                deleted.append(position)
+        return deleted
+
+    return call(options, work)

@@ -1,4 +1,5 @@
-"""Poll requests and replies in the Iggy 0.9 binary protocol: polled bytes to Arrow columns.
+"""The requests the source lays out itself in the Iggy 0.9 binary protocol, and poll replies cut
+into Arrow columns.
 
 The SDK's ``poll_messages`` turns every message into a Python object that is then asked for
 its fields one call at a time; that costs more than the poll itself. The source instead sends
@@ -28,11 +29,15 @@ import pyarrow.compute as pc
 from iggy_spark.source.schema import ARROW_SCHEMA, HEADERS_TYPE
 
 __all__ = [
-    "POLL_MESSAGES", "MalformedReply", "following", "poll_request", "record_batch", "user_headers",
+    "DELETE_CONSUMER_OFFSET", "GET_CONSUMER_OFFSET", "POLL_MESSAGES", "MalformedReply",
+    "delete_offset_request", "following", "offset_request", "poll_request", "record_batch",
+    "user_headers",
 ]
 
 POLL_MESSAGES = 100
 """Command code of poll-messages."""
+GET_CONSUMER_OFFSET, DELETE_CONSUMER_OFFSET = 120, 122
+"""Command codes of get- and delete-consumer-offset (the SDK has neither)."""
 
 _REPLY = struct.Struct("<IQI")
 _BATCH = struct.Struct("<8xQQ8xQ8xI")
@@ -40,7 +45,7 @@ _LENGTHS = struct.Struct("<II")
 _BATCH_HEADER, _MESSAGE_HEADER = 256, 48
 _HEADER_BYTES = pa.scalar(_MESSAGE_HEADER, pa.int32())
 _CONSUMER_KIND, _NUMERIC_ID, _TEXT_ID = 1, 1, 2
-_BY_OFFSET = 1
+_BY_OFFSET, _QUORUM = 1, 1
 
 
 class MalformedReply(ValueError):
@@ -54,16 +59,29 @@ def _identifier(value: str | int) -> bytes:
     return struct.pack("<BB", _TEXT_ID, len(text)) + text
 
 
+def _target(consumer: str, stream: str, topic: str, partition: int) -> bytes:
+    """``[consumer kind][consumer][stream][topic][partition flag u8][partition u32]``."""
+    return b"".join((bytes([_CONSUMER_KIND]), _identifier(consumer), _identifier(stream),
+                     _identifier(topic), struct.pack("<BI", 1, partition)))
+
+
+def offset_request(consumer: str, stream: str, topic: str, partition: int) -> bytes:
+    """The get-consumer-offset body; the reply is empty when the consumer stored none."""
+    return _target(consumer, stream, topic, partition)
+
+
+def delete_offset_request(consumer: str, stream: str, topic: str, partition: int) -> bytes:
+    """The delete-consumer-offset body, acknowledged once replicated (``ack`` quorum)."""
+    return _target(consumer, stream, topic, partition) + bytes([_QUORUM])
+
+
 def poll_request(
     consumer: str, stream: str, topic: str, partition: int, offset: int, count: int
 ) -> bytes:
     """The poll-messages body: ``count`` messages of ``partition`` from ``offset``, polled by
     offset and without storing the consumer's offset (``auto_commit`` off)."""
-    return b"".join((
-        bytes([_CONSUMER_KIND]), _identifier(consumer), _identifier(stream),
-        _identifier(topic), struct.pack("<BI", 1, partition),
-        struct.pack("<BQIB", _BY_OFFSET, offset, count, 0),
-    ))
+    return _target(consumer, stream, topic, partition) + struct.pack(
+        "<BQIB", _BY_OFFSET, offset, count, 0)
 
 
 def following(reply: bytes) -> int | None:

@@ -35,6 +35,7 @@ class RecordKind(IntEnum):
     BATCH = 4
     CONSUMER_OFFSET = 5
     TOPIC_DELETED = 6
+    CONSUMER_OFFSET_DELETED = 7
 
 
 _KINDS = frozenset(RecordKind)

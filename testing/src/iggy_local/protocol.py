@@ -88,6 +88,7 @@ class ErrorCode(IntEnum):
     TOO_MANY_PARTITIONS = 2015
     INVALID_TOPIC_SIZE = 1019
     PARTITION_NOT_FOUND = 3007
+    CONSUMER_OFFSET_NOT_FOUND = 3021
     INVALID_MESSAGES_COUNT = 4009
     INVALID_MESSAGE_CHECKSUM = 4027
     INVALID_BATCH_CHECKSUM = 4039
@@ -534,6 +535,14 @@ def decode_store_offset(body: bytes) -> StoreOffset:
     offset = reader.u64("offset")
     reader.u8("ack level")
     return StoreOffset(target, offset)
+
+
+def decode_delete_offset(body: bytes) -> PartitionTarget:
+    """``[target][ack u8]``."""
+    reader = Reader(body)
+    target = _decode_target(reader)
+    reader.u8("ack level")
+    return target
 
 
 def decode_get_offset(body: bytes) -> PartitionTarget:

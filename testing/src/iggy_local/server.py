@@ -49,6 +49,7 @@ from .protocol import (
     Reader,
     RequestHeader,
     consumer_key,
+    decode_delete_offset,
     decode_get_offset,
     decode_login,
     decode_poll_messages,
@@ -127,6 +128,7 @@ class BrokerServer:
             Operation.CREATE_PARTITIONS: self._create_partitions,
             Operation.SEND_MESSAGES: self._send_messages,
             Operation.STORE_CONSUMER_OFFSET: self._store_consumer_offset,
+            Operation.DELETE_CONSUMER_OFFSET: self._delete_consumer_offset,
         }
 
     async def start(self) -> None:
@@ -358,6 +360,13 @@ class BrokerServer:
         topic, partition = self._target(request.target)
         consumer = consumer_key(request.target.consumer_kind, request.target.consumer)
         self.store.store_consumer_offset(topic, partition, consumer, request.offset)
+        return b""
+
+    def _delete_consumer_offset(self, _conn: Connection, body: bytes) -> bytes:
+        target = decode_delete_offset(body)
+        topic, partition = self._target(target)
+        self.store.delete_consumer_offset(
+            topic, partition, consumer_key(target.consumer_kind, target.consumer))
         return b""
 
 

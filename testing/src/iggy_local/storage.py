@@ -232,6 +232,7 @@ class Store:
             RecordKind.BATCH: store._apply_batch,
             RecordKind.CONSUMER_OFFSET: store._apply_consumer_offset,
             RecordKind.TOPIC_DELETED: store._apply_topic_deleted,
+            RecordKind.CONSUMER_OFFSET_DELETED: store._apply_consumer_offset_deleted,
         }
         for kind, payload in records:
             replay[kind](payload)
@@ -331,6 +332,18 @@ class Store:
         self._record(RecordKind.CONSUMER_OFFSET, payload)
         self._apply_consumer_offset(payload)
 
+    def delete_consumer_offset(
+        self, topic: Topic, partition: Partition, consumer: tuple[int, int]
+    ) -> None:
+        """Forget a stored offset; :class:`BrokerError` (consumer offset not found, as the
+        server answers) when there is none."""
+        if consumer not in partition.consumer_offsets:
+            raise BrokerError(ErrorCode.CONSUMER_OFFSET_NOT_FOUND,
+                              f"no offset stored for consumer {consumer[1]}")
+        payload = struct.pack("<IIIBI", topic.stream_id, topic.id, partition.id, *consumer)
+        self._record(RecordKind.CONSUMER_OFFSET_DELETED, payload)
+        self._apply_consumer_offset_deleted(payload)
+
     # -- appliers, shared by the live path and journal replay --------------------------------
 
     def delete_topic(self, stream_ident: Identifier, topic_ident: Identifier) -> None:
@@ -381,6 +394,11 @@ class Store:
         )
         partition = self.topic(stream_id, topic_id).partition(partition_id)
         partition.consumer_offsets[(kind, consumer)] = offset
+
+    def _apply_consumer_offset_deleted(self, payload: bytes) -> None:
+        stream_id, topic_id, partition_id, kind, consumer = struct.unpack("<IIIBI", payload)
+        partition = self.topic(stream_id, topic_id).partition(partition_id)
+        partition.consumer_offsets.pop((kind, consumer), None)
 
 
 def _check_partitions_count(count: int, *, allow_zero: bool) -> None:
