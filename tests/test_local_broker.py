@@ -818,3 +818,40 @@ def test_a_deleted_topic_is_gone_with_its_messages_and_stays_gone_after_a_restar
         broker.start()
         again = run(details())
         assert again is not None and again.messages_count == 0 and again.partitions_count == 1
+
+
+def test_a_deleted_consumer_offset_is_gone_and_stays_gone_after_a_restart(
+    tmp_path: Path
+) -> None:
+    """Delete-consumer-offset (sent raw: the SDK has no call for it) drops what a consumer
+    stored, refuses a second delete as the server does, and the journal replays it."""
+    from iggy_spark.source import wire
+
+    broker = LocalIggy(data_dir=tmp_path, process=True)
+    target = ("monitor", "s", "t", 0)
+    with broker:
+
+        async def stored() -> bytes:
+            client = await connect(broker.address)
+            return bytes(await client.send_binary_request(wire.GET_CONSUMER_OFFSET,
+                                                          wire.offset_request(*target)))
+
+        async def main() -> None:
+            client = await _topic(broker.address, "s", "t", 1)
+            await client.send_messages("s", "t", Partitioning.partition_id(0),
+                                       [SendMessage(b"a"), SendMessage(b"b")])
+            await client.poll_messages("s", "t", consumer=Consumer.Single("monitor"),
+                                       polling_strategy=PollingStrategy.Offset(1), count=1,
+                                       auto_commit=True, partition_id=0)
+            assert await stored()
+            await client.send_binary_request(wire.DELETE_CONSUMER_OFFSET,
+                                             wire.delete_offset_request(*target))
+            assert not await stored()
+            with pytest.raises(RuntimeError):
+                await client.send_binary_request(wire.DELETE_CONSUMER_OFFSET,
+                                                 wire.delete_offset_request(*target))
+
+        run(main())
+        broker.kill()
+        broker.start()
+        assert not run(stored())
