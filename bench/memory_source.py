@@ -3,12 +3,14 @@
 ``bench_iggy_source`` compares the ``iggy`` source with a hand-written SDK loop. Both pay for
 Iggy; only the source pays for what pyspark's Python data source path costs (tasks in Python
 workers, Arrow batches handed to the JVM, one micro-batch). This source pays only the latter:
-it yields, in the ``iggy`` source's schema and batch size, rows that already sit in memory, so
-no source built on that path can read faster than it does.
+it yields, in the ``iggy`` source's schema, batch size and number of tasks, rows that already
+sit in memory (ids of the width Iggy gives: 128-bit numbers as decimal text), so no source
+built on that path can read faster than it does.
 """
 
 from __future__ import annotations
 
+import random
 from collections.abc import Iterator, Mapping, Sequence
 from datetime import UTC, datetime
 from typing import Any
@@ -27,7 +29,7 @@ from iggy_spark.source.schema import ARROW_SCHEMA, SCHEMA
 __all__ = ["MemorySource", "NAME"]
 
 NAME = "bench_memory"
-BATCH = 1_000  # the iggy source's poll size, one Arrow batch per poll
+BATCH = 10_000  # the iggy source's poll of small messages (its poll_messages), one Arrow batch
 
 
 class _Range(InputPartition):
@@ -38,7 +40,7 @@ class _Range(InputPartition):
 def _batch(rows: int, payload: bytes) -> pa.RecordBatch:
     columns: dict[str, Any] = {
         "stream": ["bench"] * rows, "topic": ["events"] * rows, "partition": [0] * rows,
-        "offset": list(range(rows)), "id": ["0"] * rows,
+        "offset": list(range(rows)), "id": [str(random.getrandbits(128)) for _ in range(rows)],
         "timestamp": [datetime.now(UTC)] * rows, "headers": [None] * rows,
         "payload": [payload] * rows,
     }
@@ -48,7 +50,7 @@ def _batch(rows: int, payload: bytes) -> pa.RecordBatch:
 class _Reader(DataSourceStreamReader):
     def __init__(self, options: Mapping[str, str]) -> None:
         self.messages = int(options["messages"])
-        self.splits = int(options.get("partitions", "1"))
+        self.splits = int(options.get("tasks", "1"))
         self.payload = b"x" * int(options.get("payload_bytes", "200"))
 
     def initialOffset(self) -> dict[str, int]:

@@ -58,8 +58,8 @@ def test_a_partition_that_vanished_or_shrank_fails_the_query_or_is_passed_over(
 def stub_polls(monkeypatch: pytest.MonkeyPatch, kept_from: int, kept_to: int) -> None:
     """Polls answer as a partition that only keeps offsets ``[kept_from, kept_to)``."""
 
-    def poll(_options: SourceOptions, _topic: str, _partition: int, start: int, _end: int
-             ) -> Future[bytes]:
+    def poll(_options: SourceOptions, _topic: str, _partition: int, start: int, _end: int,
+             _count: int) -> Future[bytes]:
         first = max(start, kept_from)
         answer: Future[bytes] = Future()
         kept = range(first, min(first + 4, kept_to))

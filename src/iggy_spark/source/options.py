@@ -50,11 +50,17 @@ OPTION_DOCS = (
               "`512KB` or bytes), shared fairly among partitions and charged at each "
               "partition's average stored message size; a batch reads at least one message. "
               "With `max_messages_per_trigger` both hold; honoured by `Trigger.AvailableNow`"),
-    OptionDoc("max_messages_per_partition", "100000",
+    OptionDoc("max_messages_per_partition", "500000",
               "an Iggy partition's range longer than this is split over several Spark "
-              "partitions (tasks)"),
-    OptionDoc("poll_messages", "1000",
-              "messages per poll request and per Arrow batch: bounds each task's memory"),
+              "partitions (tasks); a task costs about as much as reading 100,000 small "
+              "messages, so splits much smaller than that cost more than they gain"),
+    OptionDoc("poll_bytes", "4MB",
+              "about how many bytes one poll request fetches (`4MB`, `512KB` or bytes): each "
+              "poll asks for as many messages as fit, judged by the previous poll's messages; "
+              "one poll is one Arrow batch, and a task holds at most two"),
+    OptionDoc("poll_messages", "10000",
+              "at most this many messages per poll request (and Arrow batch), whatever their "
+              "size"),
     OptionDoc("payload_format", "binary",
               "`binary`: the `payload` column as sent; `json`: the rows are the payloads' JSON "
               "fields, in the schema given with `.schema(...)`; `pg_cdc`: the rows `pg_cdc` "
@@ -85,6 +91,7 @@ class SourceOptions:
     max_messages_per_trigger: int | None
     max_bytes_per_trigger: int | None
     max_messages_per_partition: int
+    poll_bytes: int
     poll_messages: int
     fail_on_data_loss: bool
     report_consumer: str | None
@@ -128,6 +135,8 @@ class SourceOptions:
             max_bytes_per_trigger=None if byte_cap is None else parsed(
                 "max_bytes_per_trigger", byte_cap, parse_positive_size, ConfigError),
             max_messages_per_partition=positive("max_messages_per_partition"),
+            poll_bytes=parsed("poll_bytes", given["poll_bytes"], parse_positive_size,
+                              ConfigError),
             poll_messages=positive("poll_messages"),
             fail_on_data_loss=parsed("fail_on_data_loss", given["fail_on_data_loss"], parse_bool,
                                      ConfigError),

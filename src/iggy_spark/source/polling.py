@@ -4,7 +4,8 @@ Polls by offset (never a consumer's stored offset), so reading a range twice, af
 or a task retry, reads exactly the same messages; one poll's messages are one Arrow batch, so a
 task holds at most two polls' messages at a time: the next poll is on its way (the server and
 the SDK's I/O working in other processes and threads) while this thread turns the last reply
-into a batch.
+into a batch. Polls are sized in bytes (``poll_bytes``): a poll costs a fixed amount besides
+its messages, so small messages are fetched many to a poll, and large ones few.
 """
 
 from __future__ import annotations
@@ -28,6 +29,9 @@ if TYPE_CHECKING:
 
 __all__ = ["read_range"]
 
+_FIRST_POLL = 100
+"""Messages in a task's first poll, before their size is known."""
+
 
 def read_range(
     options: SourceOptions, work: Range, rows: pa.Schema | None = None
@@ -42,14 +46,16 @@ def read_range(
     topic, partition, expected, end = work
     if expected >= end:
         return
-    pending = _poll(options, topic, partition, expected, end)
+    count = min(options.poll_messages, _FIRST_POLL)
+    pending = _poll(options, topic, partition, expected, end, count)
     while True:
         reply = pending.result()
+        count = _next_count(options, reply, count)
         # the next poll travels while this reply becomes a batch; it starts where the reply's
         # header says the messages end, checked against the decoded offsets below
         ahead = wire.following(reply)
         if ahead is not None and ahead < end:
-            pending = _poll(options, topic, partition, ahead, end)
+            pending = _poll(options, topic, partition, ahead, end, count)
         messages = _within(_decoded(options, topic, partition, expected, reply), expected, end)
         first = messages["offset"][0].as_py() if messages.num_rows else end
         if first > expected:
@@ -61,7 +67,7 @@ def read_range(
             return
         following = messages["offset"][-1].as_py() + 1
         if following < end and following != ahead:
-            pending = _poll(options, topic, partition, following, end)
+            pending = _poll(options, topic, partition, following, end, count)
         if rows is None:
             yield messages
         else:
@@ -80,12 +86,22 @@ def _within(messages: pa.RecordBatch, start: int, end: int) -> pa.RecordBatch:
     return messages.filter(pc.and_(pc.greater_equal(offsets, start), pc.less(offsets, end)))
 
 
+def _next_count(options: SourceOptions, reply: bytes, count: int) -> int:
+    """How many messages the next poll asks for: as many of the size the reply's messages had
+    as fit in ``poll_bytes``, at most ``poll_messages`` (``count`` again after an empty
+    reply)."""
+    polled = wire.message_count(reply)
+    if not polled:
+        return count
+    return max(1, min(options.poll_messages, options.poll_bytes * polled // len(reply)))
+
+
 def _poll(
-    options: SourceOptions, topic: str, partition: int, start: int, end: int
+    options: SourceOptions, topic: str, partition: int, start: int, end: int, count: int
 ) -> Future[bytes]:
-    """Start polling up to ``poll_messages`` messages of ``[start, end)``: the reply's bytes."""
+    """Start polling up to ``count`` messages of ``[start, end)``: the reply's bytes."""
     body = wire.poll_request(CONSUMER, options.stream, topic, partition, start,
-                             min(options.poll_messages, end - start))
+                             min(count, end - start))
 
     async def poll(client: apache_iggy.IggyClient) -> bytes:
         return bytes(await client.send_binary_request(wire.POLL_MESSAGES, body))

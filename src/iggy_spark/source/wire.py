@@ -30,8 +30,8 @@ from iggy_spark.source.schema import ARROW_SCHEMA, HEADERS_TYPE
 
 __all__ = [
     "DELETE_CONSUMER_OFFSET", "GET_CONSUMER_OFFSET", "POLL_MESSAGES", "MalformedReply",
-    "delete_offset_request", "following", "offset_request", "poll_request", "record_batch",
-    "user_headers",
+    "delete_offset_request", "following", "message_count", "offset_request", "poll_request",
+    "record_batch", "user_headers",
 ]
 
 POLL_MESSAGES = 100
@@ -84,16 +84,21 @@ def poll_request(
         "<BQIB", _BY_OFFSET, offset, count, 0)
 
 
+def message_count(reply: bytes) -> int:
+    """How many messages the reply says it holds (0 for one too short to say)."""
+    return 0 if len(reply) < _REPLY.size else int(_REPLY.unpack_from(reply, 0)[2])
+
+
 def following(reply: bytes) -> int | None:
     """The offset after the reply's messages as its headers tell it (the first message's
     offset plus the count; a partition's offsets have no holes), without decoding it; ``None``
     for a reply without messages."""
-    if len(reply) < _REPLY.size + _BATCH_HEADER + _MESSAGE_HEADER:
+    count = message_count(reply)
+    if not count or len(reply) < _REPLY.size + _BATCH_HEADER + _MESSAGE_HEADER:
         return None
-    count = _REPLY.unpack_from(reply, 0)[2]
     base = _BATCH.unpack_from(reply, _REPLY.size)[0]
     delta = struct.unpack_from("<I", reply, _REPLY.size + _BATCH_HEADER + 24)[0]
-    return int(base + delta + count) if count else None
+    return int(base + delta + count)
 
 
 def _messages(reply: bytes) -> tuple[array[int], int, list[tuple[int, int, int]]]:
