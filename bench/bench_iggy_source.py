@@ -102,7 +102,7 @@ def tasks(messages: int, partitions: int) -> int:
     shares = {Position(TOPIC, p): messages // partitions + (p < messages % partitions)
               for p in range(partitions)}
     return len(split({}, shares, int(SourceOptions.from_options(
-        {"url": "iggy://localhost", "stream": "s", "topics": TOPIC}).max_messages_per_partition)))
+        {"url": "iggy://u:p@localhost", "stream": "s", "topics": TOPIC}).max_messages_per_partition)))
 
 
 @contextmanager
