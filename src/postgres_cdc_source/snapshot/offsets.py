@@ -5,19 +5,22 @@ from __future__ import annotations
 
 from collections.abc import Sequence
 from dataclasses import dataclass
-from typing import TYPE_CHECKING, Any
+from typing import Any
 
 import orjson
 
 from postgres_cdc_source.lsn import format_lsn
 
-if TYPE_CHECKING:
-    from postgres_cdc_source.snapshot.planning import Chunk, Key
-
 __all__ = [
-    "Position", "in_progress", "start_offset", "offset_of", "position_of", "offset_key",
-    "planned_bounds", "RESELECT_UNTIL", "PENDING", "PLANNED",
+    "Key", "PlannedChunk", "Position", "in_progress", "start_offset", "offset_of", "position_of",
+    "offset_key", "planned_bounds", "RESELECT_UNTIL", "PENDING", "PLANNED",
 ]
+
+Key = tuple[str, ...]
+"""A chunk bound: the chunk key's values as their output text (``ctid`` as ``(block,0)``)."""
+
+PlannedChunk = tuple[tuple[str, str], Key | None, Key | None]
+"""A chunk as an offset pins it: ``((schema, table), lo, hi)``."""
 
 
 def _key_json(key: Key | None) -> list[str] | None:
@@ -76,7 +79,7 @@ PLANNED = "planned"
 
 
 def offset_of(
-    consistent_point: int, position: Position | None, chunks: Sequence[Chunk] = ()
+    consistent_point: int, position: Position | None, chunks: Sequence[PlannedChunk] = ()
 ) -> dict[str, Any]:
     """The offset at ``position``, reached by reading ``chunks``. ``None``: the snapshot is
     finished, and whether the stream must complete unchanged values
@@ -88,14 +91,12 @@ def offset_of(
     else:
         offset[RESELECT_UNTIL] = PENDING
     if chunks:
-        offset[PLANNED] = [[c.table.schema, c.table.table, _key_json(c.lo), _key_json(c.hi)]
-                           for c in chunks]
+        offset[PLANNED] = [[schema, table, _key_json(lo), _key_json(hi)]
+                           for (schema, table), lo, hi in chunks]
     return offset
 
 
-def planned_bounds(
-    offset: dict[str, Any],
-) -> list[tuple[tuple[str, str], Key | None, Key | None]] | None:
+def planned_bounds(offset: dict[str, Any]) -> list[PlannedChunk] | None:
     """The ``(table, lo, hi)`` of the chunks ``offset`` pins, in order; ``None`` for an offset
     that pins none (written before offsets pinned their chunks)."""
     planned = offset.get(PLANNED)

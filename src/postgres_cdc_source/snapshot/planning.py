@@ -13,7 +13,7 @@ from psycopg import sql
 
 from postgres_cdc_source.catalog import table_info
 from postgres_cdc_source.options import CdcOptions
-from postgres_cdc_source.snapshot.offsets import Position, planned_bounds
+from postgres_cdc_source.snapshot.offsets import Key, PlannedChunk, Position, planned_bounds
 from postgres_cdc_source.sql_names import Name
 
 __all__ = [
@@ -22,9 +22,6 @@ __all__ = [
 ]
 
 Conn = psycopg.Connection[Any]
-Key = tuple[str, ...]
-"""A chunk bound: the chunk key's values as their output text (``ctid`` as ``(block,0)``)."""
-
 _CTID = "ctid"
 _BLOCK = re.compile(r"\((\d+),0\)")
 
@@ -164,6 +161,11 @@ class Chunk:
     table: SnapshotTable
     lo: Key | None
     hi: Key | None
+
+    def pinned(self) -> PlannedChunk:
+        """The chunk as an offset pins it
+        (:func:`~postgres_cdc_source.snapshot.offsets.offset_of`)."""
+        return (self.table.schema, self.table.table), self.lo, self.hi
 
 
 def plan(

@@ -25,7 +25,8 @@ from postgres_cdc_source.decoding import INSERT, Change, RowShape, build_change
 from postgres_cdc_source.destination_columns import Router
 from postgres_cdc_source.lsn import format_lsn
 from postgres_cdc_source.options import CdcOptions
-from postgres_cdc_source.snapshot.planning import Key, SnapshotTable, key_range
+from postgres_cdc_source.snapshot.offsets import Key
+from postgres_cdc_source.snapshot.planning import SnapshotTable, key_range
 from postgres_cdc_source.sql_json import row_json_sql, text_json_sql
 from postgres_cdc_source.sql_names import Name
 from postgres_cdc_source.values import converter_for_oid

@@ -313,7 +313,7 @@ class PgCdcStreamReader(DataSourceStreamReader, SupportsTriggerAvailableNow):
         position = snapshot.position_of(start)
         assert position is not None
         chunks, reached = snapshot.plan(conn, self.options, position, None, bounded=True)
-        end = snapshot.offset_of(_lsn(start), reached, chunks)
+        end = snapshot.offset_of(_lsn(start), reached, [c.pinned() for c in chunks])
         self._planned[(snapshot.offset_key(start), snapshot.offset_key(end))] = chunks
         log.info(
             "pg_cdc snapshot: next batch reads %d chunks; then %s",
