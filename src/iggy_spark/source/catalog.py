@@ -138,23 +138,17 @@ def _first(options: SourceOptions, positions: Iterable[Position], strategy: Any)
 
 
 def report(options: SourceOptions, name: str, offsets: Mapping[Position, int]) -> None:
-    """Store ``offsets`` (next offsets) as consumer ``name``'s position, for monitoring.
-
-    The Python SDK has no call to store a consumer offset, so this polls the last message read
-    (``next - 1``) with ``auto_commit``, which stores its offset as the server's own consumers
-    do; partitions not read yet are left alone.
-    """
-    import apache_iggy
-
-    reporter = apache_iggy.Consumer.Single(name)
+    """Store ``offsets`` (next offsets) as consumer ``name``'s position, for monitoring: the
+    last message read (``next - 1``), as the server's own consumers store it; partitions not
+    read yet are left alone."""
+    from iggy_spark.source import wire
 
     async def work(client: apache_iggy.IggyClient) -> None:
         for position, next_offset in sorted(offsets.items()):
             if next_offset > 0:
-                await client.poll_messages(
-                    options.stream, position.topic, consumer=reporter,
-                    polling_strategy=apache_iggy.PollingStrategy.Offset(next_offset - 1),
-                    count=1, auto_commit=True, partition_id=position.partition)
+                body = wire.store_offset_request(name, options.stream, position.topic,
+                                                 position.partition, next_offset - 1)
+                await client.send_binary_request(wire.STORE_CONSUMER_OFFSET, body)
 
     call(options, work)
 

@@ -29,15 +29,15 @@ import pyarrow.compute as pc
 from iggy_spark.source.schema import ARROW_SCHEMA, HEADERS_TYPE
 
 __all__ = [
-    "DELETE_CONSUMER_OFFSET", "GET_CONSUMER_OFFSET", "POLL_MESSAGES", "MalformedReply",
-    "delete_offset_request", "following", "message_count", "offset_request", "poll_request",
-    "record_batch", "user_headers",
+    "DELETE_CONSUMER_OFFSET", "GET_CONSUMER_OFFSET", "POLL_MESSAGES", "STORE_CONSUMER_OFFSET",
+    "MalformedReply", "delete_offset_request", "following", "message_count", "offset_request",
+    "poll_request", "record_batch", "store_offset_request", "user_headers",
 ]
 
 POLL_MESSAGES = 100
 """Command code of poll-messages."""
-GET_CONSUMER_OFFSET, DELETE_CONSUMER_OFFSET = 120, 122
-"""Command codes of get- and delete-consumer-offset (the SDK has neither)."""
+GET_CONSUMER_OFFSET, STORE_CONSUMER_OFFSET, DELETE_CONSUMER_OFFSET = 120, 121, 122
+"""Command codes of get-, store- and delete-consumer-offset (the SDK has none of them)."""
 
 _REPLY = struct.Struct("<IQI")
 _BATCH = struct.Struct("<8xQQ8xQ8xI")
@@ -68,6 +68,13 @@ def _target(consumer: str, stream: str, topic: str, partition: int) -> bytes:
 def offset_request(consumer: str, stream: str, topic: str, partition: int) -> bytes:
     """The get-consumer-offset body; the reply is empty when the consumer stored none."""
     return _target(consumer, stream, topic, partition)
+
+
+def store_offset_request(
+    consumer: str, stream: str, topic: str, partition: int, offset: int
+) -> bytes:
+    """The store-consumer-offset body: ``offset`` is the last message the consumer read."""
+    return _target(consumer, stream, topic, partition) + struct.pack("<QB", offset, _QUORUM)
 
 
 def delete_offset_request(consumer: str, stream: str, topic: str, partition: int) -> bytes:
