@@ -84,6 +84,14 @@ def test_batch_read_from_a_timestamp(spark: Any, broker: Any, name: str) -> None
     rows = reader(spark, broker, name, topics="a", starting_timestamp=since).collect()
     # partition 1 got nothing after `since`: it starts at its end
     assert sorted((r.partition, r.offset) for r in rows) == [(0, 5), (0, 6), (0, 7)]
+    before = reader(spark, broker, name, topics="a", ending_timestamp=since).collect()
+    # partition 0 stops before its first message after `since`; partition 1 is read to its end
+    assert sorted((r.partition, r.offset) for r in before) == [(p, o) for p in (0, 1)
+                                                               for o in range(5)]
+    with pytest.raises(Exception, match="option 'ending_timestamp': offset 5 of topic 'a' "
+                                        "partition 0 is before its starting offset 8"):
+        reader(spark, broker, name, topics="a", ending_timestamp=since,
+               starting_offsets="latest").collect()
 
 
 @pytest.mark.parametrize(("options", "message"), [
@@ -179,11 +187,13 @@ def test_streaming_admission_by_bytes(spark: Any, broker: Any, name: str,
     assert sizes("tiny", "b", max_bytes_per_trigger="1") == [1, 1, 1]
 
 
-def test_ending_offsets_is_refused_for_streams(spark: Any, broker: Any, name: str,
-                                               tmp_path: Path) -> None:
-    with pytest.raises(Exception, match="option 'ending_offsets': only applies to batch"):
+@pytest.mark.parametrize(("option", "value"), [("ending_offsets", "latest"),
+                                               ("ending_timestamp", "1")])
+def test_ending_options_are_refused_for_streams(spark: Any, broker: Any, name: str,
+                                                tmp_path: Path, option: str, value: str) -> None:
+    with pytest.raises(Exception, match=f"option '{option}': only applies to batch"):
         _stream(spark, broker, name, str(tmp_path / "cp"), str(tmp_path / "out"), topics="a",
-                ending_offsets="latest")
+                **{option: value})
 
 
 def test_a_topic_deleted_or_recreated_under_a_running_query_is_named_or_passed_over(

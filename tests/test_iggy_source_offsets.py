@@ -233,6 +233,8 @@ def test_defaults() -> None:
     ({"starting_timestamp": "yesterday"}, "starting_timestamp", "expected an ISO-8601 time"),
     ({"starting_timestamp": "1", "starting_offsets": "latest"}, "starting_timestamp",
      "not both"),
+    ({"ending_timestamp": "tomorrow"}, "ending_timestamp", "expected an ISO-8601 time"),
+    ({"ending_timestamp": "1", "ending_offsets": "latest"}, "ending_timestamp", "not both"),
     ({"fail_on_data_loss": "maybe"}, "fail_on_data_loss", "bad value"),
     ({"max_mesages_per_trigger": "5"}, "max_mesages_per_trigger",
      "did you mean 'max_messages_per_trigger'"),
@@ -252,6 +254,7 @@ def test_starting_timestamps_are_microseconds_since_the_epoch() -> None:
     assert parse_timestamp("2025-11-25T10:00:00") == 1_764_064_800_000_000  # UTC when unnamed
     assert parse_timestamp("2025-11-25T11:00:00.5+01:00") == 1_764_064_800_500_000
     assert options(starting_timestamp="1").starting_timestamp == 1000
+    assert options(ending_timestamp="2").ending_timestamp == 2000
 
 
 def test_topic_pattern_is_a_full_match() -> None:

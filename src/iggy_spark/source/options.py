@@ -42,6 +42,10 @@ OPTION_DOCS = (
     OptionDoc("ending_offsets", "latest",
               "batch reads only: `latest` or a JSON map like `starting_offsets` of the offset "
               "to stop before (exclusive; `-1` latest)"),
+    OptionDoc("ending_timestamp", "(none)",
+              "batch reads only, instead of `ending_offsets`: stop each partition before its "
+              "first message appended at or after this time (as `starting_timestamp`); "
+              "partitions with nothing that recent are read to `latest`"),
     OptionDoc("max_messages_per_trigger", "(unlimited)",
               "admission control: at most this many messages per micro-batch, shared fairly "
               "among partitions; honoured by `Trigger.AvailableNow` too"),
@@ -88,6 +92,8 @@ class SourceOptions:
     starting_timestamp: int | None
     """µs since the epoch, as Iggy stamps messages."""
     ending: OffsetSpec
+    ending_timestamp: int | None
+    """µs since the epoch, like :attr:`starting_timestamp`."""
     max_messages_per_trigger: int | None
     max_bytes_per_trigger: int | None
     max_messages_per_partition: int
@@ -103,8 +109,10 @@ class SourceOptions:
         """Parse Spark's option map; raises :class:`ConfigError` naming the option to fix."""
         user = _OPTIONS.given(options)
         given = {**_OPTIONS.defaults, **user}
-        if "starting_timestamp" in user and "starting_offsets" in user:
-            raise ConfigError("starting_timestamp", "give it or 'starting_offsets', not both")
+        for timestamp, offsets in (("starting_timestamp", "starting_offsets"),
+                                   ("ending_timestamp", "ending_offsets")):
+            if timestamp in user and offsets in user:
+                raise ConfigError(timestamp, f"give it or {offsets!r}, not both")
 
         def required(name: str) -> str:
             value = given.get(name, "").strip()
@@ -119,7 +127,7 @@ class SourceOptions:
         topics, pattern = _subscription(given.get("topics"), given.get("topic_pattern"))
         cap = given.get("max_messages_per_trigger")
         byte_cap = given.get("max_bytes_per_trigger")
-        since = given.get("starting_timestamp")
+        since, until = given.get("starting_timestamp"), given.get("ending_timestamp")
         return cls(
             url=url,
             stream=required("stream"),
@@ -131,6 +139,8 @@ class SourceOptions:
                 "starting_timestamp", since, parse_timestamp, ConfigError),
             ending=parsed("ending_offsets", given["ending_offsets"], parse_offset_spec,
                           ConfigError),
+            ending_timestamp=None if until is None else parsed(
+                "ending_timestamp", until, parse_timestamp, ConfigError),
             max_messages_per_trigger=None if cap is None else positive("max_messages_per_trigger"),
             max_bytes_per_trigger=None if byte_cap is None else parsed(
                 "max_bytes_per_trigger", byte_cap, parse_positive_size, ConfigError),

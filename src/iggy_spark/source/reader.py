@@ -77,9 +77,21 @@ def _starting(options: SourceOptions, latest: Mapping[Position, int]) -> dict[Po
         raise ConfigError("starting_offsets", str(exc)) from None
 
 
+def _ending(options: SourceOptions, latest: Mapping[Position, int]) -> dict[Position, int]:
+    """``ending_offsets`` (or ``ending_timestamp``) resolved against the partitions that exist
+    now."""
+    if options.ending_timestamp is not None:
+        found = catalog.at_timestamp(options, latest, options.ending_timestamp)
+        return {p: found.get(p, end) for p, end in latest.items()}
+    try:
+        return resolve(options.ending, {}, latest, LATEST)
+    except ValueError as exc:
+        raise ConfigError("ending_offsets", str(exc)) from None
+
+
 class IggyBatchReader(DataSourceReader):
-    """``spark.read.format("iggy")``: from ``starting_offsets`` to ``ending_offsets``, both
-    resolved once when Spark plans the read."""
+    """``spark.read.format("iggy")``: from ``starting_offsets`` (or ``starting_timestamp``) to
+    ``ending_offsets`` (or ``ending_timestamp``), resolved once when Spark plans the read."""
 
     def __init__(self, options: SourceOptions, rows: pa.Schema | None) -> None:
         self.options = options
@@ -89,13 +101,12 @@ class IggyBatchReader(DataSourceReader):
     def partitions(self) -> Sequence[InputPartition]:
         latest = catalog.latest(self.options)
         start = _starting(self.options, latest)
-        try:
-            end = resolve(self.options.ending, {}, latest, LATEST)
-        except ValueError as exc:
-            raise ConfigError("ending_offsets", str(exc)) from None
+        end = _ending(self.options, latest)
         for position, stop in end.items():
             if stop < start[position]:
-                raise ConfigError("ending_offsets", f"offset {stop} of topic "
+                option = ("ending_offsets" if self.options.ending_timestamp is None
+                          else "ending_timestamp")
+                raise ConfigError(option, f"offset {stop} of topic "
                                   f"{position.topic!r} partition {position.partition} is before "
                                   f"its starting offset {start[position]}")
         return _partitions(self.options, start, end)

@@ -52,8 +52,10 @@ class IggyDataSource(DataSource):
         from iggy_spark.errors import ConfigError
         from iggy_spark.source.reader import IggyStreamReader
 
-        if any(key.strip().lower() == "ending_offsets" for key in self.options):
-            raise ConfigError("ending_offsets", "only applies to batch reads (spark.read)")
+        for key in self.options:
+            if key.strip().lower() in ("ending_offsets", "ending_timestamp"):
+                raise ConfigError(key.strip().lower(),
+                                  "only applies to batch reads (spark.read)")
         return IggyStreamReader(*self._plan(schema))
 
     def _plan(self, schema: StructType) -> tuple[SourceOptions, pa.Schema | None]:
