@@ -41,6 +41,8 @@ __all__ = [
 TOPIC_PREFIX = "query-"
 _PAGE = 64
 _TOPIC = TopicDefaults(partitions_count=1, message_expiry="never")
+_partition_ids: dict[Destination, int] = {}
+"""Each control topic's one partition id, as this process last found it."""
 
 
 def state_topic(stream: str, query_id: str) -> Destination:
@@ -139,19 +141,37 @@ async def create(conn: IggyConnection, topic: Destination, *, timeout: float) ->
 async def append(
     conn: IggyConnection, topic: Destination, record: Record, *, timeout: float
 ) -> None:
-    """Append one record. A retried append may land twice: every reader tolerates that."""
+    """Append one record. A retried append may land twice: every reader tolerates that.
+
+    The partition's id is looked up once per process and topic; a send that fails looks the
+    topic up again, so a deleted topic is still reported as such (and not by the server's
+    message text)."""
     import apache_iggy
 
     message = apache_iggy.SendMessage(encode(record))
 
     async def send(client: apache_iggy.IggyClient) -> Any:
-        p = await _partition(client, topic)
-        if p is None:
-            raise StateError(str(topic), "was deleted while the batch used it")
-        return await client.send_messages(topic.stream, topic.topic,
-                                          apache_iggy.Partitioning.partition_id(p.id), [message])
+        partition = _partition_ids.get(topic)
+        if partition is None:
+            partition = await _partition_id(client, topic)
+        try:
+            return await client.send_messages(
+                topic.stream, topic.topic, apache_iggy.Partitioning.partition_id(partition),
+                [message])
+        except Exception:
+            _partition_ids.pop(topic, None)
+            await _partition_id(client, topic)  # StateError when the topic is gone
+            raise
 
     await sending.retrying(conn, send, timeout)
+
+
+async def _partition_id(client: apache_iggy.IggyClient, topic: Destination) -> int:
+    p = await _partition(client, topic)
+    if p is None:
+        raise StateError(str(topic), "was deleted while the batch used it")
+    _partition_ids[topic] = p.id
+    return p.id
 
 
 async def claim(
