@@ -9,17 +9,19 @@ client per URL on a daemon thread's event loop and tasks submit coroutines to it
 from __future__ import annotations
 
 import asyncio
+import ssl
 import threading
 from collections.abc import Coroutine
 from concurrent.futures import Future
 from typing import TYPE_CHECKING, Any, TypeVar
 
+from iggy_spark.errors import ServerError
 from iggy_spark.iggy_url import IggyUrl
 
 if TYPE_CHECKING:
     import apache_iggy
 
-__all__ = ["IggyConnection"]
+__all__ = ["IggyConnection", "check_tls"]
 
 T = TypeVar("T")
 
@@ -62,6 +64,7 @@ class IggyConnection:
             if self._client is None:
                 import apache_iggy
 
+                await check_tls(self.url)
                 client = apache_iggy.IggyClient(self.url.to_tcp_config())
                 await client.connect()
                 self._client = client
@@ -87,3 +90,24 @@ class IggyConnection:
 
     def __repr__(self) -> str:
         return f"IggyConnection({self.url})"
+
+
+async def check_tls(url: IggyUrl) -> None:
+    """Shake hands with the server as the SDK's client will, and fail at once with the reason
+    when its certificate cannot be trusted: the SDK, meeting an untrusted certificate or a wrong
+    ``tls_domain``, retries until the call times out and then reports the server as
+    unreachable. Nothing to check without ``tls=true`` or with validation switched off.
+
+    Raises :class:`~iggy_spark.errors.ServerError`; a refused or lost connection (a server
+    without TLS just closes it) is left to the caller's retries.
+    """
+    if not url.tls or not url.tls_validate_certificate:
+        return
+    context = ssl.create_default_context(cafile=url.tls_ca_file)
+    try:
+        _, writer = await asyncio.open_connection(
+            url.host, url.port, ssl=context, server_hostname=url.tls_domain or url.host)
+    except ssl.SSLError as exc:
+        raise ServerError(url.server_address, f"TLS handshake failed: {exc.reason or exc} "
+                          "(the url's tls_ca_file and tls_domain)") from exc
+    writer.close()

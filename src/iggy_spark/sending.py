@@ -107,6 +107,8 @@ async def retrying(
         try:
             try:
                 client = await asyncio.wait_for(conn.client(), attempt)
+            except ServerError:
+                raise
             except Exception as exc:  # noqa: BLE001 - the SDK raises bare RuntimeErrors
                 if is_disconnection(exc):
                     raise

@@ -18,6 +18,7 @@ import asyncio
 import os
 import re
 import signal
+import ssl
 import subprocess
 import sys
 import tempfile
@@ -44,7 +45,8 @@ class LocalIggy:
 
     ``with LocalIggy() as broker:`` starts it and stops it; ``broker.address`` is what
     ``IggyClient`` takes and ``broker.url`` what the sink's ``url`` option takes. With
-    ``data_dir`` every acknowledged write is fsynced there and survives restarts.
+    ``data_dir`` every acknowledged write is fsynced there and survives restarts; with ``tls``
+    (an ``ssl.SSLContext`` holding the server's certificate) it speaks TLS.
     """
 
     def __init__(
@@ -56,13 +58,18 @@ class LocalIggy:
         username: str = "iggy",
         password: str = "iggy",
         process: bool = False,
+        tls: ssl.SSLContext | None = None,
     ) -> None:
+        if tls is not None and process:
+            raise ValueError("tls works with the in-process broker (process=False)")
         self.host = host
         self.port = port
         self.data_dir = Path(data_dir) if data_dir is not None else None
         self.username = username
         self._password = password
         self.process = process
+        self.tls = tls
+        """Serves TLS with this context (thread mode); clients need ``tls=true`` in the URL."""
         self._thread: threading.Thread | None = None
         self._loop: asyncio.AbstractEventLoop | None = None
         self._stop: asyncio.Event | None = None
@@ -176,7 +183,7 @@ class LocalIggy:
             await run_broker(
                 data_dir=self.data_dir, host=self.host, port=self.port, username=self.username,
                 password=self._password, stop=self._stop, on_ready=on_ready,
-                refused_sends=self._refused_sends,
+                refused_sends=self._refused_sends, tls=self.tls,
             )
 
         def target() -> None:

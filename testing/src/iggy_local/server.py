@@ -29,6 +29,7 @@ import contextlib
 import hmac
 import logging
 import os
+import ssl
 from collections.abc import Callable
 from dataclasses import dataclass, field
 from itertools import count
@@ -105,6 +106,8 @@ class BrokerServer:
         default_factory=dict, init=False, repr=False
     )
     _sessions: count[int] = field(default_factory=lambda: count(1), init=False, repr=False)
+    tls: ssl.SSLContext | None = field(default=None, repr=False)
+    """Serve TLS with this context (its certificate and key) instead of plain TCP."""
     refused_sends: dict[tuple[str, str], int] = field(default_factory=dict, repr=False)
     """Test-only fault switch: sends to these ``(stream, topic)`` names get a server error
     (``Error``, code 1) once the topic holds the number of messages given (0: at once), while
@@ -132,7 +135,8 @@ class BrokerServer:
         }
 
     async def start(self) -> None:
-        self._server = await asyncio.start_server(self._serve, self.host, self.port)
+        self._server = await asyncio.start_server(self._serve, self.host, self.port,
+                                                  ssl=self.tls)
         self.port = self._server.sockets[0].getsockname()[1]
 
     async def close(self) -> None:
@@ -398,6 +402,7 @@ async def run_broker(
     stop: asyncio.Event,
     on_ready: Callable[[BrokerServer], None] | None = None,
     refused_sends: dict[tuple[str, str], int] | None = None,
+    tls: ssl.SSLContext | None = None,
 ) -> None:
     """Serve a store (in memory, or in ``data_dir``) until ``stop`` is set, then drop every
     client and close the store.
@@ -408,7 +413,7 @@ async def run_broker(
     """
     store = Store.open(data_dir)
     try:
-        server = BrokerServer(store, host, port, username, password)
+        server = BrokerServer(store, host, port, username, password, tls=tls)
         if refused_sends is not None:
             server.refused_sends = refused_sends  # shared with the caller, who toggles it
         await server.start()
