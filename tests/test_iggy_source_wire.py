@@ -154,3 +154,12 @@ def test_a_hand_laid_reply_decodes() -> None:
 def test_a_malformed_reply_is_refused(reply: bytes, problem: str) -> None:
     with pytest.raises(wire.MalformedReply, match=problem):
         wire.record_batch(reply, "s", "t", 0)
+
+
+def test_polls_of_ever_new_sizes_keep_a_bounded_number_of_index_arrays() -> None:
+    """A long query polls many sizes (each range's last poll, payloads of changing size): the
+    index arrays kept per size must not grow with them."""
+    for size in range(1, 200):
+        assert wire.record_batch(poll_reply(0, [(b"x", b"")] * size), "s", "t", 0).num_rows == size
+    assert wire._every.cache_info().currsize <= 64  # of the 398 index arrays these polls used
+    assert wire._interleaved.cache_info().currsize <= 16  # of 199

@@ -21,7 +21,7 @@ from __future__ import annotations
 import struct
 from array import array
 from collections.abc import Callable, Iterator
-from functools import cache
+from functools import lru_cache
 
 import pyarrow as pa
 import pyarrow.compute as pc
@@ -43,6 +43,8 @@ _REPLY = struct.Struct("<IQI")
 _BATCH = struct.Struct("<8xQQ8xQ8xI")
 _LENGTHS = struct.Struct("<II")
 _BATCH_HEADER, _MESSAGE_HEADER = 256, 48
+_SIZES_KEPT = 16
+"""Poll sizes whose index arrays are kept."""
 _HEADER_BYTES = pa.scalar(_MESSAGE_HEADER, pa.int32())
 _CONSUMER_KIND, _NUMERIC_ID, _TEXT_ID = 1, 1, 2
 _BY_OFFSET, _QUORUM = 1, 1
@@ -139,7 +141,7 @@ def _messages(reply: bytes) -> tuple[array[int], int, list[tuple[int, int, int]]
     return array("i", starts), pos, batches
 
 
-@cache
+@lru_cache(maxsize=_SIZES_KEPT)
 def _interleaved(count: int) -> pa.Array:
     """Indices taking ``a[0], b[0], a[1], b[1], ..., end`` from ``a + b + [end]``."""
     return pa.array([*(k // 2 + (k % 2) * count for k in range(2 * count)), 2 * count],
@@ -154,10 +156,10 @@ def _spans(data: pa.Buffer, starts: pa.Array, stops: pa.Array, end: int) -> pa.A
     return pa.Array.from_buffers(pa.binary(), 2 * len(starts), [None, cuts.buffers()[1], data])
 
 
-@cache
+@lru_cache(maxsize=4 * _SIZES_KEPT)
 def _every(start: int, stop: int, step: int) -> pa.Array:
-    """Indices ``start, start + step, ... < stop``; a poll reuses the same few, so they are
-    made once per size."""
+    """Indices ``start, start + step, ... < stop``; polls mostly come in a few sizes, so the
+    indices of the latest ones are kept (bounded: a long query sees many sizes)."""
     return pa.array(range(start, stop, step), pa.int32())
 
 
