@@ -98,12 +98,17 @@ def _decoded(reply: bytes) -> list[dict[str, Any]]:
 
 @settings(max_examples=40, deadline=None, suppress_health_check=[HealthCheck.too_slow])
 @given(sent=MESSAGES, sends=st.integers(1, 4), start=st.integers(0, 50),
-       count=st.integers(1, 60))
+       count=st.integers(1, 60), one_size=st.booleans())
 def test_a_poll_decodes_as_the_sdk_decodes_it(
     broker: Any, sent: list[tuple[int, bytes, dict[Any, Any]]], sends: int, start: int,
-    count: int,
+    count: int, one_size: bool,
 ) -> None:
+    """``one_size``: every message as large as the first (its headers too), so batches take
+    the path that finds the messages without walking them."""
     topic = f"t{uuid.uuid4().hex}"
+    if one_size:
+        size, headers = len(sent[0][1]), sent[0][2]
+        sent = [(i, p[:size].ljust(size, b"."), headers) for i, p, _ in sent]
 
     async def main() -> tuple[bytes, list[ReceiveMessage]]:
         client = await connect(broker.address)
@@ -128,6 +133,16 @@ def test_a_poll_decodes_as_the_sdk_decodes_it(
     assert _decoded(raw) == _expected(polled)
 
 
+def test_messages_of_one_size_split_between_payload_and_headers_decode() -> None:
+    """Same-size messages are found without a walk; each still gets its own payload and
+    headers, however it splits its size between them."""
+    header = b"\x02\x01\x00\x00\x00k" + b"\x02\x01\x00\x00\x00v"  # 12 bytes: k=v
+    rows = wire.record_batch(poll_reply(0, [(b"p" * 12, b""), (b"", header), (b"p" * 12, b"")]),
+                             "s", "t", 0).to_pylist()
+    assert [(r["payload"], r["headers"]) for r in rows] == [
+        (b"p" * 12, None), (b"", [("k", b"v")]), (b"p" * 12, None)]
+
+
 def test_a_hand_laid_reply_decodes() -> None:
     header = b"\x02\x01\x00\x00\x00k" + b"\x0c\x08\x00\x00\x00" + struct.pack("<Q", 2**64 - 1)
     rows = wire.record_batch(poll_reply(40, [(b"a", b""), (b"", header), (b"ccc", b"")]),
@@ -139,9 +154,19 @@ def test_a_hand_laid_reply_decodes() -> None:
     assert {r["partition"] for r in rows} == {3}
 
 
+def _lying(reply: bytes) -> bytes:
+    """``reply`` with its first message's payload length one too long: the batch's size still
+    divides evenly among its messages, but they are not of one size."""
+    patched = bytearray(reply)
+    at = 16 + 256 + 36
+    struct.pack_into("<I", patched, at, struct.unpack_from("<I", patched, at)[0] + 1)
+    return bytes(patched)
+
+
 @pytest.mark.parametrize(("reply", "problem"), [
     (b"\0" * 10, "has no header"),
     (poll_reply(40, [(b"abc", b"")])[:-1], "does not fill"),
+    (_lying(poll_reply(40, [(b"abc", b""), (b"abc", b"")])), "does not fill"),
     (poll_reply(40, [(b"abc", b"")])[:100], "ends inside a batch header"),
     (poll_reply(40, [(b"abc", b"")]) + b"\0" * 300, "does not fill"),
     (struct.pack("<IQI", 0, 0, 2) + poll_reply(40, [(b"abc", b"")])[16:],
