@@ -1,10 +1,13 @@
 """``iggy`` source read speed against a hand-written single-process SDK poll loop.
 
     python -m bench.bench_iggy_source [--messages 200000] [--partitions 1,2] [--rounds 3]
+                                      [--payload-bytes 200 | 50-350]
                                       [--url iggy://user:password@host:port]
 
 For each partition count, one fresh broker (in its own process) holds one topic of
-``--messages`` messages of 200-byte payloads spread evenly over the partitions, read whole by
+``--messages`` messages of 200-byte payloads (or of sizes drawn from ``--payload-bytes``, a
+range: the source lays out batches of one size without walking them, so both are measured)
+spread evenly over the partitions, read whole by
 three contenders, interleaved round by round after a discarded warm-up round. With ``--url``
 the topic lives on that server instead (a real Iggy server the reader runs; a stream of its
 own per partition count, deleted afterwards): the local broker is Python, and its serving
@@ -21,7 +24,8 @@ speed, not the readers', can bound every contender.
   schema, batch size and number of tasks from memory into the same sink, timed the same way:
   what pyspark's Python data source path alone allows, the most any Python source can reach.
 
-Writes ``bench/results/iggy_source.json`` (``iggy_source_server.json`` with ``--url``).
+Writes ``bench/results/iggy_source.json`` (``iggy_source_server.json`` with ``--url``;
+``_varied`` added for a range of payload sizes).
 """
 
 from __future__ import annotations
@@ -29,6 +33,7 @@ from __future__ import annotations
 import argparse
 import asyncio
 import os
+import random
 import secrets
 import sys
 from collections.abc import Iterator
@@ -54,12 +59,20 @@ SPARK_TIMED = ("iggy -> noop: first micro-batch start to last micro-batch end (S
                "JVM and query start-up excluded")
 HAND_TIMED = "one asyncio client, each partition polled by offset 1,000 at a time, payloads read"
 TOPIC = "events"
-PAYLOAD = b"x" * 200
 SEND = POLL = 1_000
 
 
-def seed(address: str, stream: str, messages: int, partitions: int) -> None:
+def payload_sizes(spec: str) -> tuple[int, int]:
+    """``--payload-bytes``: ``200`` (every payload that size) or ``50-350`` (sizes drawn
+    evenly from that range, the same draw every run)."""
+    low, _, high = spec.partition("-")
+    return int(low), int(high or low)
+
+
+def seed(address: str, stream: str, messages: int, partitions: int,
+         sizes: tuple[int, int] = (200, 200)) -> None:
     """The topic, its messages spread evenly over its partitions (untimed)."""
+    draw = random.Random(7)
 
     async def main() -> None:
         client = await sdk_client(address)
@@ -70,7 +83,8 @@ def seed(address: str, stream: str, messages: int, partitions: int) -> None:
             for low in range(0, share, SEND):
                 await client.send_messages(
                     stream, TOPIC, Partitioning.partition_id(partition),
-                    [SendMessage(PAYLOAD) for _ in range(min(SEND, share - low))])
+                    [SendMessage(b"x" * draw.randint(*sizes))
+                     for _ in range(min(SEND, share - low))])
 
     asyncio.run(main())
 
@@ -133,9 +147,12 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--messages", type=int, default=200_000)
     parser.add_argument("--partitions", default="1,2")
     parser.add_argument("--rounds", type=int, default=3)
+    parser.add_argument("--payload-bytes", default="200",
+                        help="payload size, or a range like 50-350 to draw sizes from")
     parser.add_argument("--url", help="a running Iggy server to read from instead of a fresh "
                         "local broker (its user must create and delete streams)")
     args = parser.parse_args(argv)
+    sizes = payload_sizes(args.payload_bytes)
     # Spark's Python workers import the memory source by name: they need the repository root
     root = str(Path(__file__).resolve().parent.parent)
     os.environ["PYTHONPATH"] = os.pathsep.join(filter(None, [root, os.environ.get("PYTHONPATH")]))
@@ -146,7 +163,7 @@ def main(argv: list[str] | None = None) -> int:
         stream = f"bench-{partitions}-{secrets.token_hex(4)}"
         with _server(args.url) as (address, url):
             with common.stopwatch() as elapsed:
-                seed(address, stream, args.messages, partitions)
+                seed(address, stream, args.messages, partitions, sizes)
             common.log(f"{partitions} partition(s): {args.messages:,} messages in "
                        f"{elapsed():.1f}s")
 
@@ -167,7 +184,7 @@ def main(argv: list[str] | None = None) -> int:
             def ceiling(_: int, count: int = tasks(args.messages, partitions)) -> common.Measure:
                 return common.read_to_noop(
                     lambda: spark.readStream.format(NAME).option("messages", args.messages)
-                    .option("tasks", count).option("payload_bytes", len(PAYLOAD)).load(),
+                    .option("tasks", count).option("payload_bytes", sum(sizes) // 2).load(),
                     CEILING_TIMED, args.messages, "the memory source")
 
             runs = common.paired_rounds({"handwritten": hand, "spark": spark_run,
@@ -187,10 +204,12 @@ def main(argv: list[str] | None = None) -> int:
         f"Python source reading from memory ({r['ceiling']['per_second']:,}/s = "
         f"{r['ceiling_vs_handwritten']['median']:.2f}x hand-written)"
         for p, r in by_partitions.items())
-    return common.publish("iggy_source_server" if args.url else "iggy_source", {
+    name = "iggy_source" + ("_server" if args.url else "") + (
+        "_varied" if sizes[0] != sizes[1] else "")
+    return common.publish(name, {
         "benchmark": "iggy -> noop vs a hand-written single-process SDK poll loop, and the "
                      "ceiling of a Python source reading from memory",
-        "config": {"messages": args.messages, "payload_bytes": len(PAYLOAD),
+        "config": {"messages": args.messages, "payload_bytes": args.payload_bytes,
                    "rounds": args.rounds, "partitions": args.partitions,
                    "server": "an Iggy server at --url" if args.url else
                    "the local broker, in its own process"},
