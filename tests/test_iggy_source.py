@@ -75,6 +75,22 @@ def test_what_iggy_routed_writes_iggy_reads_back(spark: Any, broker: Any, name: 
     assert all(seq == sorted(seq) for seq in per_key.values())
 
 
+def test_a_stream_given_by_its_numeric_id_is_read(spark: Any, broker: Any, name: str) -> None:
+    """``stream`` takes a name or a numeric id, as the SDK does: the source's own polls must
+    name the same stream its planning found."""
+    from broker_fixtures import connect, run
+
+    seed(broker.address, name, ["a"], partitions=1, per_partition=5)
+
+    async def stream_id() -> int:
+        details = await (await connect(broker.address)).get_stream(name)
+        assert details is not None
+        return int(details.id)
+
+    rows = reader(spark, broker, str(run(stream_id())), topics="a").collect()
+    assert sorted(r.offset for r in rows) == list(range(5))
+
+
 def test_batch_read_from_a_timestamp(spark: Any, broker: Any, name: str) -> None:
     seed(broker.address, name, ["a"], partitions=2, per_partition=5)
     time.sleep(0.01)

@@ -21,6 +21,8 @@ import struct
 from datetime import timedelta
 from typing import TYPE_CHECKING
 
+from iggy_spark.identifiers import identifier, name_field
+
 if TYPE_CHECKING:
     import apache_iggy
 
@@ -31,7 +33,7 @@ __all__ = ["CREATE_TOPIC", "create_topic", "encode_create_topic"]
 CREATE_TOPIC = 302
 """Command code of create-topic; the SDK maps it to the replicated metadata operation."""
 
-_STRING_KIND, _UINT64_KIND, _IDENTIFIER_STRING = 2, 12, 2
+_STRING_KIND, _UINT64_KIND = 2, 12
 _NEVER = 2**64 - 1
 
 
@@ -46,13 +48,6 @@ def _u64_options(values: dict[str, int]) -> bytes:
     )
 
 
-def _short(text: str, what: str) -> bytes:
-    data = text.encode()
-    if not 1 <= len(data) <= 255:
-        raise ValueError(f"{what} {text!r} must be 1 to 255 bytes")
-    return bytes([len(data)]) + data
-
-
 def encode_create_topic(stream: str, name: str, defaults: TopicDefaults) -> bytes:
     """The create-topic body for topic ``name`` of stream ``stream`` with ``defaults``."""
     options: dict[str, int] = {}
@@ -65,8 +60,8 @@ def encode_create_topic(stream: str, name: str, defaults: TopicDefaults) -> byte
     elif isinstance(defaults.max_size, int):
         options["max_topic_size"] = defaults.max_size
     return (
-        bytes([_IDENTIFIER_STRING]) + _short(stream, "stream name")
-        + struct.pack("<I", defaults.partitions_count) + _short(name, "topic name")
+        identifier(stream, "stream name")
+        + struct.pack("<I", defaults.partitions_count) + name_field(name, "topic name")
         + _u64_options(options)
     )
 

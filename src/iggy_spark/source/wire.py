@@ -26,6 +26,7 @@ from functools import lru_cache
 import pyarrow as pa
 import pyarrow.compute as pc
 
+from iggy_spark.identifiers import identifier
 from iggy_spark.source.schema import ARROW_SCHEMA, HEADERS_TYPE
 
 __all__ = [
@@ -47,7 +48,7 @@ _NO_STARTS = pa.array([], pa.int32())
 _SIZES_KEPT = 16
 """Poll sizes whose index arrays are kept."""
 _HEADER_BYTES = pa.scalar(_MESSAGE_HEADER, pa.int32())
-_CONSUMER_KIND, _NUMERIC_ID, _TEXT_ID = 1, 1, 2
+_CONSUMER_KIND = 1
 _BY_OFFSET, _QUORUM = 1, 1
 
 
@@ -55,17 +56,11 @@ class MalformedReply(ValueError):
     """A poll reply whose lengths or counts do not add up."""
 
 
-def _identifier(value: str | int) -> bytes:
-    if isinstance(value, int):
-        return struct.pack("<BBI", _NUMERIC_ID, 4, value)
-    text = value.encode()
-    return struct.pack("<BB", _TEXT_ID, len(text)) + text
-
-
 def _target(consumer: str, stream: str, topic: str, partition: int) -> bytes:
     """``[consumer kind][consumer][stream][topic][partition flag u8][partition u32]``."""
-    return b"".join((bytes([_CONSUMER_KIND]), _identifier(consumer), _identifier(stream),
-                     _identifier(topic), struct.pack("<BI", 1, partition)))
+    return b"".join((bytes([_CONSUMER_KIND]), identifier(consumer, "consumer"),
+                     identifier(stream, "stream"), identifier(topic, "topic"),
+                     struct.pack("<BI", 1, partition)))
 
 
 def offset_request(consumer: str, stream: str, topic: str, partition: int) -> bytes:
