@@ -2,15 +2,16 @@
 
 Run with nbclient on a kernel spec made for this test that points at this interpreter (the venv,
 where the package is installed), so a stray ``python3`` kernel elsewhere on the machine cannot
-be picked up. The notebook asserts its own counts; this test also checks the line it prints,
-the time it took, and that its outputs are not committed.
+be picked up. The notebook asserts its own counts; this test also checks the line it prints
+and that its outputs are not committed. A cell that hangs fails it after
+:data:`CELL_TIMEOUT_SECONDS`; how long the notebook takes is not asserted here (speed belongs
+to the benchmarks).
 """
 
 from __future__ import annotations
 
 import json
 import sys
-import time
 from pathlib import Path
 
 import nbformat
@@ -19,7 +20,6 @@ from nbclient import NotebookClient
 
 NOTEBOOK = Path(__file__).resolve().parents[1] / "notebooks" / "quickstart.ipynb"
 CELL_TIMEOUT_SECONDS = 120
-NOTEBOOK_LIMIT_SECONDS = 180
 KERNEL = "iggy-spark-tests"
 
 
@@ -54,9 +54,7 @@ def test_quickstart_runs_headless_and_delivers_every_change(
         notebook, timeout=CELL_TIMEOUT_SECONDS, kernel_name=KERNEL,
         resources={"metadata": {"path": str(tmp_path)}},
     )
-    started = time.monotonic()
     client.execute()
-    elapsed = time.monotonic() - started
 
     printed = "".join(
         output.get("text", "")
@@ -69,4 +67,3 @@ def test_quickstart_runs_headless_and_delivers_every_change(
     plots = [output for cell in notebook.cells if cell.cell_type == "code"
              for output in cell.outputs if "image/png" in output.get("data", {})]
     assert len(plots) == 1, "the messages-per-topic plot was not drawn"
-    assert elapsed < NOTEBOOK_LIMIT_SECONDS, f"the notebook took {elapsed:.0f}s"
