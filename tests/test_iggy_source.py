@@ -110,6 +110,36 @@ def test_batch_read_from_a_timestamp(spark: Any, broker: Any, name: str) -> None
                starting_offsets="latest").collect()
 
 
+@pytest.mark.parametrize("fail", [True, False])
+def test_a_range_whose_topic_was_deleted_after_planning_is_lost_not_stuck(
+    broker: Any, name: str, fail: bool
+) -> None:
+    """A batch planned, then its topic deleted (the query stopped in between): its replay must
+    not fail on every attempt; the gone range is data loss, refused or skipped."""
+    from broker_fixtures import connect, run
+
+    from iggy_spark.source.errors import DataLoss
+    from iggy_spark.source.offsets import Range
+    from iggy_spark.source.options import SourceOptions
+    from iggy_spark.source.polling import read_range
+
+    seed(broker.address, name, ["gone"], partitions=1, per_partition=5)
+    options = SourceOptions.from_options({"url": broker.url, "stream": name, "topics": "gone",
+                                          "fail_on_data_loss": str(fail).lower()})
+    assert sum(b.num_rows for b in read_range(options, Range("gone", 0, 0, 5))) == 5
+
+    async def delete() -> None:
+        await (await connect(broker.address)).delete_topic(name, "gone")
+
+    run(delete())
+    if fail:
+        with pytest.raises(DataLoss, match=r"offsets \[0, 5\) of topic 'gone' partition 0 "
+                                           r"are lost \(its topic or partition no longer"):
+            list(read_range(options, Range("gone", 0, 0, 5)))
+    else:
+        assert list(read_range(options, Range("gone", 0, 0, 5))) == []
+
+
 @pytest.mark.parametrize(("options", "message"), [
     ({"topics": "a", "stream": "missing"}, "option 'stream': stream 'missing' does not exist"),
     ({"topics": "a,nope"}, "option 'topics': topic 'nope' does not exist"),
@@ -121,6 +151,11 @@ def test_batch_read_from_a_timestamp(spark: Any, broker: Any, name: str) -> None
      "option 'ending_offsets': offset 1 of topic 'a' partition 0 is before"),
     ({"topics": "a", "starting_offsets": "{not json"},
      "option 'starting_offsets': bad value: expected earliest"),
+    ({"topics": "a", "ending_offsets": "earliest"},
+     "option 'ending_offsets': bad value: .*earliest cannot end a read"),
+    ({"topics": "a", "stream": "s" * 256}, "option 'stream': bad value: .* 1 to 255 bytes"),
+    ({"topics": "a", "report_consumer": "c" * 256},
+     "option 'report_consumer': bad value: .* 1 to 255 bytes"),
 ])
 def test_bad_input_is_refused_naming_the_option(
     spark: Any, broker: Any, name: str, options: dict[str, str], message: str
@@ -212,8 +247,9 @@ def test_ending_options_are_refused_for_streams(spark: Any, broker: Any, name: s
                 **{option: value})
 
 
+@pytest.mark.parametrize("subscription", [{"topic_pattern": ".*"}, {"topics": "kept,gone"}])
 def test_a_topic_deleted_or_recreated_under_a_running_query_is_named_or_passed_over(
-    broker: Any, name: str
+    broker: Any, name: str, subscription: dict[str, str]
 ) -> None:
     """An operator deletes a topic the query reads (over TCP, on the broker), then creates one
     with its name and fewer messages: the checkpoint's offsets point at messages that are gone.
@@ -231,7 +267,7 @@ def test_a_topic_deleted_or_recreated_under_a_running_query_is_named_or_passed_o
 
     def planned(fail: bool, start: dict[str, Any]) -> dict[str, Any]:
         options = SourceOptions.from_options({"url": broker.url, "stream": name,
-                                              "topic_pattern": ".*",
+                                              **subscription,
                                               "fail_on_data_loss": str(fail).lower()})
         return IggyStreamReader(options, None).latestOffset(start, ReadAllAvailable())
 
@@ -254,6 +290,6 @@ def test_a_topic_deleted_or_recreated_under_a_running_query_is_named_or_passed_o
     end = planned(False, checkpoint)
     assert end == {"kept": {"0": 5}, "gone": {"0": 2}}
     options = SourceOptions.from_options({"url": broker.url, "stream": name,
-                                          "topic_pattern": ".*", "fail_on_data_loss": "false"})
+                                          **subscription, "fail_on_data_loss": "false"})
     ranges = [p.value for p in IggyStreamReader(options, None).partitions(checkpoint, end)]
     assert [(r.topic, r.partition, r.start, r.end) for r in ranges if r] == [("gone", 0, 0, 2)]

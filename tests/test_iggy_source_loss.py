@@ -27,7 +27,8 @@ def options(fail: bool) -> SourceOptions:
 def stub_server(monkeypatch: pytest.MonkeyPatch, latest: dict[Position, int]) -> None:
     monkeypatch.setattr(catalog, "latest", lambda _options: dict(latest))
     monkeypatch.setattr(catalog, "tails",
-                        lambda _options: {p: catalog.Tail(n, 1) for p, n in latest.items()})
+                        lambda _options, _known=(): {p: catalog.Tail(n, 1)
+                                                     for p, n in latest.items()})
     monkeypatch.setattr(catalog, "earliest", lambda _options, positions: {})
 
 
@@ -53,6 +54,44 @@ def test_a_partition_that_vanished_or_shrank_fails_the_query_or_is_passed_over(
         reader(fail=True).latestOffset(start, ReadAllAvailable())
     end = reader(fail=False).latestOffset(start, ReadAllAvailable())
     assert end == ({"gone": {"0": 3}} if now else {})  # dropped, or read on from where it is
+
+
+def test_available_now_started_from_latest_reads_nothing_older_than_its_start(
+    monkeypatch: pytest.MonkeyPatch
+) -> None:
+    # Spark takes the ceiling before a new query's initialOffset: messages that arrive in
+    # between put `latest` past the ceiling; the query must read nothing, not the history.
+    position = Position("t", 0)
+    stub_server(monkeypatch, {position: 990})
+    reader = IggyStreamReader(SourceOptions.from_options(
+        {"url": URL, "stream": "s", "topics": "t", "starting_offsets": "latest"}), None)
+    reader.prepareForTriggerAvailableNow()
+    stub_server(monkeypatch, {position: 1000})
+    start = reader.initialOffset()
+    assert start == {"t": {"0": 1000}}
+    end = reader.latestOffset(start, ReadAllAvailable())
+    assert end == start
+    assert not any(p.value for p in reader.partitions(start, end))
+
+
+@pytest.mark.parametrize("fail", [True, False])
+def test_a_partition_retention_emptied_begins_at_its_end(
+    monkeypatch: pytest.MonkeyPatch, fail: bool
+) -> None:
+    # retention removed every message: the partition still ends at 10 and holds nothing
+    position = Position("t", 0)
+    stub_server(monkeypatch, {position: 10})
+    reader = IggyStreamReader(options(fail), None)
+    assert reader.initialOffset() == {"t": {"0": 10}}  # not 0, where every offset is lost
+    # the same partition appearing while the query runs: its ten messages were never read
+    end = reader.latestOffset({}, ReadAllAvailable())
+    assert end == {"t": {"0": 10}}
+    if fail:
+        with pytest.raises(DataLoss, match=r"offsets \[0, 10\) of topic 't' partition 0 are "
+                                           "lost .*appeared while the query ran"):
+            reader.partitions({}, end)
+    else:
+        assert not any(p.value for p in reader.partitions({}, end))
 
 
 def stub_polls(monkeypatch: pytest.MonkeyPatch, kept_from: int, kept_to: int) -> None:

@@ -20,6 +20,7 @@ from iggy_spark.source.offsets import (
     admit,
     behind,
     from_json,
+    parse_ending_spec,
     parse_offset_spec,
     resolve,
     split,
@@ -68,6 +69,14 @@ def test_malformed_offset_maps_are_refused(text: str, problem: str) -> None:
         parse_offset_spec(text)
 
 
+def test_ending_offsets_refuse_earliest() -> None:
+    assert parse_ending_spec("latest") == OffsetSpec(LATEST)
+    assert parse_ending_spec('{"t": {"0": 4}}') == OffsetSpec(None, {Position("t", 0): 4})
+    for text in ("earliest", '{"t": {"0": 4, "1": -2}}'):
+        with pytest.raises(ValueError, match="earliest cannot end a read"):
+            parse_ending_spec(text)
+
+
 def test_offset_words() -> None:
     assert parse_offset_spec(" Earliest ") == OffsetSpec(EARLIEST)
     assert parse_offset_spec("latest") == OffsetSpec(LATEST)
@@ -81,7 +90,9 @@ def test_resolve_words_explicit_and_fallback() -> None:
     assert resolve(spec, earliest, latest, EARLIEST) == {
         Position("t", 0): 2, Position("t", 1): 5, Position("u", 0): 3}
     assert resolve(OffsetSpec(LATEST), earliest, latest, EARLIEST) == latest
-    assert resolve(OffsetSpec(EARLIEST), {}, latest, LATEST) == dict.fromkeys(latest, 0)
+    # partitions holding nothing (retention emptied them) begin at their end, not at 0, where
+    # every offset is gone
+    assert resolve(OffsetSpec(EARLIEST), {}, latest, LATEST) == latest
 
 
 def test_resolve_refuses_an_offset_past_the_end_and_unknown_partitions() -> None:

@@ -7,7 +7,7 @@ it starts.
 
 from __future__ import annotations
 
-from collections.abc import Awaitable, Callable, Iterable, Mapping
+from collections.abc import Awaitable, Callable, Collection, Iterable, Mapping
 from concurrent.futures import Future
 from typing import TYPE_CHECKING, Any, NamedTuple, TypeVar
 
@@ -21,8 +21,8 @@ if TYPE_CHECKING:
     import apache_iggy
 
 __all__ = [
-    "CALL_SECONDS", "Tail", "at_timestamp", "call", "consumer", "earliest", "latest", "report",
-    "tails",
+    "CALL_SECONDS", "Tail", "at_timestamp", "call", "consumer", "earliest", "holds", "latest",
+    "report", "tails",
 ]
 
 T = TypeVar("T")
@@ -73,8 +73,13 @@ def latest(options: SourceOptions) -> dict[Position, int]:
     return {position: tail.next for position, tail in tails(options).items()}
 
 
-def tails(options: SourceOptions) -> dict[Position, Tail]:
-    """Each subscribed partition's :class:`Tail`, now (errors as :func:`latest`)."""
+def tails(options: SourceOptions, known: Collection[str] = ()) -> dict[Position, Tail]:
+    """Each subscribed partition's :class:`Tail`, now (errors as :func:`latest`).
+
+    A listed topic in ``known`` (one the query has read) that no longer exists is left out, as
+    is a topic the pattern matched that was deleted before its details were read: whether its
+    partitions' loss fails the query is ``fail_on_data_loss``'s to decide.
+    """
 
     async def work(client: apache_iggy.IggyClient) -> dict[Position, Tail]:
         if await client.get_stream(options.stream) is None:
@@ -88,6 +93,8 @@ def tails(options: SourceOptions) -> dict[Position, Tail]:
         for name in names:
             details = await client.get_topic(options.stream, name)
             if details is None:
+                if options.topics is None or name in known:
+                    continue
                 raise ConfigError("topics", f"topic {show(name)} does not exist in stream "
                                             f"{show(options.stream)}")
             for p in details.partitions:
@@ -97,6 +104,19 @@ def tails(options: SourceOptions) -> dict[Position, Tail]:
                     int(p.current_offset) + 1 if filled else 0,
                     -(-int(p.size) // count) if count else 0)
         return found
+
+    return call(options, work)
+
+
+def holds(options: SourceOptions, position: Position) -> bool:
+    """Whether the stream still has ``position``'s topic and partition."""
+
+    async def work(client: apache_iggy.IggyClient) -> bool:
+        if await client.get_stream(options.stream) is None:
+            return False
+        details = await client.get_topic(options.stream, position.topic)
+        return details is not None and any(
+            int(p.id) == position.partition for p in details.partitions)
 
     return call(options, work)
 

@@ -22,6 +22,7 @@ __all__ = [
     "admit",
     "behind",
     "from_json",
+    "parse_ending_spec",
     "parse_offset_spec",
     "resolve",
     "split",
@@ -76,6 +77,17 @@ def parse_offset_spec(text: str) -> OffsetSpec:
     return OffsetSpec(None, from_json(document, minimum=EARLIEST))
 
 
+def parse_ending_spec(text: str) -> OffsetSpec:
+    """``ending_offsets``: ``latest`` or a map as :func:`parse_offset_spec` reads it, without
+    ``earliest`` (``-2``): a read that ends where the partition begins reads nothing, which is
+    never what was meant."""
+    spec = parse_offset_spec(text)
+    if spec.default == EARLIEST or EARLIEST in spec.explicit.values():
+        raise ValueError('expected latest or a JSON map like {"topic": {"0": 42}} of offsets to '
+                         "stop before (-1 for latest); earliest cannot end a read")
+    return spec
+
+
 def from_json(document: Any, *, minimum: int = 0) -> dict[Position, int]:
     """An offset map from its JSON form; :class:`ValueError` for any other shape."""
     if not isinstance(document, dict):
@@ -110,7 +122,9 @@ def resolve(
     latest: Mapping[Position, int],
     fallback: int,
 ) -> dict[Position, int]:
-    """Concrete offsets for every position of ``latest`` (its next offsets).
+    """Concrete offsets for every position of ``latest`` (its next offsets); ``earliest``
+    leaves out partitions that hold nothing (emptied by retention, say), which begin at their
+    end.
 
     Raises :class:`ValueError` for an explicit offset past a partition's end or for a position
     the subscription does not have (a typo in a topic name must not be ignored).
@@ -124,7 +138,7 @@ def resolve(
     for position, end in latest.items():
         wanted = spec.explicit.get(position, fallback if spec.default is None else spec.default)
         if wanted == EARLIEST:
-            wanted = earliest.get(position, 0)
+            wanted = earliest.get(position, end)  # holding nothing: it begins at its end
         elif wanted == LATEST:
             wanted = end
         elif wanted > end:

@@ -15,8 +15,9 @@ from datetime import UTC, datetime, timedelta
 from connector_common.options import OptionDoc, OptionSet, parsed
 from connector_common.units import parse_bool, parse_int, parse_positive_size
 from iggy_spark.errors import ConfigError
+from iggy_spark.identifiers import identifier
 from iggy_spark.iggy_url import IggyUrl
-from iggy_spark.source.offsets import OffsetSpec, parse_offset_spec
+from iggy_spark.source.offsets import OffsetSpec, parse_ending_spec, parse_offset_spec
 
 __all__ = ["OPTION_DOCS", "PAYLOAD_FORMATS", "SourceOptions", "parse_timestamp"]
 
@@ -130,14 +131,14 @@ class SourceOptions:
         since, until = given.get("starting_timestamp"), given.get("ending_timestamp")
         return cls(
             url=url,
-            stream=required("stream"),
+            stream=_named("stream", required("stream")),
             topics=topics,
             topic_pattern=pattern,
             starting=parsed("starting_offsets", given["starting_offsets"], parse_offset_spec,
                             ConfigError),
             starting_timestamp=None if since is None else parsed(
                 "starting_timestamp", since, parse_timestamp, ConfigError),
-            ending=parsed("ending_offsets", given["ending_offsets"], parse_offset_spec,
+            ending=parsed("ending_offsets", given["ending_offsets"], parse_ending_spec,
                           ConfigError),
             ending_timestamp=None if until is None else parsed(
                 "ending_timestamp", until, parse_timestamp, ConfigError),
@@ -150,7 +151,8 @@ class SourceOptions:
             poll_messages=positive("poll_messages"),
             fail_on_data_loss=parsed("fail_on_data_loss", given["fail_on_data_loss"], parse_bool,
                                      ConfigError),
-            report_consumer=given.get("report_consumer", "").strip() or None,
+            report_consumer=_named("report_consumer",
+                                   given.get("report_consumer", "").strip()) or None,
             payload_format=parsed("payload_format", given["payload_format"], _payload_format,
                                   ConfigError),
         )
@@ -161,6 +163,14 @@ class SourceOptions:
             return topic in self.topics
         pattern = self.topic_pattern
         return pattern is not None and re.fullmatch(pattern, topic) is not None
+
+
+def _named(option: str, text: str) -> str:
+    """``text``, refused now if no request could carry it (a name over 255 bytes), rather than
+    at every poll or report."""
+    if text:
+        parsed(option, text, lambda t: identifier(t, "the name"), ConfigError)
+    return text
 
 
 def parse_timestamp(text: str) -> int:

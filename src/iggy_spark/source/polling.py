@@ -17,10 +17,10 @@ from typing import TYPE_CHECKING
 import pyarrow as pa
 import pyarrow.compute as pc
 
-from iggy_spark.source import wire
+from iggy_spark.source import catalog, wire
 from iggy_spark.source.catalog import CONSUMER, submit
 from iggy_spark.source.errors import DataLoss, SourceError
-from iggy_spark.source.offsets import Range
+from iggy_spark.source.offsets import Position, Range
 from iggy_spark.source.options import SourceOptions
 from iggy_spark.source.payloads import parsed_batch
 
@@ -40,8 +40,8 @@ def read_range(
     into ``rows`` (:mod:`~iggy_spark.source.payloads`).
 
     A gap (the server's oldest message is past where the range starts, or the partition has
-    nothing left where it had messages) is data loss: :class:`DataLoss`, or skipped with
-    ``fail_on_data_loss=false``.
+    nothing left where it had messages), or a topic or partition deleted since the range was
+    planned, is data loss: :class:`DataLoss`, or skipped with ``fail_on_data_loss=false``.
     """
     topic, partition, expected, end = work
     if expected >= end:
@@ -49,7 +49,17 @@ def read_range(
     count = min(options.poll_messages, _FIRST_POLL)
     pending = _poll(options, topic, partition, expected, end, count)
     while True:
-        reply = pending.result()
+        try:
+            reply = pending.result()
+        except Exception as exc:
+            # a batch planned before its topic was deleted would fail on every replay: gone is
+            # lost data, for fail_on_data_loss to judge; any other failure is the server's
+            if catalog.holds(options, Position(topic, partition)):
+                raise
+            if options.fail_on_data_loss:
+                raise DataLoss(topic, partition, expected, end,
+                               "its topic or partition no longer exists") from exc
+            return
         count = _next_count(options, reply, count)
         # the next poll travels while this reply becomes a batch; it starts where the reply's
         # header says the messages end, checked against the decoded offsets below

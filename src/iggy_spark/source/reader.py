@@ -25,7 +25,7 @@ from pyspark.sql.streaming.datasource import (
 
 from iggy_spark.errors import ConfigError
 from iggy_spark.source import catalog, progress
-from iggy_spark.source.errors import SourceError
+from iggy_spark.source.errors import DataLoss, SourceError
 from iggy_spark.source.offsets import (
     EARLIEST,
     LATEST,
@@ -159,12 +159,12 @@ class IggyStreamReader(DataSourceStreamReader, SupportsTriggerAvailableNow):
 
     def latestOffset(self, start: dict[str, Any], limit: ReadLimit) -> dict[str, Any]:
         begin = from_json(start)
-        tails = catalog.tails(self.options)
+        tails = catalog.tails(self.options, {position.topic for position in begin})
         latest = {position: tail.next for position, tail in tails.items()}
         self._check_lost(begin, latest)
         now = self._bounded(latest, begin)
         new = [p for p in now if p not in begin]
-        base = {**begin, **catalog.earliest(self.options, new)}
+        base = {**begin, **self._first(new, now)}
         # a partition that vanished is left out; one whose end went back (both only with
         # fail_on_data_loss=false) has nothing admitted and goes on from its new end
         end = self._admitted(limit, base, now, tails)
@@ -189,12 +189,19 @@ class IggyStreamReader(DataSourceStreamReader, SupportsTriggerAvailableNow):
     def _bounded(
         self, now: dict[Position, int], begin: Mapping[Position, int]
     ) -> dict[Position, int]:
-        """Under ``Trigger.AvailableNow``: no further than what existed when it started."""
+        """Under ``Trigger.AvailableNow``: no further than what existed when it started, and
+        never back from where the batch starts: Spark takes the ceiling before a new query's
+        ``initialOffset``, so ``starting_offsets=latest`` can start past it (an end before the
+        start would read as a recreated partition, and read it from its beginning)."""
         if self._ceiling is None:
             return now
         ceiling = self._ceiling
-        return {p: min(end, ceiling.get(p, begin.get(p, end))) for p, end in now.items()
-                if p in ceiling or p in begin}
+
+        def bound(p: Position, end: int) -> int:
+            limit = ceiling.get(p, begin.get(p, end))
+            return min(end, limit if p not in begin else max(limit, begin[p]))
+
+        return {p: bound(p, end) for p, end in now.items() if p in ceiling or p in begin}
 
     def _check_lost(self, begin: Mapping[Position, int], now: Mapping[Position, int]) -> None:
         """Partitions that vanished or whose end went backwards lost what the checkpoint says
@@ -215,9 +222,20 @@ class IggyStreamReader(DataSourceStreamReader, SupportsTriggerAvailableNow):
         # a partition whose end went back past the start was recreated (the query passed that
         # over with fail_on_data_loss=false): it is new, read from its start like one
         new = [p for p in stop if p not in begin or stop[p] < begin[p]]
-        begin.update({p: 0 for p in new})
-        begin.update(catalog.earliest(self.options, new))
+        first = self._first(new, stop)
+        lost = sorted((p, offset) for p, offset in first.items() if offset and p not in begin)
+        if lost and self.options.fail_on_data_loss:
+            (position, offset), *_ = lost
+            raise DataLoss(position.topic, position.partition, 0, offset,
+                           "the partition appeared while the query ran, and no longer holds "
+                           "its first messages")
+        begin.update(first)
         return _partitions(self.options, begin, stop)
+
+    def _first(self, new: Sequence[Position], ends: Mapping[Position, int]) -> dict[Position, int]:
+        """Where partitions new to the query begin: their oldest message, or their end when
+        they hold nothing (never written, or emptied by retention)."""
+        return {p: ends[p] for p in new} | catalog.earliest(self.options, new)
 
     def read(self, partition: InputPartition) -> Iterator[pa.RecordBatch]:
         return _read(self.options, self.rows, partition)
