@@ -27,7 +27,8 @@ OPTION_DOCS = (
               "password never appears in logs, plans or errors"),
     OptionDoc("stream", "(required)", "the Iggy stream (name or numeric id) to read from"),
     OptionDoc("topics", "(one of the two)",
-              "comma-separated topic names; each must exist when the query plans"),
+              "comma-separated topic names; each must exist when the query starts (one deleted "
+              "later is lost data: `fail_on_data_loss`)"),
     OptionDoc("topic_pattern", "(one of the two)",
               "a regular expression over the stream's topic names (full match), evaluated at "
               "every planning, so topics created later are picked up (from `earliest`)"),
