@@ -110,6 +110,25 @@ def test_batch_read_from_a_timestamp(spark: Any, broker: Any, name: str) -> None
                starting_offsets="latest").collect()
 
 
+@pytest.mark.parametrize("subscription", [{"topic_pattern": ".*"}, {"topics": "0"}])
+def test_a_topic_named_with_digits_only_is_refused_not_read_as_another(
+    broker: Any, name: str, subscription: dict[str, str]
+) -> None:
+    """Iggy accepts a topic named "0", but its clients read "0" as topic id 0: here the topic
+    "orders". Planning must refuse it, naming the option, rather than read "orders" twice (or
+    label its messages "0")."""
+    from iggy_spark.errors import ConfigError
+    from iggy_spark.source.options import SourceOptions
+    from iggy_spark.source.reader import IggyStreamReader
+
+    seed(broker.address, name, ["orders", "0"], partitions=1, per_partition=2)
+    options = SourceOptions.from_options({"url": broker.url, "stream": name, **subscription})
+    option = next(iter(subscription))
+    with pytest.raises(ConfigError, match=f"option '{option}': '0' reads as a topic id, and "
+                                          "names topic 'orders'"):
+        IggyStreamReader(options, None).initialOffset()
+
+
 @pytest.mark.parametrize("fail", [True, False])
 def test_a_range_whose_topic_was_deleted_after_planning_is_lost_not_stuck(
     broker: Any, name: str, fail: bool

@@ -97,6 +97,14 @@ def tails(options: SourceOptions, known: Collection[str] = ()) -> dict[Position,
                     continue
                 raise ConfigError("topics", f"topic {show(name)} does not exist in stream "
                                             f"{show(options.stream)}")
+            if str(details.name) != name:
+                # digits read as a topic id, by the SDK and the polls alike: reading on would
+                # label another topic's messages with this name
+                raise ConfigError(
+                    "topics" if options.topics is not None else "topic_pattern",
+                    f"{show(name)} reads as a topic id, and names topic {show(details.name)}; "
+                    "Iggy's clients cannot address a topic named with digits only: list topics "
+                    "by name, and leave such topics out of the pattern")
             for p in details.partitions:
                 count = int(p.messages_count)
                 filled = count or p.current_offset
