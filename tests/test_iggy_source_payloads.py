@@ -9,6 +9,7 @@ from typing import Any
 
 import apache_iggy
 import orjson
+import pyarrow as pa
 import pytest
 from broker_fixtures import connect, create_topic, run
 
@@ -54,6 +55,7 @@ def test_json_payloads_fill_the_given_schema(spark: Any, broker: Any, name: str)
                   "payload_format=binary"),
     (b'[1, 2]', "offset 0: the payload is not a JSON object"),
     (b'{"n": "one"}', "payload field 'n' does not fit the column's type int64"),
+    (b'{"n": 1.7}', "payload field 'n' does not fit the column's type int64: 1.7"),
 ])
 def test_a_payload_that_does_not_parse_fails_naming_where(
     spark: Any, broker: Any, name: str, payload: bytes, message: str
@@ -120,3 +122,27 @@ def test_change_rows_routed_into_iggy_come_back_as_pg_cdc_produced_them(
             expected["id"] = None
         assert row == expected
     assert not got
+
+
+@pytest.mark.parametrize(("field", "value", "kept"), [
+    (pa.field("n", pa.int64()), 1.7, None), (pa.field("n", pa.int64()), 2.0, 2),
+    (pa.field("x", pa.float64()), True, None), (pa.field("x", pa.float64()), 3, 3.0),
+])
+def test_json_numbers_are_never_truncated_or_made_of_booleans(
+    field: pa.Field, value: Any, kept: Any
+) -> None:
+    """Arrow alone would store 1.7 in a long column as 1 and true in a double one as 1.0."""
+    from iggy_spark.source.errors import SourceError
+    from iggy_spark.source.payloads import parsed_batch
+    from iggy_spark.source.schema import ARROW_SCHEMA
+
+    own = pa.RecordBatch.from_pydict({
+        "stream": ["s"], "topic": ["t"], "partition": [0], "offset": [7], "id": ["1"],
+        "timestamp": [datetime.now(UTC)], "headers": [None],
+        "payload": [orjson.dumps({field.name: value})]}, schema=ARROW_SCHEMA)
+    rows = pa.schema([field])
+    if kept is None:
+        with pytest.raises(SourceError, match=f"payload field {field.name!r} does not fit"):
+            parsed_batch(rows, False, own)
+    else:
+        assert parsed_batch(rows, False, own).column(0).to_pylist() == [kept]

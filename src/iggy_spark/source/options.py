@@ -43,7 +43,7 @@ OPTION_DOCS = (
               "`latest`"),
     OptionDoc("ending_offsets", "latest",
               "batch reads only: `latest` or a JSON map like `starting_offsets` of the offset "
-              "to stop before (exclusive; `-1` latest)"),
+              "to stop before (exclusive; `-1` latest; partitions left out end at `latest`)"),
     OptionDoc("ending_timestamp", "(none)",
               "batch reads only, instead of `ending_offsets`: stop each partition before its "
               "first message appended at or after this time (as `starting_timestamp`); "

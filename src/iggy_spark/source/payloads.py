@@ -70,6 +70,16 @@ def parsed_batch(schema: pa.Schema, change_rows: bool, own: pa.RecordBatch) -> p
 
 
 def _column(topic: str, partition: int, field: pa.Field, values: list[Any]) -> pa.Array:
+    # Arrow would truncate 1.7 into an integer column and read true as 1.0: refused instead
+    if pa.types.is_integer(field.type):
+        odd = [v for v in values if isinstance(v, float) and not v.is_integer()]
+    elif pa.types.is_floating(field.type):
+        odd = [v for v in values if isinstance(v, bool)]
+    else:
+        odd = []
+    if odd:
+        raise SourceError(topic, f"partition {partition}: payload field {field.name!r} does "
+                          f"not fit the column's type {field.type}: {odd[0]!r}")
     try:
         if pa.types.is_timestamp(field.type) and any(isinstance(v, str) for v in values):
             return pc.cast(pa.array(values, pa.string()), field.type)  # ISO-8601 text

@@ -159,7 +159,11 @@ class IggyStreamReader(DataSourceStreamReader, SupportsTriggerAvailableNow):
 
     def latestOffset(self, start: dict[str, Any], limit: ReadLimit) -> dict[str, Any]:
         begin = from_json(start)
-        tails = catalog.tails(self.options, {position.topic for position in begin})
+        # a listed topic deleted under the query is lost data, for fail_on_data_loss: with
+        # false it stays passed over at every later planning (no longer in the offsets)
+        known = (self.options.topics or ()) if not self.options.fail_on_data_loss else {
+            position.topic for position in begin}
+        tails = catalog.tails(self.options, known)
         latest = {position: tail.next for position, tail in tails.items()}
         self._check_lost(begin, latest)
         now = self._bounded(latest, begin)

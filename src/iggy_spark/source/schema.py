@@ -22,7 +22,7 @@ from pyspark.sql.types import (
 __all__ = ["ARROW_SCHEMA", "COLUMNS", "HEADERS_TYPE", "SCHEMA"]
 
 COLUMNS: tuple[tuple[str, str], ...] = (
-    ("stream", "the stream name, as given in the `stream` option"),
+    ("stream", "the `stream` option as given (a name, or the numeric id if an id was given)"),
     ("topic", "the topic name"),
     ("partition", "the Iggy partition id"),
     ("offset", "the message's offset in its partition"),
