@@ -38,7 +38,8 @@ def stub_server(monkeypatch: pytest.MonkeyPatch, latest: dict[Position, int]) ->
 ])
 @pytest.mark.parametrize("available_now", [False, True])
 def test_a_partition_that_vanished_or_shrank_fails_the_query_or_is_passed_over(
-    monkeypatch: pytest.MonkeyPatch, now: dict[Position, int], problem: str, available_now: bool
+    monkeypatch: pytest.MonkeyPatch, caplog: pytest.LogCaptureFixture,
+    now: dict[Position, int], problem: str, available_now: bool
 ) -> None:
     stub_server(monkeypatch, now)
     start = {"gone": {"0": 10}}
@@ -54,6 +55,7 @@ def test_a_partition_that_vanished_or_shrank_fails_the_query_or_is_passed_over(
         reader(fail=True).latestOffset(start, ReadAllAvailable())
     end = reader(fail=False).latestOffset(start, ReadAllAvailable())
     assert end == ({"gone": {"0": 3}} if now else {})  # dropped, or read on from where it is
+    assert f"topic 'gone' {problem}" in caplog.text  # passed over, not quietly
 
 
 def test_available_now_started_from_latest_reads_nothing_older_than_its_start(
@@ -76,7 +78,7 @@ def test_available_now_started_from_latest_reads_nothing_older_than_its_start(
 
 @pytest.mark.parametrize("fail", [True, False])
 def test_a_partition_retention_emptied_begins_at_its_end(
-    monkeypatch: pytest.MonkeyPatch, fail: bool
+    monkeypatch: pytest.MonkeyPatch, caplog: pytest.LogCaptureFixture, fail: bool
 ) -> None:
     # retention removed every message: the partition still ends at 10 and holds nothing
     position = Position("t", 0)
@@ -92,6 +94,7 @@ def test_a_partition_retention_emptied_begins_at_its_end(
             reader.partitions({}, end)
     else:
         assert not any(p.value for p in reader.partitions({}, end))
+        assert "skipped offsets [0, 10) of topic 't' partition 0" in caplog.text
 
 
 def stub_polls(monkeypatch: pytest.MonkeyPatch, kept_from: int, kept_to: int) -> None:
@@ -109,7 +112,7 @@ def stub_polls(monkeypatch: pytest.MonkeyPatch, kept_from: int, kept_to: int) ->
 
 
 def test_messages_removed_by_retention_are_refused_or_skipped(
-    monkeypatch: pytest.MonkeyPatch
+    monkeypatch: pytest.MonkeyPatch, caplog: pytest.LogCaptureFixture
 ) -> None:
     stub_polls(monkeypatch, kept_from=5, kept_to=12)
     with pytest.raises(DataLoss, match=r"offsets \[2, 5\) of topic 't' partition 0 are lost "
@@ -117,6 +120,7 @@ def test_messages_removed_by_retention_are_refused_or_skipped(
         list(polling.read_range(options(fail=True), Range("t", 0, 2, 10)))
     batches = polling.read_range(options(fail=False), Range("t", 0, 2, 10))
     assert [o for b in batches for o in b.column("offset").to_pylist()] == list(range(5, 10))
+    assert "skipped offsets [2, 5) of topic 't' partition 0, lost (older than" in caplog.text
 
 
 def test_a_range_the_partition_no_longer_has_is_lost_too(monkeypatch: pytest.MonkeyPatch) -> None:

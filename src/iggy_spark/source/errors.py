@@ -38,6 +38,11 @@ class DataLoss(SourceError):
         self.end = end
         self.detail = why
 
+    def skipped(self) -> str:
+        """What ``fail_on_data_loss=false`` logs when it skips the lost offsets instead."""
+        return (f"skipped offsets [{self.start}, {self.end}) of topic {show(self.topic)} "
+                f"partition {self.partition}, lost ({self.detail}): fail_on_data_loss=false")
+
     def _message(self) -> str:
         return (f"offsets [{self.start}, {self.end}) of topic {show(self.topic)} partition "
                 f"{self.partition} are lost ({self.detail}); set fail_on_data_loss=false to skip "

@@ -10,6 +10,7 @@ its messages, so small messages are fetched many to a poll, and large ones few.
 
 from __future__ import annotations
 
+import logging
 from collections.abc import Iterator
 from concurrent.futures import Future
 from typing import TYPE_CHECKING
@@ -28,6 +29,8 @@ if TYPE_CHECKING:
     import apache_iggy
 
 __all__ = ["read_range"]
+
+_log = logging.getLogger(__name__)
 
 _FIRST_POLL = 100
 """Messages in a task's first poll, before their size is known."""
@@ -56,9 +59,11 @@ def read_range(
             # lost data, for fail_on_data_loss to judge; any other failure is the server's
             if catalog.holds(options, Position(topic, partition)):
                 raise
+            lost = DataLoss(topic, partition, expected, end,
+                            "its topic or partition no longer exists")
             if options.fail_on_data_loss:
-                raise DataLoss(topic, partition, expected, end,
-                               "its topic or partition no longer exists") from exc
+                raise lost from exc
+            _log.warning("iggy: %s", lost.skipped())
             return
         count = _next_count(options, reply, count)
         # the next poll travels while this reply becomes a batch; it starts where the reply's
@@ -71,8 +76,10 @@ def read_range(
         if first > expected:
             why = "older than the oldest message kept" if messages.num_rows else (
                 "no longer in the topic")
+            lost = DataLoss(topic, partition, expected, first, why)
             if options.fail_on_data_loss:
-                raise DataLoss(topic, partition, expected, first, why)
+                raise lost
+            _log.warning("iggy: %s", lost.skipped())
         if not messages.num_rows:
             return
         following = messages["offset"][-1].as_py() + 1

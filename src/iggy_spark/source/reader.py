@@ -209,17 +209,19 @@ class IggyStreamReader(DataSourceStreamReader, SupportsTriggerAvailableNow):
 
     def _check_lost(self, begin: Mapping[Position, int], now: Mapping[Position, int]) -> None:
         """Partitions that vanished or whose end went backwards lost what the checkpoint says
-        was there: fatal unless ``fail_on_data_loss=false``."""
-        if not self.options.fail_on_data_loss:
-            return
+        was there: fatal unless ``fail_on_data_loss=false``, which logs a warning and goes on."""
         for position, offset in sorted(begin.items()):
             if position not in now:
-                raise SourceError(position.topic, f"partition {position.partition} no longer "
-                                  "exists (topic deleted?); set fail_on_data_loss=false to go on")
-            if position in now and now[position] < offset:
-                raise SourceError(position.topic, f"partition {position.partition} ends at "
-                                  f"{now[position]}, before the checkpoint's offset {offset} "
-                                  "(topic recreated?); set fail_on_data_loss=false to go on")
+                why = f"partition {position.partition} no longer exists (topic deleted?)"
+            elif now[position] < offset:
+                why = (f"partition {position.partition} ends at {now[position]}, before the "
+                       f"checkpoint's offset {offset} (topic recreated?)")
+            else:
+                continue
+            if self.options.fail_on_data_loss:
+                raise SourceError(position.topic, f"{why}; set fail_on_data_loss=false to go on")
+            _log.warning("iggy: topic %r %s; going on (fail_on_data_loss=false)",
+                         position.topic, why)
 
     def partitions(self, start: dict[str, Any], end: dict[str, Any]) -> Sequence[InputPartition]:
         begin, stop = from_json(start), from_json(end)
@@ -227,12 +229,14 @@ class IggyStreamReader(DataSourceStreamReader, SupportsTriggerAvailableNow):
         # over with fail_on_data_loss=false): it is new, read from its start like one
         new = [p for p in stop if p not in begin or stop[p] < begin[p]]
         first = self._first(new, stop)
-        lost = sorted((p, offset) for p, offset in first.items() if offset and p not in begin)
-        if lost and self.options.fail_on_data_loss:
-            (position, offset), *_ = lost
-            raise DataLoss(position.topic, position.partition, 0, offset,
-                           "the partition appeared while the query ran, and no longer holds "
-                           "its first messages")
+        for position, offset in sorted(first.items()):
+            if offset and position not in begin:
+                lost = DataLoss(position.topic, position.partition, 0, offset,
+                                "the partition appeared while the query ran, and no longer "
+                                "holds its first messages")
+                if self.options.fail_on_data_loss:
+                    raise lost
+                _log.warning("iggy: %s", lost.skipped())
         begin.update(first)
         return _partitions(self.options, begin, stop)
 
