@@ -7,9 +7,13 @@ Spark's pickling from executor to driver.
 
 from __future__ import annotations
 
+import logging
+
 from iggy_spark.errors import IggySparkError, show
 
-__all__ = ["DataLoss", "SourceError"]
+__all__ = ["DataLoss", "SourceError", "raise_or_skip"]
+
+_log = logging.getLogger(__name__)
 
 
 class SourceError(IggySparkError):
@@ -38,12 +42,19 @@ class DataLoss(SourceError):
         self.end = end
         self.detail = why
 
-    def skipped(self) -> str:
-        """What ``fail_on_data_loss=false`` logs when it skips the lost offsets instead."""
-        return (f"skipped offsets [{self.start}, {self.end}) of topic {show(self.topic)} "
-                f"partition {self.partition}, lost ({self.detail}): fail_on_data_loss=false")
-
     def _message(self) -> str:
         return (f"offsets [{self.start}, {self.end}) of topic {show(self.topic)} partition "
                 f"{self.partition} are lost ({self.detail}); set fail_on_data_loss=false to skip "
                 "them")
+
+
+def raise_or_skip(
+    loss: DataLoss, fail_on_data_loss: bool, cause: BaseException | None = None
+) -> None:
+    """``fail_on_data_loss``'s verdict on ``loss``: raised (from ``cause``), or its offsets
+    skipped with a warning, never quietly."""
+    if fail_on_data_loss:
+        raise loss from cause
+    _log.warning("iggy: skipped offsets [%d, %d) of topic %s partition %d, lost (%s): "
+                 "fail_on_data_loss=false", loss.start, loss.end, show(loss.topic),
+                 loss.partition, loss.detail)

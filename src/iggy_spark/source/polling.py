@@ -10,7 +10,6 @@ its messages, so small messages are fetched many to a poll, and large ones few.
 
 from __future__ import annotations
 
-import logging
 from collections.abc import Iterator
 from concurrent.futures import Future
 from typing import TYPE_CHECKING
@@ -20,7 +19,7 @@ import pyarrow.compute as pc
 
 from iggy_spark.source import catalog, wire
 from iggy_spark.source.catalog import CONSUMER, submit
-from iggy_spark.source.errors import DataLoss, SourceError
+from iggy_spark.source.errors import DataLoss, SourceError, raise_or_skip
 from iggy_spark.source.offsets import Position, Range
 from iggy_spark.source.options import SourceOptions
 from iggy_spark.source.payloads import parsed_batch
@@ -29,8 +28,6 @@ if TYPE_CHECKING:
     import apache_iggy
 
 __all__ = ["read_range"]
-
-_log = logging.getLogger(__name__)
 
 _FIRST_POLL = 100
 """Messages in a task's first poll, before their size is known."""
@@ -59,11 +56,9 @@ def read_range(
             # lost data, for fail_on_data_loss to judge; any other failure is the server's
             if catalog.holds(options, Position(topic, partition)):
                 raise
-            lost = DataLoss(topic, partition, expected, end,
-                            "its topic or partition no longer exists")
-            if options.fail_on_data_loss:
-                raise lost from exc
-            _log.warning("iggy: %s", lost.skipped())
+            raise_or_skip(DataLoss(topic, partition, expected, end,
+                                   "its topic or partition no longer exists"),
+                          options.fail_on_data_loss, exc)
             return
         count = _next_count(options, reply, count)
         # the next poll travels while this reply becomes a batch; it starts where the reply's
@@ -76,10 +71,8 @@ def read_range(
         if first > expected:
             why = "older than the oldest message kept" if messages.num_rows else (
                 "no longer in the topic")
-            lost = DataLoss(topic, partition, expected, first, why)
-            if options.fail_on_data_loss:
-                raise lost
-            _log.warning("iggy: %s", lost.skipped())
+            raise_or_skip(DataLoss(topic, partition, expected, first, why),
+                          options.fail_on_data_loss)
         if not messages.num_rows:
             return
         following = messages["offset"][-1].as_py() + 1

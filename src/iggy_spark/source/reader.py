@@ -25,7 +25,7 @@ from pyspark.sql.streaming.datasource import (
 
 from iggy_spark.errors import ConfigError
 from iggy_spark.source import catalog, progress
-from iggy_spark.source.errors import DataLoss, SourceError
+from iggy_spark.source.errors import DataLoss, SourceError, raise_or_skip
 from iggy_spark.source.offsets import (
     EARLIEST,
     LATEST,
@@ -231,12 +231,10 @@ class IggyStreamReader(DataSourceStreamReader, SupportsTriggerAvailableNow):
         first = self._first(new, stop)
         for position, offset in sorted(first.items()):
             if offset and position not in begin:
-                lost = DataLoss(position.topic, position.partition, 0, offset,
-                                "the partition appeared while the query ran, and no longer "
-                                "holds its first messages")
-                if self.options.fail_on_data_loss:
-                    raise lost
-                _log.warning("iggy: %s", lost.skipped())
+                raise_or_skip(DataLoss(position.topic, position.partition, 0, offset,
+                                       "the partition appeared while the query ran, and no "
+                                       "longer holds its first messages"),
+                              self.options.fail_on_data_loss)
         begin.update(first)
         return _partitions(self.options, begin, stop)
 
