@@ -129,3 +129,22 @@ def test_a_range_the_partition_no_longer_has_is_lost_too(monkeypatch: pytest.Mon
         list(polling.read_range(options(fail=True), Range("t", 0, 0, 10)))
     batches = polling.read_range(options(fail=False), Range("t", 0, 0, 10))
     assert sum(b.num_rows for b in batches) == 6
+
+
+def test_an_unreachable_server_fails_the_poll_without_asking_it_again(
+    monkeypatch: pytest.MonkeyPatch
+) -> None:
+    from iggy_spark.sending import Disconnected
+
+    def poll(*_args: object) -> Future[bytes]:
+        answer: Future[bytes] = Future()
+        answer.set_exception(Disconnected("Iggy at localhost:8090 unreachable for 30s"))
+        return answer
+
+    def holds(*_args: object) -> bool:
+        raise AssertionError("asked whether the topic exists after 30 s of no server")
+
+    monkeypatch.setattr(polling, "_poll", poll)
+    monkeypatch.setattr(catalog, "holds", holds)
+    with pytest.raises(Disconnected, match="unreachable for 30s"):
+        list(polling.read_range(options(fail=False), Range("t", 0, 0, 10)))

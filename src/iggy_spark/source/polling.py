@@ -17,6 +17,8 @@ from typing import TYPE_CHECKING
 import pyarrow as pa
 import pyarrow.compute as pc
 
+from iggy_spark.errors import IggySparkError
+from iggy_spark.sending import Disconnected
 from iggy_spark.source import catalog, wire
 from iggy_spark.source.catalog import CONSUMER, submit
 from iggy_spark.source.errors import DataLoss, SourceError, raise_or_skip
@@ -53,8 +55,10 @@ def read_range(
             reply = pending.result()
         except Exception as exc:
             # a batch planned before its topic was deleted would fail on every replay: gone is
-            # lost data, for fail_on_data_loss to judge; any other failure is the server's
-            if catalog.holds(options, Position(topic, partition)):
+            # lost data, for fail_on_data_loss to judge; any other failure is the server's (an
+            # unreachable one, or our own error, is not asked again after its whole wait)
+            if isinstance(exc, (Disconnected, IggySparkError)) or catalog.holds(
+                    options, Position(topic, partition)):
                 raise
             raise_or_skip(DataLoss(topic, partition, expected, end,
                                    "its topic or partition no longer exists"),
