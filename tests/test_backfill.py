@@ -11,6 +11,7 @@ import uuid
 from typing import Any
 
 import pytest
+from psycopg import sql
 from pyspark.sql.streaming.datasource import ReadAllAvailable
 
 from iggy_spark_testing.harness import LocalPostgres
@@ -139,6 +140,25 @@ def test_a_table_the_query_does_not_capture_is_skipped_with_a_warning(
     assert query.offset.get("backfill") is None
 
 
+def _standby_names(pg: LocalPostgres, admin: Any, value: str) -> None:
+    """Set ``synchronous_standby_names`` and wait until a new session has it: the reload is
+    signalled, and a session started before the server took it would commit without waiting."""
+    if value:
+        # ALTER SYSTEM takes no parameters
+        admin.execute(sql.SQL("ALTER SYSTEM SET synchronous_standby_names = {}").format(
+            sql.Literal(value)))
+    else:
+        admin.execute("ALTER SYSTEM RESET synchronous_standby_names")
+    admin.execute("SELECT pg_reload_conf()")
+    deadline = time.monotonic() + 10
+    while True:
+        with pg.connect() as conn:
+            if conn.execute("SHOW synchronous_standby_names").fetchone() == (value,):
+                return
+        assert time.monotonic() < deadline, f"the server never took {value!r}"
+        time.sleep(0.05)
+
+
 def _in_sync_rep(pg: LocalPostgres, sessions: int) -> None:
     """Wait until ``sessions`` sessions wait for a synchronous standby."""
     deadline = time.monotonic() + 10
@@ -177,8 +197,7 @@ def test_a_chunk_is_not_read_before_changes_committed_ahead_of_its_marker_are_vi
     with pg.connect() as admin:
         table = snapshot.describe(admin, "public", name)
         assert table is not None
-        admin.execute("ALTER SYSTEM SET synchronous_standby_names = 'nobody'")
-        admin.execute("SELECT pg_reload_conf()")
+        _standby_names(pg, admin, "nobody")
         try:
             threads.append(_commit_in_thread(pg, f"UPDATE {name} SET v = 'new' WHERE k = 3"))
             _in_sync_rep(pg, 1)  # committed in the WAL and the clog, not visible
@@ -200,8 +219,7 @@ def test_a_chunk_is_not_read_before_changes_committed_ahead_of_its_marker_are_vi
             read.join(1.0)
             assert read.is_alive()  # waits for the update to become visible
         finally:
-            admin.execute("ALTER SYSTEM RESET synchronous_standby_names")
-            admin.execute("SELECT pg_reload_conf()")
+            _standby_names(pg, admin, "")
             for thread in threads:
                 thread.join(10)
     read.join(10)
