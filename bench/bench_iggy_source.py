@@ -47,9 +47,9 @@ from bench import common
 from bench.handwritten import sdk_client
 from bench.iggy import fresh_broker
 from bench.memory_source import NAME, MemorySource
-from iggy_spark import topic_request
 from iggy_spark.iggy_url import IggyUrl
-from iggy_spark.options import TopicDefaults
+from iggy_spark.sink import topic_request
+from iggy_spark.sink.options import TopicDefaults
 from iggy_spark.source.offsets import Position, split
 from iggy_spark.source.options import SourceOptions
 

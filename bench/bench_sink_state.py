@@ -4,7 +4,7 @@
 
 Against a fresh broker in its own process (``LocalIggy(process=True)``), over TCP with the
 real SDK, it times the three things the sink does with its control topic
-(:mod:`iggy_spark.state`): a task's start (read the tail back to the newest ledger, append a
+(:mod:`iggy_spark.sink.state`): a task's start (read the tail back to the newest ledger, append a
 ``start``), the driver's commit (read, append the ledger of ``--destinations`` destinations)
 and a breaker probe's claim (append, read on). Each is repeated ``--repeat`` times on one
 query whose topic grows as a running query's does (``--tasks`` starts and one ledger per batch).
@@ -24,7 +24,7 @@ from typing import Any
 
 from bench import common, iggy
 
-TIMED = "one call of iggy_spark.state against LocalIggy(process=True) over TCP, wall clock"
+TIMED = "one call of iggy_spark.sink.state against LocalIggy(process=True) over TCP, wall clock"
 
 
 def _quantiles(seconds: list[float]) -> dict[str, float]:
@@ -40,12 +40,12 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--tasks", type=int, default=2)
     args = parser.parse_args(argv)
 
-    from iggy_spark import state
-    from iggy_spark.admission import Destination
     from iggy_spark.connection import IggyConnection
-    from iggy_spark.control import LedgerRecord, Start, encode
     from iggy_spark.iggy_url import IggyUrl
-    from iggy_spark.report import Ledger, TaskReport
+    from iggy_spark.sink import state
+    from iggy_spark.sink.admission import Destination
+    from iggy_spark.sink.control import LedgerRecord, Start, encode
+    from iggy_spark.sink.report import Ledger, TaskReport
 
     broker = iggy.fresh_broker()
     try:

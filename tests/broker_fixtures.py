@@ -27,8 +27,8 @@ from iggy_local.protocol import (
     Operation,
     ReadCode,
 )
-from iggy_spark import topic_request
-from iggy_spark.options import TopicDefaults
+from iggy_spark.sink import topic_request
+from iggy_spark.sink.options import TopicDefaults
 from iggy_spark_testing import readback
 from iggy_spark_testing.iggy_frames import (
     encode_login,
@@ -92,7 +92,7 @@ async def connect(address: str, username: str = "iggy", password: str = "iggy") 
 
 
 async def create_topic(client: IggyClient, stream: str, topic: str, partitions: int) -> None:
-    """Create a topic the way the sink does (:mod:`iggy_spark.topic_request`), which every
+    """Create a topic the way the sink does (:mod:`iggy_spark.sink.topic_request`), which every
     server accepts; ``client.create_topic`` adds options a 0.9.0-edge server refuses."""
     await topic_request.create_topic(client, stream, topic, TopicDefaults(partitions))
 

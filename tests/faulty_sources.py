@@ -44,9 +44,9 @@ from pyspark.sql.streaming import StreamingQuery
 from pyspark.sql.streaming.datasource import ReadLimit
 from pyspark.sql.types import StructType
 
-from iggy_spark.report import TaskReport
-from iggy_spark.sink import IggyRoutedDataSource
-from iggy_spark.writer import IggyRoutedStreamWriter
+from iggy_spark.sink.datasource import IggyRoutedDataSource
+from iggy_spark.sink.report import TaskReport
+from iggy_spark.sink.writer import IggyRoutedStreamWriter
 from pg_to_iggy.pipeline import JSON_COLUMNS
 from postgres_cdc_source.polling.reader import PgPollingStreamReader
 from postgres_cdc_source.source import PgCdcDataSource

@@ -10,7 +10,8 @@ import pytest
 from hypothesis import given
 from hypothesis import strategies as st
 
-from iggy_spark.admission import (
+from iggy_spark.errors import AdmissionError
+from iggy_spark.sink.admission import (
     WILDCARD,
     Admission,
     AdmissionMode,
@@ -25,7 +26,6 @@ from iggy_spark.admission import (
     parse_entries,
     rejection,
 )
-from iggy_spark.errors import AdmissionError
 
 NAME_CHARS = string.ascii_letters + string.digits + "._-"
 

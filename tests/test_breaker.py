@@ -8,8 +8,8 @@ import pytest
 from hypothesis import given
 from hypothesis import strategies as st
 
-from iggy_spark.admission import Destination
-from iggy_spark.breaker import (
+from iggy_spark.sink.admission import Destination
+from iggy_spark.sink.breaker import (
     BreakerBoard,
     BreakerConfig,
     BreakerSnapshot,

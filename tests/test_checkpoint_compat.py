@@ -39,7 +39,7 @@ from psycopg import sql
 from sink_state import ledger_of
 
 from iggy_local import LocalIggy
-from iggy_spark.encoding import message_id
+from iggy_spark.sink.encoding import message_id
 from iggy_spark_testing import readback
 from iggy_spark_testing.chaos import (
     PipelineJob,

@@ -19,9 +19,9 @@ from pyspark.sql.types import (
     StructType,
 )
 
-from iggy_spark.columns import check_columns
 from iggy_spark.errors import EncodingError
-from iggy_spark.options import RoutedOptions
+from iggy_spark.sink.columns import check_columns
+from iggy_spark.sink.options import RoutedOptions
 
 URL = "iggy://u:p@h:1"
 

@@ -7,7 +7,7 @@ from typing import Any
 from hypothesis import given
 from hypothesis import strategies as st
 
-from iggy_spark.control import (
+from iggy_spark.sink.control import (
     EVERY_TASK,
     Admit,
     Claim,
@@ -19,7 +19,7 @@ from iggy_spark.control import (
     encode,
     fold,
 )
-from iggy_spark.report import Ledger, TaskReport
+from iggy_spark.sink.report import Ledger, TaskReport
 
 small = st.integers(min_value=0, max_value=5)
 

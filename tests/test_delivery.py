@@ -7,7 +7,7 @@ import random
 from hypothesis import given
 from hypothesis import strategies as st
 
-from iggy_spark.delivery import Landed, Origin, TailScan, landed_count
+from iggy_spark.sink.delivery import Landed, Origin, TailScan, landed_count
 
 names = st.text(alphabet="0123456789abcdef", min_size=1, max_size=16)
 numbers = st.integers(min_value=0, max_value=2**63)

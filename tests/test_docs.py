@@ -16,7 +16,7 @@ from pathlib import Path
 import pytest
 
 from connector_common.change_rows import COLUMNS
-from iggy_spark.options import OPTION_DOCS as SINK_OPTIONS
+from iggy_spark.sink.options import OPTION_DOCS as SINK_OPTIONS
 from iggy_spark.source.options import OPTION_DOCS as IGGY_SOURCE_OPTIONS
 from iggy_spark.source.schema import COLUMNS as IGGY_COLUMNS
 from iggy_spark.source.schema import SCHEMA as IGGY_SCHEMA

@@ -18,13 +18,13 @@ from psycopg import sql
 from pyspark.sql.streaming.datasource import ReadAllAvailable
 
 from iggy_local import LocalIggy
-from iggy_spark import outbox, state
 from iggy_spark.connection import IggyConnection
-from iggy_spark.control import LedgerRecord, Start
-from iggy_spark.delivery import ORIGIN_HEADER, Origin, TaskIdentity
-from iggy_spark.options import RoutedOptions
-from iggy_spark.report import Ledger, TaskReport
-from iggy_spark.writer import IggyRoutedStreamWriter
+from iggy_spark.sink import outbox, state
+from iggy_spark.sink.control import LedgerRecord, Start
+from iggy_spark.sink.delivery import ORIGIN_HEADER, Origin, TaskIdentity
+from iggy_spark.sink.options import RoutedOptions
+from iggy_spark.sink.report import Ledger, TaskReport
+from iggy_spark.sink.writer import IggyRoutedStreamWriter
 from iggy_spark_testing.harness import LocalPostgres
 from postgres_cdc_source.options import CdcOptions
 from postgres_cdc_source.polling.reader import PgPollingStreamReader

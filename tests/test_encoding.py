@@ -18,9 +18,9 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from iggy_spark.encoding import MAX_KEY_BYTES, EncodedBatch, encode_batch, message_id
 from iggy_spark.errors import EncodingError
-from iggy_spark.options import RoutedOptions
+from iggy_spark.sink.encoding import MAX_KEY_BYTES, EncodedBatch, encode_batch, message_id
+from iggy_spark.sink.options import RoutedOptions
 
 URL = "iggy://u:p@localhost:8090"
 OPTIONS = RoutedOptions.from_options({"url": URL})
@@ -145,8 +145,8 @@ def test_held_payloads_cost_about_their_own_size_in_memory() -> None:
     MiB here for 6 MB of payloads), so ``max_batch_bytes`` would not bound memory at all."""
     script = textwrap.dedent("""
         import psutil, pyarrow as pa
-        from iggy_spark.encoding import encode_batch
-        from iggy_spark.options import RoutedOptions
+        from iggy_spark.sink.encoding import encode_batch
+        from iggy_spark.sink.options import RoutedOptions
         options = RoutedOptions.from_options({"url": "iggy://u:p@localhost:8090"})
         batch = pa.record_batch({"n": list(range(10_000)), "note": ["x" * 100] * 10_000})
         process = psutil.Process()

@@ -28,14 +28,14 @@ from hypothesis import strategies as st
 from pyspark.sql import Row, SparkSession
 
 from iggy_local import LocalIggy
-from iggy_spark.encoding import MAX_PAYLOAD_BYTES, message_id
 from iggy_spark.errors import ConfigError as SinkConfigError
 from iggy_spark.errors import EncodingError
-from iggy_spark.options import OPTION_DOCS as SINK_DOCS
-from iggy_spark.options import RoutedOptions
+from iggy_spark.sink.encoding import MAX_PAYLOAD_BYTES, message_id
+from iggy_spark.sink.options import OPTION_DOCS as SINK_DOCS
+from iggy_spark.sink.options import RoutedOptions
+from iggy_spark.sink.writer import IggyRoutedStreamWriter
 from iggy_spark.source.options import OPTION_DOCS as IGGY_SOURCE_DOCS
 from iggy_spark.source.options import SourceOptions
-from iggy_spark.writer import IggyRoutedStreamWriter
 from iggy_spark_testing.harness import LocalPostgres
 from iggy_spark_testing.oracle import ChangeMessage, check, read_tables
 from iggy_spark_testing.workload import Column, TableSpec, Workload

@@ -19,8 +19,8 @@ from pyspark.sql.streaming import StreamingQuery
 
 import iggy_spark
 from iggy_local import LocalIggy
-from iggy_spark.delivery import ORIGIN_HEADER, Origin
-from iggy_spark.encoding import message_id
+from iggy_spark.sink.delivery import ORIGIN_HEADER, Origin
+from iggy_spark.sink.encoding import message_id
 
 
 class Feed:

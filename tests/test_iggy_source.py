@@ -51,7 +51,7 @@ def test_what_iggy_routed_writes_iggy_reads_back(spark: Any, broker: Any, name: 
                                                  tmp_path: Path) -> None:
     """Spark alone closes the loop: rows routed into Iggy come back with their payloads, headers
     and ids, each key's rows in the order they were sent."""
-    from iggy_spark.encoding import message_id as routed_id
+    from iggy_spark.sink.encoding import message_id as routed_id
 
     rows = [(name, "t", f"k{i % 3}", f"payload-{i}".encode(), {"seq": str(i)}, f"msg-{i}")
             for i in range(200)]

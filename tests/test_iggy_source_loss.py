@@ -134,7 +134,7 @@ def test_a_range_the_partition_no_longer_has_is_lost_too(monkeypatch: pytest.Mon
 def test_an_unreachable_server_fails_the_poll_without_asking_it_again(
     monkeypatch: pytest.MonkeyPatch
 ) -> None:
-    from iggy_spark.sending import Disconnected
+    from iggy_spark.failures import Disconnected
 
     def poll(*_args: object) -> Future[bytes]:
         answer: Future[bytes] = Future()

@@ -58,9 +58,9 @@ from iggy_local.protocol import (
     stamp_batch,
     verify_batch,
 )
-from iggy_spark import topic_request
-from iggy_spark.options import TopicDefaults
-from iggy_spark.partitioning import partition_for_key
+from iggy_spark.sink import topic_request
+from iggy_spark.sink.options import TopicDefaults
+from iggy_spark.sink.partitioning import partition_for_key
 from iggy_spark_testing.brokers import ExternalIggy, iggy_server
 from iggy_spark_testing.iggy_frames import (
     encode_batch,

@@ -15,7 +15,7 @@ from sink_state import replace_ledger
 
 from iggy_local import LocalIggy
 from iggy_spark.iggy_url import IggyUrl
-from iggy_spark.report import Ledger, TaskReport
+from iggy_spark.sink.report import Ledger, TaskReport
 from pg_to_iggy.metrics import _Collector, _require_classic
 from postgres_cdc_source.health import SlotHealth, SourceHealth, TableBackfill
 

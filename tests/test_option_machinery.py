@@ -17,7 +17,7 @@ from connector_common.errors import OptionError
 from connector_common.options import SPARK_OPTIONS, OptionDoc, OptionSet, option_pair
 from connector_common.units import parse_positive_size
 from iggy_spark.errors import ConfigError as SinkConfigError
-from iggy_spark.options import RoutedOptions
+from iggy_spark.sink.options import RoutedOptions
 from iggy_spark.source.options import SourceOptions
 from postgres_cdc_source.errors import ConfigError as SourceConfigError
 from postgres_cdc_source.options import CdcOptions

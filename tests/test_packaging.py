@@ -79,8 +79,8 @@ def test_pg_cdc_imports_and_reads_options_without_the_sink_or_its_sdk() -> None:
 
 def test_iggy_routed_imports_without_the_source_or_psycopg() -> None:
     _runs_alone(("psycopg",), (
-        "from iggy_spark.writer import IggyRoutedStreamWriter\n"
-        "from iggy_spark.options import RoutedOptions\n"
+        "from iggy_spark.sink.writer import IggyRoutedStreamWriter\n"
+        "from iggy_spark.sink.options import RoutedOptions\n"
         "RoutedOptions.from_options({'url': 'iggy://u:p@h:8090', 'default_stream': 's',\n"
         "                            'default_topic': 't'})\n"
         "assert 'postgres_cdc_source' not in sys.modules, 'the sink imported pg_cdc'\n"
@@ -93,7 +93,7 @@ def test_the_iggy_source_imports_without_pg_cdc_or_psycopg() -> None:
         "from iggy_spark.source.reader import IggyStreamReader\n"
         "from iggy_spark.source.options import SourceOptions\n"
         "SourceOptions.from_options({'url': 'iggy://u:p@h:8090', 'stream': 's', 'topics': 't'})\n"
-        "from iggy_spark.source.source import IggyDataSource\n"
+        "from iggy_spark.source.datasource import IggyDataSource\n"
         "IggyDataSource({'url': 'iggy://u:p@h:8090', 'stream': 's', 'topics': 't',\n"
         "                'payload_format': 'pg_cdc'}).schema()  # the change row, no psycopg\n"
         "import iggy_spark.source.payloads\n"

@@ -35,7 +35,7 @@ from pyspark.errors import StreamingQueryException
 from pyspark.sql import SparkSession
 
 from iggy_local import LocalIggy
-from iggy_spark.encoding import message_id
+from iggy_spark.sink.encoding import message_id
 from iggy_spark_testing.chaos import (
     PipelineJob,
     SlotWatch,

@@ -30,7 +30,7 @@ from pyspark.sql import SparkSession
 
 from iggy_local import LocalIggy
 from iggy_spark import destinations
-from iggy_spark.writer import IggyRoutedStreamWriter
+from iggy_spark.sink.writer import IggyRoutedStreamWriter
 from iggy_spark_testing.chaos import prepare_capture
 from iggy_spark_testing.harness import LocalPostgres, free_port
 from iggy_spark_testing.oracle import verify
@@ -89,7 +89,7 @@ def test_the_role_really_needs_its_password(secured_pg: LocalPostgres) -> None:
 
 
 def test_reprs_hide_both_passwords(secured_pg: LocalPostgres, secured_broker: LocalIggy) -> None:
-    from iggy_spark.options import RoutedOptions
+    from iggy_spark.sink.options import RoutedOptions
 
     source = CdcOptions.from_options({"dsn": app_dsn(secured_pg), "slot": "s"})
     sink = RoutedOptions.from_options({"url": iggy_url(secured_broker)})

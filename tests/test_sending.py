@@ -18,8 +18,8 @@ from hypothesis import strategies as st
 from iggy_local import LocalIggy
 from iggy_spark.connection import IggyConnection
 from iggy_spark.errors import DestinationError, SendError
+from iggy_spark.failures import is_disconnection
 from iggy_spark.iggy_url import IggyUrl
-from iggy_spark.sending import is_disconnection
 
 pytestmark = pytest.mark.services
 

@@ -12,8 +12,6 @@ from hypothesis import given
 from hypothesis import strategies as st
 
 from connector_common.units import parse_bool, parse_byte_size, parse_duration, parse_int
-from iggy_spark.admission import AdmissionMode, Destination, Entry, MissingPolicy
-from iggy_spark.breaker import BreakerConfig
 from iggy_spark.errors import (
     AdmissionError,
     ConfigError,
@@ -22,7 +20,9 @@ from iggy_spark.errors import (
     IggySparkError,
     SendError,
 )
-from iggy_spark.options import (
+from iggy_spark.sink.admission import AdmissionMode, Destination, Entry, MissingPolicy
+from iggy_spark.sink.breaker import BreakerConfig
+from iggy_spark.sink.options import (
     OPTION_DOCS,
     ColumnNames,
     FailurePolicy,

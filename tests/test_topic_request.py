@@ -14,12 +14,12 @@ from hypothesis import strategies as st
 
 from iggy_local import LocalIggy
 from iggy_local.protocol import Reader, parse_options
-from iggy_spark.admission import Destination
 from iggy_spark.connection import IggyConnection
 from iggy_spark.iggy_url import IggyUrl
-from iggy_spark.options import TopicDefaults
-from iggy_spark.sending import ensure_topic
-from iggy_spark.topic_request import encode_create_topic
+from iggy_spark.sink.admission import Destination
+from iggy_spark.sink.options import TopicDefaults
+from iggy_spark.sink.sending import ensure_topic
+from iggy_spark.sink.topic_request import encode_create_topic
 
 # What the apache-iggy 0.9.0 wheel's create_topic("s", "t1", 2, ...) sends, captured over TCP,
 # with its two durability options taken out.

@@ -20,17 +20,18 @@ import pytest
 from broker_fixtures import connect, create_topic, poll_all, run
 
 from iggy_local import LocalIggy
-from iggy_spark import outbox, sending
-from iggy_spark.control import LedgerRecord, decode, encode
-from iggy_spark.delivery import TaskIdentity
-from iggy_spark.encoding import message_id
 from iggy_spark.errors import AdmissionError, ServerError
+from iggy_spark.failures import Disconnected
 from iggy_spark.iggy_url import IggyUrl
-from iggy_spark.monitoring import read_ledger
-from iggy_spark.options import RoutedOptions
-from iggy_spark.partitioning import partition_for_key
-from iggy_spark.report import Ledger, TaskReport
-from iggy_spark.writer import IggyRoutedStreamWriter
+from iggy_spark.sink import outbox, sending
+from iggy_spark.sink.control import LedgerRecord, decode, encode
+from iggy_spark.sink.delivery import TaskIdentity
+from iggy_spark.sink.encoding import message_id
+from iggy_spark.sink.monitoring import read_ledger
+from iggy_spark.sink.options import RoutedOptions
+from iggy_spark.sink.partitioning import partition_for_key
+from iggy_spark.sink.report import Ledger, TaskReport
+from iggy_spark.sink.writer import IggyRoutedStreamWriter
 
 
 def make_writer(broker: LocalIggy, **options: str) -> IggyRoutedStreamWriter:
@@ -378,7 +379,7 @@ def test_an_unreachable_server_fails_the_task_without_tripping_breakers(name: st
         down.stop()
         # with failure_threshold=1 a counted failure would open the breaker and fail the task
         # with circuit_open instead: the disconnection is not the destination's fault
-        with pytest.raises(sending.Disconnected, match="unreachable for 2s"):
+        with pytest.raises(Disconnected, match="unreachable for 2s"):
             writer.write(iter([batch(stream=[name], topic=["t"], n=[2])]))
         down.start()
         report = writer.write(iter([batch(stream=[name], topic=["t"], n=[3])]))
@@ -402,7 +403,7 @@ def test_prewarm_creates_the_literal_allowlist_entries_once_and_never_raises(
 ) -> None:
     from broker_fixtures import connect, run
 
-    from iggy_spark.writer import prewarm_once
+    from iggy_spark.sink.writer import prewarm_once
 
     allow = {"admission.mode": "allowlist", "admission.allowlist": f"{name}/a,{name}/b,*/c"}
     prewarm_once(RoutedOptions.from_options({"url": broker.url, **allow}))

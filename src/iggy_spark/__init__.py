@@ -10,8 +10,8 @@ from __future__ import annotations
 
 from typing import TYPE_CHECKING
 
-from iggy_spark.json_route import route
-from iggy_spark.monitoring import destinations
+from iggy_spark.sink.json_route import route
+from iggy_spark.sink.monitoring import destinations
 
 if TYPE_CHECKING:
     from pyspark.sql import SparkSession
@@ -21,6 +21,6 @@ __all__ = ["register", "destinations", "route"]
 
 def register(spark: SparkSession) -> None:
     """Register the ``iggy_routed`` format on ``spark`` (classic or Spark Connect)."""
-    from iggy_spark.sink import IggyRoutedDataSource
+    from iggy_spark.sink.datasource import IggyRoutedDataSource
 
     spark.dataSource.register(IggyRoutedDataSource)

@@ -6,7 +6,7 @@ serves the Prometheus text format at ``http://<driver>:9108/metrics``. Where eac
 * **Spark's progress events** (the listener, in this process): batches, batch duration, input
   rows and rows per second, per query.
 * **The ``iggy_routed`` ledger** (the newest ``ledger`` record of the query's control topic in
-  Iggy, :mod:`iggy_spark.state`): the sink's commit runs in a Python worker process, not here,
+  Iggy, :mod:`iggy_spark.sink.state`): the sink's commit runs in a Python worker process, not here,
   and appends every committed batch's ledger there; it is read at scrape time (with the
   ``url`` given to :func:`serve_metrics`), so the figures are always the committed ones and
   survive restarts (counters are the query's totals, not this process's), wherever the
@@ -40,11 +40,11 @@ from collections.abc import Iterator
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any
 
-from iggy_spark import state
 from iggy_spark.connection import IggyConnection
 from iggy_spark.iggy_url import IggyUrl
-from iggy_spark.options import RoutedOptions
-from iggy_spark.report import CREATE_BUCKETS
+from iggy_spark.sink import state
+from iggy_spark.sink.options import RoutedOptions
+from iggy_spark.sink.report import CREATE_BUCKETS
 from iggy_spark.source.progress import lag_from_progress
 from postgres_cdc_source.health import SourceHealth
 

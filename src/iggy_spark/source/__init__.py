@@ -11,8 +11,8 @@ from __future__ import annotations
 from collections.abc import Mapping
 from typing import TYPE_CHECKING, Any
 
+from iggy_spark.source.datasource import IggyDataSource
 from iggy_spark.source.progress import lag_from_progress
-from iggy_spark.source.source import IggyDataSource
 
 if TYPE_CHECKING:
     from pyspark.sql import SparkSession

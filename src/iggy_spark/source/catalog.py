@@ -13,7 +13,7 @@ from typing import TYPE_CHECKING, Any, NamedTuple, TypeVar
 
 from iggy_spark.connection import IggyConnection
 from iggy_spark.errors import ConfigError, show
-from iggy_spark.sending import retrying
+from iggy_spark.failures import retrying
 from iggy_spark.source.offsets import Position
 from iggy_spark.source.options import SourceOptions
 

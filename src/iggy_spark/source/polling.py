@@ -18,7 +18,7 @@ import pyarrow as pa
 import pyarrow.compute as pc
 
 from iggy_spark.errors import IggySparkError
-from iggy_spark.sending import Disconnected
+from iggy_spark.failures import Disconnected
 from iggy_spark.source import catalog, wire
 from iggy_spark.source.catalog import CONSUMER, submit
 from iggy_spark.source.errors import DataLoss, SourceError, raise_or_skip

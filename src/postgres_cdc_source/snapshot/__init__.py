@@ -20,7 +20,7 @@ The end offset of a snapshot batch also pins the chunks it was planned with, in 
 so a batch replayed after a restart gives every row to the Spark partition that had it the
 first time (bounds found again after rows were deleted or inserted would split differently).
 That lets the sink's effectively-once delivery, which reads back what each task landed, skip
-exactly what landed (see :mod:`iggy_spark.delivery`: a chunk read again without the exported
+exactly what landed (see :mod:`iggy_spark.sink.delivery`: a chunk read again without the exported
 snapshot holds other rows, so the sink skips by message id).
 
 A chunk is a range ``(lo, hi]`` of a table's primary key (of ``ctid`` for a table without one),

@@ -26,7 +26,7 @@ from typing import Any
 
 import orjson
 
-from iggy_spark.encoding import message_id
+from iggy_spark.sink.encoding import message_id
 from iggy_spark_testing import readback
 from iggy_spark_testing.workload import Change, Key, Row, TableSpec, Transaction, Workload
 from postgres_cdc_source.lsn import parse_lsn

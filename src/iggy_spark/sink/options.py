@@ -32,7 +32,9 @@ from connector_common.units import (
     parse_positive_duration,
     parse_positive_size,
 )
-from iggy_spark.admission import (
+from iggy_spark.errors import ConfigError, show
+from iggy_spark.iggy_url import IggyUrl
+from iggy_spark.sink.admission import (
     NAME_RULE,
     WILDCARD,
     Admission,
@@ -45,9 +47,7 @@ from iggy_spark.admission import (
     is_valid_name,
     parse_entries,
 )
-from iggy_spark.breaker import BreakerConfig
-from iggy_spark.errors import ConfigError, show
-from iggy_spark.iggy_url import IggyUrl
+from iggy_spark.sink.breaker import BreakerConfig
 
 __all__ = [
     "OPTION_DOCS",

@@ -16,7 +16,7 @@ class IggyRoutedDataSource(DataSource):
     Spark builds a writer per micro-batch on the driver; options are parsed there, before any
     task runs, so a bad option fails the query at start naming the option. The query's state
     (admitted destinations, breakers, which batches started and landed) lives in a control
-    topic in Iggy (:mod:`iggy_spark.state`) that every task reads itself, so the checkpoint may
+    topic in Iggy (:mod:`iggy_spark.sink.state`) that every task reads itself, so the checkpoint may
     be anywhere and need not be passed as an option.
     """
 
@@ -28,10 +28,10 @@ class IggyRoutedDataSource(DataSource):
         # Imported here, not at module level: Spark imports this module to discover formats,
         # and must not fail there where the sink's client libraries are not installed.
         require("iggy_routed", "iggy", "apache_iggy", "xxhash")
-        from iggy_spark.columns import check_columns
-        from iggy_spark.migration import migrate_once
-        from iggy_spark.options import RoutedOptions
-        from iggy_spark.writer import IggyRoutedStreamWriter, prewarm_once
+        from iggy_spark.sink.columns import check_columns
+        from iggy_spark.sink.migration import migrate_once
+        from iggy_spark.sink.options import RoutedOptions
+        from iggy_spark.sink.writer import IggyRoutedStreamWriter, prewarm_once
 
         options = RoutedOptions.from_options(self.options)
         check_columns(schema, options)

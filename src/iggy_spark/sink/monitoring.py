@@ -5,11 +5,11 @@ from __future__ import annotations
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
-from iggy_spark import state
 from iggy_spark.connection import IggyConnection
 from iggy_spark.iggy_url import IggyUrl
-from iggy_spark.options import RoutedOptions
-from iggy_spark.report import Ledger
+from iggy_spark.sink import state
+from iggy_spark.sink.options import RoutedOptions
+from iggy_spark.sink.report import Ledger
 
 if TYPE_CHECKING:
     from pyspark.sql import DataFrame, SparkSession

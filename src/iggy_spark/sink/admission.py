@@ -3,7 +3,7 @@
 Rows name their own destination, so a bug or a hostile value upstream could otherwise create
 streams and topics without bound. Every row's destination goes through the same sequence
 (the writer runs the steps in this order; each step is a function or class here or in
-:mod:`iggy_spark.breaker`):
+:mod:`iggy_spark.sink.breaker`):
 
 1. stream or topic is null → :class:`MissingDestination` applies ``on_missing_destination``
    (fill in the defaults, drop the row, or fail);
@@ -11,7 +11,7 @@ streams and topics without bound. Every row's destination goes through the same 
 3. ``admission.mode``: a denylist match → ``denylist``; no allowlist match → ``not_allowlisted``;
 4. ``admission.max_destinations``: a destination not yet admitted by the query when the cap is
    reached → ``cap`` (the cap holds in every mode: ``open`` means "no list", not "unbounded");
-5. the destination's circuit breaker is open → ``circuit_open`` (:mod:`iggy_spark.breaker`).
+5. the destination's circuit breaker is open → ``circuit_open`` (:mod:`iggy_spark.sink.breaker`).
 
 Steps 2-4 are :meth:`Admission.check`. Any :class:`Reason` then follows
 ``on_admission_failure``. The dead-letter destination is exempt from steps 3-4 and from the cap
@@ -229,7 +229,7 @@ class Admission:
     message for the driver to merge. Seeded destinations still pass the name and list checks
     (options may have changed since they were admitted) but never count against the cap twice.
     Tasks of one batch admit new destinations through ``admit`` (the query's control topic,
-    :func:`iggy_spark.state.admit`): it says whether a destination has a place within the cap
+    :func:`iggy_spark.sink.state.admit`): it says whether a destination has a place within the cap
     among every task's admissions, in the order the topic received them, so tasks running at
     the same time never admit more than the cap between them. Without it (no query state:
     the task cannot read Spark's ids) the cap holds per task.

@@ -1,10 +1,10 @@
 """The ``iggy_routed`` streaming writer: Spark's contract, the per-batch delivery plan, reports.
 
-Each write task routes and admits its rows (:mod:`iggy_spark.task`) and sends them from its
-outbox (:mod:`iggy_spark.outbox`); this module is what Spark calls. Contract with Spark
+Each write task routes and admits its rows (:mod:`iggy_spark.sink.task`) and sends them from its
+outbox (:mod:`iggy_spark.sink.outbox`); this module is what Spark calls. Contract with Spark
 (pyspark 4.3): a writer is built on the driver per micro-batch and pickled to its tasks;
 :meth:`IggyRoutedStreamWriter.write` runs once per task on an executor and returns a
-:class:`~iggy_spark.report.TaskReport`; :meth:`commit` runs on the driver side after every task
+:class:`~iggy_spark.sink.report.TaskReport`; :meth:`commit` runs on the driver side after every task
 succeeded, :meth:`abort` after one failed.
 
 Delivery: a task returns only after every message it accepted was acknowledged by Iggy, or
@@ -15,7 +15,7 @@ rows follow ``on_admission_failure`` (``dlq``/``drop`` let the batch commit, ``e
 it). A lost connection (every destination at once) or a refused login never counts: it fails
 the task, Spark does not commit the batch and the source does not move past it, so the batch
 is replayed. With ``delivery_guarantee=effectively_once`` (the default) the replay sends only
-what did not land the first time (:mod:`iggy_spark.delivery`); with ``at_least_once`` it sends
+what did not land the first time (:mod:`iggy_spark.sink.delivery`); with ``at_least_once`` it sends
 everything again, and stable ids let consumers drop the duplicates.
 """
 
@@ -28,16 +28,16 @@ from typing import TYPE_CHECKING, Any, NamedTuple
 
 from pyspark.sql.datasource import DataSourceStreamArrowWriter, WriterCommitMessage
 
-from iggy_spark import delivery, sending, state
-from iggy_spark.admission import Destination
-from iggy_spark.breaker import BreakerBoard, Claim, Clock
 from iggy_spark.connection import IggyConnection
-from iggy_spark.control import LedgerRecord, Start, StateView
-from iggy_spark.delivery import Origin
-from iggy_spark.logs import log, log_batch, warn
-from iggy_spark.options import DeliveryGuarantee, RoutedOptions
-from iggy_spark.report import Ledger, TaskReport
-from iggy_spark.task import RoutingTask, known_topics
+from iggy_spark.sink import delivery, sending, state
+from iggy_spark.sink.admission import Destination
+from iggy_spark.sink.breaker import BreakerBoard, Claim, Clock
+from iggy_spark.sink.control import LedgerRecord, Start, StateView
+from iggy_spark.sink.delivery import Origin
+from iggy_spark.sink.logs import log, log_batch, warn
+from iggy_spark.sink.options import DeliveryGuarantee, RoutedOptions
+from iggy_spark.sink.report import Ledger, TaskReport
+from iggy_spark.sink.task import RoutingTask, known_topics
 
 if TYPE_CHECKING:
     import pyarrow as pa

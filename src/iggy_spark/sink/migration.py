@@ -8,12 +8,12 @@ from __future__ import annotations
 import threading
 from pathlib import Path
 
-from iggy_spark import state
 from iggy_spark.connection import IggyConnection
-from iggy_spark.control import EVERY_TASK, LedgerRecord, Start
-from iggy_spark.logs import log_batch
-from iggy_spark.options import RoutedOptions
-from iggy_spark.report import Ledger, ledger_path
+from iggy_spark.sink import state
+from iggy_spark.sink.control import EVERY_TASK, LedgerRecord, Start
+from iggy_spark.sink.logs import log_batch
+from iggy_spark.sink.options import RoutedOptions
+from iggy_spark.sink.report import Ledger, ledger_path
 
 __all__ = ["migrate_once"]
 

@@ -16,7 +16,7 @@ The row contract follows Spark's Kafka sink. Column names come from :class:`Colu
     little-endian bytes (what the Rust SDK's ``messages_key_u32`` sends).
 ``partition_id`` (encoding ``partition_id``)
     Integer, passed through as is (null means balanced); the writer checks it against the
-    topic's real partition count with :func:`iggy_spark.admission.check_partition_id`.
+    topic's real partition count with :func:`iggy_spark.sink.admission.check_partition_id`.
 ``value``
     String (sent as UTF-8) or binary, sent as is; the row's other columns are then ignored.
     Must be non-null and non-empty: Iggy has no tombstones and refuses empty payloads. Without
@@ -59,7 +59,7 @@ import pyarrow.compute as pc
 from xxhash import xxh3_128_digest, xxh3_128_intdigest
 
 from iggy_spark.errors import EncodingError, PayloadTooLarge
-from iggy_spark.options import (
+from iggy_spark.sink.options import (
     MAX_MESSAGE_BYTES,
     ColumnNames,
     FailurePolicy,
@@ -97,7 +97,7 @@ class EncodedBatch:
     ids: list[int]
     keyed: bool = False
     """The batch has an id column: its rows say what each message is (0 in ``ids``: a null
-    id), so a replay can skip what landed by id (:mod:`iggy_spark.delivery`)."""
+    id), so a replay can skip what landed by id (:mod:`iggy_spark.sink.delivery`)."""
     invalid: dict[int, EncodingError] = field(default_factory=dict)
     """Rows that cannot become a message (null or oversize payload, bad header, id or key),
     collected instead of raised when bad rows have a dead-letter destination to go to; their

@@ -2,7 +2,7 @@
 
 Tasks return a :class:`TaskReport` (Spark's commit message). The driver's ``commit`` folds the
 reports of a micro-batch into a :class:`Ledger` and appends it to the query's control topic in
-Iggy (:mod:`iggy_spark.state`): per-destination message counts, breaker state (with its
+Iggy (:mod:`iggy_spark.sink.state`): per-destination message counts, breaker state (with its
 wall-clock opening time) and last error, rejection and missing-destination counters, the
 destination-creation latency histogram, and the set of admitted destinations that makes
 ``admission.max_destinations`` hold for the whole query. Every task of the next batch reads
@@ -25,8 +25,8 @@ from typing import Any
 from pyspark.sql.datasource import WriterCommitMessage
 
 from connector_common.checkpoints import local_checkpoint
-from iggy_spark.admission import Destination
-from iggy_spark.breaker import BreakerSnapshot, BreakerState, merge_snapshots
+from iggy_spark.sink.admission import Destination
+from iggy_spark.sink.breaker import BreakerSnapshot, BreakerState, merge_snapshots
 
 __all__ = ["TaskReport", "Ledger", "ledger_path", "LEDGER_FILE"]
 

@@ -8,7 +8,7 @@ a group the sink sends in order, a send goes only once the previous one was ackn
 send lands whole and contiguous, so the ``run`` messages ending at a marked message are that
 send's. (A header on every message would make the SDK convert every message's headers.)
 
-Three cases, decided by each task from the query's control topic (:mod:`iggy_spark.state`),
+Three cases, decided by each task from the query's control topic (:mod:`iggy_spark.sink.state`),
 whatever filesystem the checkpoint is on:
 
 * **A new batch** (no ``start`` record of this batch and task yet): the task sends everything,

@@ -2,7 +2,7 @@
 
 Per row the task finds the destination (``missing`` policy for a row that names none), asks
 admission (names, allowlist/denylist, cap), the breaker and the topic itself (created on first
-touch), picks the partition, and hands the message to its :class:`~iggy_spark.outbox.Outbox`.
+touch), picks the partition, and hands the message to its :class:`~iggy_spark.sink.outbox.Outbox`.
 Rows refused, or refused later by a breaker that opened while sending, follow
 ``on_admission_failure``: fail, drop, or go to the dead-letter queue with headers saying why.
 """
@@ -16,12 +16,7 @@ from typing import TYPE_CHECKING, Any
 
 import orjson
 
-from iggy_spark import sending
-from iggy_spark.admission import Destination, Reason, check_partition_id, rejection
-from iggy_spark.breaker import BreakerBoard
 from iggy_spark.connection import IggyConnection
-from iggy_spark.delivery import Origin
-from iggy_spark.encoding import EncodedBatch, encode_batch
 from iggy_spark.errors import (
     DestinationError,
     EncodingError,
@@ -29,10 +24,15 @@ from iggy_spark.errors import (
     ServerError,
     UnknownDestination,
 )
-from iggy_spark.options import FailurePolicy, RoutedOptions
-from iggy_spark.outbox import Headers, Message, Outbox, backoff
-from iggy_spark.partitioning import partition_for_key
-from iggy_spark.report import TaskReport
+from iggy_spark.sink import sending
+from iggy_spark.sink.admission import Destination, Reason, check_partition_id, rejection
+from iggy_spark.sink.breaker import BreakerBoard
+from iggy_spark.sink.delivery import Origin
+from iggy_spark.sink.encoding import EncodedBatch, encode_batch
+from iggy_spark.sink.options import FailurePolicy, RoutedOptions
+from iggy_spark.sink.outbox import Headers, Message, Outbox, backoff
+from iggy_spark.sink.partitioning import partition_for_key
+from iggy_spark.sink.report import TaskReport
 
 if TYPE_CHECKING:
     import pyarrow as pa
@@ -130,7 +130,7 @@ class RoutingTask:
                 self.conn, stream, timeout=self.options.send_timeout))
         except (ServerError, RuntimeError):  # RuntimeError: the SDK's own errors
             return None  # ensure_topic tries again, with the breaker's accounting
-        # sending.Disconnected (the broker unreachable for send_timeout) ends the task, as it
+        # Disconnected (the broker unreachable for send_timeout) ends the task, as it
         # would have from ensure_topic: waiting twice would only double the outage's cost
         with _state_lock:
             for name, partitions in topics.items():

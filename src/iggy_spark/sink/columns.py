@@ -1,6 +1,6 @@
 """Check the DataFrame's columns against the row contract on the driver, at query start.
 
-The executors' encoder (:mod:`iggy_spark.encoding`) checks every Arrow batch too, but a wrong
+The executors' encoder (:mod:`iggy_spark.sink.encoding`) checks every Arrow batch too, but a wrong
 type found there fails the first batch on an executor, after Spark planned it. Spark hands the
 input schema to ``streamWriter`` on the driver, so a ``topic`` of type int or a ``headers``
 column that is not a map is refused before any task runs, naming the column, the type found and
@@ -23,7 +23,7 @@ from pyspark.sql.types import (
 )
 
 from iggy_spark.errors import EncodingError
-from iggy_spark.options import KeyEncoding, RoutedOptions
+from iggy_spark.sink.options import KeyEncoding, RoutedOptions
 
 __all__ = ["check_columns"]
 

@@ -31,7 +31,7 @@ from dataclasses import dataclass
 from enum import StrEnum
 from typing import Any
 
-from iggy_spark.admission import Destination
+from iggy_spark.sink.admission import Destination
 
 __all__ = [
     "BreakerBoard",

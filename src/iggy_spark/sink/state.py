@@ -3,7 +3,7 @@
 Where a checkpoint lives (a local folder, ``s3a://``, ``abfss://``) and which host a task runs
 on do not matter: every task already reaches Iggy with the sink's own connection. Each query
 has one topic, ``<state_stream>/query-<query id>``, with one partition, holding the records of
-:mod:`iggy_spark.control`. Costs per task: one topic lookup, one poll of the tail back to the
+:mod:`iggy_spark.sink.control`. Costs per task: one topic lookup, one poll of the tail back to the
 newest ledger (usually a page), one append; per committed batch: the same read and one append
 of the ledger. Nothing is ever updated in place, so a crash between two writes loses nothing:
 the newest ledger stays the newest until a newer one has landed whole.
@@ -22,11 +22,21 @@ from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any
 
 from connector_common.checkpoints import local_checkpoint
-from iggy_spark import sending
-from iggy_spark.admission import Destination
-from iggy_spark.control import Admit, Claim, LedgerRecord, Record, StateView, decode, encode, fold
 from iggy_spark.errors import StateError
-from iggy_spark.options import TopicDefaults
+from iggy_spark.failures import retrying
+from iggy_spark.sink import sending
+from iggy_spark.sink.admission import Destination
+from iggy_spark.sink.control import (
+    Admit,
+    Claim,
+    LedgerRecord,
+    Record,
+    StateView,
+    decode,
+    encode,
+    fold,
+)
+from iggy_spark.sink.options import TopicDefaults
 
 if TYPE_CHECKING:
     import apache_iggy
@@ -130,7 +140,7 @@ async def _read_on(client: apache_iggy.IggyClient, topic: Destination, view: Sta
 
 async def read(conn: IggyConnection, topic: Destination, *, timeout: float) -> StateView | None:
     """The query's state as its control topic says; ``None`` if the topic does not exist."""
-    return await sending.retrying(conn, lambda client: _read_back(client, topic), timeout)
+    return await retrying(conn, lambda client: _read_back(client, topic), timeout)
 
 
 async def create(conn: IggyConnection, topic: Destination, *, timeout: float) -> None:
@@ -163,7 +173,7 @@ async def append(
             await _partition_id(client, topic)  # StateError when the topic is gone
             raise
 
-    await sending.retrying(conn, send, timeout)
+    await retrying(conn, send, timeout)
 
 
 async def _partition_id(client: apache_iggy.IggyClient, topic: Destination) -> int:
@@ -186,7 +196,7 @@ async def claim(
     if (mine.run, mine.batch, mine.destination) in view.claims:
         return False
     await append(conn, topic, mine, timeout=timeout)
-    await sending.retrying(conn, lambda client: _read_on(client, topic, view), timeout)
+    await retrying(conn, lambda client: _read_on(client, topic, view), timeout)
     return view.won(mine)
 
 
@@ -202,5 +212,5 @@ async def admit(
     key = str(destination)
     if key not in view.admits:
         await append(conn, topic, Admit(key), timeout=timeout)
-        await sending.retrying(conn, lambda client: _read_on(client, topic, view), timeout)
+        await retrying(conn, lambda client: _read_on(client, topic, view), timeout)
     return view.admitted_within(key, seeded, cap)

@@ -2,10 +2,11 @@
 effectively-once delivery, and sent in order.
 
 Sending is the only thing done here. Which destination a row goes to, whether it is admitted,
-and where refused messages go are the task's business (:mod:`iggy_spark.task`): the outbox hands
-back what a destination's breaker refused, and the task routes it (to the dead-letter queue, or
-fails). Each group is sent chunk by chunk, a chunk only once the previous one was acknowledged;
-a chunk a destination refuses is retried with backoff while the other groups go on.
+and where refused messages go are the task's business (:mod:`iggy_spark.sink.task`): the outbox
+hands back what a destination's breaker refused, and the task routes it (to the dead-letter
+queue, or fails). Each group is sent chunk by chunk, a chunk only once the previous one was
+acknowledged; a chunk a destination refuses is retried with backoff while the other groups go
+on.
 """
 
 from __future__ import annotations
@@ -17,15 +18,16 @@ from contextlib import AbstractAsyncContextManager, nullcontext
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any
 
-from iggy_spark import delivery, sending
-from iggy_spark.admission import Destination
-from iggy_spark.breaker import BreakerBoard, BreakerState
 from iggy_spark.connection import IggyConnection
-from iggy_spark.delivery import ORIGIN_HEADER, Origin
 from iggy_spark.errors import SendError, ServerError
-from iggy_spark.logs import warn
-from iggy_spark.options import RoutedOptions
-from iggy_spark.report import TaskReport
+from iggy_spark.failures import Disconnected
+from iggy_spark.sink import delivery, sending
+from iggy_spark.sink.admission import Destination
+from iggy_spark.sink.breaker import BreakerBoard, BreakerState
+from iggy_spark.sink.delivery import ORIGIN_HEADER, Origin
+from iggy_spark.sink.logs import warn
+from iggy_spark.sink.options import RoutedOptions
+from iggy_spark.sink.report import TaskReport
 
 if TYPE_CHECKING:
     import apache_iggy
@@ -124,7 +126,7 @@ class Outbox:
 
     def _landed_before(self, group: Group, message_id: int) -> bool:
         """Whether this row of a replay landed in an earlier attempt (see
-        :mod:`iggy_spark.delivery`): by id when rows carry ids, else by its place in the group.
+        :mod:`iggy_spark.sink.delivery`): by id when rows carry ids, else by its place in the group.
         """
         landed = self.landed.get(group)
         if landed is None:
@@ -242,7 +244,7 @@ class Outbox:
                     if not self.board.record_failed_attempt(destination, str(exc), attempt):
                         await asyncio.sleep(backoff(attempt))
                     continue
-                except (sending.Disconnected, ServerError) as exc:
+                except (Disconnected, ServerError) as exc:
                     self.board.record_failure(destination, counts=False, error=str(exc))
                     outcome.error = exc
                     break

@@ -1,85 +1,38 @@
 """The sink's conversation with Iggy: make sure a destination exists, and send to it.
 
-The SDK reports every failure as a ``RuntimeError`` carrying its error variant's text; the two
-distinctions the sink needs are drawn here and nowhere else:
-
-* *already exists* on create is success: tasks racing to create one destination all win;
-* *disconnection* hits every destination at once, so it is retried until ``send_timeout`` and
-  never counted against a destination's circuit breaker.
+The SDK reports every failure as a ``RuntimeError`` carrying its error variant's text. A
+*disconnection* is retried until ``send_timeout`` (:mod:`iggy_spark.failures`); the one
+distinction of the sink's own is drawn here and nowhere else: *already exists* on create is
+success, so tasks racing to create one destination all win.
 """
 
 from __future__ import annotations
 
 import asyncio
 import re
-import time
-from collections.abc import AsyncIterator, Awaitable, Callable, Sequence
+from collections.abc import AsyncIterator, Awaitable, Sequence
 from dataclasses import dataclass
-from typing import TYPE_CHECKING, Any, TypeVar
+from typing import TYPE_CHECKING, Any
 
-from iggy_spark.admission import Destination
 from iggy_spark.connection import IggyConnection
-from iggy_spark.delivery import ORIGIN_HEADER, Landed, Origin, TailScan, landed_count
 from iggy_spark.errors import DestinationError, SendError, ServerError, UnknownDestination
-from iggy_spark.options import TopicDefaults
-from iggy_spark.topic_request import create_topic
+from iggy_spark.failures import Disconnected, retrying
+from iggy_spark.sink.admission import Destination
+from iggy_spark.sink.delivery import ORIGIN_HEADER, Landed, Origin, TailScan, landed_count
+from iggy_spark.sink.options import TopicDefaults
+from iggy_spark.sink.topic_request import create_topic
 
 if TYPE_CHECKING:
     import apache_iggy
 
-__all__ = [
-    "Topic", "list_topics", "ensure_topic", "prewarm", "send", "landed", "is_disconnection",
-    "retrying",
-    "Disconnected",
-]
+__all__ = ["Topic", "list_topics", "ensure_topic", "prewarm", "send", "landed"]
 
-T = TypeVar("T")
-
-# The SDK raises ``RuntimeError(str(IggyError))``, with no error code attached. These
-# ``IggyError`` variants (apache/iggy, core/common/src/error/iggy_error.rs) mean the connection,
-# not the request, failed; none takes a parameter, so the whole message identifies the variant
-# exactly, and no name or text from a request (a stream called "disconnected") can match one.
-_DISCONNECTION_VARIANTS = frozenset({
-    "Disconnected",
-    "Not connected",
-    "Cannot establish connection",
-    "Connection closed",
-    "Client shutdown",
-    "Stale client",
-    "TCP error",
-    "QUIC error",
-    "Cannot sed messages due to client disconnection",  # sic, as the SDK spells it
-})
 # StreamNameAlreadyExists and TopicNameAlreadyExists, as the SDK words them (whole message).
 _ALREADY_EXISTS = re.compile(
     r"(Stream with name: .* already exists\.|Topic with name: .* for stream with ID: .* already "
     r"exists\.)",
     re.DOTALL,
 )
-_RETRY_PAUSE = 0.5
-_ATTEMPT_SECONDS = 15.0
-
-
-class Disconnected(Exception):
-    """The server stayed unreachable for longer than ``send_timeout``."""
-
-
-def is_disconnection(exc: BaseException) -> bool:
-    """Whether ``exc`` (or a cause of it) says the connection, not the destination, failed.
-
-    Decided by type (Python's connection errors and timeouts: the SDK's calls time out while
-    the server is unreachable) and by the SDK error's variant; the text of this package's own
-    errors is never read.
-    """
-    seen: BaseException | None = exc
-    while seen is not None:
-        if isinstance(seen, ConnectionError | TimeoutError):
-            return True
-        if (type(seen) is RuntimeError and len(seen.args) == 1
-                and seen.args[0] in _DISCONNECTION_VARIANTS):
-            return True
-        seen = seen.__cause__
-    return False
 
 
 @dataclass(frozen=True)
@@ -88,44 +41,6 @@ class Topic:
 
     partitions_count: int
     created: bool
-
-
-async def retrying(
-    conn: IggyConnection, call: Callable[[apache_iggy.IggyClient], Awaitable[T]], timeout: float
-) -> T:
-    """Run ``call`` with the connection's client, retrying across disconnections.
-
-    Each attempt gets at most ``_ATTEMPT_SECONDS``: after a server restart the SDK's client can
-    keep waiting on its dead connection, so an attempt that times out drops the client and the
-    next one connects afresh. A send that timed out may still have landed, so a retry can
-    duplicate it: at-least-once, as everywhere else.
-    """
-    deadline = time.monotonic() + timeout
-    while True:
-        attempt = max(min(_ATTEMPT_SECONDS, deadline - time.monotonic()), 0.1)
-        client: apache_iggy.IggyClient | None = None
-        try:
-            try:
-                client = await asyncio.wait_for(conn.client(), attempt)
-            except ServerError:
-                raise
-            except Exception as exc:  # noqa: BLE001 - the SDK raises bare RuntimeErrors
-                if is_disconnection(exc):
-                    raise
-                raise ServerError(conn.url.server_address, str(exc)) from exc
-            return await asyncio.wait_for(call(client), attempt)
-        except ServerError:
-            raise
-        except Exception as exc:  # noqa: BLE001 - the SDK raises bare RuntimeErrors
-            if not is_disconnection(exc):
-                raise
-            if client is not None:
-                conn.reset(client)
-            if time.monotonic() >= deadline:
-                reason = str(exc) or f"no answer within {attempt:g}s"
-                raise Disconnected(f"Iggy at {conn.url.server_address} unreachable for "
-                                   f"{timeout:g}s: {reason}") from exc
-            await asyncio.sleep(_RETRY_PAUSE)
 
 
 async def _create(call: Awaitable[Any]) -> bool:
@@ -319,7 +234,7 @@ async def _tail_count(
     me: Origin,
     limit: int,
 ) -> int | None:
-    """:func:`~iggy_spark.delivery.landed_count` over the group's partitions (the longest
+    """:func:`~iggy_spark.sink.delivery.landed_count` over the group's partitions (the longest
     prefix); ``None``: undecided within ``limit``."""
     found = 0
     async for tail in _tails(client, destination, partition, limit):
@@ -342,7 +257,7 @@ async def _tail_ids(
     me: Origin,
     limit: int,
 ) -> Landed:
-    """The group's messages found in its partitions' tails (:class:`~iggy_spark.delivery
+    """The group's messages found in its partitions' tails (:class:`~iggy_spark.sink.delivery
     .TailScan`), at most ``limit`` messages read per partition."""
     landed = Landed()
     async for tail in _tails(client, destination, partition, limit):
@@ -369,7 +284,7 @@ async def landed(
     """What ``me``'s group (query, batch, task) already landed, from its partitions' tails.
 
     With ``ids`` every message of the group found, by id (the whole group's if
-    :attr:`~iggy_spark.delivery.Landed.complete`); otherwise only how many landed (its
+    :attr:`~iggy_spark.sink.delivery.Landed.complete`); otherwise only how many landed (its
     newest mark), or ``None`` when that is undecided within ``limit`` messages per partition.
     ``partition=None`` (the server balanced the group's sends) reads every partition.
     """

@@ -26,7 +26,7 @@ from iggy_spark.identifiers import identifier, name_field
 if TYPE_CHECKING:
     import apache_iggy
 
-    from iggy_spark.options import TopicDefaults
+    from iggy_spark.sink.options import TopicDefaults
 
 __all__ = ["CREATE_TOPIC", "create_topic", "encode_create_topic"]
 
