@@ -43,7 +43,7 @@ from typing import Any
 
 from bench.common import log, write_result
 from iggy_local import LocalIggy
-from iggy_spark.sink.monitoring import read_ledger
+from iggy_spark import read_ledger
 from iggy_spark_testing.chaos import (
     PipelineJob,
     SlotWatch,

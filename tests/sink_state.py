@@ -5,11 +5,11 @@ from __future__ import annotations
 from typing import Any
 
 from iggy_local import LocalIggy
+from iggy_spark import read_ledger
 from iggy_spark.connection import IggyConnection
 from iggy_spark.iggy_url import IggyUrl
 from iggy_spark.sink import state
 from iggy_spark.sink.control import LedgerRecord
-from iggy_spark.sink.monitoring import read_ledger
 from iggy_spark.sink.options import RoutedOptions
 from iggy_spark.sink.report import Ledger
 

@@ -88,7 +88,7 @@ def test_iggy_routed_imports_without_the_source_or_psycopg() -> None:
     ))
 
 
-def test_the_iggy_source_imports_without_pg_cdc_or_psycopg() -> None:
+def test_the_iggy_source_imports_without_the_sink_pg_cdc_or_psycopg() -> None:
     _runs_alone(("psycopg",), (
         "from iggy_spark.source.reader import IggyStreamReader\n"
         "from iggy_spark.source.options import SourceOptions\n"
@@ -99,6 +99,8 @@ def test_the_iggy_source_imports_without_pg_cdc_or_psycopg() -> None:
         "import iggy_spark.source.payloads\n"
         "assert 'postgres_cdc_source' not in sys.modules, 'the iggy source imported pg_cdc'\n"
         "from pyspark_iggy import DefaultSource\n"
+        "sink = [m for m in sys.modules if m.startswith('iggy_spark.sink')]\n"
+        "assert not sink, f'the iggy source imported the sink: {sink}'\n"
         "assert DefaultSource.name() == 'iggy'\n"
     ))
 

@@ -18,7 +18,7 @@ from typing import Any
 import pytest
 from psycopg import sql
 
-from iggy_spark.sink.monitoring import read_ledger
+from iggy_spark import read_ledger
 from iggy_spark_testing.harness import LocalPostgres
 from iggy_spark_testing.oracle import read_back
 from postgres_cdc_source.options import CdcOptions

@@ -23,7 +23,7 @@ import pytest
 from psycopg import sql
 
 from iggy_local import LocalIggy
-from iggy_spark.sink.monitoring import read_ledger
+from iggy_spark import read_ledger
 from iggy_spark_testing.chaos import (
     PipelineJob,
     committed_end,

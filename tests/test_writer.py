@@ -20,6 +20,7 @@ import pytest
 from broker_fixtures import connect, create_topic, poll_all, run
 
 from iggy_local import LocalIggy
+from iggy_spark import read_ledger
 from iggy_spark.errors import AdmissionError, ServerError
 from iggy_spark.failures import Disconnected
 from iggy_spark.iggy_url import IggyUrl
@@ -27,7 +28,6 @@ from iggy_spark.sink import outbox, sending
 from iggy_spark.sink.control import LedgerRecord, decode, encode
 from iggy_spark.sink.delivery import TaskIdentity
 from iggy_spark.sink.encoding import message_id
-from iggy_spark.sink.monitoring import read_ledger
 from iggy_spark.sink.options import RoutedOptions
 from iggy_spark.sink.partitioning import partition_for_key
 from iggy_spark.sink.report import Ledger, TaskReport

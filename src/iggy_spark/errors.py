@@ -1,4 +1,7 @@
-"""The exceptions of the ``iggy_routed`` sink: one small hierarchy, catchable as a whole.
+"""The exceptions of ``iggy_spark``: one small hierarchy, catchable as a whole.
+
+The sink's are here, the ``iggy`` source's in :mod:`iggy_spark.source.errors`; users catch
+them by the names :mod:`iggy_spark` and :mod:`iggy_spark.source` re-export.
 
 Every class keeps its constructor arguments in ``args`` and renders its message from them
 (:class:`connector_common.errors.ConnectorError`), so Spark can pickle it from executor to driver
@@ -30,12 +33,12 @@ def _destination(stream: str | None, topic: str | None) -> str:
 
 
 class IggySparkError(ConnectorError):
-    """Base class of every error the sink raises on purpose."""
+    """Base class of every error the sink and the source raise on purpose."""
 
 
 class ConfigError(IggySparkError, OptionError):
-    """An ``iggy_routed`` option is missing, malformed or contradicts another (``.option``
-    names it); raised before any data moves."""
+    """An ``iggy_routed`` or ``iggy`` option is missing, malformed or contradicts another
+    (``.option`` names it); raised before any data moves."""
 
 
 class AdmissionError(IggySparkError):

@@ -1,9 +1,14 @@
 """``format("iggy")``: read Iggy topics into Spark, batch and streaming.
 
-A source of its own next to the ``iggy_routed`` sink: it shares the sink's ``url`` grammar and
-connection pool, and needs only the ``[iggy]`` extra. The offsets Spark checkpoints are the only
-truth about what was read (``{topic: {partition: next offset}}``): a replayed micro-batch polls
-the same offset ranges and so reads the same messages.
+A source of its own next to the ``iggy_routed`` sink: it shares the package root's ``url``
+grammar, connection pool and failure rules, imports nothing of the sink, and needs only the
+``[iggy]`` extra. The offsets Spark checkpoints are the only truth about what was read
+(``{topic: {partition: next offset}}``): a replayed micro-batch polls the same offset ranges and
+so reads the same messages.
+
+The names in ``__all__`` are the source's public API (its option errors are
+:class:`iggy_spark.ConfigError`); every module under ``iggy_spark.source`` is internal and may
+move between versions.
 """
 
 from __future__ import annotations
@@ -12,12 +17,13 @@ from collections.abc import Mapping
 from typing import TYPE_CHECKING, Any
 
 from iggy_spark.source.datasource import IggyDataSource
+from iggy_spark.source.errors import DataLoss, SourceError
 from iggy_spark.source.progress import lag_from_progress
 
 if TYPE_CHECKING:
     from pyspark.sql import SparkSession
 
-__all__ = ["IggyDataSource", "delete_reported_offsets", "lag", "register"]
+__all__ = ["register", "lag", "delete_reported_offsets", "SourceError", "DataLoss"]
 
 
 def register(spark: SparkSession) -> None:
@@ -42,7 +48,7 @@ def delete_reported_offsets(options: Mapping[str, str]) -> list[tuple[str, int]]
     query is gone: ``options`` are the reader's (``url``, ``stream``, ``topics`` or
     ``topic_pattern``, ``report_consumer``). Returns the ``(topic, partition)`` pairs that had
     one; calling it again returns none. Raises
-    :class:`~iggy_spark.errors.ConfigError` without ``report_consumer``.
+    :class:`~iggy_spark.ConfigError` without ``report_consumer``.
     """
     from iggy_spark.errors import ConfigError
     from iggy_spark.source import catalog
