@@ -32,11 +32,8 @@ from apache_iggy import IggyClient, SendMessage
 
 from bench.common import machine, results_dir
 from iggy_local import LocalIggy
-from iggy_local.protocol import (
-    HEADER_SIZE,
-    Operation,
-    decode_request_header,
-)
+from iggy_local.codes import HEADER_SIZE, Operation
+from iggy_local.frames import decode_request_header
 from iggy_local.server import BrokerServer, Connection
 from iggy_local.storage import Store
 from iggy_spark_testing.iggy_frames import (

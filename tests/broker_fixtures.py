@@ -6,7 +6,7 @@ over TCP exactly as any consumer would (polling with
 and the oracle), so end-to-end tests can assert on partition, offset, id, payload and user
 headers without reaching into the broker. :class:`RawClient` is for what the SDK will not send:
 garbage, unknown operations, and the Balanced / MessagesKey partitioning kinds it resolves
-client-side (with bodies from :mod:`iggy_local.protocol`'s encoders).
+client-side (with bodies from :mod:`iggy_spark_testing.iggy_frames`).
 """
 
 from __future__ import annotations
@@ -21,12 +21,7 @@ from typing import Any, TypeVar
 
 from apache_iggy import IggyClient, ReceiveMessage, UserHeaders
 
-from iggy_local.protocol import (
-    HEADER_SIZE,
-    Identifier,
-    Operation,
-    ReadCode,
-)
+from iggy_local.codes import HEADER_SIZE, Identifier, Operation, ReadCode
 from iggy_spark.sink import topic_request
 from iggy_spark.sink.options import TopicDefaults
 from iggy_spark_testing import readback

@@ -44,20 +44,11 @@ from broker_fixtures import (
 )
 
 from iggy_local import LocalIggy
+from iggy_local.batches import batch_message_count, slice_batch, stamp_batch, verify_batch
+from iggy_local.codes import BrokerError, ErrorCode, FrameError, Operation, ReadCode
+from iggy_local.frames import decode_request_header
 from iggy_local.journal import FILE_NAME
-from iggy_local.protocol import (
-    BrokerError,
-    ErrorCode,
-    FrameError,
-    Operation,
-    ReadCode,
-    batch_message_count,
-    decode_request_header,
-    parse_options,
-    slice_batch,
-    stamp_batch,
-    verify_batch,
-)
+from iggy_local.requests import parse_options
 from iggy_spark.sink import topic_request
 from iggy_spark.sink.options import TopicDefaults
 from iggy_spark.sink.partitioning import partition_for_key

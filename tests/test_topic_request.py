@@ -13,7 +13,7 @@ from hypothesis import given
 from hypothesis import strategies as st
 
 from iggy_local import LocalIggy
-from iggy_local.protocol import Reader, parse_options
+from iggy_local.requests import Reader, parse_options
 from iggy_spark.connection import IggyConnection
 from iggy_spark.iggy_url import IggyUrl
 from iggy_spark.sink.admission import Destination

@@ -11,7 +11,7 @@ Failure policy, per the protocol notes:
 * bytes that are not a request frame (wrong command byte, impossible size, client id 0) close
   that connection only, because the stream cannot be resynchronised;
 * a header the server's field rules refuse is dropped without a reply, the connection kept, as
-  the real server does (:func:`~iggy_local.protocol.header_problem`): an operation byte no
+  the real server does (:func:`~iggy_local.frames.header_problem`): an operation byte no
   client may send, a login whose session or request number is not 0, any other replicated
   request with session or request number 0;
 * a well-framed request the broker refuses gets a reply: an error status with an empty body, or
@@ -34,45 +34,51 @@ from collections.abc import Callable
 from dataclasses import dataclass, field
 from itertools import count
 
-from .protocol import (
+from .batches import verify_batch
+from .codes import (
     HEADER_SIZE,
     PROTOCOL_VERSION,
-    RESULT_OK,
     BrokerError,
     ErrorCode,
     EvictionReason,
     FrameError,
     Operation,
-    PartitionTarget,
     PollingKind,
-    PollMessages,
     ReadCode,
-    Reader,
+    is_result_framed,
+)
+from .frames import (
     RequestHeader,
+    decode_request_header,
+    encode_eviction,
+    encode_reply_header,
+    header_problem,
+    request_checksum_matches,
+)
+from .replies import (
+    RESULT_OK,
+    encode_cluster_metadata,
+    encode_consumer_offset,
+    encode_login_reply,
+    encode_poll_header,
+    encode_send_reply,
+    encode_stream,
+    encode_topic,
+    encode_topic_header,
+    result_rejection,
+)
+from .requests import (
+    PartitionTarget,
+    PollMessages,
+    Reader,
     consumer_key,
     decode_delete_offset,
     decode_get_offset,
     decode_login,
     decode_poll_messages,
-    decode_request_header,
     decode_send_messages,
     decode_store_offset,
-    encode_cluster_metadata,
-    encode_consumer_offset,
-    encode_eviction,
-    encode_login_reply,
-    encode_poll_header,
-    encode_reply_header,
-    encode_send_reply,
-    encode_stream,
-    encode_topic,
-    encode_topic_header,
-    header_problem,
     is_protocol_compatible,
-    is_result_framed,
-    request_checksum_matches,
-    result_rejection,
-    verify_batch,
 )
 from .storage import Partition, Store, Topic
 

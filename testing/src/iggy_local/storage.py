@@ -6,7 +6,7 @@ state by replaying the journal through the same ``_apply_*`` methods the live pa
 restarted broker has exactly what it acknowledged before.
 
 Partitions keep each batch as the bytes the producer sent, stamped with partition, base offset
-and append timestamp (:func:`~.protocol.stamp_batch`), plus parallel lists of base offsets and
+and append timestamp (:func:`~.batches.stamp_batch`), plus parallel lists of base offsets and
 timestamps for bisecting. A poll hands stored batches back untouched and only cuts a new batch
 when a read starts or stops inside one.
 
@@ -25,25 +25,18 @@ from itertools import count as counter
 
 import xxhash
 
-from .journal import Journal, RecordKind
-from .protocol import (
+from .batches import batch_location, batch_message_count, slice_batch, stamp_batch
+from .codes import (
     MAX_PARTITIONS_PER_REQUEST,
     BrokerError,
     ErrorCode,
     Identifier,
     PartitioningKind,
-    PartitionSummary,
-    Reader,
-    StreamSummary,
-    TopicSummary,
-    batch_location,
-    batch_message_count,
-    check_topic_options,
     encode_name,
-    parse_options,
-    slice_batch,
-    stamp_batch,
 )
+from .journal import Journal, RecordKind
+from .replies import PartitionSummary, StreamSummary, TopicSummary
+from .requests import Reader, check_topic_options, parse_options
 
 NEVER_EXPIRE = 2**64 - 1
 UNLIMITED_SIZE = 2**64 - 1

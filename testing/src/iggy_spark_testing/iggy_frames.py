@@ -13,21 +13,18 @@ from collections.abc import Sequence
 
 import xxhash
 
-from iggy_local.protocol import (
-    BATCH_FIELDS,
+from iggy_local.batches import BATCH_FIELDS, batch_message_count, compute_batch_checksum
+from iggy_local.codes import (
     BATCH_HEADER_SIZE,
     HEADER_SIZE,
-    MASK64,
     PROTOCOL_VERSION,
-    REQUEST_HEADER,
     U32,
     U64,
     Command,
     Identifier,
-    batch_message_count,
-    compute_batch_checksum,
     encode_name,
 )
+from iggy_local.frames import MASK64, REQUEST_HEADER
 
 __all__ = [
     "encode_batch",
