@@ -56,6 +56,56 @@ __all__ = ["MetricsServer", "serve_metrics"]
 
 _SINK_DEGRADED, _SOURCE_DEGRADED = "iggy_routed", "pg_cdc"
 _READ_TIMEOUT = 10.0
+_QUERY = ("query",)
+_FAMILIES: tuple[tuple[str, str, str, tuple[str, ...]], ...] = (
+    # (kind, name, help, labels), served in this order
+    ("counter", "iggy_spark_batches", "micro-batches completed", _QUERY),
+    ("counter", "iggy_spark_input_rows", "rows read by the query's sources", _QUERY),
+    ("gauge", "iggy_spark_batch_duration_seconds", "duration of the last micro-batch", _QUERY),
+    ("gauge", "iggy_spark_input_rows_per_second", "input rate of the last batch", _QUERY),
+    ("gauge", "iggy_spark_processed_rows_per_second", "processing rate of the last batch",
+     _QUERY),
+    ("counter", "iggy_routed_messages_routed", "messages acknowledged by Iggy", _QUERY),
+    ("counter", "iggy_routed_rejections", "rows refused a destination", ("query", "reason")),
+    ("counter", "iggy_routed_missing_destination",
+     "rows with a null stream or topic, by on_missing_destination action", ("query", "action")),
+    ("counter", "iggy_routed_dead_lettered", "rows sent to the dead-letter destination", _QUERY),
+    ("counter", "iggy_routed_dropped", "rows dropped by policy", _QUERY),
+    ("counter", "iggy_routed_replay_skipped", "messages a replayed batch found already in Iggy "
+     "and did not send again", _QUERY),
+    ("counter", "iggy_routed_at_least_once_fallbacks", "groups a replay could not decide on "
+     "within delivery_scan_messages, sent again in full", _QUERY),
+    ("counter", "iggy_routed_state_lost", "tasks that found the query's control topic deleted "
+     "or without a ledger (the cap and breakers started again)", _QUERY),
+    ("gauge", "iggy_routed_destinations_active", "destinations admitted by the query", _QUERY),
+    ("gauge", "iggy_routed_breakers_open", "destinations with an open breaker", _QUERY),
+    ("histogram", "iggy_routed_destination_create_seconds",
+     "time to create a missing stream/topic", _QUERY),
+    ("gauge", "iggy_spark_degraded", "1 while a component is degraded: the sink has open "
+     "breakers, or pg_cdc could not advance its slot for several commits in a row",
+     ("query", "component")),
+    ("gauge", "pg_cdc_slot_lag_bytes", "WAL between the flush position and the slot's "
+     "confirmed position", _QUERY),
+    ("gauge", "pg_cdc_retained_wal_bytes", "WAL the slot keeps on the server", _QUERY),
+    ("gauge", "pg_cdc_slot_active", "1 while a session is using the slot", _QUERY),
+    ("gauge", "pg_cdc_slot_at_risk", "1 while the slot's wal_status is unreserved (the next "
+     "checkpoint loses it unless it catches up) or lost", _QUERY),
+    ("gauge", "pg_cdc_slot_safe_wal_bytes", "WAL that may still be written before the slot is "
+     "lost (absent while max_slot_wal_keep_size is unlimited)", _QUERY),
+    ("gauge", "pg_cdc_slot_reread_wal_bytes", "WAL every read decodes again before its first "
+     "change (confirmed minus restart position): held back by long-open transactions", _QUERY),
+    ("gauge", "pg_cdc_commit_failures", "consecutive commits that could not advance the slot",
+     _QUERY),
+    ("gauge", "pg_cdc_backfill_requests", "backfill requests queued or running", _QUERY),
+    ("counter", "pg_cdc_backfill_rows", "rows in the key ranges of the backfill chunks "
+     "planned, per table (before a request's where)", ("query", "table")),
+    ("counter", "pg_cdc_backfill_chunks", "backfill chunks planned, per table",
+     ("query", "table")),
+    ("gauge", "pg_cdc_backfill_rows_per_second", "a table's backfill rate, from its first "
+     "chunk to its last", ("query", "table")),
+    ("gauge", "iggy_source_lag_messages", "messages an iggy source's partition holds past the "
+     "end of the query's last planned batch", ("query", "topic", "partition")),
+)
 
 
 @dataclass
@@ -90,127 +140,18 @@ class _Collector:
             self.queries.setdefault(query_id, _Query(name or query_id))
 
     def collect(self) -> Iterator[Any]:
-        from prometheus_client.core import (
-            CounterMetricFamily,
-            GaugeMetricFamily,
-            HistogramMetricFamily,
-        )
-
-        def counter(name: str, doc: str, labels: tuple[str, ...] = ("query",)) -> Any:
-            return CounterMetricFamily(name, doc, labels=list(labels))
-
-        def gauge(name: str, doc: str, labels: tuple[str, ...] = ("query",)) -> Any:
-            return GaugeMetricFamily(name, doc, labels=list(labels))
-
-        batches = counter("iggy_spark_batches", "micro-batches completed")
-        rows = counter("iggy_spark_input_rows", "rows read by the query's sources")
-        duration = gauge("iggy_spark_batch_duration_seconds", "duration of the last micro-batch")
-        input_rate = gauge("iggy_spark_input_rows_per_second", "input rate of the last batch")
-        processed = gauge("iggy_spark_processed_rows_per_second",
-                          "processing rate of the last batch")
-        routed = counter("iggy_routed_messages_routed", "messages acknowledged by Iggy")
-        rejected = counter("iggy_routed_rejections", "rows refused a destination",
-                           ("query", "reason"))
-        missing = counter("iggy_routed_missing_destination",
-                          "rows with a null stream or topic, by on_missing_destination action",
-                          ("query", "action"))
-        dead = counter("iggy_routed_dead_lettered", "rows sent to the dead-letter destination")
-        dropped = counter("iggy_routed_dropped", "rows dropped by policy")
-        resumed = counter("iggy_routed_replay_skipped", "messages a replayed batch found "
-                          "already in Iggy and did not send again")
-        fallbacks = counter("iggy_routed_at_least_once_fallbacks", "groups a replay could not "
-                            "decide on within delivery_scan_messages, sent again in full")
-        lost = counter("iggy_routed_state_lost", "tasks that found the query's control topic "
-                       "deleted or without a ledger (the cap and breakers started again)")
-        active = gauge("iggy_routed_destinations_active", "destinations admitted by the query")
-        open_breakers = gauge("iggy_routed_breakers_open", "destinations with an open breaker")
-        create = HistogramMetricFamily("iggy_routed_destination_create_seconds",
-                                       "time to create a missing stream/topic",
-                                       labels=["query"])
-        degraded = gauge("iggy_spark_degraded", "1 while a component is degraded: the sink "
-                         "has open breakers, or pg_cdc could not advance its slot for several "
-                         "commits in a row", ("query", "component"))
-        lag = gauge("pg_cdc_slot_lag_bytes", "WAL between the flush position and the slot's "
-                    "confirmed position")
-        retained = gauge("pg_cdc_retained_wal_bytes", "WAL the slot keeps on the server")
-        slot_active = gauge("pg_cdc_slot_active", "1 while a session is using the slot")
-        at_risk = gauge("pg_cdc_slot_at_risk", "1 while the slot's wal_status is unreserved "
-                        "(the next checkpoint loses it unless it catches up) or lost")
-        safe_wal = gauge("pg_cdc_slot_safe_wal_bytes", "WAL that may still be written before "
-                         "the slot is lost (absent while max_slot_wal_keep_size is unlimited)")
-        reread = gauge("pg_cdc_slot_reread_wal_bytes", "WAL every read decodes again before "
-                       "its first change (confirmed minus restart position): held back by "
-                       "long-open transactions")
-        commit_failures = gauge("pg_cdc_commit_failures",
-                                "consecutive commits that could not advance the slot")
-        backfill_requests = gauge("pg_cdc_backfill_requests",
-                                  "backfill requests queued or running")
-        backfill_rows = counter("pg_cdc_backfill_rows", "rows in the key ranges of the backfill "
-                                "chunks planned, per table (before a request's where)",
-                                ("query", "table"))
-        backfill_chunks = counter("pg_cdc_backfill_chunks", "backfill chunks planned, per table",
-                                  ("query", "table"))
-        backfill_rate = gauge("pg_cdc_backfill_rows_per_second", "a table's backfill rate, "
-                              "from its first chunk to its last", ("query", "table"))
-        iggy_lag = gauge("iggy_source_lag_messages", "messages an iggy source's partition "
-                         "holds past the end of the query's last planned batch",
-                         ("query", "topic", "partition"))
+        families = _families()
         with self.lock:
             queries = list(self.queries.items())
         for query_id, q in queries:
-            label = [q.label]
-            batches.add_metric(label, q.batches)
-            rows.add_metric(label, q.input_rows)
-            duration.add_metric(label, q.batch_seconds)
-            input_rate.add_metric(label, q.input_rate)
-            processed.add_metric(label, q.processed_rate)
-            data = self._ledger(query_id)
-            if data is not None:
-                entries = data["destinations"].values()
-                routed.add_metric(label, sum(e["messages"] for e in entries))
-                for reason, count in sorted(data["rejected"].items()):
-                    rejected.add_metric([q.label, reason], count)
-                for action, count in sorted(data["missing"].items()):
-                    missing.add_metric([q.label, action], count)
-                dead.add_metric(label, data["dead_lettered"])
-                dropped.add_metric(label, data["dropped"])
-                resumed.add_metric(label, data["delivery"]["resumed"])
-                fallbacks.add_metric(label, data["delivery"]["at_least_once"])
-                lost.add_metric(label, data["delivery"].get("state_lost", 0))
-                active.add_metric(label, sum(1 for e in entries if e.get("admitted")))
-                opened = sum(1 for e in entries if e["breaker"] != "closed")
-                open_breakers.add_metric(label, opened)
-                degraded.add_metric([q.label, _SINK_DEGRADED], float(opened > 0))
-                latency = data["create_latency"]
-                buckets = [(str(b), c) for b, c in zip(CREATE_BUCKETS, latency["buckets"],
-                                                       strict=True)]
-                create.add_metric(label, [*buckets, ("+Inf", latency["count"])],
-                                  latency["sum"])
+            _add_spark(families, q)
+            ledger = self._ledger(query_id)
+            if ledger is not None:
+                _add_sink(families, q.label, ledger)
             if q.source is not None:
-                if q.source.slot is not None:
-                    lag.add_metric(label, q.source.slot.slot_lag_bytes)
-                    retained.add_metric(label, q.source.slot.retained_wal_bytes)
-                    at_risk.add_metric(label, float(q.source.slot.at_risk))
-                    reread.add_metric(label, q.source.slot.reread_wal_bytes)
-                    if q.source.slot.safe_wal_bytes is not None:
-                        safe_wal.add_metric(label, q.source.slot.safe_wal_bytes)
-                slot_active.add_metric(label, float(q.source.slot is not None
-                                                    and q.source.slot.slot_active))
-                commit_failures.add_metric(label, q.source.commit_failures)
-                degraded.add_metric([q.label, _SOURCE_DEGRADED], float(q.source.degraded))
-                backfill_requests.add_metric(label, q.source.backfill_requests)
-                for table, backfill in sorted(q.source.backfills.items()):
-                    backfill_rows.add_metric([q.label, table], backfill.rows)
-                    backfill_chunks.add_metric([q.label, table], backfill.chunks)
-                    backfill_rate.add_metric([q.label, table], backfill.rows_per_second)
-            for topic, partitions in sorted(q.iggy_lag.items()):
-                for partition, behind in partitions.items():
-                    iggy_lag.add_metric([q.label, topic, partition], behind)
-        yield from (batches, rows, duration, input_rate, processed, routed, rejected, missing,
-                    dead, dropped, resumed, fallbacks, lost, active, open_breakers, create,
-                    degraded, lag, retained, slot_active, at_risk, safe_wal, reread,
-                    commit_failures, backfill_requests, backfill_rows, backfill_chunks,
-                    backfill_rate, iggy_lag)
+                _add_pg_cdc(families, q.label, q.source)
+            _add_iggy_lag(families, q)
+        yield from families.values()
 
     def _ledger(self, query_id: str) -> dict[str, Any] | None:
         """The query's newest ledger from its control topic; ``None`` without a sink url, or
@@ -240,6 +181,86 @@ class _Collector:
             for topic, partitions in (lag_from_progress(source.latestOffset) or {}).items():
                 iggy_lag.setdefault(topic, {}).update(partitions)
         q.iggy_lag = iggy_lag
+
+
+def _families() -> dict[str, Any]:
+    """An empty family of every metric, by name, in the order they are served."""
+    from prometheus_client.core import (
+        CounterMetricFamily,
+        GaugeMetricFamily,
+        HistogramMetricFamily,
+    )
+
+    kinds = {"counter": CounterMetricFamily, "gauge": GaugeMetricFamily,
+             "histogram": HistogramMetricFamily}
+    return {name: kinds[kind](name, doc, labels=list(labels))
+            for kind, name, doc, labels in _FAMILIES}
+
+
+def _add_spark(families: dict[str, Any], q: _Query) -> None:
+    """Spark's figures, from the query's progress events."""
+    label = [q.label]
+    families["iggy_spark_batches"].add_metric(label, q.batches)
+    families["iggy_spark_input_rows"].add_metric(label, q.input_rows)
+    families["iggy_spark_batch_duration_seconds"].add_metric(label, q.batch_seconds)
+    families["iggy_spark_input_rows_per_second"].add_metric(label, q.input_rate)
+    families["iggy_spark_processed_rows_per_second"].add_metric(label, q.processed_rate)
+
+
+def _add_sink(families: dict[str, Any], query: str, data: dict[str, Any]) -> None:
+    """The ``iggy_routed`` sink's figures, from the query's ledger."""
+    label = [query]
+    entries = data["destinations"].values()
+    families["iggy_routed_messages_routed"].add_metric(label, sum(e["messages"] for e in entries))
+    for reason, count in sorted(data["rejected"].items()):
+        families["iggy_routed_rejections"].add_metric([query, reason], count)
+    for action, count in sorted(data["missing"].items()):
+        families["iggy_routed_missing_destination"].add_metric([query, action], count)
+    families["iggy_routed_dead_lettered"].add_metric(label, data["dead_lettered"])
+    families["iggy_routed_dropped"].add_metric(label, data["dropped"])
+    delivery = data["delivery"]
+    families["iggy_routed_replay_skipped"].add_metric(label, delivery["resumed"])
+    families["iggy_routed_at_least_once_fallbacks"].add_metric(label, delivery["at_least_once"])
+    families["iggy_routed_state_lost"].add_metric(label, delivery.get("state_lost", 0))
+    admitted = sum(1 for e in entries if e.get("admitted"))
+    families["iggy_routed_destinations_active"].add_metric(label, admitted)
+    opened = sum(1 for e in entries if e["breaker"] != "closed")
+    families["iggy_routed_breakers_open"].add_metric(label, opened)
+    families["iggy_spark_degraded"].add_metric([query, _SINK_DEGRADED], float(opened > 0))
+    latency = data["create_latency"]
+    buckets = [(str(b), c) for b, c in zip(CREATE_BUCKETS, latency["buckets"], strict=True)]
+    families["iggy_routed_destination_create_seconds"].add_metric(
+        label, [*buckets, ("+Inf", latency["count"])], latency["sum"])
+
+
+def _add_pg_cdc(families: dict[str, Any], query: str, source: SourceHealth) -> None:
+    """``pg_cdc``'s figures, from the health its reader reports in the progress."""
+    label = [query]
+    slot = source.slot
+    if slot is not None:
+        families["pg_cdc_slot_lag_bytes"].add_metric(label, slot.slot_lag_bytes)
+        families["pg_cdc_retained_wal_bytes"].add_metric(label, slot.retained_wal_bytes)
+        families["pg_cdc_slot_at_risk"].add_metric(label, float(slot.at_risk))
+        families["pg_cdc_slot_reread_wal_bytes"].add_metric(label, slot.reread_wal_bytes)
+        if slot.safe_wal_bytes is not None:
+            families["pg_cdc_slot_safe_wal_bytes"].add_metric(label, slot.safe_wal_bytes)
+    families["pg_cdc_slot_active"].add_metric(label, float(slot is not None
+                                                           and slot.slot_active))
+    families["pg_cdc_commit_failures"].add_metric(label, source.commit_failures)
+    families["iggy_spark_degraded"].add_metric([query, _SOURCE_DEGRADED], float(source.degraded))
+    families["pg_cdc_backfill_requests"].add_metric(label, source.backfill_requests)
+    for table, backfill in sorted(source.backfills.items()):
+        families["pg_cdc_backfill_rows"].add_metric([query, table], backfill.rows)
+        families["pg_cdc_backfill_chunks"].add_metric([query, table], backfill.chunks)
+        families["pg_cdc_backfill_rows_per_second"].add_metric([query, table],
+                                                               backfill.rows_per_second)
+
+
+def _add_iggy_lag(families: dict[str, Any], q: _Query) -> None:
+    """The ``iggy`` sources' lag per topic and partition, from the progress."""
+    for topic, partitions in sorted(q.iggy_lag.items()):
+        for partition, behind in partitions.items():
+            families["iggy_source_lag_messages"].add_metric([q.label, topic, partition], behind)
 
 
 @dataclass
