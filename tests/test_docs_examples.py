@@ -208,7 +208,7 @@ class Page:
     def execute(self, *statements: str) -> None:
         with psycopg.connect(self.dsn, autocommit=True) as conn:
             for statement in statements:
-                conn.execute(statement)  # type: ignore[arg-type]
+                conn.execute(statement)
 
 
 PLACEHOLDERS: list[tuple[re.Pattern[str], Callable[[Page, re.Match[str]], str]]] = [
