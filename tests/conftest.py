@@ -20,6 +20,7 @@ from collections.abc import Iterator
 from pathlib import Path
 
 import pytest
+from hypothesis import settings
 
 from iggy_spark_testing.harness import (
     DSN_ENV,
@@ -29,6 +30,11 @@ from iggy_spark_testing.harness import (
     default_version,
     postgres,
 )
+
+# No test may depend on how fast the machine is: Hypothesis's per-example deadline (200 ms)
+# failed property tests at random on 2 busy cores (a JVM beside them collecting garbage).
+settings.register_profile("suite", deadline=None)
+settings.load_profile("suite")
 
 # Spark's Python workers must run this interpreter (the venv's), whatever launched pytest.
 os.environ.setdefault("PYSPARK_PYTHON", sys.executable)

@@ -467,3 +467,17 @@ def test_error_keeps_its_cause_locally() -> None:
             raise SendError("s", "t", str(exc)) from exc
     except SendError as error:
         assert isinstance(error.__cause__, RuntimeError)
+
+
+def test_a_query_without_its_own_checkpoint_is_warned_to_have_a_name() -> None:
+    # Spark hands the options over case-folded, as pyspark's CaseInsensitiveDict
+    from pyspark.sql.datasource import CaseInsensitiveDict
+
+    from iggy_spark.sink.datasource import session_checkpoint_warning
+
+    own = CaseInsensitiveDict({"checkpointLocation": "/chk/q", "url": "iggy://h:1"})
+    assert session_checkpoint_warning(own) is None
+    warning = session_checkpoint_warning(CaseInsensitiveDict({"url": "iggy://h:1"}))
+    assert warning is not None
+    assert "spark.sql.streaming.checkpointLocation" in warning
+    assert ".queryName(" in warning

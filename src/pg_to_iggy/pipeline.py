@@ -3,15 +3,15 @@
 From Python (a notebook, a test, the demo)::
 
     query = start_pipeline(spark, dsn=..., slot="orders", url="iggy://iggy:iggy@host:8090",
-                           checkpoint="/chk/orders", source={"topic_from": "table"},
-                           sink={"default_stream": "cdc"})
+                           checkpoint="/chk/orders",
+                           source={"topic_from": "table", "default_stream": "cdc"})
 
 As a job (any ``pg_cdc``/``iggy_routed`` option with ``--source``/``--sink``)::
 
     spark-submit --master spark://master:7077 \\
         "$(python -c 'import pg_to_iggy.pipeline as p; print(p.__file__)')" \\
         --dsn "host=db dbname=app" --slot orders --url iggy://iggy:iggy@iggy:8090 \\
-        --checkpoint /chk/orders --source topic_from=table --sink default_stream=cdc
+        --checkpoint /chk/orders --source topic_from=table --source default_stream=cdc
 
 or ``pg-to-iggy ...`` (``python -m pg_to_iggy``) with pyspark installed. ``--dsn`` and ``--url``
 default to ``$PG_CDC_DSN`` and ``$IGGY_URL``: prefer those (or ``PGPASSWORD``/``.pgpass``) to

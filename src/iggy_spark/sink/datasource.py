@@ -2,12 +2,32 @@
 
 from __future__ import annotations
 
+from collections.abc import Mapping
+
 from pyspark.sql.datasource import DataSource, DataSourceStreamWriter
 from pyspark.sql.types import StructType
 
 from connector_common.dependencies import require
 
-__all__ = ["IggyRoutedDataSource"]
+__all__ = ["IggyRoutedDataSource", "session_checkpoint_warning"]
+
+SESSION_CHECKPOINT_WARNING = (
+    "iggy_routed: this query has no checkpointLocation option, so Spark keeps its checkpoint "
+    "under the session-wide spark.sql.streaming.checkpointLocation. Give the query a name "
+    "(.queryName(...)): an unnamed query gets a fresh random folder there at every start, so a "
+    "restart is a new query (a new sink state: a batch in flight at the stop is sent again in "
+    "full)"
+)
+
+
+def session_checkpoint_warning(options: Mapping[str, str]) -> str | None:
+    """The warning for a query on the session-wide checkpoint, or ``None``.
+
+    Spark refuses a streaming query with neither a ``checkpointLocation`` option nor the
+    session-wide setting, so a sink without the option runs on the session-wide one. Whether the
+    query has a name does not reach a data source: the warning says what a name changes.
+    """
+    return None if "checkpointlocation" in options else SESSION_CHECKPOINT_WARNING
 
 
 class IggyRoutedDataSource(DataSource):
@@ -29,6 +49,7 @@ class IggyRoutedDataSource(DataSource):
         # and must not fail there where the sink's client libraries are not installed.
         require("iggy_routed", "iggy", "apache_iggy", "xxhash")
         from iggy_spark.sink.columns import check_columns
+        from iggy_spark.sink.logs import warn
         from iggy_spark.sink.migration import migrate_once
         from iggy_spark.sink.options import RoutedOptions
         from iggy_spark.sink.writer import IggyRoutedStreamWriter, prewarm_once
@@ -36,5 +57,7 @@ class IggyRoutedDataSource(DataSource):
         options = RoutedOptions.from_options(self.options)
         check_columns(schema, options)
         migrate_once(options, self.options.get("checkpointlocation"))
+        if (line := session_checkpoint_warning(self.options)) is not None:
+            warn(line)
         prewarm_once(options)
         return IggyRoutedStreamWriter(options)
