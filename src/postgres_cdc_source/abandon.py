@@ -48,7 +48,7 @@ from connector_common.options import option_pair
 from postgres_cdc_source import connections
 from postgres_cdc_source.lsn import format_lsn, parse_lsn
 from postgres_cdc_source.options import CdcOptions
-from postgres_cdc_source.stream import slot
+from postgres_cdc_source.replication import positions, slots
 
 if TYPE_CHECKING:
     from pyarrow import fs
@@ -191,7 +191,7 @@ def abandon_batch(
     root.write_whole(root.path("commits", str(batch_id)), _COMMIT_TEXT)
     if options is not None:
         with connections.connect(options) as conn:
-            slot.advance(conn, options.slot, end)
+            positions.advance(conn, options.slot, end)
     root.append_line(root.path(RECORD_FILE), json.dumps(asdict(record)))
     return record
 
@@ -206,7 +206,7 @@ def _count(options: CdcOptions, start: int | None, end: int) -> int:
 
     if start is None:
         with connections.connect(options) as conn:
-            state = slot.slot_state(conn, options.slot)
+            state = slots.slot_state(conn, options.slot)
         if state is None:
             raise ValueError(f"replication slot {options.slot!r} does not exist")
         start = state.confirmed_flush

@@ -62,7 +62,16 @@ from postgres_cdc_source.errors import SlotLostError
 from postgres_cdc_source.health import SourceHealth, TableBackfill
 from postgres_cdc_source.lsn import format_lsn, parse_lsn
 from postgres_cdc_source.options import CdcOptions
-from postgres_cdc_source.stream import publication, reselect, slot, splitting
+from postgres_cdc_source.replication import (
+    diagnostics,
+    exported,
+    lifecycle,
+    peeking,
+    positions,
+    publication_sync,
+    slots,
+)
+from postgres_cdc_source.stream import reselect, splitting
 from postgres_cdc_source.stream.assembly import record_batches, transactions
 
 __all__ = ["PgCdcStreamReader", "CdcPartition"]
@@ -71,7 +80,7 @@ log = logging.getLogger(__name__)
 
 HELD_BACK_WARN_EVERY = 60.0
 """Seconds between two warnings naming the transaction that holds the slot's restart point
-back (:func:`postgres_cdc_source.stream.slot.restart_holder`)."""
+back (:func:`postgres_cdc_source.replication.diagnostics.restart_holder`)."""
 DEGRADED_AFTER = 3
 """Consecutive commits that could not advance the slot before the source reports itself
 degraded (a log line per commit and the ``pg_cdc_degraded`` metric); one success clears it."""
@@ -110,7 +119,7 @@ class PgCdcStreamReader(DataSourceStreamReader, SupportsTriggerAvailableNow):
         self._db = DriverConnection(options)
         self._checked = False
         self._target: int | None = None
-        self._exported: slot.ExportedSnapshot | None = None  # held while a snapshot runs
+        self._exported: exported.ExportedSnapshot | None = None  # held while a snapshot runs
         self._planned: dict[tuple[str, str], list[snapshot.Chunk]] = {}
         self._initial: dict[str, Any] | None = None
         self._commit_failures = 0
@@ -130,7 +139,7 @@ class PgCdcStreamReader(DataSourceStreamReader, SupportsTriggerAvailableNow):
         """Run ``work`` on the driver's connection, reconnecting once if the server went away."""
         if not self._checked:  # going on from a checkpoint: initialOffset was not called
             try:
-                slot.ensure_slot(self.options, resuming=True)
+                lifecycle.ensure_slot(self.options, resuming=True)
             except SlotLostError:
                 if not self._resnapshots:
                     raise
@@ -157,7 +166,7 @@ class PgCdcStreamReader(DataSourceStreamReader, SupportsTriggerAvailableNow):
         try:
             if self.options.snapshot == "initial":
                 return self._snapshot_start()
-            state = slot.ensure_slot(self.options)
+            state = lifecycle.ensure_slot(self.options)
         except SlotLostError as lost:
             if not self._resnapshots:
                 raise
@@ -169,8 +178,8 @@ class PgCdcStreamReader(DataSourceStreamReader, SupportsTriggerAvailableNow):
     def _snapshot_start(self) -> dict[str, Any]:
         """Create the slot exporting a snapshot of its consistent point (if it does not exist)
         and return the offset of a snapshot starting there."""
-        self._exported = slot.export_snapshot(self.options)
-        state = slot.ensure_slot(self.options)
+        self._exported = exported.export_snapshot(self.options)
+        state = lifecycle.ensure_slot(self.options)
         if self._exported is None:
             log.warning(
                 "pg_cdc: replication slot %s already existed, so no snapshot of its position "
@@ -191,7 +200,7 @@ class PgCdcStreamReader(DataSourceStreamReader, SupportsTriggerAvailableNow):
             "changes since the checkpoint are not delivered (docs: operations, Lost slots)",
             lost.slot, lost.because,
         )
-        self._db.run(lambda conn: slot.drop_lost(conn, self.options.slot))
+        self._db.run(lambda conn: lifecycle.drop_lost(conn, self.options.slot))
         return self._snapshot_start()
 
     def getDefaultReadLimit(self) -> ReadLimit:
@@ -206,7 +215,7 @@ class PgCdcStreamReader(DataSourceStreamReader, SupportsTriggerAvailableNow):
         ``snapshot=initial`` that is ``initialOffset``'s job (it exports the snapshot).
         """
         with connect_with_retry(self.options, autocommit=True) as conn:
-            self._target = slot.flush_lsn(conn)
+            self._target = positions.flush_lsn(conn)
 
     def reportLatestOffset(self) -> dict[str, Any]:
         """The flush position, plus the slot's health for monitoring.
@@ -219,10 +228,10 @@ class PgCdcStreamReader(DataSourceStreamReader, SupportsTriggerAvailableNow):
         def report(conn: psycopg.Connection[Any]) -> dict[str, Any]:
             backfills = {name: TableBackfill(t.rows, t.chunks, t.rows_per_second)
                          for name, t in self._backfills.tables.items()}
-            health = SourceHealth(slot.health(conn, self.options.slot), self._commit_failures,
-                                  self._commit_failures >= DEGRADED_AFTER,
+            health = SourceHealth(diagnostics.health(conn, self.options.slot),
+                                  self._commit_failures, self._commit_failures >= DEGRADED_AFTER,
                                   self._backfills.requests, backfills)
-            return {**_offset(slot.flush_lsn(conn)), **health.as_progress()}
+            return {**_offset(positions.flush_lsn(conn)), **health.as_progress()}
 
         return self._driver(report)
 
@@ -258,7 +267,7 @@ class PgCdcStreamReader(DataSourceStreamReader, SupportsTriggerAvailableNow):
             exported.close()
         if exact:
             return None
-        horizon = self._driver(lambda conn: slot.insert_lsn(conn))
+        horizon = self._driver(lambda conn: positions.insert_lsn(conn))
         log.warning(
             "pg_cdc snapshot: some chunks were read without the exported snapshot (a restart, "
             "or a slot that already existed); changes up to %s, and later changes of a row's "
@@ -272,11 +281,11 @@ class PgCdcStreamReader(DataSourceStreamReader, SupportsTriggerAvailableNow):
         # Spark asks for the end of batch N only once batch N-1 (ending at `start`) is in
         # `commits/`; `commit` for it may never come (nothing new, the end of an availableNow
         # run, a lost callback), so release its WAL here, idle or not.
-        slot.bring_to(conn, self.options, start)
+        positions.bring_to(conn, self.options, start)
         self._warn_if_held_back(conn)
         if self.options.plugin == "pgoutput":
-            publication.sync(conn, self.options)  # new tables join before their changes count
-        flush = slot.flush_lsn(conn)
+            publication_sync.sync(conn, self.options)  # new tables join before their changes count
+        flush = positions.flush_lsn(conn)
         if self._target is not None:
             flush = min(flush, self._target)
         self._planned_flush = flush
@@ -287,8 +296,8 @@ class PgCdcStreamReader(DataSourceStreamReader, SupportsTriggerAvailableNow):
         # A transaction larger than the limit must still fit in one batch whole: otherwise every
         # batch it spans would re-decode it from its first change. Find where the first
         # transaction after `start` ends (the slot is at `start` now).
-        pubs = slot.publications(conn, self.options, start)
-        first_end = slot.first_commit_end(conn, self.options, flush, pubs)
+        pubs = peeking.publications(conn, self.options, start)
+        first_end = peeking.first_commit_end(conn, self.options, flush, pubs)
         return max(start + max_bytes, min(first_end or 0, flush))
 
     def _warn_if_held_back(self, conn: psycopg.Connection[Any]) -> None:
@@ -296,15 +305,15 @@ class PgCdcStreamReader(DataSourceStreamReader, SupportsTriggerAvailableNow):
         now = time.monotonic()
         if now - self._held_back_warned < HELD_BACK_WARN_EVERY:
             return
-        state = slot.slot_state(conn, self.options.slot)
-        holder = None if state is None else slot.restart_holder(conn, state)
+        state = slots.slot_state(conn, self.options.slot)
+        holder = None if state is None else diagnostics.restart_holder(conn, state)
         if state is not None and holder is not None:
             reread = state.confirmed_flush - state.restart_lsn
-            log.warning("%s", slot.describe_holder(self.options.slot, reread, holder))
+            log.warning("%s", diagnostics.describe_holder(self.options.slot, reread, holder))
             self._held_back_warned = now
 
     def _slot_lost(self, conn: psycopg.Connection[Any]) -> bool:
-        state = slot.slot_state(conn, self.options.slot)
+        state = slots.slot_state(conn, self.options.slot)
         return state is None or state.lost
 
     def _plan_snapshot(
@@ -384,7 +393,7 @@ class PgCdcStreamReader(DataSourceStreamReader, SupportsTriggerAvailableNow):
         """
         end_lsn = _lsn(end)
         try:
-            self._driver(lambda conn: slot.advance(conn, self.options.slot, end_lsn))
+            self._driver(lambda conn: positions.advance(conn, self.options.slot, end_lsn))
         except Exception as exc:  # noqa: BLE001 - at-most-once callback; see docstring
             self._commit_failures += 1
             degraded = self._commit_failures >= DEGRADED_AFTER
@@ -432,20 +441,10 @@ def _peeked(options: CdcOptions, partition: CdcPartition) -> Generator[pa.Record
     peeked to its end, which gives the same rows however often it is done."""
     conn = connect_with_retry(options, autocommit=False)
     try:
-        copy = None
-        if partition.copy_from is None:
-            slot.bring_to(conn, options, partition.start)
-        else:
-            if conn.info.server_version >= 140000:
-                # a killed executor ends the session (and drops the copy) within a second,
-                # not only when the running statement finishes
-                conn.execute("SELECT set_config('client_connection_check_interval', '1s',"
-                             " false)")
-            copy = slot.temporary_copy(conn, options, partition.copy_from, partition.start)
-        pubs = slot.publications(conn, options, partition.start)
-        conn.commit()
+        rows = peeking.peek_range(conn, options, partition.start, partition.end,
+                                  partition.copy_from)
         decoder = make_decoder(options, conn, is_marker if partition.backfill else None)
-        events = decoder.events(slot.peek(conn, options, partition.end, pubs, copy))
+        events = decoder.events(rows)
         txns = reselect.complete(transactions(events, options.spill_rows), options,
                                  partition.reselect_until)
         with _collector_paused():

@@ -51,7 +51,7 @@ def prepare_capture(
     its own topic in stream ``name``, partitioned by row (``id``), plus ``options`` (which the
     slot is created with too, e.g. ``failover``)."""
     from postgres_cdc_source.options import CdcOptions
-    from postgres_cdc_source.stream import slot
+    from postgres_cdc_source.replication.lifecycle import ensure_slot
 
     work = Workload(dsn, name, seed=seed)
     work.setup()
@@ -62,7 +62,7 @@ def prepare_capture(
         "default_stream": name,
         **(options or {}),
     }
-    slot.ensure_slot(CdcOptions.from_options({"dsn": dsn, "slot": name, **source}))
+    ensure_slot(CdcOptions.from_options({"dsn": dsn, "slot": name, **source}))
     return work, source
 
 __all__ = [
