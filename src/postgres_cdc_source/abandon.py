@@ -46,9 +46,10 @@ from urllib.parse import urlsplit
 from connector_common.checkpoints import local_checkpoint
 from connector_common.options import option_pair
 from postgres_cdc_source import connections
-from postgres_cdc_source.lsn import format_lsn, parse_lsn
+from postgres_cdc_source.lsn import format_lsn
 from postgres_cdc_source.options import CdcOptions
 from postgres_cdc_source.replication import positions, slots
+from postgres_cdc_source.stream.offset import StreamOffset
 
 if TYPE_CHECKING:
     from pyarrow import fs
@@ -156,7 +157,7 @@ def _end_lsn(checkpoint: _Checkpoint, offsets_file: str) -> int:
     if len(lines) != 3:
         raise ValueError(f"{offsets_file} has {len(lines) - 2} source offsets; abandon works "
                          "for queries with one pg_cdc source")
-    return parse_lsn(str(json.loads(lines[2])["lsn"]))
+    return StreamOffset.from_json(json.loads(lines[2])).lsn
 
 
 def abandon_batch(

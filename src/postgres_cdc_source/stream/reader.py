@@ -49,7 +49,6 @@ from pyspark.sql.streaming.datasource import (
 
 from postgres_cdc_source import snapshot
 from postgres_cdc_source.backfill.planning import BackfillPlanner
-from postgres_cdc_source.backfill.progress import Backfills
 from postgres_cdc_source.backfill.splice import ChunkRead, is_marker, spliced
 from postgres_cdc_source.connections import (
     DriverConnection,
@@ -60,7 +59,7 @@ from postgres_cdc_source.decoding.factory import make_decoder
 from postgres_cdc_source.destination_columns import Router
 from postgres_cdc_source.errors import SlotLostError
 from postgres_cdc_source.health import SourceHealth, TableBackfill
-from postgres_cdc_source.lsn import format_lsn, parse_lsn
+from postgres_cdc_source.lsn import format_lsn
 from postgres_cdc_source.options import CdcOptions
 from postgres_cdc_source.replication import (
     diagnostics,
@@ -73,6 +72,7 @@ from postgres_cdc_source.replication import (
 )
 from postgres_cdc_source.stream import reselect, splitting
 from postgres_cdc_source.stream.assembly import record_batches, transactions
+from postgres_cdc_source.stream.offset import PENDING, StreamOffset
 
 __all__ = ["PgCdcStreamReader", "CdcPartition"]
 
@@ -103,14 +103,6 @@ class CdcPartition(InputPartition):
     """The backfill chunk whose marker lies in the range (:mod:`postgres_cdc_source.backfill`)."""
 
 
-def _offset(lsn: int) -> dict[str, str]:
-    return {"lsn": format_lsn(lsn)}
-
-
-def _lsn(offset: dict[str, Any]) -> int:
-    return parse_lsn(str(offset["lsn"]))
-
-
 class PgCdcStreamReader(DataSourceStreamReader, SupportsTriggerAvailableNow):
     """Reads a logical replication slot as a stream of micro-batches bounded by LSNs."""
 
@@ -120,8 +112,8 @@ class PgCdcStreamReader(DataSourceStreamReader, SupportsTriggerAvailableNow):
         self._checked = False
         self._target: int | None = None
         self._exported: exported.ExportedSnapshot | None = None  # held while a snapshot runs
-        self._planned: dict[tuple[str, str], list[snapshot.Chunk]] = {}
-        self._initial: dict[str, Any] | None = None
+        self._planned: dict[tuple[StreamOffset, StreamOffset], list[snapshot.Chunk]] = {}
+        self._initial: StreamOffset | None = None
         self._commit_failures = 0
         self._held_back_warned = -HELD_BACK_WARN_EVERY
         self._backfills = BackfillPlanner(options)
@@ -160,9 +152,9 @@ class PgCdcStreamReader(DataSourceStreamReader, SupportsTriggerAvailableNow):
         """
         if self._initial is None:
             self._initial = self._initial_offset()
-        return self._initial
+        return self._initial.to_json()
 
-    def _initial_offset(self) -> dict[str, Any]:
+    def _initial_offset(self) -> StreamOffset:
         try:
             if self.options.snapshot == "initial":
                 return self._snapshot_start()
@@ -173,9 +165,9 @@ class PgCdcStreamReader(DataSourceStreamReader, SupportsTriggerAvailableNow):
             return self._resnapshot(lost)
         finally:
             self._checked = True
-        return _offset(state.confirmed_flush)
+        return StreamOffset(state.confirmed_flush)
 
-    def _snapshot_start(self) -> dict[str, Any]:
+    def _snapshot_start(self) -> StreamOffset:
         """Create the slot exporting a snapshot of its consistent point (if it does not exist)
         and return the offset of a snapshot starting there."""
         self._exported = exported.export_snapshot(self.options)
@@ -188,10 +180,10 @@ class PgCdcStreamReader(DataSourceStreamReader, SupportsTriggerAvailableNow):
                 self.options.slot,
                 format_lsn(state.confirmed_flush),
             )
-            return snapshot.start_offset(state.confirmed_flush)
-        return snapshot.start_offset(self._exported.consistent_point)
+            return StreamOffset.snapshot_start(state.confirmed_flush)
+        return StreamOffset.snapshot_start(self._exported.consistent_point)
 
-    def _resnapshot(self, lost: SlotLostError) -> dict[str, Any]:
+    def _resnapshot(self, lost: SlotLostError) -> StreamOffset:
         """``on_slot_lost=resnapshot``: the slot dropped if invalidated, created again, and the
         start offset of a snapshot of the captured tables at its new consistent point."""
         log.warning(
@@ -231,33 +223,33 @@ class PgCdcStreamReader(DataSourceStreamReader, SupportsTriggerAvailableNow):
             health = SourceHealth(diagnostics.health(conn, self.options.slot),
                                   self._commit_failures, self._commit_failures >= DEGRADED_AFTER,
                                   self._backfills.requests, backfills)
-            return {**_offset(positions.flush_lsn(conn)), **health.as_progress()}
+            return {**StreamOffset(positions.flush_lsn(conn)).to_json(), **health.as_progress()}
 
         return self._driver(report)
 
     def latestOffset(self, start: dict[str, Any], limit: ReadLimit) -> dict[str, Any]:
-        if snapshot.in_progress(start):
-            return self._driver(lambda conn: self._plan_snapshot(conn, start))
-        horizon = start.get(snapshot.RESELECT_UNTIL)
-        if horizon == snapshot.PENDING:  # the snapshot's batches are committed
-            horizon = self._reselect_horizon()
-        start_lsn = _lsn(start)
         max_bytes = limit.max_bytes if isinstance(limit, ReadMaxBytes) else None
+        return self._latest(StreamOffset.from_json(start), max_bytes).to_json()
+
+    def _latest(self, start: StreamOffset, max_bytes: int | None) -> StreamOffset:
+        if start.snapshot is not None:
+            return self._driver(lambda conn: self._plan_snapshot(conn, start))
+        horizon = start.reselect_until
+        if horizon == PENDING:  # the snapshot's batches are committed
+            horizon = self._reselect_horizon()
         try:
-            end_lsn = self._driver(lambda conn: self._plan(conn, start_lsn, max_bytes))
+            end_lsn = self._driver(lambda conn: self._plan(conn, start.lsn, max_bytes))
         except SlotLostError as lost:
             if not self._resnapshots:
                 raise
             return self._resnapshot(lost)
         caught_up = end_lsn >= self._planned_flush
         backfills, end_lsn = self._driver(lambda conn: self._backfills.plan(
-            conn, Backfills.of(start).delivered(), start_lsn, caught_up, end_lsn))
-        end = backfills.into(_offset(end_lsn))
-        if horizon is not None:  # kept in every later offset: key changes are completed too
-            end[snapshot.RESELECT_UNTIL] = horizon
-        return end
+            conn, start.backfill.delivered(), start.lsn, caught_up, end_lsn))
+        # reselect_until is kept in every later offset: key changes are completed too
+        return StreamOffset(end_lsn, backfill=backfills, reselect_until=horizon)
 
-    def _reselect_horizon(self) -> str | None:
+    def _reselect_horizon(self) -> int | None:
         """``None`` when every chunk read the exported snapshot (this process exported it and
         its session lived to the end); otherwise the WAL position now, past every chunk's read,
         up to which the stream completes unchanged TOAST values from the tables."""
@@ -275,7 +267,7 @@ class PgCdcStreamReader(DataSourceStreamReader, SupportsTriggerAvailableNow):
             "during the snapshot)",
             format_lsn(horizon),
         )
-        return format_lsn(horizon)
+        return horizon
 
     def _plan(self, conn: psycopg.Connection[Any], start: int, max_bytes: int | None) -> int:
         # Spark asks for the end of batch N only once batch N-1 (ending at `start`) is in
@@ -316,14 +308,11 @@ class PgCdcStreamReader(DataSourceStreamReader, SupportsTriggerAvailableNow):
         state = slots.slot_state(conn, self.options.slot)
         return state is None or state.lost
 
-    def _plan_snapshot(
-        self, conn: psycopg.Connection[Any], start: dict[str, Any]
-    ) -> dict[str, Any]:
-        position = snapshot.position_of(start)
-        assert position is not None
-        chunks, reached = snapshot.plan(conn, self.options, position, None, bounded=True)
-        end = snapshot.offset_of(_lsn(start), reached, [c.pinned() for c in chunks])
-        self._planned[(snapshot.offset_key(start), snapshot.offset_key(end))] = chunks
+    def _plan_snapshot(self, conn: psycopg.Connection[Any], start: StreamOffset) -> StreamOffset:
+        assert start.snapshot is not None
+        chunks, reached = snapshot.plan(conn, self.options, start.snapshot, None, bounded=True)
+        end = StreamOffset.snapshot_batch(start.lsn, reached, tuple(c.pinned() for c in chunks))
+        self._planned[(start, end)] = chunks
         log.info(
             "pg_cdc snapshot: next batch reads %d chunks; then %s",
             len(chunks),
@@ -332,58 +321,57 @@ class PgCdcStreamReader(DataSourceStreamReader, SupportsTriggerAvailableNow):
         return end
 
     def partitions(self, start: dict[str, Any], end: dict[str, Any]) -> Sequence[InputPartition]:
-        if snapshot.in_progress(start):
+        return self._partitions(StreamOffset.from_json(start), StreamOffset.from_json(end))
+
+    def _partitions(self, start: StreamOffset, end: StreamOffset) -> Sequence[InputPartition]:
+        if start.snapshot is not None:
             return self._snapshot_partitions(start, end)
-        if snapshot.in_progress(end):
+        if end.snapshot is not None:
             return []  # the batch on_slot_lost=resnapshot planned: its changes are gone
-        start_lsn, end_lsn = _lsn(start), _lsn(end)
-        if end_lsn <= start_lsn:
+        if end.lsn <= start.lsn:
             return []
         if self._resnapshots and self._driver(self._slot_lost):
             # a batch planned before the slot was lost, replayed: the next planning resnapshots
             log.warning("pg_cdc: replication slot %s is lost: batch (%s, %s] is skipped, its "
                         "changes are gone; the next batch takes a new snapshot",
-                        self.options.slot, format_lsn(start_lsn), format_lsn(end_lsn))
+                        self.options.slot, format_lsn(start.lsn), format_lsn(end.lsn))
             return []
-        horizon = end.get(snapshot.RESELECT_UNTIL)
-        until = None if horizon is None else parse_lsn(str(horizon))
-        chunk = Backfills.of(end).chunk
+        until = end.reselect_until
+        assert until != PENDING  # only a snapshot batch ends at a pending offset
+        chunk = end.backfill.chunk
         if chunk is not None:  # read whole: one task places the chunk where its marker is
             table = self._driver(lambda conn: snapshot.describe(conn, *chunk.table))
             read = None if table is None else ChunkRead(chunk, table)
-            return [CdcPartition(start_lsn, end_lsn, reselect_until=until, backfill=read)]
+            return [CdcPartition(start.lsn, end.lsn, reselect_until=until, backfill=read)]
         count = splitting.partition_count(
-            start_lsn, end_lsn, self.options.min_partitions, self.options.min_bytes_per_partition
+            start.lsn, end.lsn, self.options.min_partitions, self.options.min_bytes_per_partition
         )
         if count == 1:
-            return [CdcPartition(start_lsn, end_lsn, reselect_until=until)]
+            return [CdcPartition(start.lsn, end.lsn, reselect_until=until)]
         return [
-            CdcPartition(lo, hi, copy_from=start_lsn, reselect_until=until)
-            for lo, hi in splitting.sub_ranges(start_lsn, end_lsn, count)
+            CdcPartition(lo, hi, copy_from=start.lsn, reselect_until=until)
+            for lo, hi in splitting.sub_ranges(start.lsn, end.lsn, count)
         ]
 
     def _snapshot_partitions(
-        self, start: dict[str, Any], end: dict[str, Any]
+        self, start: StreamOffset, end: StreamOffset
     ) -> list[snapshot.SnapshotPartition]:
         """The chunks planned for ``(start, end]``: when Spark replays a batch this process did
         not plan (after a restart), the ones ``end`` pins, so each row goes to the same Spark
         partition again; planned anew only for an offset that pins none."""
-        chunks = self._planned.pop((snapshot.offset_key(start), snapshot.offset_key(end)), None)
+        chunks = self._planned.pop((start, end), None)
         if chunks is None:
             chunks = self._driver(lambda conn: self._replanned(conn, start, end))
         name = self._exported.name if self._exported is not None else None
-        point = _lsn(start)
-        return [snapshot.SnapshotPartition(c.table, c.lo, c.hi, name, point) for c in chunks]
+        return [snapshot.SnapshotPartition(c.table, c.lo, c.hi, name, start.lsn) for c in chunks]
 
     def _replanned(
-        self, conn: psycopg.Connection[Any], start: dict[str, Any], end: dict[str, Any]
+        self, conn: psycopg.Connection[Any], start: StreamOffset, end: StreamOffset
     ) -> list[snapshot.Chunk]:
-        pinned = snapshot.planned_chunks(conn, end)
-        if pinned is not None:
-            return pinned
-        first, last = snapshot.position_of(start), snapshot.position_of(end)
-        assert first is not None
-        return snapshot.plan(conn, self.options, first, last, bounded=False)[0]
+        if end.planned:
+            return snapshot.planned_chunks(conn, end.planned)
+        assert start.snapshot is not None
+        return snapshot.plan(conn, self.options, start.snapshot, end.snapshot, bounded=False)[0]
 
     def commit(self, end: dict[str, Any]) -> None:
         """Spark has durably committed every batch up to ``end``: release that WAL.
@@ -391,7 +379,7 @@ class PgCdcStreamReader(DataSourceStreamReader, SupportsTriggerAvailableNow):
         A failure here loses nothing (the next batch's planning or read moves the slot up to its
         start), so it is logged rather than allowed to stop the query.
         """
-        end_lsn = _lsn(end)
+        end_lsn = StreamOffset.from_json(end).lsn
         try:
             self._driver(lambda conn: positions.advance(conn, self.options.slot, end_lsn))
         except Exception as exc:  # noqa: BLE001 - at-most-once callback; see docstring

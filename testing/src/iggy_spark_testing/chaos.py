@@ -27,6 +27,7 @@ from __future__ import annotations
 
 import bisect
 import contextlib
+import json
 import os
 import shlex
 import signal
@@ -40,7 +41,8 @@ from pathlib import Path
 from typing import IO, Any
 
 from iggy_spark_testing.workload import BackgroundRun, Workload
-from postgres_cdc_source.lsn import format_lsn, lsn_from_offset, parse_lsn
+from postgres_cdc_source.lsn import format_lsn, parse_lsn
+from postgres_cdc_source.stream.offset import StreamOffset
 
 
 def prepare_capture(
@@ -127,7 +129,7 @@ def read_checkpoint(checkpoint: str | os.PathLike[str]) -> list[Batch]:
         except FileNotFoundError:  # purged by Spark's log cleanup while we looked
             continue
         # v1 format: version line, batch metadata, then one offset line per source.
-        end = lsn_from_offset(lines[2])
+        end = StreamOffset.from_json(json.loads(lines[2])).lsn
         batches.append(Batch(batch_id, previous, end, planned_at, committed_at))
         previous = end
     return batches
