@@ -287,7 +287,7 @@ def test_snapshot_row_is_what_the_decoder_gives_for_the_same_row(
     options = _options(pg, name, plugin, topic_from="table", partition_key_from=key_from)
     query = InProcessQuery(options, available_now=True)
     try:
-        with caplog.at_level(logging.INFO, logger="postgres_cdc_source.stream.reader"):
+        with caplog.at_level(logging.INFO, logger="postgres_cdc_source.stream.coordinator"):
             (read,) = query.run_snapshot()
         assert "snapshot complete" in caplog.text  # the per-batch progress line
         with psycopg.connect(pg.dsn, autocommit=True) as conn:
