@@ -29,7 +29,7 @@ from bench import cdc
 from bench.common import Measure, log, publish, run_available_now, spark_session
 from bench.cpu import descendants
 from iggy_spark_testing.harness import postgres
-from postgres_cdc_source.options import OPTION_DOCS
+from postgres_cdc_source.option_docs import OPTION_DOCS
 
 TABLE = "mem"
 TIMED = "pg_cdc -> noop, first micro-batch start to last micro-batch end"

@@ -40,7 +40,7 @@ from iggy_spark_testing.harness import LocalPostgres
 from iggy_spark_testing.oracle import ChangeMessage, check, read_tables
 from iggy_spark_testing.workload import Column, TableSpec, Workload
 from postgres_cdc_source.errors import ConfigError as SourceConfigError
-from postgres_cdc_source.options import OPTION_DOCS as SOURCE_DOCS
+from postgres_cdc_source.option_docs import OPTION_DOCS as SOURCE_DOCS
 from postgres_cdc_source.options import CdcOptions
 from postgres_cdc_source.replication.lifecycle import ensure_slot
 
