@@ -35,7 +35,7 @@ from bench import common
 from iggy_spark_testing.harness import LocalPostgres
 from postgres_cdc_source.lsn import parse_lsn
 from postgres_cdc_source.options import CdcOptions
-from postgres_cdc_source.stream import slot
+from postgres_cdc_source.replication import diagnostics, peeking
 from postgres_cdc_source.stream.reader import CdcPartition, PgCdcStreamReader
 
 TABLE = "held"
@@ -71,9 +71,9 @@ def time_read(reader: PgCdcStreamReader, start: dict[str, Any], end: dict[str, A
 
 def time_first_change(server: LocalPostgres, options: CdcOptions, end: dict[str, Any]) -> float:
     with server.connect() as conn, common.stopwatch() as elapsed:
-        pubs = slot.publications(conn, options)
+        pubs = peeking.publications(conn, options)
         conn.autocommit = False
-        found = slot.first_commit_end(conn, options, parse_lsn(end["lsn"]), pubs)
+        found = peeking.first_commit_end(conn, options, parse_lsn(end["lsn"]), pubs)
         conn.rollback()
     assert found is not None
     return elapsed()
@@ -81,7 +81,7 @@ def time_first_change(server: LocalPostgres, options: CdcOptions, end: dict[str,
 
 def state(server: LocalPostgres) -> dict[str, int]:
     with server.connect() as conn:
-        health = slot.health(conn, SLOT)
+        health = diagnostics.health(conn, SLOT)
     assert health is not None
     return {"reread_wal_bytes": health.reread_wal_bytes,
             "retained_wal_bytes": health.retained_wal_bytes}

@@ -4,7 +4,7 @@
 
 Every row of a transaction needs the commit's LSN, which comes last, so a reader must hold a
 transaction until its COMMIT: ``pg_cdc`` keeps the first ``spill_rows`` changes in memory and
-pickles the rest to a temporary file (see ``postgres_cdc_source.stream.assembly``). This benchmark
+pickles the rest to a temporary file (see ``postgres_cdc_source.assembly``). This benchmark
 checks that a 1,000,000-change transaction costs about as much memory as a 100,000-change one.
 
 Per size: a new slot, then one transaction of that many inserts, then ``pg_cdc`` → ``noop``
@@ -29,7 +29,7 @@ from bench import cdc
 from bench.common import Measure, log, publish, run_available_now, spark_session
 from bench.cpu import descendants
 from iggy_spark_testing.harness import postgres
-from postgres_cdc_source.options import OPTION_DOCS
+from postgres_cdc_source.option_docs import OPTION_DOCS
 
 TABLE = "mem"
 TIMED = "pg_cdc -> noop, first micro-batch start to last micro-batch end"

@@ -21,12 +21,16 @@ from typing import Any
 import pyarrow as pa
 
 from iggy_spark_testing.replay import Message, ordered, replay
-from postgres_cdc_source import snapshot
-from postgres_cdc_source.lsn import parse_lsn
 from postgres_cdc_source.options import CdcOptions
+from postgres_cdc_source.stream.offset import StreamOffset
 from postgres_cdc_source.stream.reader import PgCdcStreamReader
 
-__all__ = ["InProcessQuery", "Message", "ordered", "replay"]
+__all__ = ["InProcessQuery", "Message", "in_snapshot", "ordered", "replay"]
+
+
+def in_snapshot(offset: dict[str, Any]) -> bool:
+    """Whether ``offset`` is one of a snapshot still running."""
+    return StreamOffset.from_json(offset).snapshot is not None
 
 
 class InProcessQuery:
@@ -50,7 +54,7 @@ class InProcessQuery:
     def plan(self) -> tuple[dict[str, Any], list[Any]] | None:
         """Plan the next batch: its end offset and partitions (``None`` if there is no data)."""
         end = _spark_json(self.reader.latestOffset(self.offset, self.reader.getDefaultReadLimit()))
-        if snapshot.offset_key(end) == snapshot.offset_key(self.offset):
+        if StreamOffset.from_json(end) == StreamOffset.from_json(self.offset):
             return None
         return end, list(self.reader.partitions(self.offset, end))
 
@@ -80,7 +84,7 @@ class InProcessQuery:
     def run_snapshot(self) -> list[Message]:
         """Batches until the snapshot is finished; the rows they delivered."""
         rows: list[Message] = []
-        while snapshot.in_progress(self.offset):
+        while in_snapshot(self.offset):
             batch = self.step()
             assert batch is not None, "a running snapshot always has a next batch"
             rows += batch
@@ -89,7 +93,7 @@ class InProcessQuery:
     def run_stream(self, upto: int) -> list[Message]:
         """Stream batches until the offset reaches LSN ``upto``."""
         rows: list[Message] = []
-        while parse_lsn(self.offset["lsn"]) < upto:
+        while StreamOffset.from_json(self.offset).lsn < upto:
             batch = self.step()
             assert batch is not None, "the stream stopped short (an availableNow target?)"
             rows += batch

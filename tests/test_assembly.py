@@ -14,9 +14,9 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 
 from connector_common.change_rows import ARROW_SCHEMA
+from postgres_cdc_source.assembly import record_batches, transactions
 from postgres_cdc_source.decoding import Begin, Change, Commit, Event
 from postgres_cdc_source.lsn import format_lsn
-from postgres_cdc_source.stream.assembly import record_batches, transactions
 
 _EPOCH = datetime(1970, 1, 1, tzinfo=UTC)
 _GIB4 = 1 << 32

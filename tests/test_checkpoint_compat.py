@@ -338,7 +338,7 @@ def test_a_release_2_checkpoint_killed_mid_batch_goes_on_without_loss(
     pg: LocalPostgres, broker: LocalIggy, name: str, tmp_path: Path
 ) -> None:
     from postgres_cdc_source.options import CdcOptions
-    from postgres_cdc_source.stream import slot
+    from postgres_cdc_source.replication.lifecycle import ensure_slot
 
     described = json.loads((FIXTURE / "fixture.json").read_text())
     assert described["release"] == RELEASE
@@ -347,7 +347,7 @@ def test_a_release_2_checkpoint_killed_mid_batch_goes_on_without_loss(
 
     # The cluster as release 2 left it: its transactions written, its slot where it moved it.
     create_tables(pg.dsn, name)
-    slot.ensure_slot(CdcOptions.from_options({"dsn": pg.dsn, "slot": name,
+    ensure_slot(CdcOptions.from_options({"dsn": pg.dsn, "slot": name,
                                               **source_options(name)}))
     helper = f"{name}_lsns"
     with psycopg.connect(pg.dsn, autocommit=True) as conn:

@@ -29,12 +29,11 @@ def test_failed_slot_advances_degrade_the_source_and_one_success_clears_it(
     # the slot cannot be advanced (here: the reader looks for a slot that is not there)
     reader.options = CdcOptions.from_options(
         {"dsn": pg.dsn, "slot": name + "_gone", "create_slot": "false"})
-    reader._checked = False
     with caplog.at_level(logging.WARNING):
         for _ in range(DEGRADED_AFTER):
             reader.commit(start)  # logged, counted, never raised
     assert "status DEGRADED (3 commits in a row)" in caplog.text
-    reader.options, reader._checked = good, False
+    reader.options = good
     assert reader.reportLatestOffset()["degraded"] is True
     reader.commit(start)
     assert "advanced again; status ok" in caplog.text

@@ -24,7 +24,7 @@ from spark_deployments import connect_server, standalone_cluster
 from iggy_spark_testing.readback import read_topic
 from pg_to_iggy.pipeline import start_pipeline
 from postgres_cdc_source.options import CdcOptions
-from postgres_cdc_source.stream import slot
+from postgres_cdc_source.replication.lifecycle import ensure_slot
 
 pytestmark = pytest.mark.e2e
 
@@ -65,7 +65,7 @@ def test_a_standalone_cluster_delivers_exactly_what_local_mode_does(
     local_slot, cluster_slot = f"{name}_local", f"{name}_cluster"
     source = _options(table)
     for slot_name in (local_slot, cluster_slot):
-        slot.ensure_slot(CdcOptions.from_options({"dsn": pg.dsn, "slot": slot_name, **source}))
+        ensure_slot(CdcOptions.from_options({"dsn": pg.dsn, "slot": slot_name, **source}))
     _write(pg, table)
     sink = {"topic_defaults.partitions_count": "3", "default_topic": "created"}
 
@@ -138,7 +138,7 @@ def test_spark_connect_runs_pg_cdc_into_iggy_routed(
     with pg.connect() as conn:
         conn.execute(f"CREATE TABLE {table} (id int PRIMARY KEY, kind text, v text)")
     source = _options(table)
-    slot.ensure_slot(CdcOptions.from_options({"dsn": pg.dsn, "slot": name, **source}))
+    ensure_slot(CdcOptions.from_options({"dsn": pg.dsn, "slot": name, **source}))
     _write(pg, table)
     with connect_server(tmp_path / "connect") as remote:
         client = subprocess.run(

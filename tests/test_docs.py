@@ -24,7 +24,7 @@ from iggy_spark.sink.options import OPTION_DOCS as SINK_OPTIONS
 from iggy_spark.source.options import OPTION_DOCS as IGGY_SOURCE_OPTIONS
 from iggy_spark.source.schema import COLUMNS as IGGY_COLUMNS
 from iggy_spark.source.schema import SCHEMA as IGGY_SCHEMA
-from postgres_cdc_source.options import OPTION_DOCS as SOURCE_OPTIONS
+from postgres_cdc_source.option_docs import OPTION_DOCS as SOURCE_OPTIONS
 
 ROOT = Path(__file__).resolve().parents[1]
 DOCS = ROOT / "docs"

@@ -40,9 +40,9 @@ from iggy_spark_testing.harness import LocalPostgres
 from iggy_spark_testing.oracle import ChangeMessage, check, read_tables
 from iggy_spark_testing.workload import Column, TableSpec, Workload
 from postgres_cdc_source.errors import ConfigError as SourceConfigError
-from postgres_cdc_source.options import OPTION_DOCS as SOURCE_DOCS
+from postgres_cdc_source.option_docs import OPTION_DOCS as SOURCE_DOCS
 from postgres_cdc_source.options import CdcOptions
-from postgres_cdc_source.stream import slot
+from postgres_cdc_source.replication.lifecycle import ensure_slot
 
 SECRET = "s3cr3t-pw"
 
@@ -297,7 +297,7 @@ def test_names_built_to_break_sql_go_through_a_real_read(
                "include_tables": re.escape(f"{name}.{evil}")}
     if plugin == "pgoutput":
         options["publication"] = evil
-    slot.ensure_slot(CdcOptions.from_options(options))
+    ensure_slot(CdcOptions.from_options(options))
     work.run(changes=300)
 
     rows = _read_all(spark, options, checkpoint)

@@ -1,4 +1,4 @@
-"""LSN text/int conversion and the canonical offset JSON."""
+"""LSN text/int conversion."""
 
 from __future__ import annotations
 
@@ -6,7 +6,7 @@ import pytest
 from hypothesis import given
 from hypothesis import strategies as st
 
-from postgres_cdc_source.lsn import MAX_LSN, format_lsn, lsn_from_offset, offset_json, parse_lsn
+from postgres_cdc_source.lsn import MAX_LSN, format_lsn, parse_lsn
 
 lsns = st.integers(min_value=0, max_value=MAX_LSN)
 
@@ -72,26 +72,3 @@ def test_text_round_trip(high: int, low: int, pad_high: int, pad_low: int, lower
     assert value == (high << 32) | low
     assert format_lsn(value) == f"{high:X}/{low:X}"
 
-
-def test_offset_json_is_canonical() -> None:
-    assert offset_json(0x16B3748) == '{"lsn":"0/16B3748"}'
-    assert offset_json(0) == '{"lsn":"0/0"}'
-
-
-@given(lsns)
-def test_offset_round_trip(value: int) -> None:
-    text = offset_json(value)
-    assert lsn_from_offset(text) == value
-    assert lsn_from_offset({"lsn": format_lsn(value)}) == value
-    assert " " not in text
-
-
-@pytest.mark.parametrize("offset", ["", "[]", '{"LSN":"0/1"}', "{}", '"0/1"', "not json", {}])
-def test_bad_offsets(offset: object) -> None:
-    with pytest.raises(ValueError, match="bad offset"):
-        lsn_from_offset(offset)  # type: ignore[arg-type]
-
-
-def test_offset_with_bad_lsn_names_it() -> None:
-    with pytest.raises(ValueError, match="bad LSN '0/xyz'"):
-        lsn_from_offset('{"lsn":"0/xyz"}')

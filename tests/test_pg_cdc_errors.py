@@ -201,9 +201,9 @@ def test_connection_failures_are_transient_and_keep_their_cause(
     assert info.value.transient and info.value.sqlstate is None
     # a server that ends the session (57P01) on both attempts: its message and code reach the user
     r = reader(pg.dsn, "any", create_slot="true")
-    r._checked = True  # no slot needed for this
+    r._phases.checked = True  # no slot needed for this
     with pytest.raises(SourceError) as info:
-        r._driver(lambda conn: conn.execute("SELECT pg_terminate_backend(pg_backend_pid())"))
+        r._phases.run(lambda conn: conn.execute("SELECT pg_terminate_backend(pg_backend_pid())"))
     assert info.value.sqlstate == "57P01" and info.value.transient
     assert "terminating connection due to administrator command" in str(info.value)
     shipped = pickle.loads(pickle.dumps(info.value))  # as an executor's error reaches the driver

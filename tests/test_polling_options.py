@@ -11,7 +11,8 @@ from hypothesis import strategies as st
 
 from postgres_cdc_source.decoding import INSERT, RowShape, build_change, row_json
 from postgres_cdc_source.errors import ConfigError
-from postgres_cdc_source.options import CDC_ONLY, OPTION_DOCS, POLLING_ONLY, CdcOptions
+from postgres_cdc_source.option_docs import CDC_ONLY, OPTION_DOCS, POLLING_ONLY
+from postgres_cdc_source.options import CdcOptions
 from postgres_cdc_source.polling.offset import PollOffset
 from postgres_cdc_source.values import converter_for_oid
 

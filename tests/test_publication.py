@@ -18,8 +18,8 @@ from pyspark.sql.streaming.datasource import ReadAllAvailable
 from iggy_spark_testing.harness import LocalPostgres
 from postgres_cdc_source.lsn import format_lsn, parse_lsn
 from postgres_cdc_source.options import CdcOptions
-from postgres_cdc_source.stream import publication, slot
-from postgres_cdc_source.stream.publication import MARKER, all_name
+from postgres_cdc_source.replication import peeking, publication, slots
+from postgres_cdc_source.replication.publication import MARKER, all_name
 from postgres_cdc_source.stream.reader import CdcPartition, PgCdcStreamReader
 
 pytestmark = pytest.mark.services
@@ -227,7 +227,7 @@ def test_a_slot_older_than_the_all_tables_publication_peeks_it_once_its_restart_
         with pg.connect() as conn:
             conn.execute(f"INSERT INTO {name}_a VALUES ({n})")
             conn.execute("CHECKPOINT")  # logs the running transactions: a restart point
-            rounds.append(all_name(name) in slot.publications(conn, r.options, start))
+            rounds.append(all_name(name) in peeking.publications(conn, r.options, start))
         start, seen = changes(r, start)
         assert seen[-1] == (f"{name}_a", "insert", {"id": n})
         r.commit({"lsn": format_lsn(start)})
@@ -278,15 +278,15 @@ def test_batches_read_the_all_tables_publication_only_after_the_position_recorde
     r = reader(pg, name)
     r.initialOffset()
     with pg.connect() as conn:
-        state = slot.slot_state(conn, name)
+        state = slots.slot_state(conn, name)
         assert state is not None
         at = state.confirmed_flush
         # as if created before the slot's restart point and not admitted yet
         conn.execute(f"COMMENT ON PUBLICATION {name}_all IS '{MARKER}; created before LSN 0/1'")
-        assert all_name(name) not in slot.publications(conn, r.options, at + 1)
+        assert all_name(name) not in peeking.publications(conn, r.options, at + 1)
         publication.admit(conn, r.options)
-        assert all_name(name) not in slot.publications(conn, r.options, at)
-        assert all_name(name) in slot.publications(conn, r.options, at + 1)
+        assert all_name(name) not in peeking.publications(conn, r.options, at)
+        assert all_name(name) in peeking.publications(conn, r.options, at + 1)
 
 
 def test_the_guard_never_fails_the_owners_statement(pg: LocalPostgres, name: str) -> None:

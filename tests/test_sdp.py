@@ -22,7 +22,7 @@ from iggy_spark import read_ledger
 from iggy_spark_testing.harness import LocalPostgres
 from iggy_spark_testing.oracle import read_back
 from postgres_cdc_source.options import CdcOptions
-from postgres_cdc_source.stream import slot
+from postgres_cdc_source.replication.lifecycle import ensure_slot
 
 pytestmark = pytest.mark.e2e
 
@@ -46,7 +46,7 @@ def test_the_sdp_example_delivers_every_change_once(
     with pg.connect() as conn:
         conn.execute(sql.SQL("CREATE TABLE {} (id int PRIMARY KEY, v text)").format(table))
     tables = f"public\\.{name}"
-    slot.ensure_slot(CdcOptions.from_options(
+    ensure_slot(CdcOptions.from_options(
         {"dsn": pg.dsn, "slot": name, "include_tables": tables}))
     with pg.connect() as conn:
         conn.execute(sql.SQL("INSERT INTO {} SELECT g, 'v' || g FROM generate_series(0, 299) g")

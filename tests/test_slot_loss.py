@@ -20,7 +20,7 @@ from iggy_spark_testing.harness import LocalPostgres
 from postgres_cdc_source.errors import ConfigError, SlotError, SlotLostError
 from postgres_cdc_source.lsn import parse_lsn
 from postgres_cdc_source.options import CdcOptions
-from postgres_cdc_source.stream import slot
+from postgres_cdc_source.replication import diagnostics
 from postgres_cdc_source.stream.reader import CdcPartition, PgCdcStreamReader
 
 pytestmark = pytest.mark.services
@@ -59,7 +59,7 @@ def test_a_slot_behind_max_slot_wal_keep_size_warns_then_fails_with_the_way_back
         first = reader(server.dsn, name, plugin="test_decoding")
         start = first.initialOffset()
         with server.connect() as conn:
-            health = slot.health(conn, name)
+            health = diagnostics.health(conn, name)
             assert health is not None and not health.at_risk
             assert health.safe_wal_bytes is not None and health.safe_wal_bytes > 0
             # the query is stopped while WAL is written past max_slot_wal_keep_size
@@ -234,7 +234,7 @@ def test_a_long_open_transaction_holding_the_restart_point_back_is_named(
     pg: LocalPostgres, name: str, caplog: pytest.LogCaptureFixture,
     monkeypatch: pytest.MonkeyPatch,
 ) -> None:
-    monkeypatch.setattr(slot, "REREAD_WARN_BYTES", 1024 * 1024)  # 64MB in production
+    monkeypatch.setattr(diagnostics, "REREAD_WARN_BYTES", 1024 * 1024)  # 64MB in production
     with pg.connect() as conn:
         conn.execute(f"CREATE TABLE {name} (id int, data text)")
     first = reader(pg.dsn, name, plugin="test_decoding")

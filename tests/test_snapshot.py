@@ -16,7 +16,7 @@ import orjson
 import psycopg
 import pytest
 from psycopg import sql
-from snapshot_support import InProcessQuery, replay
+from snapshot_support import InProcessQuery, in_snapshot, replay
 
 from iggy_spark_testing.chaos import flush_lsn
 from iggy_spark_testing.harness import LocalPostgres
@@ -57,15 +57,15 @@ def test_snapshot_under_writes_then_stream_rebuilds_tables_exactly(
         query.close()
         work.close()
 
-    snapshot_batches = [b for b in query.batches if snapshot.in_progress(b[0])]
+    snapshot_batches = [b for b in query.batches if in_snapshot(b[0])]
     assert len(snapshot_batches) >= 3 and max(len(b[2]) for b in snapshot_batches) >= 3
     assert reads and {r["op"] for r in reads} == {"read"}
     assert {r["commit_lsn"] for r in reads} == {format_lsn(point)}
     assert all(parse_lsn(c["commit_lsn"]) > point for c in changes)
     assert len({r["id"] for r in reads}) == len(reads)
     # the exported snapshot lived throughout: the stream is left as Postgres sent it
-    assert all(snapshot.RESELECT_UNTIL not in end for start, end, _, _ in query.batches
-               if not snapshot.in_progress(start))
+    assert all("reselect_until" not in end for start, end, _, _ in query.batches
+               if not in_snapshot(start))
     model, problems = replay(reads + changes, work.tables, strict=True)
     assert not problems, problems[:5]
     assert model == read_tables(pg.dsn, name, work.tables.values())
@@ -83,7 +83,7 @@ def test_replayed_batch_after_a_driver_crash_reads_later_state_and_still_converg
     first = InProcessQuery(_options(pg, name, "pgoutput"))
     delivered = list(first.step() or [])
     planned = first.plan()
-    assert planned is not None and snapshot.in_progress(first.offset)
+    assert planned is not None and in_snapshot(first.offset)
     end, partitions = planned
     delivered += first.read(partitions[:1])  # half the batch reached Iggy, then the crash
     first.close()
@@ -152,7 +152,7 @@ def test_a_replayed_batch_reads_the_chunks_its_offset_pinned(
     try:
         replayed = second.reader.partitions(first.offset, end)
         assert [(p.table.table, p.lo, p.hi) for p in replayed] == bounds
-        unpinned = {k: v for k, v in end.items() if k != snapshot.PLANNED}
+        unpinned = {k: v for k, v in end.items() if k != "planned"}
         assert [(p.table.table, p.lo, p.hi) for p in second.reader.partitions(
             first.offset, unpinned)] != bounds  # bounds found again would split otherwise
         keys = [sorted(orjson.loads(r["key"])["id"] for r in second.read([p]))
@@ -194,7 +194,7 @@ def test_resumed_snapshot_completes_unchanged_toast_values_from_the_table(
     second = InProcessQuery(_options(pg, name, plugin), offset=first.offset)
     try:
         delivered = second.run_snapshot() + second.run_stream(flush_lsn(pg.dsn))
-        horizon = second.offset[snapshot.RESELECT_UNTIL]
+        horizon = second.offset["reselect_until"]
         run("UPDATE {t} SET id = 3 WHERE id = 2")  # a key change after the horizon
         run("UPDATE {t} SET n = 1 WHERE id = 3")  # same key: the consumer's row is right
         later = second.run_stream(flush_lsn(pg.dsn))
@@ -287,7 +287,7 @@ def test_snapshot_row_is_what_the_decoder_gives_for_the_same_row(
     options = _options(pg, name, plugin, topic_from="table", partition_key_from=key_from)
     query = InProcessQuery(options, available_now=True)
     try:
-        with caplog.at_level(logging.INFO, logger="postgres_cdc_source.stream.reader"):
+        with caplog.at_level(logging.INFO, logger="postgres_cdc_source.stream.coordinator"):
             (read,) = query.run_snapshot()
         assert "snapshot complete" in caplog.text  # the per-batch progress line
         with psycopg.connect(pg.dsn, autocommit=True) as conn:

@@ -8,9 +8,10 @@ import pytest
 from hypothesis import given
 from hypothesis import strategies as st
 
-from postgres_cdc_source import snapshot
 from postgres_cdc_source.errors import ConfigError
 from postgres_cdc_source.options import CdcOptions
+from postgres_cdc_source.snapshot import Position
+from postgres_cdc_source.stream.offset import StreamOffset
 
 BASE = {"dsn": "host=localhost dbname=app", "slot": "s"}
 
@@ -45,12 +46,11 @@ tables = st.none() | st.tuples(st.text(min_size=1), st.text(min_size=1))
 def test_offsets_survive_spark_storage_and_compare_canonically(
     table: tuple[str, str] | None, after: tuple[str, ...] | None, chunks: int, lsn: int
 ) -> None:
-    position = snapshot.Position(table, after, chunks)
-    offset = snapshot.offset_of(lsn, position)
-    stored = json.loads(json.dumps(offset))  # what Spark writes and hands back
-    assert snapshot.position_of(stored) == position
-    assert snapshot.offset_key(stored) == snapshot.offset_key(offset)
-    assert snapshot.in_progress(stored)
-    finished = snapshot.offset_of(lsn, None)
-    assert not snapshot.in_progress(finished) and snapshot.position_of(finished) is None
-    assert snapshot.offset_key(finished) != snapshot.offset_key(offset)
+    position = Position(table, after, chunks)
+    offset = StreamOffset.snapshot_batch(lsn, position, ())
+    stored = json.loads(json.dumps(offset.to_json()))  # what Spark writes and hands back
+    assert StreamOffset.from_json(stored) == offset
+    assert StreamOffset.from_json(stored).snapshot == position
+    finished = StreamOffset.snapshot_batch(lsn, None, ())
+    assert finished.snapshot is None
+    assert json.dumps(finished.to_json()) != json.dumps(offset.to_json())

@@ -2,16 +2,59 @@
 
 ``spark.readStream.format("pg_cdc")`` works without registration once the package is installed;
 :func:`register` does it explicitly (for sessions started before installation, or Spark Connect).
+:func:`request_backfill` and :func:`cancel_backfill` ask a running query to deliver (or stop
+delivering) a table's rows; :func:`abandon_batch` skips the stuck batch of a stopped query.
+
+The names in ``__all__`` (these functions and the exceptions) are the public API. Every other
+module is internal and may move between versions. The functions that talk to Postgres import
+psycopg when first used, so the package imports without it (an install without the ``cdc``
+extra).
 """
 
 from __future__ import annotations
 
-from typing import TYPE_CHECKING
+import importlib
+from typing import TYPE_CHECKING, Any
+
+from connector_common.dependencies import MissingDependencyError, require
+from connector_common.errors import ConnectorError
+from postgres_cdc_source.errors import (
+    BackfillRefused,
+    CdcError,
+    ConfigError,
+    DecodeError,
+    SlotError,
+    SlotLostError,
+    SourceError,
+)
 
 if TYPE_CHECKING:
     from pyspark.sql import SparkSession
 
-__all__ = ["register"]
+    from postgres_cdc_source.abandon import abandon_batch
+    from postgres_cdc_source.backfill.requests import cancel_backfill, request_backfill
+
+__all__ = [
+    "register", "request_backfill", "cancel_backfill", "abandon_batch",
+    "ConnectorError", "MissingDependencyError", "CdcError", "ConfigError", "SlotError",
+    "SlotLostError", "SourceError", "DecodeError", "BackfillRefused",
+]
+
+_NEEDS_PSYCOPG = {
+    "request_backfill": "postgres_cdc_source.backfill.requests",
+    "cancel_backfill": "postgres_cdc_source.backfill.requests",
+    "abandon_batch": "postgres_cdc_source.abandon",
+}
+
+
+def __getattr__(name: str) -> Any:
+    """The public functions that need psycopg, imported from their module when first asked
+    (:class:`MissingDependencyError` without psycopg)."""
+    module = _NEEDS_PSYCOPG.get(name)
+    if module is None:
+        raise AttributeError(f"module {__name__!r} has no attribute {name!r}")
+    require("pg_cdc", "cdc", "psycopg")
+    return getattr(importlib.import_module(module), name)
 
 
 def register(spark: SparkSession) -> None:

@@ -46,9 +46,10 @@ from urllib.parse import urlsplit
 from connector_common.checkpoints import local_checkpoint
 from connector_common.options import option_pair
 from postgres_cdc_source import connections
-from postgres_cdc_source.lsn import format_lsn, parse_lsn
+from postgres_cdc_source.lsn import format_lsn
 from postgres_cdc_source.options import CdcOptions
-from postgres_cdc_source.stream import slot
+from postgres_cdc_source.replication import positions, slots
+from postgres_cdc_source.stream.offset import StreamOffset
 
 if TYPE_CHECKING:
     from pyarrow import fs
@@ -156,7 +157,7 @@ def _end_lsn(checkpoint: _Checkpoint, offsets_file: str) -> int:
     if len(lines) != 3:
         raise ValueError(f"{offsets_file} has {len(lines) - 2} source offsets; abandon works "
                          "for queries with one pg_cdc source")
-    return parse_lsn(str(json.loads(lines[2])["lsn"]))
+    return StreamOffset.from_json(json.loads(lines[2])).lsn
 
 
 def abandon_batch(
@@ -191,7 +192,7 @@ def abandon_batch(
     root.write_whole(root.path("commits", str(batch_id)), _COMMIT_TEXT)
     if options is not None:
         with connections.connect(options) as conn:
-            slot.advance(conn, options.slot, end)
+            positions.advance(conn, options.slot, end)
     root.append_line(root.path(RECORD_FILE), json.dumps(asdict(record)))
     return record
 
@@ -206,7 +207,7 @@ def _count(options: CdcOptions, start: int | None, end: int) -> int:
 
     if start is None:
         with connections.connect(options) as conn:
-            state = slot.slot_state(conn, options.slot)
+            state = slots.slot_state(conn, options.slot)
         if state is None:
             raise ValueError(f"replication slot {options.slot!r} does not exist")
         start = state.confirmed_flush

@@ -1,20 +1,14 @@
-"""Log sequence numbers: Postgres's ``X/Y`` text form, integers, and the stream's offset JSON.
+"""Log sequence numbers: Postgres's ``X/Y`` text form and integers.
 
 Inside ``pg_cdc`` an LSN is always a plain ``int`` (the 64-bit WAL byte position), because ints
 compare and subtract correctly while the text form does not (``'0/A' > '0/10'``). Text appears
-only at the edges: SQL parameters, offsets in Spark's checkpoint, and log messages.
-
-The offset JSON must be byte-for-byte canonical: Spark compares serialized offsets to decide
-whether a batch is new, so the same position must always serialize to the same string.
+only at the edges: SQL parameters, offsets in Spark's checkpoint
+(:class:`~postgres_cdc_source.stream.offset.StreamOffset`), and log messages.
 """
 
 from __future__ import annotations
 
-from typing import Any
-
-import orjson
-
-__all__ = ["MAX_LSN", "parse_lsn", "format_lsn", "offset_json", "lsn_from_offset"]
+__all__ = ["MAX_LSN", "parse_lsn", "format_lsn"]
 
 MAX_LSN = 0xFFFF_FFFF_FFFF_FFFF
 """The largest LSN Postgres can represent (``FFFFFFFF/FFFFFFFF``)."""
@@ -46,20 +40,3 @@ def format_lsn(value: int) -> str:
         raise ValueError(f"bad LSN {value!r}: must be between 0 and {MAX_LSN}")
     return f"{value >> 32:X}/{value & 0xFFFF_FFFF:X}"
 
-
-def offset_json(lsn: int) -> str:
-    """The canonical offset for a stream position: ``{"lsn":"0/16B3748"}`` (no spaces)."""
-    return orjson.dumps({"lsn": format_lsn(lsn)}, option=orjson.OPT_SORT_KEYS).decode()
-
-
-def lsn_from_offset(obj: dict[str, Any] | str) -> int:
-    """The LSN in an offset, given as the JSON text or the already-parsed dict."""
-    parsed: Any = obj
-    if isinstance(obj, str):
-        try:
-            parsed = orjson.loads(obj)
-        except orjson.JSONDecodeError as exc:
-            raise ValueError(f"bad offset {obj!r}: not JSON ({exc})") from None
-    if not isinstance(parsed, dict) or "lsn" not in parsed:
-        raise ValueError(f'bad offset {obj!r}: expected an object like {{"lsn":"0/16B3748"}}')
-    return parse_lsn(parsed["lsn"])

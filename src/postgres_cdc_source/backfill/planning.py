@@ -25,10 +25,10 @@ from postgres_cdc_source.backfill.progress import Backfills, ChunkPlan, Request,
 from postgres_cdc_source.backfill.requests import CHANNEL, REQUEST_PREFIX, parse_request
 from postgres_cdc_source.decoding.factory import parse_message
 from postgres_cdc_source.options import MARKER_PREFIX, CdcOptions
+from postgres_cdc_source.replication import peeking, positions
 from postgres_cdc_source.snapshot.planning import key_range
 from postgres_cdc_source.snapshot.reading import GUARDS
 from postgres_cdc_source.sql_names import Name
-from postgres_cdc_source.stream import slot
 
 __all__ = ["BackfillPlanner"]
 
@@ -92,7 +92,7 @@ class BackfillPlanner:
             self._listening = conn
             self._search = True
         conn.execute("SELECT 1")  # delivers the notifications that arrived meanwhile
-        flush = slot.flush_lsn(conn)
+        flush = positions.flush_lsn(conn)
         if not caught_up:  # the backlog first: requests are searched for once it is read
             return state, end
         if self._search:
@@ -112,12 +112,12 @@ class BackfillPlanner:
         the WAL from ``start``, as the batch will: it waits at most :data:`SEARCH_TIMEOUT`
         (reads of a failover slot wait for standbys that may be gone) and is tried again at the
         next planning."""
-        pubs = slot.publications(conn, self.options, start)
+        pubs = peeking.publications(conn, self.options, start)
         try:
             with conn.transaction():
                 conn.execute("SELECT pg_catalog.set_config('statement_timeout', %s, true)",
                              (SEARCH_TIMEOUT,))
-                messages = slot.peek_messages(conn, self.options, flush, pubs)
+                messages = peeking.peek_messages(conn, self.options, flush, pubs)
         except psycopg.errors.QueryCanceled:
             log.warning("pg_cdc backfill: searching the WAL for requests took over %s; tried "
                         "again at the next planning", SEARCH_TIMEOUT)
@@ -189,7 +189,7 @@ class BackfillPlanner:
             head.chunks + 1, time.monotonic() - started, name, progress.rows,
             progress.rows_per_second,
         )
-        return Backfills(state.queue, chunk, state.scanned), slot.flush_lsn(conn)
+        return Backfills(state.queue, chunk, state.scanned), positions.flush_lsn(conn)
 
 
 def _rows_after(conn: Conn, table: snapshot.SnapshotTable, lo: tuple[str, ...] | None) -> int:

@@ -1,6 +1,7 @@
 """Where the backfills of a query stand, as Spark's offsets record it.
 
-A stream offset with backfills pending carries them under ``backfill``::
+A stream offset (:class:`~postgres_cdc_source.stream.offset.StreamOffset`) with backfills
+pending carries them under ``backfill``::
 
     {"lsn": "0/1A2B3C0",
      "backfill": {"queue": [{"id": "9f..", "tables": [["public", "t"]], "where": null,
@@ -23,9 +24,8 @@ from typing import Any
 
 from postgres_cdc_source.lsn import format_lsn, parse_lsn
 
-__all__ = ["Request", "ChunkPlan", "Backfills", "TableProgress", "OFFSET_KEY"]
+__all__ = ["Request", "ChunkPlan", "Backfills", "TableProgress"]
 
-OFFSET_KEY = "backfill"
 Key = tuple[str, ...]
 
 
@@ -48,7 +48,7 @@ class Request:
     after: Key | None = None
     chunks: int = 0
 
-    def as_json(self) -> dict[str, Any]:
+    def to_json(self) -> dict[str, Any]:
         return {"id": self.id, "tables": [list(t) for t in self.tables], "where": self.where,
                 "after": _key_json(self.after), "chunks": self.chunks}
 
@@ -70,7 +70,7 @@ class ChunkPlan:
     hi: Key | None
     where: str | None
 
-    def as_json(self) -> dict[str, Any]:
+    def to_json(self) -> dict[str, Any]:
         return {"id": self.id, "nonce": self.nonce, "table": list(self.table),
                 "lo": _key_json(self.lo), "hi": _key_json(self.hi), "where": self.where}
 
@@ -89,26 +89,26 @@ class Backfills:
     chunk: ChunkPlan | None = None
     scanned: int = 0
 
+    def kept_at(self, lsn: int) -> bool:
+        """Whether an offset at ``lsn`` keeps this state: something is queued or planned, or
+        the WAL was searched past ``lsn`` (a search up to ``lsn`` says nothing: the next batch
+        reads from there anyway)."""
+        return bool(self.queue) or self.chunk is not None or self.scanned > lsn
+
+    def to_json(self) -> dict[str, Any]:
+        data: dict[str, Any] = {"queue": [r.to_json() for r in self.queue]}
+        if self.chunk is not None:
+            data["chunk"] = self.chunk.to_json()
+        if self.scanned:
+            data["scanned"] = format_lsn(self.scanned)
+        return data
+
     @classmethod
-    def of(cls, offset: dict[str, Any]) -> Backfills:
-        data = offset.get(OFFSET_KEY)
-        if not data:
-            return cls()
+    def from_json(cls, data: dict[str, Any]) -> Backfills:
         chunk = data.get("chunk")
         return cls(tuple(Request.from_json(r) for r in data.get("queue", ())),
                    ChunkPlan.from_json(chunk) if chunk else None,
                    parse_lsn(data["scanned"]) if data.get("scanned") else 0)
-
-    def into(self, offset: dict[str, Any]) -> dict[str, Any]:
-        """``offset`` with this state (nothing added when there is nothing to keep)."""
-        if self.queue or self.chunk is not None or self.scanned > parse_lsn(offset["lsn"]):
-            data: dict[str, Any] = {"queue": [r.as_json() for r in self.queue]}
-            if self.chunk is not None:
-                data["chunk"] = self.chunk.as_json()
-            if self.scanned:
-                data["scanned"] = format_lsn(self.scanned)
-            offset[OFFSET_KEY] = data
-        return offset
 
     def delivered(self) -> Backfills:
         """The state once the batch carrying :attr:`chunk` is committed: the running request

@@ -8,13 +8,13 @@ from dataclasses import dataclass
 import orjson
 import pyarrow as pa
 
+from postgres_cdc_source.assembly import record_batches
 from postgres_cdc_source.backfill.progress import ChunkPlan
 from postgres_cdc_source.backfill.visibility import wait_until_visible
 from postgres_cdc_source.decoding import MESSAGE, Change, Commit, message_prefix
 from postgres_cdc_source.destination_columns import Router
 from postgres_cdc_source.options import MARKER_PREFIX, CdcOptions
 from postgres_cdc_source.snapshot import SnapshotPartition, SnapshotTable, read_chunk
-from postgres_cdc_source.stream.assembly import record_batches
 
 __all__ = ["ChunkRead", "spliced", "is_marker"]
 

@@ -1,7 +1,8 @@
 """Output-plugin decoders: the rows of a peek in, :class:`Begin`/:class:`Change`/:class:`Commit`
 events out, with no I/O. The event model and the row rules both decoders share are in
-:mod:`.changes`; :mod:`.pgoutput` and :mod:`.text_format` (test_decoding's output) parse;
-:mod:`.factory` picks one for the configured plugin.
+:mod:`.changes`; :mod:`.pgoutput` and :mod:`.text_format` (test_decoding's output, its lines read
+by :mod:`.text_lines` against the tables of :mod:`.text_tables`) parse; :mod:`.factory` picks one
+for the configured plugin.
 """
 
 from postgres_cdc_source.decoding.changes import (

@@ -10,11 +10,8 @@ import psycopg
 from postgres_cdc_source.catalog import TableInfo, table_info
 from postgres_cdc_source.decoding.changes import Decoder, MessageFilter
 from postgres_cdc_source.decoding.pgoutput import PgOutputDecoder, pgoutput_options, read_message
-from postgres_cdc_source.decoding.text_format import (
-    TEST_DECODING_OPTIONS,
-    TextFormatDecoder,
-    message_line,
-)
+from postgres_cdc_source.decoding.text_format import TEST_DECODING_OPTIONS, TextFormatDecoder
+from postgres_cdc_source.decoding.text_lines import message_line
 from postgres_cdc_source.options import CdcOptions
 
 __all__ = ["make_decoder", "plugin_options", "parse_message"]

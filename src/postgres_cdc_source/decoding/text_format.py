@@ -31,22 +31,21 @@ and a warning says so (an identity moved between columns the row still has canno
 here; pgoutput's Relation messages carry it).
 """
 
+
 from __future__ import annotations
 
 import logging
 import re
 from collections.abc import Iterable, Iterator
 from datetime import UTC, datetime
-from typing import Any
 
 import orjson
 
-from postgres_cdc_source.catalog import CatalogLookup, TableInfo
+from postgres_cdc_source.catalog import CatalogLookup
 from postgres_cdc_source.decoding.changes import (
     DELETE,
     INSERT,
     TRUNCATE,
-    UNCHANGED,
     UPDATE,
     Begin,
     Change,
@@ -54,19 +53,29 @@ from postgres_cdc_source.decoding.changes import (
     Event,
     MessageFilter,
     PeekRow,
-    RawValue,
-    RowShape,
     TableFilter,
     build_change,
     decode_error,
     empty_change,
     message_event,
 )
+from postgres_cdc_source.decoding.text_lines import (
+    COMMIT_LINE,
+    HEADER,
+    HEX,
+    NO_TUPLE,
+    QUALIFIED,
+    TRUNCATE_LINE,
+    Columns,
+    message_line,
+    parse_columns,
+    unquote_ident,
+)
+from postgres_cdc_source.decoding.text_tables import TextTable, align, catalog_tuple, new_tuple
 from postgres_cdc_source.errors import DecodeError
 from postgres_cdc_source.lsn import format_lsn
-from postgres_cdc_source.values import converter_for_oid, converter_for_type_name
 
-__all__ = ["TEST_DECODING_OPTIONS", "TextFormatDecoder", "message_line"]
+__all__ = ["TEST_DECODING_OPTIONS", "TextFormatDecoder"]
 
 TEST_DECODING_OPTIONS: dict[str, str] = {
     "include-xids": "1",
@@ -82,155 +91,6 @@ commit, even of a DDL-only transaction, is seen.
 log = logging.getLogger(__name__)
 _PLUGIN = "test_decoding"
 _dumps = orjson.dumps
-Columns = list[tuple[str, str, RawValue]]
-"""Columns as printed: ``(name, format_type name, raw value)``."""
-
-# quote_identifier's output: a double-quoted name with "" inside, or a bare one.
-_IDENT = r'(?:"(?:[^"]|"")*"|[^\s"\[\].:,]+)'
-_HEADER = re.compile(rf"table ({_IDENT})\.({_IDENT}): (INSERT|UPDATE|DELETE):")
-_TRUNCATE = re.compile(
-    rf"table ((?:{_IDENT}\.{_IDENT}, )*{_IDENT}\.{_IDENT}): TRUNCATE:"
-    r"(?: restart_seqs)?(?: cascade)?(?: \(no-flags\))?\Z"
-)
-_QUALIFIED = re.compile(rf"({_IDENT})\.({_IDENT})(?:, |\Z)")
-# ' name[type]:value'. The type ends at the first ']:' outside double quotes ('integer[]]:'),
-# a value is bare or a '-quoted string with '' inside.
-_COLUMN = re.compile(
-    rf" ({_IDENT})\[((?:[^\"\]]|\"(?:[^\"]|\"\")*\"|\](?!:))+)\]:('[^']*(?:''[^']*)*'|[^' ][^ ]*)"
-)
-_COMMIT = re.compile(r"COMMIT (\d+) \(at ([^)]+)\)\Z")
-_MESSAGE = re.compile(rb"message: transactional: ([01]) prefix: ")
-_MESSAGE_SIZE = re.compile(rb", sz: (\d+) content:")
-_HEX = "message-hex: "
-_QUOTED = r"'([^']*(?:''[^']*)*)'"
-
-_UNQUOTED = frozenset({20, 21, 23, 26, 700, 701, 1700})  # print_literal's bare types
-_BOOL = 16
-_BITS = frozenset({1560, 1562})
-_NO_TUPLE = " (no-tuple-data)"
-
-
-def _unquote_ident(text: str) -> str:
-    return text[1:-1].replace('""', '"') if text.startswith('"') else text
-
-
-def _raw(token: str) -> RawValue:
-    """A printed value -> the type output text pgoutput would have sent (None, UNCHANGED)."""
-    first = token[0]
-    if first == "'":
-        return token[1:-1].replace("''", "'")
-    if token == "null":
-        return None
-    if token == "unchanged-toast-datum":
-        return UNCHANGED
-    if first == "B" and token[1:2] == "'":  # bit string, B'101'
-        return token[2:-1]
-    return token  # number or boolean
-
-
-def _value_pattern(type_oid: int, capture: bool) -> str:
-    """Regex for one printed value of a type: its text in a group (unless ``capture`` is off)."""
-    if type_oid in _UNQUOTED:
-        inner = r"([^ ']+)"
-    elif type_oid == _BOOL:
-        inner = r"(true|false)"
-    elif type_oid in _BITS:
-        inner = r"B'([01]*)'"
-    else:
-        inner = _QUOTED
-    if not capture:
-        inner = inner.replace("(", "(?:", 1)
-    return rf"(?:null|{inner})"
-
-
-class _Table:
-    """Per-table state of one decoder: filter verdict, catalog info and derived shapes."""
-
-    __slots__ = ("schema", "table", "keep", "loaded", "info", "shape", "full", "key_names",
-                 "generated", "printed", "fast", "quoted", "index", "shapes", "warned")
-
-    def __init__(self, schema: str, table: str, keep: bool) -> None:
-        self.schema = schema
-        self.table = table
-        self.keep = keep
-        self.loaded = False
-        self.info: TableInfo | None = None
-        self.shape: RowShape | None = None  # the catalog's published columns
-        self.full = False
-        self.key_names: frozenset[str] = frozenset()
-        self.generated: frozenset[str] = frozenset()
-        self.printed: tuple[tuple[str, str], ...] = ()  # (name, type) as the catalog predicts
-        self.fast: re.Pattern[str] | None = None  # whole new tuple as the catalog predicts
-        self.quoted: tuple[int, ...] = ()  # shape positions of '-quoted values
-        self.index: dict[str, int] = {}
-        self.shapes: dict[tuple[tuple[str, str], ...], RowShape] = {}
-        self.warned = False  # the key-unknown warning was given
-
-    def load(self, info: TableInfo | None) -> None:
-        self.loaded = True
-        self.info = info
-        if info is None:
-            return
-        published = [c for c in info.columns if not c.generated]
-        self.full = info.replica_identity == "f"
-        self.key_names = frozenset(c.name for c in published if c.key)
-        self.generated = frozenset(c.name for c in info.columns if c.generated)
-        self.printed = tuple((c.name, c.type_name) for c in info.columns)
-        self.shape = RowShape(
-            self.schema, self.table, [c.name for c in published],
-            [converter_for_oid(c.type_oid) for c in published],
-            [i for i, c in enumerate(published) if c.key], True,
-        )
-        self.index = {name: i for i, name in enumerate(self.shape.names)}
-        self.fast = re.compile("".join(
-            re.escape(f" {c.quoted_name}[{c.type_name}]:")
-            + _value_pattern(c.type_oid, capture=not c.generated)
-            for c in info.columns
-        ) + r"\Z")
-        self.quoted = tuple(
-            i for i, c in enumerate(published)
-            if c.type_oid not in _UNQUOTED and c.type_oid != _BOOL and c.type_oid not in _BITS
-        )
-
-    def logged_as_catalog(self, shape: RowShape, columns: Columns) -> bool:
-        """Whether an old tuple Postgres printed is what the catalog's identity predicts: all of
-        ``shape``'s columns under ``FULL`` (NULL ones are left out), exactly its key columns
-        otherwise. If not, the identity changed since the change was written."""
-        names = {name for name, _, _ in columns if name not in self.generated}
-        if self.full:
-            return names <= set(shape.names)
-        return names == set(shape.key_names)
-
-    def shape_of_old(self, columns: Columns) -> tuple[RowShape, list[RawValue]]:
-        """Shape and values of an old tuple whose columns the catalog does not predict (the
-        table's identity changed, or the table is gone): the printed columns, all of them the
-        key, since that is the identity Postgres logged."""
-        columns = [c for c in columns if c[0] not in self.generated]
-        shape = RowShape(self.schema, self.table, [name for name, _, _ in columns],
-                         [converter_for_type_name(t) for _, t, _ in columns],
-                         range(len(columns)), True)
-        return shape, [value for _, _, value in columns]
-
-    def shape_with_key(self, shape: RowShape, key_names: list[str]) -> RowShape:
-        """``shape`` with ``key_names`` as its key: the identity as logged, not as the catalog
-        says now."""
-        return RowShape(self.schema, self.table, shape.names, shape.converters,
-                        [i for i, n in enumerate(shape.names) if n in key_names], True)
-
-    def shape_for(self, printed: tuple[tuple[str, str], ...]) -> RowShape:
-        """The shape of a tuple printed with these ``(name, type)`` columns."""
-        if printed == self.printed and self.shape is not None:
-            return self.shape
-        shape = self.shapes.get(printed)
-        if shape is None:
-            columns = [(n, t) for n, t in printed if n not in self.generated]
-            shape = RowShape(
-                self.schema, self.table, [n for n, _ in columns],
-                [converter_for_type_name(t) for _, t in columns],
-                [i for i, (n, _) in enumerate(columns) if n in self.key_names], True,
-            )
-            self.shapes[printed] = shape
-        return shape
 
 
 class TextFormatDecoder:
@@ -257,10 +117,10 @@ class TextFormatDecoder:
         self._filter = table_filter
         self._keep_values = keep_values
         self._messages = messages
-        self._tables: dict[tuple[str, str], _Table] = {}
+        self._tables: dict[tuple[str, str], TextTable] = {}
         # "table s.t: INSERT:" / "...: UPDATE:" of kept tables with a catalog: the hot path's
         # lookup, filled as the general path meets them
-        self._headers: dict[str, tuple[_Table, str]] = {}
+        self._headers: dict[str, tuple[TextTable, str]] = {}
 
     def events(self, rows: Iterable[PeekRow]) -> Iterator[Event]:
         xid = -1  # xid of the open transaction; -1 outside one
@@ -288,7 +148,7 @@ class TextFormatDecoder:
                             yield change
                             seq += 1
                             continue
-                    header = _HEADER.match(line)
+                    header = HEADER.match(line)
                     if header is not None:
                         change = self._change(header, line, lsn, seq)
                         seq += 1
@@ -306,7 +166,7 @@ class TextFormatDecoder:
                 elif first == "C" and line.startswith("COMMIT "):
                     yield self._commit(line, xid, lsn)
                     xid = -1
-                elif first == "m" and line.startswith(("message: ", _HEX)):
+                elif first == "m" and line.startswith(("message: ", HEX)):
                     if self._messages is None:
                         continue
                     parsed = message_line(line)
@@ -324,7 +184,7 @@ class TextFormatDecoder:
     @staticmethod
     def _commit(line: str, xid: int, lsn: int) -> Commit:
         """The commit row's own LSN is the end of the commit record, like pgoutput's end_lsn."""
-        match = _COMMIT.match(line)
+        match = COMMIT_LINE.match(line)
         if match is None:
             raise ValueError("COMMIT without xid and timestamp (include-xids and "
                              "include-timestamp must be on)")
@@ -333,13 +193,13 @@ class TextFormatDecoder:
         commit_ts = datetime.fromisoformat(match[2]).astimezone(UTC)
         return Commit(xid, lsn, commit_ts)
 
-    def _table(self, schema_ident: str, table_ident: str) -> _Table:
+    def _table(self, schema_ident: str, table_ident: str) -> TextTable:
         key = (schema_ident, table_ident)
         table = self._tables.get(key)
         if table is None:
-            schema, name = _unquote_ident(schema_ident), _unquote_ident(table_ident)
+            schema, name = unquote_ident(schema_ident), unquote_ident(table_ident)
             keep = self._filter is None or self._filter(schema, name)
-            table = self._tables[key] = _Table(schema, name, keep)
+            table = self._tables[key] = TextTable(schema, name, keep)
         return table
 
     def _change(self, header: re.Match[str], line: str, lsn: int, seq: int) -> Change | None:
@@ -353,15 +213,15 @@ class TextFormatDecoder:
         pos = header.end()
         if op != DELETE and table.fast is not None:
             self._headers[line[:pos]] = (table, op)
-        if line.endswith(_NO_TUPLE) and pos + len(_NO_TUPLE) == len(line):
+        if line.endswith(NO_TUPLE) and pos + len(NO_TUPLE) == len(line):
             return empty_change(lsn, seq, table.schema, table.table, op)
         if op == DELETE:
-            printed, pos = _columns(line, pos)
+            printed, pos = parse_columns(line, pos)
             if pos != len(line):
                 raise ValueError(f"cannot parse the old tuple at offset {pos}")
             old = None
             if table.shape is not None and table.logged_as_catalog(table.shape, printed):
-                old = _align(table, table.shape, printed)
+                old = align(table, table.shape, printed)
             if old is not None and table.shape is not None:
                 return build_change(table.shape, lsn, seq, DELETE, old, None,
                                     old_is_full=table.full, new_has_unchanged=False,
@@ -371,15 +231,15 @@ class TextFormatDecoder:
                                 new_has_unchanged=False, keep_values=self._keep_values)
         columns: Columns | None = None
         if op == UPDATE and line.startswith(" old-key:", pos):
-            columns, pos = _columns(line, pos + 9)
+            columns, pos = parse_columns(line, pos + 9)
             if not line.startswith(" new-tuple:", pos):
                 raise ValueError(f"cannot parse the old tuple at offset {pos}")
             pos += 11
-        shape, new, unchanged = _new_tuple(table, line, pos)
+        shape, new, unchanged = new_tuple(table, line, pos)
         old = None
         old_is_full = table.full
         if columns is not None:
-            old = _align(table, shape, columns)
+            old = align(table, shape, columns)
             if old is None:
                 raise ValueError("the old tuple has a column the new tuple does not")
             if table.info is None or not table.logged_as_catalog(shape, columns):
@@ -392,7 +252,7 @@ class TextFormatDecoder:
         return build_change(shape, lsn, seq, op, old, new, old_is_full=old_is_full,
                             new_has_unchanged=unchanged, keep_values=self._keep_values)
 
-    def _warn_key_unknown(self, table: _Table, lsn: int) -> None:
+    def _warn_key_unknown(self, table: TextTable, lsn: int) -> None:
         """Say once per table and peek that rows go out without the key test_decoding did not
         print and the catalog can no longer tell."""
         if table.warned:
@@ -408,10 +268,10 @@ class TextFormatDecoder:
 
     def _truncate(self, line: str, lsn: int, seq: int) -> Iterator[Change | None]:
         """One change per truncated table (``None`` for filtered ones, which count too)."""
-        match = _TRUNCATE.match(line)
+        match = TRUNCATE_LINE.match(line)
         if match is None:
             raise ValueError("unrecognized table line")
-        for offset, name in enumerate(_QUALIFIED.finditer(match[1])):
+        for offset, name in enumerate(QUALIFIED.finditer(match[1])):
             table = self._table(name[1], name[2])
             yield (empty_change(lsn, seq + offset, table.schema, table.table, TRUNCATE)
                    if table.keep else None)
@@ -420,37 +280,18 @@ class TextFormatDecoder:
 _OPS = {"INSERT": INSERT, "UPDATE": UPDATE, "DELETE": DELETE}
 
 
-def message_line(line: str) -> tuple[bool, str, bytes]:
-    """A message line's (transactional?, prefix, content), from the line as test_decoding prints
-    it or as the reader fetches it (``message-hex: `` and the hex of its bytes, which carries
-    content that is not text).
-
-    The prefix and content are printed raw, so either may hold the ``, sz: N content:`` that
-    separates them: the separator is the first one whose ``N`` is the byte length of the rest
-    of the line (the content is its last ``N`` bytes).
-    """
-    raw = bytes.fromhex(line[len(_HEX):]) if line.startswith(_HEX) else line.encode()
-    head = _MESSAGE.match(raw)
-    if head is None:
-        raise ValueError("unrecognized message line")
-    for size in _MESSAGE_SIZE.finditer(raw, head.end()):
-        if len(raw) - size.end() == int(size[1]):
-            return head[1] == b"1", raw[head.end():size.start()].decode(), raw[size.end():]
-    raise ValueError("message content does not match its printed size")
-
-
 _new = tuple.__new__  # builds a Change without NamedTuple.__new__'s Python frame
 
 
 def _inline(
-    table: _Table, op: str, line: str, pos: int, lsn: int, seq: int, keep_values: bool
+    table: TextTable, op: str, line: str, pos: int, lsn: int, seq: int, keep_values: bool
 ) -> Change | None:
     """The change of an insert or key-keeping update whose new tuple (from ``pos``) matches
     the catalog's regex: what :meth:`TextFormatDecoder._change` builds for it, or ``None``
     for anything else (an unchanged TOAST value, a changed table, a value its converter
     rejects), which the general path then decodes or names as an error."""
     shape = table.shape
-    raw = _catalog_tuple(table, line, pos)
+    raw = catalog_tuple(table, line, pos)
     if raw is None or shape is None:
         return None
     try:
@@ -461,66 +302,3 @@ def _inline(
     key = _dumps({n: after[n] for n in shape.key_names}).decode() if shape.key else None
     return _new(Change, (lsn, seq, shape.schema, shape.table, op, key, None,
                          _dumps(after).decode(), (), after if keep_values else None, None))
-
-
-def _columns(line: str, pos: int) -> tuple[Columns, int]:
-    """Parse printed columns from ``pos`` while they last: ``[(name, type, raw)]``, end."""
-    columns = []
-    match = _COLUMN.match(line, pos)
-    while match is not None:
-        columns.append((_unquote_ident(match[1]), match[2], _raw(match[3])))
-        pos = match.end()
-        match = _COLUMN.match(line, pos)
-    return columns, pos
-
-
-def _catalog_tuple(table: _Table, line: str, pos: int) -> list[Any] | None:
-    """The value texts (``None`` for null) of a new tuple from ``pos`` to the end, aligned with
-    the catalog's shape, if the catalog's regex matches it whole; else ``None``."""
-    if table.fast is None or "unchanged-toast-datum" in line:
-        return None  # the catalog regex does not accept that marker
-    match = table.fast.match(line, pos)
-    if match is None:
-        return None
-    raw: list[Any] = list(match.groups())
-    if "''" in line:  # some quoted value has an escaped quote
-        for i in table.quoted:
-            value = raw[i]
-            if value is not None:
-                raw[i] = value.replace("''", "'")
-    return raw
-
-
-def _new_tuple(table: _Table, line: str, pos: int) -> tuple[RowShape, list[RawValue], bool]:
-    """The new tuple from ``pos`` to the end: (its shape, raw values, any UNCHANGED).
-
-    Fast path: one regex built from the catalog matches the whole tuple and captures the value
-    texts directly. It is skipped when a TOAST value is unchanged (the catalog regex does not
-    accept that marker), and fails when the table changed since the row was written; then the
-    columns are parsed one by one.
-    """
-    raw = _catalog_tuple(table, line, pos)
-    if raw is not None:
-        assert table.shape is not None
-        return table.shape, raw, False
-    columns, end = _columns(line, pos)
-    if end != len(line):
-        raise ValueError(f"cannot parse the new tuple at offset {end}")
-    shape = table.shape_for(tuple((name, type_name) for name, type_name, _ in columns))
-    values = [value for name, _, value in columns if name not in table.generated]
-    return shape, values, any(value is UNCHANGED for value in values)
-
-
-def _align(table: _Table, shape: RowShape, columns: Columns) -> list[RawValue] | None:
-    """An old tuple (NULL columns left out) as values aligned with ``shape``, absent ones NULL;
-    ``None`` if it names a column ``shape`` does not have."""
-    index = table.index if shape is table.shape else {n: i for i, n in enumerate(shape.names)}
-    old: list[RawValue] = [None] * len(shape.names)
-    for name, _, value in columns:
-        i = index.get(name)
-        if i is None:
-            if name in table.generated:
-                continue
-            return None
-        old[i] = value
-    return old

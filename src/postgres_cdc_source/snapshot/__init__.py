@@ -11,7 +11,8 @@ table sorting before ``table``, and the rows of ``table`` whose chunk key is at 
 are delivered (``after`` null: all of ``table``; ``table`` null: nothing yet); ``chunks``
 counts the chunks delivered, for progress. The offset of a finished snapshot is
 ``{"lsn": ..., "reselect_until": "pending"}``: the stream's first planning replaces ``pending``
-with an LSN (the snapshot was not exact: :mod:`postgres_cdc_source.stream.reselect`) or drops it.
+with an LSN (the snapshot was not exact: :mod:`postgres_cdc_source.stream.reselect`) or drops it
+(the whole offset: :class:`postgres_cdc_source.stream.offset.StreamOffset`).
 
 The end offset of a snapshot batch also pins the chunks it was planned with, in order::
 
@@ -36,17 +37,7 @@ at the state current when their transaction starts: see :func:`read_chunk`, and 
 right.
 """
 
-from postgres_cdc_source.snapshot.offsets import (
-    PENDING,
-    PLANNED,
-    RESELECT_UNTIL,
-    Position,
-    in_progress,
-    offset_key,
-    offset_of,
-    position_of,
-    start_offset,
-)
+from postgres_cdc_source.snapshot.offsets import PlannedChunk, Position
 from postgres_cdc_source.snapshot.planning import (
     Chunk,
     SnapshotTable,
@@ -59,8 +50,6 @@ from postgres_cdc_source.snapshot.planning import (
 from postgres_cdc_source.snapshot.reading import READ, SnapshotPartition, read_chunk
 
 __all__ = [
-    "READ", "Position", "Chunk", "SnapshotTable", "SnapshotPartition", "in_progress",
-    "start_offset", "position_of", "offset_of", "offset_key", "captured_tables", "describe",
-    "RESELECT_UNTIL", "PENDING", "PLANNED",
-    "plan", "planned_chunks", "read_chunk", "next_bound",
+    "READ", "Position", "PlannedChunk", "Chunk", "SnapshotTable", "SnapshotPartition",
+    "captured_tables", "describe", "plan", "planned_chunks", "read_chunk", "next_bound",
 ]

@@ -1,20 +1,13 @@
-"""Where a snapshot stands, as Spark's offsets record it (see :mod:`postgres_cdc_source.snapshot`
-for the format)."""
+"""Where a snapshot stands, and the chunks a batch pinned, as Spark's offsets record them (see
+:mod:`postgres_cdc_source.snapshot` for the format, :mod:`postgres_cdc_source.stream.offset` for
+the whole offset)."""
 
 from __future__ import annotations
 
-from collections.abc import Sequence
 from dataclasses import dataclass
 from typing import Any
 
-import orjson
-
-from postgres_cdc_source.lsn import format_lsn
-
-__all__ = [
-    "Key", "PlannedChunk", "Position", "in_progress", "start_offset", "offset_of", "position_of",
-    "offset_key", "planned_bounds", "RESELECT_UNTIL", "PENDING", "PLANNED",
-]
+__all__ = ["Key", "PlannedChunk", "Position", "chunk_json", "chunk_from_json"]
 
 Key = tuple[str, ...]
 """A chunk bound: the chunk key's values as their output text (``ctid`` as ``(block,0)``)."""
@@ -39,7 +32,7 @@ class Position:
     after: Key | None
     chunks: int
 
-    def as_json(self) -> dict[str, Any]:
+    def to_json(self) -> dict[str, Any]:
         return {
             "after": _key_json(self.after),
             "chunks": self.chunks,
@@ -64,51 +57,12 @@ class Position:
         )
 
 
-def in_progress(offset: dict[str, Any]) -> bool:
-    """Whether ``offset`` is one of a snapshot still running."""
-    return "snapshot" in offset
+def chunk_json(chunk: PlannedChunk) -> list[Any]:
+    """A pinned chunk as an offset writes it: ``[schema, table, lo, hi]``."""
+    (schema, table), lo, hi = chunk
+    return [schema, table, _key_json(lo), _key_json(hi)]
 
 
-def start_offset(consistent_point: int) -> dict[str, Any]:
-    return offset_of(consistent_point, Position(None, None, 0))
-
-
-RESELECT_UNTIL = "reselect_until"
-PENDING = "pending"
-PLANNED = "planned"
-
-
-def offset_of(
-    consistent_point: int, position: Position | None, chunks: Sequence[PlannedChunk] = ()
-) -> dict[str, Any]:
-    """The offset at ``position``, reached by reading ``chunks``. ``None``: the snapshot is
-    finished, and whether the stream must complete unchanged values
-    (:mod:`postgres_cdc_source.stream.reselect`) is decided when the next batch is planned,
-    once every chunk has been read."""
-    offset: dict[str, Any] = {"lsn": format_lsn(consistent_point)}
-    if position is not None:
-        offset["snapshot"] = position.as_json()
-    else:
-        offset[RESELECT_UNTIL] = PENDING
-    if chunks:
-        offset[PLANNED] = [[schema, table, _key_json(lo), _key_json(hi)]
-                           for (schema, table), lo, hi in chunks]
-    return offset
-
-
-def planned_bounds(offset: dict[str, Any]) -> list[PlannedChunk] | None:
-    """The ``(table, lo, hi)`` of the chunks ``offset`` pins, in order; ``None`` for an offset
-    that pins none (written before offsets pinned their chunks)."""
-    planned = offset.get(PLANNED)
-    if planned is None:
-        return None
-    return [((str(schema), str(name)), _key(lo), _key(hi)) for schema, name, lo, hi in planned]
-
-
-def position_of(offset: dict[str, Any]) -> Position | None:
-    return Position.from_json(offset["snapshot"]) if in_progress(offset) else None
-
-
-def offset_key(offset: dict[str, Any]) -> str:
-    """Canonical JSON of an offset, as Spark compares them."""
-    return orjson.dumps(offset, option=orjson.OPT_SORT_KEYS).decode()
+def chunk_from_json(data: list[Any]) -> PlannedChunk:
+    schema, name, lo, hi = data
+    return (str(schema), str(name)), _key(lo), _key(hi)

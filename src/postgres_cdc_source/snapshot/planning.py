@@ -13,7 +13,7 @@ from psycopg import sql
 
 from postgres_cdc_source.catalog import table_info
 from postgres_cdc_source.options import CdcOptions
-from postgres_cdc_source.snapshot.offsets import Key, PlannedChunk, Position, planned_bounds
+from postgres_cdc_source.snapshot.offsets import Key, PlannedChunk, Position
 from postgres_cdc_source.sql_names import Name
 
 __all__ = [
@@ -164,7 +164,7 @@ class Chunk:
 
     def pinned(self) -> PlannedChunk:
         """The chunk as an offset pins it
-        (:func:`~postgres_cdc_source.snapshot.offsets.offset_of`)."""
+        (:attr:`~postgres_cdc_source.stream.offset.StreamOffset.planned`)."""
         return (self.table.schema, self.table.table), self.lo, self.hi
 
 
@@ -206,13 +206,9 @@ def plan(
     return chunks, end
 
 
-def planned_chunks(conn: Conn, end: dict[str, Any]) -> list[Chunk] | None:
-    """The chunks the batch ending at ``end`` was planned with, in their order (chunks of a
-    table dropped since are left out: nothing of it can be read). ``None``: ``end`` does not
-    say (written before offsets pinned their chunks); plan the range again."""
-    bounds = planned_bounds(end)
-    if bounds is None:
-        return None
+def planned_chunks(conn: Conn, bounds: Sequence[PlannedChunk]) -> list[Chunk]:
+    """The chunks a batch's end offset pinned (``bounds``), in their order (chunks of a table
+    dropped since are left out: nothing of it can be read)."""
     tables: dict[tuple[str, str], SnapshotTable | None] = {}
     chunks = []
     for name, lo, hi in bounds:

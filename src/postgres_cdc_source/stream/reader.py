@@ -18,24 +18,20 @@ Contract with Spark (pyspark 4.3; see the docs' delivery semantics):
   least twice ``min_bytes_per_partition``) by several tasks, each peeking one WAL sub-range
   (:mod:`postgres_cdc_source.stream.splitting`) from a temporary copy of the slot; either way
   the query's slot moves only as above.
-* With ``snapshot=initial``, batches first read the tables (:mod:`postgres_cdc_source.snapshot`:
-  offsets at the slot's consistent point carrying the snapshot's progress, one partition per
-  chunk), then stream from that point.
-* With ``on_slot_lost=resnapshot``, a planning that finds the slot lost (missing or invalidated)
-  creates it again and returns the start offset of a new snapshot: that batch is empty (its
-  changes are gone with the slot), and the next ones read the snapshot as above. A replayed
-  batch of a slot lost since is empty too, for the same reason.
+* What comes before and between the stream's batches (the initial snapshot, a resnapshot after
+  the slot was lost, backfill chunks, the reselect horizon) is
+  :mod:`postgres_cdc_source.stream.coordinator`'s to sequence; offsets are
+  :class:`~postgres_cdc_source.stream.offset.StreamOffset`.
 """
 
 from __future__ import annotations
 
 import gc
 import logging
-import time
-from collections.abc import Callable, Generator, Iterator, Sequence
+from collections.abc import Generator, Iterator, Sequence
 from contextlib import contextmanager
 from dataclasses import dataclass
-from typing import Any, TypeVar
+from typing import Any
 
 import psycopg
 import pyarrow as pa
@@ -48,36 +44,27 @@ from pyspark.sql.streaming.datasource import (
 )
 
 from postgres_cdc_source import snapshot
-from postgres_cdc_source.backfill.planning import BackfillPlanner
-from postgres_cdc_source.backfill.progress import Backfills
+from postgres_cdc_source.assembly import record_batches, transactions
 from postgres_cdc_source.backfill.splice import ChunkRead, is_marker, spliced
-from postgres_cdc_source.connections import (
-    DriverConnection,
-    connect_with_retry,
-    riding_out_restarts,
-)
+from postgres_cdc_source.connections import connect_with_retry, riding_out_restarts
 from postgres_cdc_source.decoding.factory import make_decoder
 from postgres_cdc_source.destination_columns import Router
-from postgres_cdc_source.errors import SlotLostError
 from postgres_cdc_source.health import SourceHealth, TableBackfill
-from postgres_cdc_source.lsn import format_lsn, parse_lsn
+from postgres_cdc_source.lsn import format_lsn
 from postgres_cdc_source.options import CdcOptions
-from postgres_cdc_source.stream import publication, reselect, slot, splitting
-from postgres_cdc_source.stream.assembly import record_batches, transactions
+from postgres_cdc_source.replication import diagnostics, peeking, positions
+from postgres_cdc_source.stream import reselect, splitting
+from postgres_cdc_source.stream.coordinator import Coordinator
+from postgres_cdc_source.stream.offset import PENDING, StreamOffset
+from postgres_cdc_source.stream.ranges import RangePlanner
 
 __all__ = ["PgCdcStreamReader", "CdcPartition"]
 
 log = logging.getLogger(__name__)
 
-HELD_BACK_WARN_EVERY = 60.0
-"""Seconds between two warnings naming the transaction that holds the slot's restart point
-back (:func:`postgres_cdc_source.stream.slot.restart_holder`)."""
 DEGRADED_AFTER = 3
 """Consecutive commits that could not advance the slot before the source reports itself
 degraded (a log line per commit and the ``pg_cdc_degraded`` metric); one success clears it."""
-T = TypeVar("T")
-
-_CONNECT_RETRY_SECONDS = 30.0
 
 
 @dataclass(frozen=True)
@@ -94,105 +81,21 @@ class CdcPartition(InputPartition):
     """The backfill chunk whose marker lies in the range (:mod:`postgres_cdc_source.backfill`)."""
 
 
-def _offset(lsn: int) -> dict[str, str]:
-    return {"lsn": format_lsn(lsn)}
-
-
-def _lsn(offset: dict[str, Any]) -> int:
-    return parse_lsn(str(offset["lsn"]))
-
-
 class PgCdcStreamReader(DataSourceStreamReader, SupportsTriggerAvailableNow):
     """Reads a logical replication slot as a stream of micro-batches bounded by LSNs."""
 
     def __init__(self, options: CdcOptions) -> None:
         self.options = options
-        self._db = DriverConnection(options)
-        self._checked = False
-        self._target: int | None = None
-        self._exported: slot.ExportedSnapshot | None = None  # held while a snapshot runs
-        self._planned: dict[tuple[str, str], list[snapshot.Chunk]] = {}
-        self._initial: dict[str, Any] | None = None
+        self._ranges = RangePlanner(options)
+        self._phases = Coordinator(options, self._ranges)
         self._commit_failures = 0
-        self._held_back_warned = -HELD_BACK_WARN_EVERY
-        self._backfills = BackfillPlanner(options)
-        self._planned_flush = 0
-
-    def __getstate__(self) -> dict[str, Any]:
-        state = self.__dict__.copy()
-        state["_exported"] = None
-        state["_planned"] = {}
-        return state
 
     # -- driver side ---------------------------------------------------------------------------
 
-    def _driver(self, work: Callable[[psycopg.Connection[Any]], T]) -> T:
-        """Run ``work`` on the driver's connection, reconnecting once if the server went away."""
-        if not self._checked:  # going on from a checkpoint: initialOffset was not called
-            try:
-                slot.ensure_slot(self.options, resuming=True)
-            except SlotLostError:
-                if not self._resnapshots:
-                    raise
-                # the planning that finds it lost again takes a new snapshot
-            self._checked = True
-        return self._db.run(work)
-
-    @property
-    def _resnapshots(self) -> bool:
-        return self.options.on_slot_lost == "resnapshot"
-
     def initialOffset(self) -> dict[str, Any]:
         """Where a new query starts: the slot's confirmed position (created if allowed), or with
-        ``snapshot=initial`` the start of a snapshot of the tables at that position.
-
-        Spark asks twice (planning batch 0, then for its partitions): the answer is kept, so the
-        second call neither finds "our" new slot existing nor drops the exported snapshot.
-        """
-        if self._initial is None:
-            self._initial = self._initial_offset()
-        return self._initial
-
-    def _initial_offset(self) -> dict[str, Any]:
-        try:
-            if self.options.snapshot == "initial":
-                return self._snapshot_start()
-            state = slot.ensure_slot(self.options)
-        except SlotLostError as lost:
-            if not self._resnapshots:
-                raise
-            return self._resnapshot(lost)
-        finally:
-            self._checked = True
-        return _offset(state.confirmed_flush)
-
-    def _snapshot_start(self) -> dict[str, Any]:
-        """Create the slot exporting a snapshot of its consistent point (if it does not exist)
-        and return the offset of a snapshot starting there."""
-        self._exported = slot.export_snapshot(self.options)
-        state = slot.ensure_slot(self.options)
-        if self._exported is None:
-            log.warning(
-                "pg_cdc: replication slot %s already existed, so no snapshot of its position "
-                "could be exported: the snapshot reads the tables as they are now and the "
-                "stream repeats the changes since %s (docs: pg_cdc, Initial snapshot)",
-                self.options.slot,
-                format_lsn(state.confirmed_flush),
-            )
-            return snapshot.start_offset(state.confirmed_flush)
-        return snapshot.start_offset(self._exported.consistent_point)
-
-    def _resnapshot(self, lost: SlotLostError) -> dict[str, Any]:
-        """``on_slot_lost=resnapshot``: the slot dropped if invalidated, created again, and the
-        start offset of a snapshot of the captured tables at its new consistent point."""
-        log.warning(
-            "pg_cdc: replication slot %s is lost: %s. on_slot_lost=resnapshot: creating it "
-            "again and reading the captured tables as they are now (rows with op 'read'); the "
-            "changes since the checkpoint are not delivered (docs: operations, Lost slots)",
-            lost.slot, lost.because,
-        )
-        self._db.run(lambda conn: slot.drop_lost(conn, self.options.slot))
-        return self._snapshot_start()
+        ``snapshot=initial`` the start of a snapshot of the tables at that position."""
+        return self._phases.initial().to_json()
 
     def getDefaultReadLimit(self) -> ReadLimit:
         if self.options.max_bytes_per_trigger is None:
@@ -206,7 +109,7 @@ class PgCdcStreamReader(DataSourceStreamReader, SupportsTriggerAvailableNow):
         ``snapshot=initial`` that is ``initialOffset``'s job (it exports the snapshot).
         """
         with connect_with_retry(self.options, autocommit=True) as conn:
-            self._target = slot.flush_lsn(conn)
+            self._ranges.target = positions.flush_lsn(conn)
 
     def reportLatestOffset(self) -> dict[str, Any]:
         """The flush position, plus the slot's health for monitoring.
@@ -216,165 +119,47 @@ class PgCdcStreamReader(DataSourceStreamReader, SupportsTriggerAvailableNow):
         worker process to a ``StreamingQueryListener`` in the user's process: the
         :class:`~postgres_cdc_source.health.SourceHealth` contract.
         """
+        planner = self._phases.backfills
+
         def report(conn: psycopg.Connection[Any]) -> dict[str, Any]:
             backfills = {name: TableBackfill(t.rows, t.chunks, t.rows_per_second)
-                         for name, t in self._backfills.tables.items()}
-            health = SourceHealth(slot.health(conn, self.options.slot), self._commit_failures,
-                                  self._commit_failures >= DEGRADED_AFTER,
-                                  self._backfills.requests, backfills)
-            return {**_offset(slot.flush_lsn(conn)), **health.as_progress()}
+                         for name, t in planner.tables.items()}
+            health = SourceHealth(diagnostics.health(conn, self.options.slot),
+                                  self._commit_failures, self._commit_failures >= DEGRADED_AFTER,
+                                  planner.requests, backfills)
+            return {**StreamOffset(positions.flush_lsn(conn)).to_json(), **health.as_progress()}
 
-        return self._driver(report)
+        return self._phases.run(report)
 
     def latestOffset(self, start: dict[str, Any], limit: ReadLimit) -> dict[str, Any]:
-        if snapshot.in_progress(start):
-            return self._driver(lambda conn: self._plan_snapshot(conn, start))
-        horizon = start.get(snapshot.RESELECT_UNTIL)
-        if horizon == snapshot.PENDING:  # the snapshot's batches are committed
-            horizon = self._reselect_horizon()
-        start_lsn = _lsn(start)
         max_bytes = limit.max_bytes if isinstance(limit, ReadMaxBytes) else None
-        try:
-            end_lsn = self._driver(lambda conn: self._plan(conn, start_lsn, max_bytes))
-        except SlotLostError as lost:
-            if not self._resnapshots:
-                raise
-            return self._resnapshot(lost)
-        caught_up = end_lsn >= self._planned_flush
-        backfills, end_lsn = self._driver(lambda conn: self._backfills.plan(
-            conn, Backfills.of(start).delivered(), start_lsn, caught_up, end_lsn))
-        end = backfills.into(_offset(end_lsn))
-        if horizon is not None:  # kept in every later offset: key changes are completed too
-            end[snapshot.RESELECT_UNTIL] = horizon
-        return end
-
-    def _reselect_horizon(self) -> str | None:
-        """``None`` when every chunk read the exported snapshot (this process exported it and
-        its session lived to the end); otherwise the WAL position now, past every chunk's read,
-        up to which the stream completes unchanged TOAST values from the tables."""
-        exported, self._exported = self._exported, None
-        exact = exported is not None and exported.survived()
-        if exported is not None:
-            exported.close()
-        if exact:
-            return None
-        horizon = self._driver(lambda conn: slot.insert_lsn(conn))
-        log.warning(
-            "pg_cdc snapshot: some chunks were read without the exported snapshot (a restart, "
-            "or a slot that already existed); changes up to %s, and later changes of a row's "
-            "key, get unchanged TOAST values read from the tables (docs: pg_cdc, After a crash "
-            "during the snapshot)",
-            format_lsn(horizon),
-        )
-        return format_lsn(horizon)
-
-    def _plan(self, conn: psycopg.Connection[Any], start: int, max_bytes: int | None) -> int:
-        # Spark asks for the end of batch N only once batch N-1 (ending at `start`) is in
-        # `commits/`; `commit` for it may never come (nothing new, the end of an availableNow
-        # run, a lost callback), so release its WAL here, idle or not.
-        slot.bring_to(conn, self.options, start)
-        self._warn_if_held_back(conn)
-        if self.options.plugin == "pgoutput":
-            publication.sync(conn, self.options)  # new tables join before their changes count
-        flush = slot.flush_lsn(conn)
-        if self._target is not None:
-            flush = min(flush, self._target)
-        self._planned_flush = flush
-        if flush <= start:
-            return start
-        if max_bytes is None or start + max_bytes >= flush:
-            return flush
-        # A transaction larger than the limit must still fit in one batch whole: otherwise every
-        # batch it spans would re-decode it from its first change. Find where the first
-        # transaction after `start` ends (the slot is at `start` now).
-        pubs = slot.publications(conn, self.options, start)
-        first_end = slot.first_commit_end(conn, self.options, flush, pubs)
-        return max(start + max_bytes, min(first_end or 0, flush))
-
-    def _warn_if_held_back(self, conn: psycopg.Connection[Any]) -> None:
-        """Name the transaction that makes every read re-decode WAL, at most once a minute."""
-        now = time.monotonic()
-        if now - self._held_back_warned < HELD_BACK_WARN_EVERY:
-            return
-        state = slot.slot_state(conn, self.options.slot)
-        holder = None if state is None else slot.restart_holder(conn, state)
-        if state is not None and holder is not None:
-            reread = state.confirmed_flush - state.restart_lsn
-            log.warning("%s", slot.describe_holder(self.options.slot, reread, holder))
-            self._held_back_warned = now
-
-    def _slot_lost(self, conn: psycopg.Connection[Any]) -> bool:
-        state = slot.slot_state(conn, self.options.slot)
-        return state is None or state.lost
-
-    def _plan_snapshot(
-        self, conn: psycopg.Connection[Any], start: dict[str, Any]
-    ) -> dict[str, Any]:
-        position = snapshot.position_of(start)
-        assert position is not None
-        chunks, reached = snapshot.plan(conn, self.options, position, None, bounded=True)
-        end = snapshot.offset_of(_lsn(start), reached, [c.pinned() for c in chunks])
-        self._planned[(snapshot.offset_key(start), snapshot.offset_key(end))] = chunks
-        log.info(
-            "pg_cdc snapshot: next batch reads %d chunks; then %s",
-            len(chunks),
-            reached.describe() if reached is not None else "snapshot complete",
-        )
-        return end
+        return self._phases.next_end(StreamOffset.from_json(start), max_bytes).to_json()
 
     def partitions(self, start: dict[str, Any], end: dict[str, Any]) -> Sequence[InputPartition]:
-        if snapshot.in_progress(start):
-            return self._snapshot_partitions(start, end)
-        if snapshot.in_progress(end):
+        return self._partitions(StreamOffset.from_json(start), StreamOffset.from_json(end))
+
+    def _partitions(self, start: StreamOffset, end: StreamOffset) -> Sequence[InputPartition]:
+        if start.snapshot is not None:
+            return self._phases.snapshot_partitions(start, end)
+        if end.snapshot is not None:
             return []  # the batch on_slot_lost=resnapshot planned: its changes are gone
-        start_lsn, end_lsn = _lsn(start), _lsn(end)
-        if end_lsn <= start_lsn:
+        if end.lsn <= start.lsn or self._phases.lost_since(start, end):
             return []
-        if self._resnapshots and self._driver(self._slot_lost):
-            # a batch planned before the slot was lost, replayed: the next planning resnapshots
-            log.warning("pg_cdc: replication slot %s is lost: batch (%s, %s] is skipped, its "
-                        "changes are gone; the next batch takes a new snapshot",
-                        self.options.slot, format_lsn(start_lsn), format_lsn(end_lsn))
-            return []
-        horizon = end.get(snapshot.RESELECT_UNTIL)
-        until = None if horizon is None else parse_lsn(str(horizon))
-        chunk = Backfills.of(end).chunk
+        until = end.reselect_until
+        assert until != PENDING  # only a snapshot batch ends at a pending offset
+        chunk = end.backfill.chunk
         if chunk is not None:  # read whole: one task places the chunk where its marker is
-            table = self._driver(lambda conn: snapshot.describe(conn, *chunk.table))
-            read = None if table is None else ChunkRead(chunk, table)
-            return [CdcPartition(start_lsn, end_lsn, reselect_until=until, backfill=read)]
+            read = self._phases.chunk_read(chunk)
+            return [CdcPartition(start.lsn, end.lsn, reselect_until=until, backfill=read)]
         count = splitting.partition_count(
-            start_lsn, end_lsn, self.options.min_partitions, self.options.min_bytes_per_partition
+            start.lsn, end.lsn, self.options.min_partitions, self.options.min_bytes_per_partition
         )
         if count == 1:
-            return [CdcPartition(start_lsn, end_lsn, reselect_until=until)]
+            return [CdcPartition(start.lsn, end.lsn, reselect_until=until)]
         return [
-            CdcPartition(lo, hi, copy_from=start_lsn, reselect_until=until)
-            for lo, hi in splitting.sub_ranges(start_lsn, end_lsn, count)
+            CdcPartition(lo, hi, copy_from=start.lsn, reselect_until=until)
+            for lo, hi in splitting.sub_ranges(start.lsn, end.lsn, count)
         ]
-
-    def _snapshot_partitions(
-        self, start: dict[str, Any], end: dict[str, Any]
-    ) -> list[snapshot.SnapshotPartition]:
-        """The chunks planned for ``(start, end]``: when Spark replays a batch this process did
-        not plan (after a restart), the ones ``end`` pins, so each row goes to the same Spark
-        partition again; planned anew only for an offset that pins none."""
-        chunks = self._planned.pop((snapshot.offset_key(start), snapshot.offset_key(end)), None)
-        if chunks is None:
-            chunks = self._driver(lambda conn: self._replanned(conn, start, end))
-        name = self._exported.name if self._exported is not None else None
-        point = _lsn(start)
-        return [snapshot.SnapshotPartition(c.table, c.lo, c.hi, name, point) for c in chunks]
-
-    def _replanned(
-        self, conn: psycopg.Connection[Any], start: dict[str, Any], end: dict[str, Any]
-    ) -> list[snapshot.Chunk]:
-        pinned = snapshot.planned_chunks(conn, end)
-        if pinned is not None:
-            return pinned
-        first, last = snapshot.position_of(start), snapshot.position_of(end)
-        assert first is not None
-        return snapshot.plan(conn, self.options, first, last, bounded=False)[0]
 
     def commit(self, end: dict[str, Any]) -> None:
         """Spark has durably committed every batch up to ``end``: release that WAL.
@@ -382,9 +167,9 @@ class PgCdcStreamReader(DataSourceStreamReader, SupportsTriggerAvailableNow):
         A failure here loses nothing (the next batch's planning or read moves the slot up to its
         start), so it is logged rather than allowed to stop the query.
         """
-        end_lsn = _lsn(end)
+        end_lsn = StreamOffset.from_json(end).lsn
         try:
-            self._driver(lambda conn: slot.advance(conn, self.options.slot, end_lsn))
+            self._phases.run(lambda conn: positions.advance(conn, self.options.slot, end_lsn))
         except Exception as exc:  # noqa: BLE001 - at-most-once callback; see docstring
             self._commit_failures += 1
             degraded = self._commit_failures >= DEGRADED_AFTER
@@ -403,10 +188,7 @@ class PgCdcStreamReader(DataSourceStreamReader, SupportsTriggerAvailableNow):
         self._commit_failures = 0
 
     def stop(self) -> None:
-        if self._exported is not None:
-            self._exported.close()
-            self._exported = None
-        self._db.close()
+        self._phases.stop()
 
     # -- executor side -------------------------------------------------------------------------
 
@@ -432,20 +214,10 @@ def _peeked(options: CdcOptions, partition: CdcPartition) -> Generator[pa.Record
     peeked to its end, which gives the same rows however often it is done."""
     conn = connect_with_retry(options, autocommit=False)
     try:
-        copy = None
-        if partition.copy_from is None:
-            slot.bring_to(conn, options, partition.start)
-        else:
-            if conn.info.server_version >= 140000:
-                # a killed executor ends the session (and drops the copy) within a second,
-                # not only when the running statement finishes
-                conn.execute("SELECT set_config('client_connection_check_interval', '1s',"
-                             " false)")
-            copy = slot.temporary_copy(conn, options, partition.copy_from, partition.start)
-        pubs = slot.publications(conn, options, partition.start)
-        conn.commit()
+        rows = peeking.peek_range(conn, options, partition.start, partition.end,
+                                  partition.copy_from)
         decoder = make_decoder(options, conn, is_marker if partition.backfill else None)
-        events = decoder.events(slot.peek(conn, options, partition.end, pubs, copy))
+        events = decoder.events(rows)
         txns = reselect.complete(transactions(events, options.spill_rows), options,
                                  partition.reselect_until)
         with _collector_paused():

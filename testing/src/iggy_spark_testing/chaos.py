@@ -27,6 +27,7 @@ from __future__ import annotations
 
 import bisect
 import contextlib
+import json
 import os
 import shlex
 import signal
@@ -40,7 +41,8 @@ from pathlib import Path
 from typing import IO, Any
 
 from iggy_spark_testing.workload import BackgroundRun, Workload
-from postgres_cdc_source.lsn import format_lsn, lsn_from_offset, parse_lsn
+from postgres_cdc_source.lsn import format_lsn, parse_lsn
+from postgres_cdc_source.stream.offset import StreamOffset
 
 
 def prepare_capture(
@@ -51,7 +53,7 @@ def prepare_capture(
     its own topic in stream ``name``, partitioned by row (``id``), plus ``options`` (which the
     slot is created with too, e.g. ``failover``)."""
     from postgres_cdc_source.options import CdcOptions
-    from postgres_cdc_source.stream import slot
+    from postgres_cdc_source.replication.lifecycle import ensure_slot
 
     work = Workload(dsn, name, seed=seed)
     work.setup()
@@ -62,7 +64,7 @@ def prepare_capture(
         "default_stream": name,
         **(options or {}),
     }
-    slot.ensure_slot(CdcOptions.from_options({"dsn": dsn, "slot": name, **source}))
+    ensure_slot(CdcOptions.from_options({"dsn": dsn, "slot": name, **source}))
     return work, source
 
 __all__ = [
@@ -127,7 +129,7 @@ def read_checkpoint(checkpoint: str | os.PathLike[str]) -> list[Batch]:
         except FileNotFoundError:  # purged by Spark's log cleanup while we looked
             continue
         # v1 format: version line, batch metadata, then one offset line per source.
-        end = lsn_from_offset(lines[2])
+        end = StreamOffset.from_json(json.loads(lines[2])).lsn
         batches.append(Batch(batch_id, previous, end, planned_at, committed_at))
         previous = end
     return batches

@@ -1,0 +1,190 @@
+"""Every ``pg_cdc`` option as the docs list it: name, default, meaning (the docs' options tables
+are checked against :data:`OPTION_DOCS`), and the options that mean something to one mode only.
+:mod:`postgres_cdc_source.options` parses them."""
+
+from __future__ import annotations
+
+from connector_common.options import OptionDoc
+
+__all__ = ["OPTION_DOCS", "CDC_ONLY", "POLLING_ONLY"]
+
+OPTION_DOCS: tuple[OptionDoc, ...] = (
+    OptionDoc(
+        "dsn",
+        "(required)",
+        "libpq conninfo or URI of the database to capture; the "
+        "password is redacted everywhere. `sslmode` and friends pass through.",
+    ),
+    OptionDoc(
+        "mode",
+        "cdc",
+        "`cdc` (a logical replication slot) or `polling` (read one `table` by its "
+        "`tracking_column`; no slot, works without `wal_level=logical`)",
+    ),
+    OptionDoc(
+        "slot",
+        "(required for cdc)",
+        "logical replication slot name: lower-case letters, digits, _",
+    ),
+    OptionDoc("plugin", "pgoutput", "output plugin: `pgoutput` or `test_decoding`"),
+    OptionDoc(
+        "publication",
+        "(the slot name)",
+        "pgoutput publication; if missing, created with its `<name>_inserts` and `<name>_all` "
+        "siblings and kept in sync with the tables (see Publications); an existing one is used "
+        "as it is",
+    ),
+    OptionDoc("create_slot", "true", "create the slot (and publication) if missing"),
+    OptionDoc(
+        "failover",
+        "false",
+        "`true` creates the slot as a failover slot (Postgres 17+), which standbys synchronize "
+        "so the stream continues on a promoted standby; refused at start on older servers. "
+        "Off by default because it needs Postgres 17+ and standby configuration (see Failover "
+        "slots), and because a primary with `synchronized_standby_slots` holds back decoding "
+        "until those standbys confirm",
+    ),
+    OptionDoc(
+        "on_slot_lost",
+        "fail",
+        "what the query does when its slot is missing or invalidated by Postgres (the changes "
+        "since the checkpoint are gone): `fail` stops it with `SlotLostError` naming the slot, "
+        "the reason and the ways back; `resnapshot` recreates the slot and reads the captured "
+        "tables again as `snapshot=initial` does (rows with `op` = `read`), which restores the "
+        "state but not the history of the gap (see Lost slots); needs `create_slot=true`",
+    ),
+    OptionDoc("include_tables", "(all)", "regular expression, full match on `schema.table`"),
+    OptionDoc("exclude_tables", "(none)", "regular expression, full match on `schema.table`"),
+    OptionDoc(
+        "message_prefixes",
+        "(none)",
+        "logical messages to deliver (`pg_logical_emit_message`, op `message`): a comma-"
+        "separated list of prefixes, or `*` for all; none by default, so messages other tools "
+        "write to the WAL never reach your topics unasked (see Logical messages)",
+    ),
+    OptionDoc(
+        "max_bytes_per_trigger",
+        "(unlimited)",
+        "WAL bytes per micro-batch (`64MB` style); "
+        "a batch always holds at least one whole transaction",
+    ),
+    OptionDoc(
+        "min_partitions",
+        "1",
+        "Spark tasks a batch's changes are decoded in, each a WAL range read through a "
+        "temporary copy of the slot; above 1, `start_pipeline` and `pg-to-iggy` keep per-key "
+        "order (composing `pg_cdc` yourself, use `in_key_order`: see Parallel decoding)",
+    ),
+    OptionDoc(
+        "min_bytes_per_partition",
+        "16MB",
+        "WAL bytes below which a batch is not split further: a batch of less than twice this "
+        "is one partition",
+    ),
+    OptionDoc(
+        "fail_on_data_loss",
+        "true",
+        "fail when the slot is found ahead of the checkpoint "
+        "(changes consumed elsewhere); false skips ahead with a warning",
+    ),
+    OptionDoc(
+        "topic_from",
+        "(none)",
+        "fill `topic`: `table`, or the name of a row column (then default_topic is required)",
+    ),
+    OptionDoc(
+        "stream_from",
+        "(none)",
+        "fill `stream`: `schema`, or the name of a row column (then default_stream is required)",
+    ),
+    OptionDoc(
+        "partition_key_from",
+        "(none)",
+        "fill `partition_key`: `key` (the replica-identity key JSON), or the name of a row column",
+    ),
+    OptionDoc("default_stream", "(none)", "`stream` when stream_from gives none"),
+    OptionDoc("default_topic", "(none)", "`topic` when topic_from gives none"),
+    OptionDoc(
+        "connect_retry_timeout",
+        "30s",
+        "how long connecting (and reading again after a session lost mid-read) is retried "
+        "while the server does not answer or is starting, restarting or shutting down (at "
+        "query start, planning and in tasks) before the query fails; `0s` fails at once; a "
+        "refused login or a missing database is never retried",
+    ),
+    OptionDoc("fetch_rows", "10000", "rows fetched from the server per round trip"),
+    OptionDoc("batch_rows", "10000", "rows per Arrow batch handed to Spark"),
+    OptionDoc(
+        "snapshot",
+        "never",
+        "`initial`: a query starting without a checkpoint first reads every captured table as "
+        "it was at the slot's consistent point (rows with `op` = `read`), then streams changes "
+        "from that point; `never`: changes only",
+    ),
+    OptionDoc(
+        "snapshot_chunk_rows",
+        "50000",
+        "rows per snapshot chunk: one Spark partition each, a primary-key range "
+        "(a range of pages for a table without one)",
+    ),
+    OptionDoc(
+        "snapshot_max_rows_per_trigger",
+        "500000",
+        "snapshot rows per micro-batch (rounded up to whole chunks); "
+        "each batch's end is a checkpointed resume point",
+    ),
+    OptionDoc(
+        "backfill_chunk_rows",
+        "10000",
+        "rows per backfill chunk (see Backfill): the key range read and placed in the stream "
+        "at once, at most one chunk per micro-batch",
+    ),
+    OptionDoc(
+        "spill_rows",
+        "20000",
+        "changes of one open transaction kept in memory before "
+        "the rest waits on local disk for its COMMIT",
+    ),
+    OptionDoc(
+        "table",
+        "(required for polling)",
+        "polling: the table to read, as SQL names it (`schema.table`, search_path applies)",
+    ),
+    OptionDoc(
+        "tracking_column",
+        "(required for polling)",
+        "polling: an orderable column that grows as rows are written (a sequence, a "
+        "timestamp); rows are read in its order, rows where it is NULL are not read",
+    ),
+    OptionDoc(
+        "max_rows_per_trigger",
+        "(unlimited)",
+        "polling: rows per micro-batch; a batch always ends on a whole tracking value "
+        "and also holds every late-committed row",
+    ),
+    OptionDoc(
+        "delete_after_read",
+        "false",
+        "polling: DELETE a batch's rows once Spark has committed it (the table needs a key)",
+    ),
+    OptionDoc(
+        "processed_column",
+        "(none)",
+        "polling: a boolean column set to true once Spark has committed the batch; rows "
+        "where it is true are not read",
+    ),
+)
+
+CDC_ONLY = frozenset({
+    "slot", "plugin", "publication", "create_slot", "failover", "on_slot_lost",
+    "include_tables", "exclude_tables", "message_prefixes", "max_bytes_per_trigger",
+    "min_partitions",
+    "min_bytes_per_partition", "fail_on_data_loss",
+    "spill_rows", "snapshot", "snapshot_chunk_rows", "snapshot_max_rows_per_trigger",
+    "backfill_chunk_rows",
+})
+"""Options that mean something only to ``mode=cdc``; refused with ``mode=polling``."""
+POLLING_ONLY = frozenset(
+    {"table", "tracking_column", "max_rows_per_trigger", "delete_after_read", "processed_column"}
+)
+"""Options that mean something only to ``mode=polling``; refused with ``mode=cdc``."""

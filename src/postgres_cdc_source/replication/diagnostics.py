@@ -1,0 +1,91 @@
+"""How a slot is doing, for monitoring and warnings: its lag and retained WAL, and the
+transaction that holds its restart point back."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from typing import Any
+
+import psycopg
+
+from postgres_cdc_source.health import SlotHealth
+from postgres_cdc_source.replication.slots import SlotState
+
+__all__ = ["health", "REREAD_WARN_BYTES", "RestartHolder", "restart_holder", "describe_holder"]
+
+Conn = psycopg.Connection[Any]
+
+
+def health(conn: Conn, slot: str) -> SlotHealth | None:
+    """Slot lag (flush position minus confirmed), retained WAL (minus restart_lsn), active,
+    ``wal_status`` and ``safe_wal_size`` (how close the slot is to being lost).
+
+    ``None`` if the slot is gone. For monitoring: :meth:`PgCdcStreamReader.reportLatestOffset`
+    carries it to Spark's progress events.
+    """
+    row = conn.execute(
+        "SELECT active, (pg_current_wal_flush_lsn() - confirmed_flush_lsn)::int8,"
+        " (pg_current_wal_flush_lsn() - restart_lsn)::int8, wal_status, safe_wal_size,"
+        " (confirmed_flush_lsn - restart_lsn)::int8"
+        " FROM pg_replication_slots WHERE slot_name = %s",
+        (slot,),
+    ).fetchone()
+    if row is None:
+        return None
+    active, lag, retained, wal_status, safe, reread = row
+    return SlotHealth(bool(active), int(lag or 0), int(retained or 0), wal_status,
+                      None if safe is None else int(safe), max(0, int(reread or 0)))
+
+
+REREAD_WARN_BYTES = 64 * 1024 * 1024
+"""Above this much WAL between the slot's restart and confirmed positions (re-decoded by every
+read), planning looks for the transaction holding the restart point back and warns."""
+
+
+@dataclass(frozen=True)
+class RestartHolder:
+    """The oldest open transaction with a transaction id: what keeps ``restart_lsn`` back."""
+
+    pid: int | None
+    """Its backend's PID; ``None`` for a prepared transaction (``gid`` names it)."""
+    gid: str | None
+    age_seconds: float
+    user: str | None
+    application: str | None
+    state: str | None
+
+
+def restart_holder(conn: Conn, state: SlotState) -> RestartHolder | None:
+    """The transaction holding the slot's restart point back, when the slot re-reads more than
+    :data:`REREAD_WARN_BYTES` per read; ``None`` otherwise or when none is visible (a role
+    without ``pg_read_all_stats`` does not see other roles' transactions)."""
+    if state.confirmed_flush - state.restart_lsn < REREAD_WARN_BYTES:
+        return None
+    row = conn.execute(
+        "SELECT pid, NULL::text, extract(epoch FROM now() - xact_start)::float8, usename,"
+        " application_name, state, age(backend_xid) FROM pg_stat_activity"
+        " WHERE backend_xid IS NOT NULL AND pid <> pg_backend_pid()"
+        " UNION ALL"
+        " SELECT NULL, gid, extract(epoch FROM now() - prepared)::float8, owner, NULL,"
+        " 'prepared', age(transaction) FROM pg_prepared_xacts"
+        " ORDER BY 7 DESC LIMIT 1"
+    ).fetchone()
+    if row is None:
+        return None
+    pid, gid, age, user, application, session_state, _ = row
+    return RestartHolder(pid, gid, float(age or 0.0), user, application, session_state)
+
+
+def describe_holder(slot: str, reread: int, holder: RestartHolder) -> str:
+    who = (f"prepared transaction {holder.gid!r}" if holder.gid is not None
+           else f"PID {holder.pid} (user {holder.user!r}, application {holder.application!r}, "
+                f"{holder.state})")
+    end = ("COMMIT PREPARED or ROLLBACK PREPARED it" if holder.gid is not None
+           else f"end it (SELECT pg_terminate_backend({holder.pid})), or set "
+                "idle_in_transaction_session_timeout (or transaction_timeout, 17+)")
+    return (
+        f"pg_cdc: replication slot {slot} re-decodes {reread} bytes of WAL before its first "
+        f"change on every read: its restart point is held back by the oldest open transaction, "
+        f"{who}, open for {holder.age_seconds:.0f} s; {end} (docs: operations, Long-open "
+        "transactions)"
+    )

@@ -1,0 +1,190 @@
+"""The pgoutput publications ``pg_cdc`` creates, kept safe for the owner's writes: their names,
+and which of them a batch reads.
+
+Postgres refuses ``UPDATE``/``DELETE`` on a table that is in a publication publishing updates or
+deletes but has no usable replica identity (``DEFAULT`` without a primary key, ``NOTHING``, or a
+dropped ``USING INDEX`` index). A ``FOR ALL TABLES`` publication of every operation therefore
+breaks the application on every such table the moment it is created. So ``pg_cdc`` never
+creates one; it manages three publications instead:
+
+* ``<publication>`` publishes insert, update, delete and truncate, and holds the captured tables
+  that have a usable replica identity;
+* ``<publication>_inserts`` publishes only insert and truncate (which never make a write fail),
+  and holds the captured tables without one;
+* ``<publication>_all`` is ``FOR ALL TABLES`` but publishes only insert and truncate: it
+  captures a table's inserts from the moment the table is created, before any planning can add
+  it to the other two. Only a superuser may create it; without it, rows written to a table
+  between its creation and the next planning are not sent (a warning at start says so).
+
+All are peeked together (pgoutput takes several ``publication_names`` and sends each change
+once). Membership of the first two is re-synchronised on the driver whenever a batch is planned
+(:func:`~.publication_sync.sync`): new tables that match the filters join, tables that gained or
+lost their identity move, tables that no longer match leave. They carry :data:`MARKER` as their
+comment; a publication without it (the user's own, or one created by hand for
+``create_slot=false``) is never altered.
+
+pgoutput looks a publication up as of each decoded change, and before Postgres 18 fails the
+peek ("publication does not exist") for a change written before the publication was. So there
+``<publication>_all`` is read only by batches that start after a position recorded in its
+comment once the slot's restart point is past its creation (:func:`names`, :func:`admit`):
+from the first batch for a slot created after it, within a few batches for an existing one.
+The publications a batch is read with are a function of the batch, so a replay reads the same
+rows.
+
+Identity changes. A table is added to ``<publication>`` inside a transaction that first takes
+``SHARE UPDATE EXCLUSIVE`` on it (which ordinary reads and writes do not conflict with, but
+``ALTER TABLE`` does) and re-checks its identity under that lock. A table whose identity is
+removed *while it is published* would refuse updates and deletes until the next planning moves
+it, and a table that gains one would have its updates and deletes skipped until then; so where
+the role may create event triggers (a superuser), ``pg_cdc`` installs
+:data:`~.identity_guard.GUARD`, an event trigger that moves such tables inside the very
+``ALTER TABLE``/``DROP INDEX`` transaction that changed their identity, and adds a table to
+the pair inside the transaction that creates it (so its updates and deletes are captured too;
+the next planning drops it if the filters do not capture it). It never fails the owner's
+statement: an error becomes a warning, and the next planning does the work. Without it, a
+warning at start names the window and the grant.
+
+Creating them is :mod:`.publication_setup`'s work, keeping their membership in step
+:mod:`.publication_sync`'s, and the event trigger :mod:`.identity_guard`'s.
+"""
+
+from __future__ import annotations
+
+import logging
+import re
+from typing import Any, NamedTuple
+
+import psycopg
+from psycopg import errors as pgerrors
+from psycopg import sql
+
+from postgres_cdc_source.lsn import format_lsn, parse_lsn
+from postgres_cdc_source.options import CdcOptions
+
+__all__ = ["MARKER", "INSERTS_SUFFIX", "ALL_SUFFIX", "HAS_IDENTITY", "inserts_name", "all_name",
+           "managed_oids", "names", "AllState", "all_state", "reads_from", "admit"]
+
+log = logging.getLogger(__name__)
+Conn = psycopg.Connection[Any]
+
+MARKER = "pg_cdc managed publication: membership follows include_tables and replica identity"
+INSERTS_SUFFIX = "_inserts"
+ALL_SUFFIX = "_all"
+
+HAS_IDENTITY = """(c.relreplident = 'f' OR EXISTS (
+    SELECT 1 FROM pg_index i WHERE i.indrelid = c.oid AND i.indisvalid AND i.indisready
+      AND CASE c.relreplident WHEN 'd' THEN i.indisprimary
+                              WHEN 'i' THEN i.indisreplident ELSE false END))"""
+"""SQL true for a table Postgres lets update and delete while it is published for those
+operations (``c`` is its ``pg_class`` row)."""
+
+
+def inserts_name(publication: str) -> str:
+    """The insert/truncate-only sibling of ``publication``."""
+    return publication + INSERTS_SUFFIX
+
+
+def all_name(publication: str) -> str:
+    """The ``FOR ALL TABLES`` insert/truncate-only sibling of ``publication``."""
+    return publication + ALL_SUFFIX
+
+
+def managed_oids(conn: Conn, publication: str) -> tuple[int, int] | None:
+    """The oids of ``publication`` and its sibling if ``pg_cdc`` manages them, else ``None``."""
+    rows = dict(
+        conn.execute(
+            "SELECT pubname, oid::int8 FROM pg_publication WHERE pubname IN (%s, %s)"
+            " AND obj_description(oid, 'pg_publication') = %s",
+            (publication, inserts_name(publication), MARKER),
+        ).fetchall()
+    )
+    full, ins = rows.get(publication), rows.get(inserts_name(publication))
+    return None if full is None or ins is None else (int(full), int(ins))
+
+
+def names(conn: Conn, options: CdcOptions, start: int) -> list[str]:
+    """The publications to peek a batch from ``start`` with: the managed pair (and
+    ``<publication>_all`` where the slot reads it, see :func:`reads_from`), or the user's one
+    publication. A function of the batch: a replay peeks with the same publications."""
+    if managed_oids(conn, options.publication) is None:
+        return [options.publication]
+    pubs = [options.publication, inserts_name(options.publication)]
+    if (state := all_state(conn, options)) is not None and state.fit:
+        first = 0 if state.skips_older else reads_from(state.comment, options.slot)
+        if first is not None and start >= first:
+            pubs.append(all_name(options.publication))
+    return pubs
+
+
+# <publication>_all as pg_cdc needs it (all tables, never update/delete). From Postgres 18
+# pgoutput skips a publication that a decoded change predates; before, it fails the peek. So on
+# 15-17 a slot reads it only for batches starting at or after an LSN recorded in its comment
+# (:func:`admit`), once every change the slot can still decode comes after the publication:
+# the slot's restart point is past the LSN recorded at creation, or (a publication created by
+# hand) the publication is older than the slot's catalog_xmin.
+_ALL_STATE = """
+SELECT p.puballtables AND NOT p.pubupdate AND NOT p.pubdelete,
+       current_setting('server_version_num')::int >= 180000,
+       coalesce(age(p.xmin) > age(s.catalog_xmin), false),
+       coalesce(obj_description(p.oid, 'pg_publication'), ''),
+       (s.restart_lsn - '0/0')::int8, (s.confirmed_flush_lsn - '0/0')::int8
+FROM pg_publication p LEFT JOIN pg_replication_slots s ON s.slot_name = %s
+WHERE p.pubname = %s
+"""
+_CREATED_BEFORE = re.compile(r"; created before LSN ([0-9A-F]+/[0-9A-F]+)")
+
+
+class AllState(NamedTuple):
+    """``<publication>_all`` as the server shows it, beside the slot's positions."""
+
+    fit: bool
+    skips_older: bool  # Postgres 18+
+    older_than_slot: bool
+    comment: str
+    restart: int | None
+    confirmed: int | None
+
+    @property
+    def decodable(self) -> bool:
+        """Whether every change the slot can still decode comes after the publication."""
+        created = _CREATED_BEFORE.search(self.comment)
+        return self.older_than_slot or (
+            created is not None and self.restart is not None
+            and self.restart >= parse_lsn(created[1])
+        )
+
+
+def all_state(conn: Conn, options: CdcOptions) -> AllState | None:
+    row = conn.execute(_ALL_STATE, (options.slot, all_name(options.publication))).fetchone()
+    return None if row is None else AllState(*row)
+
+
+def reads_from(comment: str, slot: str) -> int | None:
+    """The LSN from which batches of ``slot`` read ``<publication>_all``, if recorded."""
+    match = re.search(rf"; slot {re.escape(slot)} from LSN ([0-9A-F]+/[0-9A-F]+)", comment)
+    return None if match is None else parse_lsn(match[1])
+
+
+def admit(conn: Conn, options: CdcOptions, *, new_slot: bool = False) -> None:
+    """On the driver, at start and planning (Postgres 15-17): once the slot can decode with
+    ``<publication>_all``, record that its batches starting *after* the slot's position read
+    it. Every batch read so far, or planned and maybe about to be replayed, starts at or before
+    that position, so it is read again exactly as it was. A slot just created (``new_slot``)
+    has had no batch yet: its batches read it from its position on."""
+    state = all_state(conn, options)
+    if (state is None or not state.fit or state.skips_older or state.confirmed is None
+            or reads_from(state.comment, options.slot) is not None or not state.decodable):
+        return
+    name = all_name(options.publication)
+    comment = (state.comment if state.comment.startswith(MARKER) else MARKER) + (
+        f"; slot {options.slot} from LSN {format_lsn(state.confirmed + (0 if new_slot else 1))}")
+    try:
+        conn.execute(sql.SQL("COMMENT ON PUBLICATION {} IS {}").format(
+            sql.Identifier(name), sql.Literal(comment)))
+        log.info("replication slot %s reads publication %s after %s", options.slot, name,
+                 format_lsn(state.confirmed))
+    except pgerrors.InsufficientPrivilege as exc:
+        log.warning("pg_cdc: cannot record in publication %s's comment that slot %s reads it "
+                    "(%s); it is not read: make the role its owner", name, options.slot,
+                    exc.diag.message_primary)
+

@@ -1,0 +1,162 @@
+"""Creating the managed publications (or checking the user's own) when a query starts (see
+:mod:`.publication`)."""
+
+from __future__ import annotations
+
+import logging
+from typing import Any
+
+import psycopg
+from psycopg import errors as pgerrors
+from psycopg import sql
+
+from postgres_cdc_source.errors import SlotError
+from postgres_cdc_source.lsn import format_lsn
+from postgres_cdc_source.options import CdcOptions
+from postgres_cdc_source.replication.identity_guard import ensure_guard
+from postgres_cdc_source.replication.publication import (
+    HAS_IDENTITY,
+    MARKER,
+    all_name,
+    all_state,
+    inserts_name,
+    managed_oids,
+    reads_from,
+)
+from postgres_cdc_source.replication.publication_sync import Table, listed, sync
+
+__all__ = ["ensure"]
+
+log = logging.getLogger(__name__)
+Conn = psycopg.Connection[Any]
+
+
+def ensure(conn: Conn, options: CdcOptions) -> None:
+    """Check the publication exists, creating the managed pair if allowed; for a managed pair,
+    also ``<publication>_all`` and :data:`~.identity_guard.GUARD` where the role may (warning
+    where not); then sync it."""
+    name = options.publication
+    exists = conn.execute("SELECT 1 FROM pg_publication WHERE pubname = %s", (name,)).fetchone()
+    if exists is None:
+        if not options.create_slot:
+            raise SlotError(
+                f"publication {name!r} does not exist: CREATE PUBLICATION it or set "
+                "create_slot=true"
+            )
+        _create(conn, options)
+    if managed_oids(conn, name) is None:
+        _warn_if_unsafe(conn, name)
+        return
+    _ensure_all(conn, options)
+    ensure_guard(conn)
+    sync(conn, options)
+
+
+def _create(conn: Conn, options: CdcOptions) -> None:
+    name, ins = options.publication, inserts_name(options.publication)
+    if len(ins.encode()) > 63:
+        raise SlotError(
+            f"cannot create publications {name!r} and {ins!r}: the second name is longer than "
+            "Postgres's 63 bytes; set a shorter publication option"
+        )
+    try:
+        with conn.transaction():  # both or neither, with one commit LSN
+            for pub, publish in ((name, "insert, update, delete, truncate"),
+                                 (ins, "insert, truncate")):
+                conn.execute(
+                    sql.SQL("CREATE PUBLICATION {} WITH (publish = {})").format(
+                        sql.Identifier(pub), sql.Literal(publish)
+                    )
+                )
+                conn.execute(
+                    sql.SQL("COMMENT ON PUBLICATION {} IS {}").format(
+                        sql.Identifier(pub), sql.Literal(MARKER)
+                    )
+                )
+        log.info("created publications %s and %s", name, ins)
+    except pgerrors.DuplicateObject:
+        pass  # another query created them at the same moment: same outcome
+    except pgerrors.InsufficientPrivilege as exc:
+        raise SlotError(
+            f"cannot create publication {name!r} ({exc.diag.message_primary}): create "
+            "it as a superuser or the tables' owner"
+        ) from None
+
+
+def _ensure_all(conn: Conn, options: CdcOptions) -> None:
+    """Create ``<publication>_all`` if missing and allowed; say what its absence costs."""
+    name = all_name(options.publication)
+    if all_state(conn, options) is None:
+        if len(name.encode()) > 63:
+            _warn_new_tables_gap(name, "the name is longer than Postgres's 63 bytes: set a "
+                                 "shorter publication option")
+            return
+        try:
+            with conn.transaction():
+                conn.execute(
+                    sql.SQL("CREATE PUBLICATION {} FOR ALL TABLES WITH (publish = {})").format(
+                        sql.Identifier(name), sql.Literal("insert, truncate")
+                    )
+                )
+            # committed: the insert position now is past the creation's commit record
+            (insert,) = conn.execute("SELECT (pg_current_wal_insert_lsn() - '0/0')::int8"
+                                     ).fetchone() or (0,)
+            conn.execute(sql.SQL("COMMENT ON PUBLICATION {} IS {}").format(
+                sql.Identifier(name),
+                sql.Literal(f"{MARKER}; created before LSN {format_lsn(int(insert))}"),
+            ))
+            log.info("created publication %s (all tables, inserts and truncates)", name)
+        except pgerrors.DuplicateObject:
+            pass  # another query created it at the same moment
+        except pgerrors.InsufficientPrivilege as exc:
+            _warn_new_tables_gap(name, exc.diag.message_primary or "permission denied")
+            return
+    state = all_state(conn, options)
+    if state is None:
+        return
+    if not state.fit:
+        _warn_new_tables_gap(name, "it exists but is not FOR ALL TABLES with publish = "
+                             "'insert, truncate', so it is not used")
+    elif not (state.skips_older or state.decodable or state.confirmed is None  # no slot yet
+              or reads_from(state.comment, options.slot) is not None):
+        log.warning(
+            "pg_cdc: publication %s is newer than replication slot %s's restart point: the "
+            "slot reads it once it moves past it (usually within a few batches); until then "
+            "rows written to a table before a planning adds it are not captured", name,
+            options.slot,
+        )
+
+
+def _warn_new_tables_gap(name: str, why: str) -> None:
+    log.warning(
+        "pg_cdc: no publication %s (%s): rows written to a new (or dropped and re-created) "
+        "table before the next batch is planned are not captured; a superuser can create it: "
+        "CREATE PUBLICATION %s FOR ALL TABLES WITH (publish = 'insert, truncate') (docs: "
+        "pg_cdc, Publications), or use plugin=test_decoding",
+        name, why, name,
+    )
+
+
+
+def _warn_if_unsafe(conn: Conn, publication: str) -> None:
+    """Say so when the user's own publication makes the owner's updates or deletes fail."""
+    rows = conn.execute(
+        "SELECT t.schemaname, t.tablename FROM pg_publication p"
+        " JOIN pg_publication_tables t ON t.pubname = p.pubname"
+        " JOIN pg_namespace n ON n.nspname = t.schemaname"
+        " JOIN pg_class c ON c.relnamespace = n.oid AND c.relname = t.tablename"
+        f" WHERE p.pubname = %s AND (p.pubupdate OR p.pubdelete) AND NOT {HAS_IDENTITY}"
+        " ORDER BY 1, 2",
+        (publication,),
+    ).fetchall()
+    if rows:
+        tables = [Table(0, s, t, False, True, False) for s, t in rows]
+        log.warning(
+            "pg_cdc: publication %s (not created by pg_cdc, left as it is) publishes updates or "
+            "deletes of tables without a replica identity (%s): Postgres refuses UPDATE and "
+            "DELETE on them; give them a primary key or REPLICA IDENTITY FULL, or drop them "
+            "from the publication",
+            publication,
+            listed(tables),
+        )
+

@@ -1,0 +1,109 @@
+"""``postgres_cdc_source``'s imports follow its layers, read from the source with ``ast`` (lazy
+imports inside functions included): no two folders (or top-level modules) import each other,
+even through others, and none imports one of a higher layer."""
+
+from __future__ import annotations
+
+import ast
+from collections.abc import Iterator, Mapping
+from pathlib import Path
+
+import pytest
+
+ROOT = Path(__file__).resolve().parent.parent / "src"
+PACKAGE = "postgres_cdc_source"
+
+LAYERS: tuple[frozenset[str], ...] = (
+    frozenset({"lsn", "errors", "options", "option_docs", "connections", "sql_names", "sql_json",
+               "values", "catalog", "health"}),
+    frozenset({"decoding", "replication", "destination_columns", "assembly"}),
+    frozenset({"snapshot", "backfill", "polling"}),
+    frozenset({"stream"}),
+    frozenset({"source", "abandon", PACKAGE}),
+)
+"""Lowest first: the shared rules, then decoding and the server's replication, then the read
+modes, then the change stream that sequences them, then the entry points (the package's own
+``__init__`` is named ``postgres_cdc_source``)."""
+
+
+def _modules() -> dict[str, Path]:
+    files = sorted((ROOT / PACKAGE).rglob("*.py"))
+    names = {}
+    for path in files:
+        parts = path.relative_to(ROOT).with_suffix("").parts
+        names[".".join(parts[:-1] if parts[-1] == "__init__" else parts)] = path
+    return names
+
+
+def _imports(path: Path, module: str, known: Mapping[str, Path]) -> Iterator[str]:
+    """The modules of the package that ``module`` imports, anywhere in it."""
+    package = module if path.name == "__init__.py" else module.rpartition(".")[0]
+    for node in ast.walk(ast.parse(path.read_text())):
+        if isinstance(node, ast.Import):
+            yield from (alias.name for alias in node.names if alias.name in known)
+        elif isinstance(node, ast.ImportFrom):
+            base = node.module or ""
+            if node.level:
+                anchor = package.rsplit(".", node.level - 1)[0] if node.level > 1 else package
+                base = f"{anchor}.{base}" if base else anchor
+            for alias in node.names:
+                if f"{base}.{alias.name}" in known:
+                    yield f"{base}.{alias.name}"
+                elif base in known:
+                    yield base
+
+
+def _unit(module: str) -> str:
+    """The folder (or top-level module) ``module`` belongs to."""
+    parts = module.split(".")
+    return parts[1] if len(parts) > 1 else PACKAGE
+
+
+def _graph(key: str) -> dict[str, set[str]]:
+    known = _modules()
+    graph: dict[str, set[str]] = {}
+    for module, path in known.items():
+        source = module if key == "module" else _unit(module)
+        for target in _imports(path, module, known):
+            target = target if key == "module" else _unit(target)
+            graph.setdefault(source, set())
+            if target != source:
+                graph[source].add(target)
+    return graph
+
+
+def _cycle(graph: Mapping[str, set[str]]) -> list[str] | None:
+    """A cycle of ``graph``, as the nodes along it, or ``None``."""
+    state: dict[str, int] = {}  # 1: on the current path, 2: done
+    path: list[str] = []
+
+    def visit(node: str) -> list[str] | None:
+        state[node] = 1
+        path.append(node)
+        for target in sorted(graph.get(node, ())):
+            if state.get(target) == 1:
+                return [*path[path.index(target):], target]
+            if target not in state and (found := visit(target)) is not None:
+                return found
+        path.pop()
+        state[node] = 2
+        return None
+
+    for node in sorted(graph):
+        if node not in state and (found := visit(node)) is not None:
+            return found
+    return None
+
+
+@pytest.mark.parametrize("key", ["folder", "module"])
+def test_imports_have_no_cycle(key: str) -> None:
+    assert _cycle(_graph(key)) is None
+
+
+def test_no_folder_imports_a_higher_layer() -> None:
+    layer = {unit: rank for rank, units in enumerate(LAYERS) for unit in units}
+    graph = _graph("folder")
+    assert set(graph) <= set(layer), f"place these in LAYERS: {sorted(set(graph) - set(layer))}"
+    upward = sorted((source, target) for source, targets in graph.items() for target in targets
+                    if layer[target] > layer[source])
+    assert not upward, upward
