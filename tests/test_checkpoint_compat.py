@@ -368,15 +368,17 @@ def test_a_release_2_checkpoint_killed_mid_batch_goes_on_without_loss(
     assert committed_before is not None
     assert [b.id for b in read_checkpoint(checkpoint) if b.committed_at is None] == [interrupted]
 
-    # This release takes over, with more to deliver.
+    # This release takes over, with more to deliver: an availableNow run, which replays the
+    # interrupted batch, delivers everything written before it started, and exits (a job left
+    # running would plan a batch whenever the server writes WAL, which a stop can cut short).
     written += write_transactions(pg.dsn, name, planned[before:], before)
+    target = flush_lsn(pg.dsn)
     job = PipelineJob(dsn=pg.dsn, slot=name, url=broker.url, checkpoint=checkpoint,
                       log_path=tmp_path / "job.log", source=source_options(name), sink=SINK)
+    job.command.append("--available-now")
     try:
         job.start()
-        target = flush_lsn(pg.dsn)
-        wait_until(lambda: (committed_end(checkpoint) or 0) >= target, 120,
-                   "the job to catch up", alive=lambda: job.running)
+        wait_until(lambda: not job.running, 180, "the job to catch up and exit")
         assert job.stop() == 0, job.log_tail()
     finally:
         if job.running:
@@ -388,7 +390,7 @@ def test_a_release_2_checkpoint_killed_mid_batch_goes_on_without_loss(
     assert (checkpoint / "offsets" / str(interrupted)).read_text() == replayed_offset
     batches = read_checkpoint(checkpoint)
     assert all(b.committed_at is not None for b in batches), job.log_tail()
-    assert batches[-1].id > interrupted
+    assert batches[-1].id > interrupted and batches[-1].end >= target
     with psycopg.connect(pg.dsn) as conn:
         row = conn.execute("SELECT confirmed_flush_lsn::text FROM pg_replication_slots "
                            "WHERE slot_name = %s", (name,)).fetchone()

@@ -16,6 +16,7 @@ from typing import Any
 
 import orjson
 import pytest
+from streaming import freeze_mid_batch, logged
 
 from connector_common.change_rows import JSON_TEXT_COLUMNS, SPARK_SCHEMA
 from iggy_spark_testing.chaos import (
@@ -28,11 +29,6 @@ from iggy_spark_testing.chaos import (
 from iggy_spark_testing.oracle import ChangeMessage, check, read_tables
 
 pytestmark = pytest.mark.e2e
-
-
-def _entries(checkpoint: Path, kind: str) -> int:
-    folder = checkpoint / kind
-    return sum(1 for f in folder.iterdir() if f.name.isdigit()) if folder.exists() else 0
 
 
 def test_pg_cdc_to_iggy_and_back_through_spark_with_a_killed_driver(
@@ -49,11 +45,10 @@ def test_pg_cdc_to_iggy_and_back_through_spark_with_a_killed_driver(
                    "the pipeline's query to start", alive=lambda: job.running)
         run = work.start(changes=1_500, rate=300)
         # mid-batch: a batch planned (its offsets written) and not yet committed
-        wait_until(lambda: _entries(checkpoint, "offsets") > max(1, _entries(checkpoint,
-                                                                             "commits")),
-                   60, "a batch in flight", every=0.05, alive=lambda: job.running)
+        assert job.pid is not None
+        freeze_mid_batch(job.pid, checkpoint, 60, after=1, alive=lambda: job.running)
         job.kill()
-        assert _entries(checkpoint, "commits") < _entries(checkpoint, "offsets")
+        assert logged(checkpoint, "commits") < logged(checkpoint, "offsets")
         job.start()
         run.join(120)
         target = flush_lsn(pg.dsn)

@@ -19,17 +19,11 @@ from typing import Any
 
 import pytest
 from iggy_source_support import payload, seed
-
-from iggy_spark_testing.chaos import wait_until
+from streaming import freeze_mid_batch, logged
 
 pytestmark = pytest.mark.e2e
 
 JOB = Path(__file__).with_name("iggy_source_job.py")
-
-
-def _entries(checkpoint: Path, kind: str) -> int:
-    folder = checkpoint / kind
-    return sum(1 for f in folder.iterdir() if f.name.isdigit()) if folder.exists() else 0
 
 
 def test_a_killed_driver_loses_and_repeats_nothing(
@@ -45,15 +39,13 @@ def test_a_killed_driver_loses_and_repeats_nothing(
         env={**os.environ, "PYSPARK_SUBMIT_ARGS": "--driver-memory 1g pyspark-shell"})
     try:
         # mid-batch: a few batches done, the next one planned (offsets/N) but not committed
-        wait_until(lambda: _entries(checkpoint, "commits") >= 2
-                   and _entries(checkpoint, "offsets") > _entries(checkpoint, "commits"),
-                   60, "a batch in flight", every=0.05, alive=lambda: job.poll() is None)
+        freeze_mid_batch(job.pid, checkpoint, 180, after=2, alive=lambda: job.poll() is None)
     finally:
         with contextlib.suppress(ProcessLookupError):
             os.killpg(job.pid, signal.SIGKILL)
         job.wait()
         log.close()
-    planned, committed = _entries(checkpoint, "offsets"), _entries(checkpoint, "commits")
+    planned, committed = logged(checkpoint, "offsets"), logged(checkpoint, "commits")
     assert committed < planned, "the kill was meant to land mid-batch"
 
     seed(broker.address, name, ["a"], partitions=2, per_partition=100, create=False,
