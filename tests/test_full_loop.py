@@ -35,6 +35,7 @@ def _entries(checkpoint: Path, kind: str) -> int:
     return sum(1 for f in folder.iterdir() if f.name.isdigit()) if folder.exists() else 0
 
 
+@pytest.mark.spark_tier
 def test_pg_cdc_to_iggy_and_back_through_spark_with_a_killed_driver(
     spark: Any, pg: Any, broker: Any, name: str, tmp_path: Path
 ) -> None:

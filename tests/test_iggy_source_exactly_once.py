@@ -32,6 +32,7 @@ def _entries(checkpoint: Path, kind: str) -> int:
     return sum(1 for f in folder.iterdir() if f.name.isdigit()) if folder.exists() else 0
 
 
+@pytest.mark.spark_tier
 def test_a_killed_driver_loses_and_repeats_nothing(
     spark: Any, broker: Any, name: str, tmp_path: Path
 ) -> None:
