@@ -19,6 +19,7 @@ import uuid
 from collections.abc import Iterator
 from pathlib import Path
 
+import pyspark
 import pytest
 from hypothesis import settings
 
@@ -54,10 +55,21 @@ PG_VERSIONS = tuple(dict.fromkeys((E2E_PG_VERSION, WHEEL_VERSION)))
 wheel's (18)."""
 
 
+EXPECT_PYSPARK_ENV = "IGGY_SPARK_EXPECT_PYSPARK"
+"""Set by ``./run test-tier``: the session refuses to start on any other pyspark, so the version
+tier can never run on the venv's own pyspark unnoticed."""
+
+
 def pytest_configure(config: pytest.Config) -> None:
     config.addinivalue_line(
         "markers", "pg_versions(*versions): the Postgres versions a test using `pg` runs on"
     )
+    expected = os.environ.get(EXPECT_PYSPARK_ENV)
+    if expected and pyspark.__version__ != expected:
+        raise pytest.UsageError(
+            f"{EXPECT_PYSPARK_ENV}={expected}, but pyspark {pyspark.__version__} is imported"
+            f" (from {Path(pyspark.__file__).parent})"
+        )
 
 
 def pytest_generate_tests(metafunc: pytest.Metafunc) -> None:

@@ -35,6 +35,7 @@ def _env(tmp: Path) -> dict[str, str]:
         "SPARK_PID_DIR": str(tmp / "pids"),
         "SPARK_WORKER_DIR": str(tmp / "work"),
         "SPARK_NO_DAEMONIZE": "1",
+        "SPARK_CONNECT_MODE": "0",  # spark-submit starts a classic JVM, not a Connect client
     }
 
 
@@ -133,13 +134,19 @@ def standalone_cluster(
 
 @contextlib.contextmanager
 def connect_server(tmp: Path) -> Iterator[str]:
-    """A Spark Connect server (``sbin/start-connect-server.sh --wait``, local[2]): its URL."""
+    """A Spark Connect server (local[2]): its URL.
+
+    Started as ``sbin/start-connect-server.sh --wait`` starts it, by ``spark-submit``: pyspark
+    4.2's package does not ship that script.
+    """
     tmp.mkdir(parents=True, exist_ok=True)
     port = free_port()
     with _processes(tmp) as started:
         server, log = _spawn(
-            [str(SPARK_HOME / "sbin" / "start-connect-server.sh"), "--wait",
-             "--master", "local[2]", "--conf", f"spark.connect.grpc.binding.port={port}",
+            [str(SPARK_HOME / "bin" / "spark-submit"), "--class",
+             "org.apache.spark.sql.connect.service.SparkConnectServer",
+             "--name", "Spark Connect server", "--master", "local[2]",
+             "--conf", f"spark.connect.grpc.binding.port={port}",
              "--conf", "spark.ui.enabled=false", "--conf", "spark.sql.shuffle.partitions=2",
              "--conf", f"spark.pyspark.python={sys.executable}"],
             tmp, "connect.log",

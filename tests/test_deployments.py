@@ -131,6 +131,7 @@ _CONNECT_CLIENT = textwrap.dedent("""
 """)
 
 
+@pytest.mark.spark_tier
 def test_spark_connect_runs_pg_cdc_into_iggy_routed(
     pg: Any, broker: Any, name: str, tmp_path: Path
 ) -> None:

@@ -31,6 +31,7 @@ from iggy_spark_testing.oracle import ChangeMessage, check, read_tables
 pytestmark = pytest.mark.e2e
 
 
+@pytest.mark.spark_tier
 def test_pg_cdc_to_iggy_and_back_through_spark_with_a_killed_driver(
     spark: Any, pg: Any, broker: Any, name: str, tmp_path: Path
 ) -> None:

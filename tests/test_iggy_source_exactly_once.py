@@ -26,6 +26,7 @@ pytestmark = pytest.mark.e2e
 JOB = Path(__file__).with_name("iggy_source_job.py")
 
 
+@pytest.mark.spark_tier
 def test_a_killed_driver_loses_and_repeats_nothing(
     spark: Any, broker: Any, name: str, tmp_path: Path
 ) -> None:
