@@ -20,6 +20,7 @@ from collections.abc import Iterator
 from pathlib import Path
 
 import pytest
+from hypothesis import HealthCheck, settings
 
 from iggy_spark_testing.harness import (
     DSN_ENV,
@@ -40,6 +41,12 @@ os.environ["PYTHONPATH"] = os.pathsep.join(filter(None, [_TESTS_DIR, os.environ.
 
 
 _SERVICE_FIXTURES = {"pg", "broker"}
+
+# Properties are about values, not speed: on a busy machine an example can take longer than
+# Hypothesis's default 200 ms deadline, and its data longer to generate than its health check
+# allows, which failed tests at random. Tests that set their own settings inherit these.
+settings.register_profile("suite", deadline=None, suppress_health_check=[HealthCheck.too_slow])
+settings.load_profile("suite")
 
 E2E_PG_VERSION = default_version()
 """The version a Spark test runs against unless it is marked ``pg_versions``: Debian's (15)."""
