@@ -129,6 +129,7 @@ def _perfect_delivery(work: Workload) -> tuple[list[ChangeMessage], list[Change]
     return messages, changes
 
 
+@pytest.mark.pg_versions(18)  # one server is enough: the other kill tests run on 15
 def test_driver_killed_repeatedly(
     pg: LocalPostgres, broker: LocalIggy, name: str, tmp_path: Path
 ) -> None:
