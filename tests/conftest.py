@@ -21,7 +21,7 @@ from pathlib import Path
 
 import pyspark
 import pytest
-from hypothesis import settings
+from hypothesis import HealthCheck, settings
 
 from iggy_spark_testing.harness import (
     DSN_ENV,
@@ -31,11 +31,6 @@ from iggy_spark_testing.harness import (
     default_version,
     postgres,
 )
-
-# No test may depend on how fast the machine is: Hypothesis's per-example deadline (200 ms)
-# failed property tests at random on 2 busy cores (a JVM beside them collecting garbage).
-settings.register_profile("suite", deadline=None)
-settings.load_profile("suite")
 
 # Spark's Python workers must run this interpreter (the venv's), whatever launched pytest.
 os.environ.setdefault("PYSPARK_PYTHON", sys.executable)
@@ -47,6 +42,12 @@ os.environ["PYTHONPATH"] = os.pathsep.join(filter(None, [_TESTS_DIR, os.environ.
 
 
 _SERVICE_FIXTURES = {"pg", "broker"}
+
+# Properties are about values, not speed: on a busy machine an example can take longer than
+# Hypothesis's default 200 ms deadline, and its data longer to generate than its health check
+# allows, which failed tests at random. Tests that set their own settings inherit these.
+settings.register_profile("suite", deadline=None, suppress_health_check=[HealthCheck.too_slow])
+settings.load_profile("suite")
 
 E2E_PG_VERSION = default_version()
 """The version a Spark test runs against unless it is marked ``pg_versions``: Debian's (15)."""

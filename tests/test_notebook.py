@@ -19,7 +19,7 @@ import pytest
 from nbclient import NotebookClient
 
 NOTEBOOK = Path(__file__).resolve().parents[1] / "notebooks" / "quickstart.ipynb"
-CELL_TIMEOUT_SECONDS = 120
+CELL_TIMEOUT_SECONDS = 300
 KERNEL = "iggy-spark-tests"
 
 

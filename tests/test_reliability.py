@@ -129,6 +129,7 @@ def _perfect_delivery(work: Workload) -> tuple[list[ChangeMessage], list[Change]
     return messages, changes
 
 
+@pytest.mark.pg_versions(18)  # one server is enough: the other kill tests run on 15
 def test_driver_killed_repeatedly(
     pg: LocalPostgres, broker: LocalIggy, name: str, tmp_path: Path
 ) -> None:
@@ -147,18 +148,18 @@ def test_driver_killed_repeatedly(
             for _ in range(2):
                 job.start()
                 # The first batch after a (re)start carries the backlog: kill while it is written.
-                planned = job.wait_for_batch_after(job.started_at or 0, 120, committed=False)
+                planned = job.wait_for_batch_after(job.started_at or 0, 300, committed=False)
                 time.sleep(max(0.0, planned + rng.uniform(0.2, 3.0) - time.time()))
                 kills.append(job.kill())
             job.start()
             run.join(180)
             target = flush_lsn(pg.dsn)
-            wait_until(lambda: (committed_end(checkpoint) or 0) >= target, 120,
+            wait_until(lambda: (committed_end(checkpoint) or 0) >= target, 300,
                        "the job to catch up", alive=lambda: job.running)
             # The checkpoint may have caught up before this run's driver is even up: a SIGTERM
             # then would only test the interpreter's start-up. Stop it once its query runs.
             wait_until(lambda: "pg-to-iggy: query" in job.log_tail(400).rsplit("=== start", 1)[-1],
-                       120,
+                       300,
                        "the job's query to start", alive=lambda: job.running)
             assert job.stop() == 0, job.log_tail()
         finally:
