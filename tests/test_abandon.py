@@ -11,8 +11,8 @@ import json
 from pathlib import Path
 
 import pytest
-from broker_fixtures import poll_all
 from pyspark.sql import SparkSession
+from support.broker_fixtures import poll_all
 
 from iggy_local import LocalIggy
 from iggy_spark_testing.harness import LocalPostgres

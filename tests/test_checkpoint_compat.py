@@ -36,7 +36,7 @@ import orjson
 import psycopg
 import pytest
 from psycopg import sql
-from sink_state import ledger_of
+from support.sink_state import ledger_of
 
 from iggy_local import LocalIggy
 from iggy_spark.sink.encoding import message_id

@@ -16,7 +16,7 @@ from typing import Any
 
 import orjson
 import pytest
-from streaming import freeze_mid_batch, logged
+from support.streaming import freeze_mid_batch, logged
 
 from connector_common.change_rows import JSON_TEXT_COLUMNS, SPARK_SCHEMA
 from iggy_spark_testing.chaos import (

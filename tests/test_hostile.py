@@ -22,10 +22,10 @@ from typing import Any
 
 import pyarrow as pa
 import pytest
-from broker_fixtures import poll_all
 from hypothesis import given
 from hypothesis import strategies as st
 from pyspark.sql import Row, SparkSession
+from support.broker_fixtures import poll_all
 
 from iggy_local import LocalIggy
 from iggy_spark.errors import ConfigError as SinkConfigError

@@ -12,10 +12,10 @@ from pathlib import Path
 from typing import Any
 
 import pytest
-from broker_fixtures import poll_all
 from pyspark.errors import StreamingQueryException
 from pyspark.sql import DataFrame, SparkSession
 from pyspark.sql.streaming import StreamingQuery
+from support.broker_fixtures import poll_all
 
 import iggy_spark
 from iggy_local import LocalIggy

@@ -33,7 +33,7 @@ from apache_iggy import (
     SendMessage,
     TopicDetails,
 )
-from broker_fixtures import (
+from support.broker_fixtures import (
     Polled,
     RawClient,
     apoll_all,

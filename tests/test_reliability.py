@@ -30,9 +30,9 @@ from functools import partial
 from pathlib import Path
 
 import pytest
-from faulty_sources import POINTS, fired_at, register, start_faulty_pipeline
 from pyspark.errors import StreamingQueryException
 from pyspark.sql import SparkSession
+from support.faulty_sources import POINTS, fired_at, register, start_faulty_pipeline
 
 from iggy_local import LocalIggy
 from iggy_spark.sink.encoding import message_id

@@ -48,7 +48,8 @@ class SessionCheckpointJob(PipelineJob):
                  source: dict[str, str], sink: dict[str, str]) -> None:
         super().__init__(dsn=pg.dsn, slot=slot, url=url, checkpoint=root / slot,
                          log_path=log_path)
-        self.command = [sys.executable, str(Path(__file__).parent / "session_checkpoint_job.py"),
+        job = Path(__file__).parent / "support" / "session_checkpoint_job.py"
+        self.command = [sys.executable, str(job),
                         pg.dsn, slot, url, str(root), slot, json.dumps(source), json.dumps(sink)]
 
 

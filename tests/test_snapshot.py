@@ -16,7 +16,7 @@ import orjson
 import psycopg
 import pytest
 from psycopg import sql
-from snapshot_support import InProcessQuery, in_snapshot, replay
+from support.snapshot_support import InProcessQuery, in_snapshot, replay
 
 from iggy_spark_testing.chaos import flush_lsn
 from iggy_spark_testing.harness import LocalPostgres

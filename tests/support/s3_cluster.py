@@ -24,7 +24,6 @@ from pathlib import Path
 
 import psycopg
 from psycopg import sql
-from spark_deployments import standalone_cluster
 
 from iggy_local import LocalIggy
 from iggy_spark_testing.chaos import PipelineJob, prepare_capture, wait_until
@@ -32,6 +31,7 @@ from iggy_spark_testing.oracle import read_back
 from iggy_spark_testing.readback import messages_in
 from iggy_spark_testing.s3 import SeaweedS3
 from iggy_spark_testing.workload import Workload
+from support.spark_deployments import standalone_cluster
 
 __all__ = ["Outcome", "killed_mid_send", "batches", "HELD", "OVER_CAP"]
 
