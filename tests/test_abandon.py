@@ -35,7 +35,7 @@ def _run(spark: SparkSession, source: dict[str, str], url: str, checkpoint: Path
     )
     try:
         query.awaitTermination()
-    except Exception as exc:  # noqa: BLE001 - the failed run is the point
+    except Exception as exc:  # the failed run is the point
         return exc
     return None
 

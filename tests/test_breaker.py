@@ -187,13 +187,13 @@ def test_merging_task_snapshots() -> None:
     probing = BreakerSnapshot(BreakerState.HALF_OPEN, 3, 150.0, None)
     assert merge_snapshots([probing]).state is BreakerState.OPEN  # unresolved probe: open
     assert BreakerSnapshot.from_dict(late.to_dict()) == late
-    with pytest.raises(ValueError):
+    with pytest.raises(ValueError, match="nothing to merge"):
         merge_snapshots([])
 
 
 @pytest.mark.parametrize(("threshold", "cool_down"), [(0, 1.0), (-1, 1.0), (1, 0.0), (1, -1.0)])
 def test_config_is_validated(threshold: int, cool_down: float) -> None:
-    with pytest.raises(ValueError):
+    with pytest.raises(ValueError, match="failure_threshold must be >= 1 and cool_down > 0"):
         BreakerConfig(threshold, cool_down)
 
 

@@ -92,7 +92,7 @@ def test_the_cap_holds_across_batches_for_the_whole_query(
 
 
 @pytest.mark.parametrize(
-    "options,message",
+    ("options", "message"),
     [
         ({"admission.mode": "allowlist", "admission.allowlist": "*/*"}, "admission.allowlist"),
         ({"on_missing_destination": "default"}, "default_stream"),

@@ -297,8 +297,8 @@ def test_a_topic_deleted_or_recreated_under_a_running_query_is_named_or_passed_o
         await (await connect(broker.address)).delete_topic(name, "gone")
 
     run(delete())
-    with pytest.raises(SourceError, match="reading topic 'gone': partition 0 no longer exists"
-                                          ".*fail_on_data_loss=false"):
+    with pytest.raises(SourceError, match=r"reading topic 'gone': partition 0 no longer exists"
+                                          r".*fail_on_data_loss=false"):
         planned(True, checkpoint)
     passed_over = planned(False, checkpoint)
     assert passed_over == {"kept": {"0": 5}}

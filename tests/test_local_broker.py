@@ -138,9 +138,9 @@ def test_streams_and_topics_create_get_and_reject_duplicates(
             await client.create_stream(stream)
 
         await create_topic(client, stream, "configured", 2)
-        with pytest.raises(RuntimeError, match="Topic with name: .* already exists"):
+        with pytest.raises(RuntimeError, match=r"Topic with name: .* already exists"):
             await create_topic(client, stream, topic, 1)
-        with pytest.raises(RuntimeError, match="Stream with ID: .* was not found"):
+        with pytest.raises(RuntimeError, match=r"Stream with ID: .* was not found"):
             await create_topic(client, f"missing-{stream}", topic, 1)
         # An option key outside the server's catalog refuses the whole request.
         with pytest.raises(RuntimeError, match="Unsupported option key"):
@@ -728,7 +728,7 @@ XXH32_VECTORS = {
 }
 
 
-@pytest.mark.parametrize("key,digest", sorted(XXH32_VECTORS.items()))
+@pytest.mark.parametrize(("key", "digest"), sorted(XXH32_VECTORS.items()))
 def test_key_partitioning_matches_the_server(key: bytes, digest: int) -> None:
     # the server's rule (apache/iggy, calculate_partition_id_by_messages_key_hash): XXH32 of the
     # key, seed 0, modulo the partition count, partitions numbered from 0

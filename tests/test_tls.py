@@ -27,7 +27,7 @@ def authority(tmp_path_factory: pytest.TempPathFactory) -> Iterator[tuple[trustm
     ca = trustme.CA()
     ca.cert_pem.write_to_path(str(folder / "ca.pem"))
     trustme.CA().cert_pem.write_to_path(str(folder / "other-ca.pem"))
-    yield ca, folder
+    return ca, folder
 
 
 @pytest.fixture(scope="module")

@@ -62,7 +62,7 @@ def test_null_topic_goes_to_the_default(broker: LocalIggy, name: str) -> None:
 
 
 @pytest.mark.parametrize(
-    "mode,extra",
+    ("mode", "extra"),
     [
         ("open", {}),
         ("allowlist", {"admission.allowlist": "*/t1,*/t2,*/t3"}),

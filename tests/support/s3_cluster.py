@@ -33,7 +33,7 @@ from iggy_spark_testing.s3 import SeaweedS3
 from iggy_spark_testing.workload import Workload
 from support.spark_deployments import standalone_cluster
 
-__all__ = ["Outcome", "killed_mid_send", "batches", "HELD", "OVER_CAP"]
+__all__ = ["HELD", "OVER_CAP", "Outcome", "batches", "killed_mid_send"]
 
 HELD = 150
 """Messages of the held topic that land, per kill, before the broker refuses its sends."""

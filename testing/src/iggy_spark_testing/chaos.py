@@ -68,20 +68,20 @@ def prepare_capture(
     return work, source
 
 __all__ = [
-    "prepare_capture",
     "Batch",
-    "read_checkpoint",
-    "committed_end",
-    "in_flight",
-    "unexplained_duplicates",
+    "PipelineJob",
     "SlotSample",
     "SlotWatch",
-    "PipelineJob",
-    "wait_until",
+    "committed_end",
     "flush_lsn",
-    "snapshot_finished",
+    "in_flight",
     "last_offset_in_snapshot",
+    "prepare_capture",
+    "read_checkpoint",
     "slot_exists",
+    "snapshot_finished",
+    "unexplained_duplicates",
+    "wait_until",
 ]
 
 

@@ -35,8 +35,15 @@ from types import TracebackType
 import psycopg
 from psycopg import sql
 
-__all__ = ["LocalPostgres", "LocalStandby", "ExternalPostgres", "postgres", "DSN_ENV",
-           "WHEEL_VERSION", "default_version"]
+__all__ = [
+    "DSN_ENV",
+    "WHEEL_VERSION",
+    "ExternalPostgres",
+    "LocalPostgres",
+    "LocalStandby",
+    "default_version",
+    "postgres",
+]
 
 DSN_ENV = "PG_CDC_DSN"
 """Environment variable naming an external server (libpq conninfo or URI) for tests and demos."""

@@ -40,17 +40,17 @@ from psycopg import sql
 from psycopg.types.json import Jsonb
 
 __all__ = [
-    "Column",
-    "TableSpec",
-    "TABLES",
     "HOSTILE_TEXT",
+    "TABLES",
+    "BackgroundRun",
     "Change",
-    "Transaction",
+    "Column",
     "Mix",
     "RunStats",
+    "TableSpec",
+    "Transaction",
     "Workload",
     "WorkloadError",
-    "BackgroundRun",
     "iter_changes",
 ]
 
@@ -167,7 +167,7 @@ HOSTILE_TEXT: tuple[str, ...] = (
     "zero\u200bwidth\ufeffbom",
     "\u2028line separator\u2029",
     "🦀💥👩‍👩‍👧‍👦",
-    "𝔘𝔫𝔦𝔠𝔬𝔡𝔢",
+    "𝔘𝔫𝔦𝔠𝔬𝔡𝔢",  # noqa: RUF001 - look-alike letters are the point
     "日本語のテキスト",
     "é (e + combining acute)",
     "NaN",
