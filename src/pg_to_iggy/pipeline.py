@@ -37,7 +37,7 @@ from pg_to_iggy.ordering import in_key_order
 
 if TYPE_CHECKING:
     from pyspark.sql import SparkSession
-    from pyspark.sql.streaming import StreamingQuery
+    from pyspark.sql.streaming.query import StreamingQuery
 
 __all__ = ["JSON_COLUMNS", "main", "start_pipeline"]
 

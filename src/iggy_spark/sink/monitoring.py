@@ -13,7 +13,7 @@ from iggy_spark.sink.report import Ledger
 
 if TYPE_CHECKING:
     from pyspark.sql import DataFrame, SparkSession
-    from pyspark.sql.streaming import StreamingQuery
+    from pyspark.sql.streaming.query import StreamingQuery
 
 __all__ = ["DESTINATIONS_SCHEMA", "destinations", "read_ledger"]
 
