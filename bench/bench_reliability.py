@@ -45,7 +45,6 @@ from bench.common import log, write_result
 from iggy_local import LocalIggy
 from iggy_spark import read_ledger
 from iggy_spark_testing.chaos import (
-    PipelineJob,
     SlotWatch,
     committed_end,
     flush_lsn,
@@ -56,6 +55,7 @@ from iggy_spark_testing.chaos import (
     wait_until,
 )
 from iggy_spark_testing.harness import LocalPostgres
+from iggy_spark_testing.job import PipelineJob
 from iggy_spark_testing.oracle import verify
 
 NAME = "reliability"

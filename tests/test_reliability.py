@@ -37,7 +37,6 @@ from support.faulty_sources import POINTS, fired_at, register, start_faulty_pipe
 from iggy_local import LocalIggy
 from iggy_spark.sink.encoding import message_id
 from iggy_spark_testing.chaos import (
-    PipelineJob,
     SlotWatch,
     committed_end,
     flush_lsn,
@@ -47,6 +46,7 @@ from iggy_spark_testing.chaos import (
     wait_until,
 )
 from iggy_spark_testing.harness import LocalPostgres
+from iggy_spark_testing.job import PipelineJob
 from iggy_spark_testing.oracle import ChangeMessage, OracleReport, check, read_tables, verify
 from iggy_spark_testing.workload import Change, RunStats, Workload
 from pg_to_iggy.pipeline import start_pipeline

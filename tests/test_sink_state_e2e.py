@@ -25,13 +25,13 @@ from psycopg import sql
 from iggy_local import LocalIggy
 from iggy_spark import read_ledger
 from iggy_spark_testing.chaos import (
-    PipelineJob,
     committed_end,
     flush_lsn,
     read_checkpoint,
     wait_until,
 )
 from iggy_spark_testing.harness import LocalPostgres
+from iggy_spark_testing.job import PipelineJob
 from iggy_spark_testing.oracle import read_back
 from iggy_spark_testing.readback import connect
 

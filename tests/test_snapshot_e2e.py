@@ -26,7 +26,6 @@ from support.snapshot_support import replay
 
 from iggy_local import LocalIggy
 from iggy_spark_testing.chaos import (
-    PipelineJob,
     abandon,
     catch_up_and_stop,
     committed_end,
@@ -37,6 +36,7 @@ from iggy_spark_testing.chaos import (
     wait_until,
 )
 from iggy_spark_testing.harness import LocalPostgres
+from iggy_spark_testing.job import PipelineJob
 from iggy_spark_testing.oracle import read_back, read_tables
 from iggy_spark_testing.readback import messages_in
 from iggy_spark_testing.workload import Workload

@@ -26,7 +26,8 @@ import psycopg
 from psycopg import sql
 
 from iggy_local import LocalIggy
-from iggy_spark_testing.chaos import PipelineJob, prepare_capture, wait_until
+from iggy_spark_testing.chaos import prepare_capture, wait_until
+from iggy_spark_testing.job import PipelineJob
 from iggy_spark_testing.oracle import read_back
 from iggy_spark_testing.readback import messages_in
 from iggy_spark_testing.s3 import SeaweedS3
