@@ -57,7 +57,7 @@ from iggy_spark_testing.chaos import (
 )
 from iggy_spark_testing.harness import LocalPostgres
 from iggy_spark_testing.job import PipelineJob
-from iggy_spark_testing.workload import Mix
+from iggy_spark_testing.records import Mix
 
 NAME = "soak"
 MB = 1024 * 1024

@@ -50,7 +50,7 @@ from iggy_spark_testing.chaos import (
 from iggy_spark_testing.harness import LocalPostgres
 from iggy_spark_testing.job import PipelineJob
 from iggy_spark_testing.oracle import check, read_back, read_tables
-from iggy_spark_testing.workload import Change, Column, Row, TableSpec, Transaction
+from iggy_spark_testing.records import Change, Column, Row, TableSpec, Transaction
 from postgres_cdc_source.lsn import parse_lsn
 
 pytestmark = pytest.mark.e2e

@@ -38,7 +38,8 @@ from iggy_spark.source.options import OPTION_DOCS as IGGY_SOURCE_DOCS
 from iggy_spark.source.options import SourceOptions
 from iggy_spark_testing.harness import LocalPostgres
 from iggy_spark_testing.oracle import ChangeMessage, check, read_tables
-from iggy_spark_testing.workload import Column, TableSpec, Workload
+from iggy_spark_testing.records import Column, TableSpec
+from iggy_spark_testing.workload import Workload
 from postgres_cdc_source.errors import ConfigError as SourceConfigError
 from postgres_cdc_source.option_docs import OPTION_DOCS as SOURCE_DOCS
 from postgres_cdc_source.options import CdcOptions

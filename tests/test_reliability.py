@@ -48,7 +48,8 @@ from iggy_spark_testing.chaos import (
 from iggy_spark_testing.harness import LocalPostgres
 from iggy_spark_testing.job import PipelineJob
 from iggy_spark_testing.oracle import ChangeMessage, OracleReport, check, read_tables, verify
-from iggy_spark_testing.workload import Change, RunStats, Workload
+from iggy_spark_testing.records import Change, RunStats
+from iggy_spark_testing.workload import Workload
 from pg_to_iggy.pipeline import start_pipeline
 from postgres_cdc_source.lsn import format_lsn
 
