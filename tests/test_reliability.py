@@ -117,7 +117,8 @@ def test_oracle_catches_loss_reordering_and_invention(pg: LocalPostgres, name: s
 
 def _perfect_delivery(work: Workload) -> tuple[list[ChangeMessage], list[Change]]:
     """What a flawless pipeline would deliver for ``work``: one partition, in commit order."""
-    messages, changes = [], []
+    messages: list[ChangeMessage] = []
+    changes: list[Change] = []
     for txn in work.transactions:
         commit = format_lsn(0x1000 + txn.index * 0x100)
         for c in txn.changes:

@@ -21,7 +21,7 @@ from iggy_spark.source.options import SourceOptions
 
 
 @pytest.fixture(scope="module")
-def authority(tmp_path_factory: pytest.TempPathFactory) -> Iterator[tuple[trustme.CA, Path]]:
+def authority(tmp_path_factory: pytest.TempPathFactory) -> tuple[trustme.CA, Path]:
     """A certificate authority and the folder its PEM files go to."""
     folder = tmp_path_factory.mktemp("tls")
     ca = trustme.CA()

@@ -40,8 +40,8 @@ from pyspark.sql.datasource import (
     DataSourceStreamWriter,
     WriterCommitMessage,
 )
-from pyspark.sql.streaming import StreamingQuery
 from pyspark.sql.streaming.datasource import ReadLimit
+from pyspark.sql.streaming.query import StreamingQuery
 from pyspark.sql.types import StructType
 
 from iggy_spark.sink.datasource import IggyRoutedDataSource
