@@ -66,7 +66,7 @@ class Writer(threading.Thread):
                     cdc.insert_rows(conn, self.table, self.written + 1, self.written + per_tick)
                     self.written += per_tick
                 self.elapsed = time.monotonic() - started
-        except BaseException as exc:  # noqa: BLE001 - reported by the main thread
+        except BaseException as exc:  # reported by the main thread
             self.error = exc
 
 

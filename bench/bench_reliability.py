@@ -16,7 +16,7 @@ seeded random order:
 * ``broker_restart``: the broker process stopped and started again;
 * ``postgres_fast`` / ``postgres_immediate``: ``pg_ctl restart -m fast`` / ``-m immediate`` (a
   crash of Postgres) under the job and the workload;
-* then, in this process's Spark with the test-only faulty sources (tests/faulty_sources.py),
+* then, in this process's Spark with the test-only faulty sources (tests/support/faulty_sources.py),
   an exception at each commit point in turn (``write``: a task fails after sending half its
   rows; ``writer_commit``; ``latest_offset``; ``reader_commit``), the query restarted each time.
 
@@ -45,7 +45,6 @@ from bench.common import log, write_result
 from iggy_local import LocalIggy
 from iggy_spark import read_ledger
 from iggy_spark_testing.chaos import (
-    PipelineJob,
     SlotWatch,
     committed_end,
     flush_lsn,
@@ -56,6 +55,7 @@ from iggy_spark_testing.chaos import (
     wait_until,
 )
 from iggy_spark_testing.harness import LocalPostgres
+from iggy_spark_testing.job import PipelineJob
 from iggy_spark_testing.oracle import verify
 
 NAME = "reliability"
@@ -181,9 +181,9 @@ def _exceptions(
     sys.path.insert(0, str(_TESTS))
     os.environ["PYTHONPATH"] = os.pathsep.join(filter(None, [str(_TESTS),
                                                              os.environ.get("PYTHONPATH")]))
-    from faulty_sources import POINTS, fired_at, register, start_faulty_pipeline
     from pyspark.errors import StreamingQueryException
     from pyspark.sql import SparkSession
+    from support.faulty_sources import POINTS, fired_at, register, start_faulty_pipeline
 
     spark = (SparkSession.builder.master("local[2]").appName("bench-reliability")
              .config("spark.ui.enabled", "false").config("spark.sql.shuffle.partitions", "2")

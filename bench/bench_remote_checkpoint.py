@@ -7,8 +7,8 @@ tests/test_remote_checkpoint.py.
 mount namespace, tmpfs ``/tmp``, own loopback address), its checkpoint on ``s3a://`` on a real
 S3 server (SeaweedFS), a throwaway Postgres and the local broker. ``--changes`` are committed
 before each run; each run's driver is killed with ``kill -9`` while a batch is being sent
-(tests/s3_cluster.py says how), then the job is restarted and drained. The consistency oracle
-reads Iggy back: missing, duplicates, order. Writes ``bench/results/remote_checkpoint.json``.
+(tests/support/s3_cluster.py says how), then the job is restarted and drained. The consistency
+oracle reads Iggy back: missing, duplicates, order. Writes ``bench/results/remote_checkpoint.json``.
 """
 
 from __future__ import annotations
@@ -36,7 +36,7 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--seed", type=int, default=41)
     args = parser.parse_args(argv)
     sys.path.insert(0, str(_TESTS))
-    from s3_cluster import killed_mid_send
+    from support.s3_cluster import killed_mid_send
 
     name = "b" + uuid.uuid4().hex[:12]
     with (postgres() as pg, LocalIggy() as broker, SeaweedS3() as s3,

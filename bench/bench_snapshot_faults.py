@@ -71,7 +71,6 @@ from psycopg import sql
 from bench.common import log, write_result
 from iggy_local import LocalIggy
 from iggy_spark_testing.chaos import (
-    PipelineJob,
     committed_end,
     flush_lsn,
     read_checkpoint,
@@ -80,6 +79,7 @@ from iggy_spark_testing.chaos import (
     wait_until,
 )
 from iggy_spark_testing.harness import LocalPostgres
+from iggy_spark_testing.job import PipelineJob
 from iggy_spark_testing.oracle import read_back, read_tables
 from iggy_spark_testing.readback import connect
 from iggy_spark_testing.replay import replay

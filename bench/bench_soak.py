@@ -49,7 +49,6 @@ from bench.common import descendants, log, process, write_result
 from iggy_local import LocalIggy
 from iggy_spark_testing import readback
 from iggy_spark_testing.chaos import (
-    PipelineJob,
     SlotWatch,
     committed_end,
     flush_lsn,
@@ -57,7 +56,8 @@ from iggy_spark_testing.chaos import (
     wait_until,
 )
 from iggy_spark_testing.harness import LocalPostgres
-from iggy_spark_testing.workload import Mix
+from iggy_spark_testing.job import PipelineJob
+from iggy_spark_testing.records import Mix
 
 NAME = "soak"
 MB = 1024 * 1024

@@ -16,8 +16,17 @@ from typing import Any
 
 import psycopg
 
-__all__ = ["TABLE", "PUBLICATION", "PLUGINS", "CdcWorkload", "write_workload", "slot_copy",
-           "insert_rows", "create_table", "with_postgres"]
+__all__ = [
+    "PLUGINS",
+    "PUBLICATION",
+    "TABLE",
+    "CdcWorkload",
+    "create_table",
+    "insert_rows",
+    "slot_copy",
+    "with_postgres",
+    "write_workload",
+]
 
 TABLE = "bench"
 PUBLICATION = "bench_pub"

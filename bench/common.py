@@ -35,11 +35,29 @@ if TYPE_CHECKING:
     from pyspark.sql.streaming import StreamingQuery
 
 __all__ = [
-    "RESULTS_ENV", "results_dir", "Measure", "Contender", "machine", "paired_rounds",
-    "summarize", "ratio", "compared", "publish", "write_result", "read_result", "spark_session",
-    "streaming_measure", "run_available_now", "read_to_noop", "log", "stopwatch",
+    "RESULTS_ENV",
+    "Contender",
     # re-exported from bench.cpu, where they live:
-    "CpuMeter", "descendants", "process", "spark_groups",
+    "CpuMeter",
+    "Measure",
+    "compared",
+    "descendants",
+    "log",
+    "machine",
+    "paired_rounds",
+    "process",
+    "publish",
+    "ratio",
+    "read_result",
+    "read_to_noop",
+    "results_dir",
+    "run_available_now",
+    "spark_groups",
+    "spark_session",
+    "stopwatch",
+    "streaming_measure",
+    "summarize",
+    "write_result",
 ]
 
 RESULTS_ENV = "BENCH_RESULTS_DIR"

@@ -34,9 +34,20 @@ from apache_iggy import IggyClient, Partitioning, SendMessage
 from xxhash import xxh3_128_intdigest
 
 __all__ = [
-    "SESSION", "Row", "Txn", "connect", "peek_rows", "raw_peek", "pgoutput_transactions",
-    "test_decoding_transactions", "count_rows", "send_rows", "pipeline_payload", "lsn_text",
-    "sdk_client", "encode_rows",
+    "SESSION",
+    "Row",
+    "Txn",
+    "connect",
+    "count_rows",
+    "encode_rows",
+    "lsn_text",
+    "peek_rows",
+    "pgoutput_transactions",
+    "pipeline_payload",
+    "raw_peek",
+    "sdk_client",
+    "send_rows",
+    "test_decoding_transactions",
 ]
 
 # The session settings that fix the text of values (time zone, float digits, bytea format).
@@ -111,7 +122,7 @@ _OPS = {73: "insert", 85: "update", 68: "delete"}
 
 
 class _Relation:
-    __slots__ = ("schema", "table", "columns", "key")
+    __slots__ = ("columns", "key", "schema", "table")
 
     def __init__(self, data: bytes) -> None:
         end = data.index(0, 5)

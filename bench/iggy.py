@@ -21,8 +21,14 @@ if TYPE_CHECKING:
 
     from iggy_local import LocalIggy
 
-__all__ = ["fresh_broker", "create_destinations", "messages_in", "expect_messages", "poll",
-           "RoundBrokers"]
+__all__ = [
+    "RoundBrokers",
+    "create_destinations",
+    "expect_messages",
+    "fresh_broker",
+    "messages_in",
+    "poll",
+]
 
 
 def fresh_broker() -> LocalIggy:

@@ -26,7 +26,7 @@ from pyspark.sql.types import StructType
 
 from iggy_spark.source.schema import ARROW_SCHEMA, SCHEMA
 
-__all__ = ["MemorySource", "NAME"]
+__all__ = ["NAME", "MemorySource"]
 
 NAME = "bench_memory"
 BATCH = 10_000  # the iggy source's poll of small messages (its poll_messages), one Arrow batch

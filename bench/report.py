@@ -16,7 +16,7 @@ from typing import Any
 
 from bench.common import machine, read_result, results_dir
 
-__all__ = ["build", "TARGETS"]
+__all__ = ["TARGETS", "build"]
 
 TARGETS = {"source_ratio": 1.0, "source_ratio_2_tasks": 1.0, "source_raw_ratio": 0.5,
            "test_decoding_ratio": 1.0,

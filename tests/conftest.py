@@ -35,8 +35,8 @@ from iggy_spark_testing.harness import (
 # Spark's Python workers must run this interpreter (the venv's), whatever launched pytest.
 os.environ.setdefault("PYSPARK_PYTHON", sys.executable)
 os.environ.setdefault("PYSPARK_DRIVER_PYTHON", sys.executable)
-# Test-only data sources (faulty_sources.py) must import in Spark's Python workers, which get
-# PYTHONPATH from the JVM, which gets it from this process: set it before any SparkSession.
+# Test-only data sources (support/faulty_sources.py) must import in Spark's Python workers, which
+# get PYTHONPATH from the JVM, which gets it from this process: set it before any SparkSession.
 _TESTS_DIR = str(Path(__file__).resolve().parent)
 os.environ["PYTHONPATH"] = os.pathsep.join(filter(None, [_TESTS_DIR, os.environ.get("PYTHONPATH")]))
 

@@ -11,8 +11,8 @@ import json
 from pathlib import Path
 
 import pytest
-from broker_fixtures import poll_all
 from pyspark.sql import SparkSession
+from support.broker_fixtures import poll_all
 
 from iggy_local import LocalIggy
 from iggy_spark_testing.harness import LocalPostgres
@@ -35,7 +35,7 @@ def _run(spark: SparkSession, source: dict[str, str], url: str, checkpoint: Path
     )
     try:
         query.awaitTermination()
-    except Exception as exc:  # noqa: BLE001 - the failed run is the point
+    except Exception as exc:  # the failed run is the point
         return exc
     return None
 

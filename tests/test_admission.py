@@ -45,7 +45,7 @@ def test_valid_names(name: str) -> None:
 @pytest.mark.parametrize(
     "name",
     ["", "a" * 256, "a/b", "é", "naïve", " a", "a ", "a\n", "a\tb", "*", "a*", "a;DROP TABLE x",
-     "'; --", "a\x00", "ｏｒｄｅｒｓ", "a,b", "a:b", "\u200b"],
+     "'; --", "a\x00", "ｏｒｄｅｒｓ", "a,b", "a:b", "\u200b"],  # noqa: RUF001 - a look-alike
 )
 def test_invalid_names(name: str) -> None:
     assert not is_valid_name(name)
@@ -310,5 +310,5 @@ def test_error_policy_raises_a_picklable_admission_error() -> None:
 def test_default_destination_goes_with_default_policy_only(
     policy: MissingPolicy, default: Destination | None
 ) -> None:
-    with pytest.raises(ValueError):
+    with pytest.raises(ValueError, match="a default destination goes with policy 'default'"):
         MissingDestination(policy, default)

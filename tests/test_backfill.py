@@ -53,7 +53,7 @@ def _rows(reader: PgCdcStreamReader, start: dict[str, Any], end: dict[str, Any]
             for batch in reader.read(part) for row in batch.to_pylist()]
 
 
-@pytest.mark.parametrize("plugin,partitions", [("pgoutput", "1"), ("test_decoding", "1"),
+@pytest.mark.parametrize(("plugin", "partitions"), [("pgoutput", "1"), ("test_decoding", "1"),
                                                ("pgoutput", "3")])
 def test_a_backfill_places_chunks_in_the_stream_and_ends_with_current_values(
     pg: LocalPostgres, name: str, plugin: str, partitions: str,

@@ -17,7 +17,6 @@ import pytest
 
 from iggy_local import LocalIggy
 from iggy_spark_testing.chaos import (
-    PipelineJob,
     abandon,
     catch_up_and_stop,
     read_checkpoint,
@@ -25,6 +24,7 @@ from iggy_spark_testing.chaos import (
     wait_until,
 )
 from iggy_spark_testing.harness import LocalPostgres
+from iggy_spark_testing.job import PipelineJob
 from iggy_spark_testing.oracle import read_back, read_tables
 from iggy_spark_testing.replay import in_stream_order, replay
 from iggy_spark_testing.workload import Workload

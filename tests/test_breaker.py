@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 from dataclasses import dataclass
+from typing import Any
 
 import pytest
 from hypothesis import given
@@ -187,13 +188,13 @@ def test_merging_task_snapshots() -> None:
     probing = BreakerSnapshot(BreakerState.HALF_OPEN, 3, 150.0, None)
     assert merge_snapshots([probing]).state is BreakerState.OPEN  # unresolved probe: open
     assert BreakerSnapshot.from_dict(late.to_dict()) == late
-    with pytest.raises(ValueError):
+    with pytest.raises(ValueError, match="nothing to merge"):
         merge_snapshots([])
 
 
 @pytest.mark.parametrize(("threshold", "cool_down"), [(0, 1.0), (-1, 1.0), (1, 0.0), (1, -1.0)])
 def test_config_is_validated(threshold: int, cool_down: float) -> None:
-    with pytest.raises(ValueError):
+    with pytest.raises(ValueError, match="failure_threshold must be >= 1 and cool_down > 0"):
         BreakerConfig(threshold, cool_down)
 
 
@@ -252,7 +253,9 @@ _events = st.lists(
 
 
 @given(threshold=st.integers(1, 4), cool_down=st.sampled_from([1.0, 5.0, 7.5]), events=_events)
-def test_breaker_equals_reference_model(threshold: int, cool_down: float, events: list) -> None:
+def test_breaker_equals_reference_model(
+    threshold: int, cool_down: float, events: list[Any]
+) -> None:
     b, clock = breaker(threshold, cool_down)
     model = Model(threshold, cool_down)
     for event in events:
@@ -273,7 +276,7 @@ def test_breaker_equals_reference_model(threshold: int, cool_down: float, events
 
 
 @given(events=_events)
-def test_never_two_probes_within_a_cool_down(events: list) -> None:
+def test_never_two_probes_within_a_cool_down(events: list[Any]) -> None:
     """Without an outcome in between, probes are at least one cool-down apart."""
     b, clock = breaker(threshold=1, cool_down=5.0)
     outstanding_probe: float | None = None

@@ -3,7 +3,7 @@
 from __future__ import annotations
 
 import pytest
-from broker_fixtures import connect, run
+from support.broker_fixtures import connect, run
 
 from iggy_local import LocalIggy
 from iggy_spark_testing.brokers import URL_ENV, ExternalIggy, FaultUnavailable, iggy_server

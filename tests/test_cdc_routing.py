@@ -56,7 +56,7 @@ def test_column_routes_read_the_new_row_then_the_old_row_then_the_key(
     assert all(row["stream"] == "s" for row in rows)
 
 
-@pytest.mark.parametrize("option,default", [("topic_from", "default_topic"),
+@pytest.mark.parametrize(("option", "default"), [("topic_from", "default_topic"),
                                             ("stream_from", "default_stream")])
 def test_a_column_route_without_its_default_is_refused_naming_the_default(
     option: str, default: str

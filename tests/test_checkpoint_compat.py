@@ -36,21 +36,21 @@ import orjson
 import psycopg
 import pytest
 from psycopg import sql
-from sink_state import ledger_of
+from support.sink_state import ledger_of
 
 from iggy_local import LocalIggy
 from iggy_spark.sink.encoding import message_id
 from iggy_spark_testing import readback
 from iggy_spark_testing.chaos import (
-    PipelineJob,
     committed_end,
     flush_lsn,
     read_checkpoint,
     wait_until,
 )
 from iggy_spark_testing.harness import LocalPostgres
+from iggy_spark_testing.job import PipelineJob
 from iggy_spark_testing.oracle import check, read_back, read_tables
-from iggy_spark_testing.workload import Change, Column, Row, TableSpec, Transaction
+from iggy_spark_testing.records import Change, Column, Row, TableSpec, Transaction
 from postgres_cdc_source.lsn import parse_lsn
 
 pytestmark = pytest.mark.e2e

@@ -55,7 +55,7 @@ def options(**extra: str) -> RoutedOptions:
     return RoutedOptions.from_options({"url": URL, **extra})
 
 
-@pytest.mark.parametrize("ddl,extra", [
+@pytest.mark.parametrize(("ddl", "extra"), [
     ("stream string, topic string, partition_key string, value string, headers "
      "map<string,string>, id bigint", {}),
     ("stream string, topic string, partition_key binary, value binary, headers "
@@ -73,7 +73,7 @@ def test_accepted_schemas(ddl: str, extra: dict[str, str]) -> None:
     check_columns(schema(ddl), options(**extra))
 
 
-@pytest.mark.parametrize("ddl,extra,column,found,accepted", [
+@pytest.mark.parametrize(("ddl", "extra", "column", "found", "accepted"), [
     ("stream string, topic int", {}, "topic", "int", "string"),
     ("stream binary, topic string", {}, "stream", "binary", "string"),
     ("topic string, headers map<string,int>", {}, "headers", "map<string,int>",
@@ -107,5 +107,5 @@ def test_refused_schemas_name_the_column_the_type_and_what_is_accepted(
 
 
 def test_the_unused_partition_column_is_refused() -> None:
-    with pytest.raises(EncodingError, match="partition_id.*not read with partition_key_encoding"):
+    with pytest.raises(EncodingError, match=r"partition_id.*not read with partition_key_encoding"):
         check_columns(schema("topic string, partition_id int"), options())

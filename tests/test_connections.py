@@ -71,9 +71,13 @@ def test_a_read_that_gave_nothing_is_read_again_even_if_not_repeatable() -> None
 def test_a_read_that_gave_rows_fails_transient_if_not_repeatable() -> None:
     read = Flaky([3, 3], [4])
     given_rows: list[int] = []
-    with pytest.raises(SourceError) as info:
+
+    def consume() -> None:
         for batch in riding_out_restarts(read, OPTIONS, repeatable=False):
-            given_rows += batch.column(0).to_pylist()
+            given_rows.extend(batch.column(0).to_pylist())
+
+    with pytest.raises(SourceError) as info:
+        consume()
     assert given_rows == [0, 1, 2] and read.reads == 1
     assert info.value.transient and info.value.sqlstate == "57P01"
     assert "after 3 rows of the partition" in str(info.value)

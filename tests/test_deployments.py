@@ -19,7 +19,7 @@ from pathlib import Path
 from typing import Any
 
 import pytest
-from spark_deployments import connect_server, standalone_cluster
+from support.spark_deployments import connect_server, standalone_cluster
 
 from iggy_spark_testing.readback import read_topic
 from pg_to_iggy.pipeline import start_pipeline

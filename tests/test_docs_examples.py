@@ -307,7 +307,7 @@ def _events_table(page: Page) -> None:
 
 def _orders_topic(page: Page) -> None:
     """``shop/orders_eu`` with 2,000 messages in partition 0, which the iggy examples read."""
-    from iggy_source_support import seed
+    from support.iggy_source_support import seed
 
     seed(page.broker_address, "shop", ["orders_eu"], partitions=1, per_partition=2000)
 

@@ -13,9 +13,9 @@ from typing import Any
 
 import pyarrow as pa
 import pytest
-from broker_fixtures import poll_all
 from psycopg import sql
 from pyspark.sql.streaming.datasource import ReadAllAvailable
+from support.broker_fixtures import poll_all
 
 from iggy_local import LocalIggy
 from iggy_spark.connection import IggyConnection

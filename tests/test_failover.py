@@ -12,7 +12,7 @@ from pathlib import Path
 
 import pytest
 from pyspark.sql import SparkSession
-from pyspark.sql.streaming import StreamingQuery
+from pyspark.sql.streaming.query import StreamingQuery
 
 from iggy_local import LocalIggy
 from iggy_spark_testing.chaos import committed_end, flush_lsn, prepare_capture, wait_until

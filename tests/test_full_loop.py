@@ -16,16 +16,16 @@ from typing import Any
 
 import orjson
 import pytest
-from streaming import freeze_mid_batch, logged
+from support.streaming import freeze_mid_batch, logged
 
 from connector_common.change_rows import JSON_TEXT_COLUMNS, SPARK_SCHEMA
 from iggy_spark_testing.chaos import (
-    PipelineJob,
     committed_end,
     flush_lsn,
     prepare_capture,
     wait_until,
 )
+from iggy_spark_testing.job import PipelineJob
 from iggy_spark_testing.oracle import ChangeMessage, check, read_tables
 
 pytestmark = pytest.mark.e2e

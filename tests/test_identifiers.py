@@ -22,5 +22,5 @@ def test_text_that_reads_as_a_u32_is_the_numeric_id(text: str, numeric: int | No
 
 @pytest.mark.parametrize("text", ["", "x" * 256, "ż" * 128])
 def test_names_outside_1_to_255_bytes_are_refused_naming_what(text: str) -> None:
-    with pytest.raises(ValueError, match="stream .* must be 1 to 255 bytes"):
+    with pytest.raises(ValueError, match=r"stream .* must be 1 to 255 bytes"):
         identifier(text, "stream")

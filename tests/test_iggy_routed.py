@@ -12,10 +12,10 @@ from pathlib import Path
 from typing import Any
 
 import pytest
-from broker_fixtures import poll_all
 from pyspark.errors import StreamingQueryException
 from pyspark.sql import DataFrame, SparkSession
-from pyspark.sql.streaming import StreamingQuery
+from pyspark.sql.streaming.query import StreamingQuery
+from support.broker_fixtures import poll_all
 
 import iggy_spark
 from iggy_local import LocalIggy
@@ -92,7 +92,7 @@ def test_the_cap_holds_across_batches_for_the_whole_query(
 
 
 @pytest.mark.parametrize(
-    "options,message",
+    ("options", "message"),
     [
         ({"admission.mode": "allowlist", "admission.allowlist": "*/*"}, "admission.allowlist"),
         ({"on_missing_destination": "default"}, "default_stream"),

@@ -9,7 +9,7 @@ from pathlib import Path
 from typing import Any
 
 import pytest
-from iggy_source_support import message_id, payload, reported_next, seed
+from support.iggy_source_support import message_id, payload, reported_next, seed
 
 import iggy_spark.source
 
@@ -78,7 +78,7 @@ def test_what_iggy_routed_writes_iggy_reads_back(spark: Any, broker: Any, name: 
 def test_a_stream_given_by_its_numeric_id_is_read(spark: Any, broker: Any, name: str) -> None:
     """``stream`` takes a name or a numeric id, as the SDK does: the source's own polls must
     name the same stream its planning found."""
-    from broker_fixtures import connect, run
+    from support.broker_fixtures import connect, run
 
     seed(broker.address, name, ["a"], partitions=1, per_partition=5)
 
@@ -135,7 +135,7 @@ def test_a_range_whose_topic_was_deleted_after_planning_is_lost_not_stuck(
 ) -> None:
     """A batch planned, then its topic deleted (the query stopped in between): its replay must
     not fail on every attempt; the gone range is data loss, refused or skipped."""
-    from broker_fixtures import connect, run
+    from support.broker_fixtures import connect, run
 
     from iggy_spark.source.errors import DataLoss
     from iggy_spark.source.offsets import Range
@@ -275,8 +275,8 @@ def test_a_topic_deleted_or_recreated_under_a_running_query_is_named_or_passed_o
     The next planning fails naming the topic and ``fail_on_data_loss``; with it off, the query
     passes the deleted topic over and reads the recreated one from its start (its messages are
     new: none of them was read)."""
-    from broker_fixtures import connect, run
     from pyspark.sql.streaming.datasource import ReadAllAvailable
+    from support.broker_fixtures import connect, run
 
     from iggy_spark.source.errors import SourceError
     from iggy_spark.source.options import SourceOptions
@@ -297,8 +297,8 @@ def test_a_topic_deleted_or_recreated_under_a_running_query_is_named_or_passed_o
         await (await connect(broker.address)).delete_topic(name, "gone")
 
     run(delete())
-    with pytest.raises(SourceError, match="reading topic 'gone': partition 0 no longer exists"
-                                          ".*fail_on_data_loss=false"):
+    with pytest.raises(SourceError, match=r"reading topic 'gone': partition 0 no longer exists"
+                                          r".*fail_on_data_loss=false"):
         planned(True, checkpoint)
     passed_over = planned(False, checkpoint)
     assert passed_over == {"kept": {"0": 5}}

@@ -18,12 +18,12 @@ from pathlib import Path
 from typing import Any
 
 import pytest
-from iggy_source_support import payload, seed
-from streaming import freeze_mid_batch, logged
+from support.iggy_source_support import payload, seed
+from support.streaming import freeze_mid_batch, logged
 
 pytestmark = pytest.mark.e2e
 
-JOB = Path(__file__).with_name("iggy_source_job.py")
+JOB = Path(__file__).parent / "support" / "iggy_source_job.py"
 
 
 @pytest.mark.spark_tier

@@ -7,8 +7,8 @@ from __future__ import annotations
 from concurrent.futures import Future
 
 import pytest
-from broker_fixtures import poll_reply
 from pyspark.sql.streaming.datasource import ReadAllAvailable
+from support.broker_fixtures import poll_reply
 
 from iggy_spark.source import catalog, polling
 from iggy_spark.source.errors import DataLoss, SourceError

@@ -11,7 +11,7 @@ import apache_iggy
 import orjson
 import pyarrow as pa
 import pytest
-from broker_fixtures import connect, create_topic, run
+from support.broker_fixtures import connect, create_topic, run
 
 from connector_common.change_rows import JSON_TEXT_COLUMNS, SPARK_SCHEMA
 

@@ -6,9 +6,9 @@ from __future__ import annotations
 from concurrent.futures import Future
 
 import pytest
-from broker_fixtures import poll_reply
 from hypothesis import given, settings
 from hypothesis import strategies as st
+from support.broker_fixtures import poll_reply
 
 from iggy_spark.source import polling
 from iggy_spark.source.offsets import Range

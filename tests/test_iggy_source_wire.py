@@ -19,9 +19,9 @@ from apache_iggy import (
     SendMessage,
     UserHeaders,
 )
-from broker_fixtures import connect, create_topic, poll_reply, run
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
+from support.broker_fixtures import connect, create_topic, poll_reply, run
 
 from iggy_spark.source import wire
 from iggy_spark.source.catalog import CONSUMER

@@ -16,9 +16,9 @@ from pathlib import Path
 import pyarrow as pa
 import pyarrow.parquet as pq
 import pytest
-from broker_fixtures import connect, create_topic, poll_all, run
 from pyspark.sql import SparkSession
-from sink_state import ledger_of, replace_ledger
+from support.broker_fixtures import connect, create_topic, poll_all, run
+from support.sink_state import ledger_of, replace_ledger
 
 from iggy_local import LocalIggy
 from pg_to_iggy import serve_metrics

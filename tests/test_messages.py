@@ -161,7 +161,7 @@ def test_pgoutput_messages_outside_and_inside_transactions() -> None:
         list(decoder.events([(0x100, 0, message(1, "yes", b""))]))
 
 
-@pytest.mark.parametrize("value,needle", [
+@pytest.mark.parametrize(("value", "needle"), [
     ("a,,b", "empty prefix"), ("*,a", "give '\\*' alone"), (" ", "empty prefix"),
 ])
 def test_message_prefixes_refuses_what_it_cannot_mean(value: str, needle: str) -> None:

@@ -11,7 +11,7 @@ from types import SimpleNamespace
 import pytest
 from prometheus_client import CollectorRegistry, generate_latest
 from prometheus_client.parser import text_string_to_metric_families
-from sink_state import replace_ledger
+from support.sink_state import replace_ledger
 
 from iggy_local import LocalIggy
 from iggy_spark.iggy_url import IggyUrl

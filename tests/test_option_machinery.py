@@ -44,7 +44,7 @@ def test_both_connectors_read_option_names_alike(
     with pytest.raises(error, match=f"option '{typo}': unknown option for format {fmt}; "
                                     f"did you mean '{meant}'"):
         parse({**base, typo: "1"})
-    with pytest.raises(error, match="option 'zzzz': unknown option .*; see the options table"):
+    with pytest.raises(error, match=r"option 'zzzz': unknown option .*; see the options table"):
         parse({**base, "zzzz": "1"})
     name = next(iter(base))
     with pytest.raises(error, match=f"option '{name}': is given twice"):

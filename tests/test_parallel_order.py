@@ -19,7 +19,7 @@ import psutil
 import pytest
 from pyspark.errors import StreamingQueryException
 from pyspark.sql import SparkSession
-from pyspark.sql.streaming import StreamingQuery
+from pyspark.sql.streaming.query import StreamingQuery
 from test_reliability import SINK, judge
 
 from iggy_local import LocalIggy

@@ -14,7 +14,7 @@ import pyarrow as pa
 import pytest
 from chispa import assert_df_equality
 from pyspark.sql import DataFrame, SparkSession
-from streaming import rows_of, run_available_now
+from support.streaming import rows_of, run_available_now
 
 from connector_common.change_rows import SPARK_SCHEMA
 from iggy_spark_testing.harness import LocalPostgres

@@ -56,7 +56,7 @@ def busy_slot(pg: LocalPostgres, name: str) -> Iterator[tuple[str, int]]:
 def test_a_slot_in_use_by_another_session(pg: LocalPostgres, busy_slot: tuple[str, int]) -> None:
     slot, start = busy_slot
     r = reader(pg.dsn, slot, plugin="test_decoding")
-    with pytest.raises(SlotError, match="in use by another session.*stop the other consumer"):
+    with pytest.raises(SlotError, match=r"in use by another session.*stop the other consumer"):
         list(r.read(CdcPartition(start, flush(pg))))
 
 
@@ -74,7 +74,7 @@ def test_a_missing_slot_when_creation_is_off(pg: LocalPostgres, name: str) -> No
 def test_wal_level_not_logical(name: str) -> None:
     with (
         LocalPostgres(settings={"wal_level": "replica"}) as other,
-        pytest.raises(SlotError, match="wal_level is 'replica'.*set wal_level = logical"),
+        pytest.raises(SlotError, match=r"wal_level is 'replica'.*set wal_level = logical"),
     ):
         reader(other.dsn, name).initialOffset()
 
@@ -122,7 +122,7 @@ def test_a_slot_moved_beyond_the_checkpoint_by_someone_else(pg: LocalPostgres, n
         conn.execute("INSERT INTO ahead SELECT g FROM generate_series(1, 10) g")
         end = flush(pg)
         conn.execute("SELECT pg_replication_slot_advance(%s, %s::pg_lsn)", (name, format_lsn(end)))
-    with pytest.raises(SlotError, match="beyond this batch's start.*fail_on_data_loss=false"):
+    with pytest.raises(SlotError, match=r"beyond this batch's start.*fail_on_data_loss=false"):
         list(reader(pg.dsn, name).read(CdcPartition(start, end)))
     # explicitly accepted: the read goes on from where the slot is
     assert (
@@ -131,7 +131,7 @@ def test_a_slot_moved_beyond_the_checkpoint_by_someone_else(pg: LocalPostgres, n
 
 
 @pytest.mark.parametrize(
-    "options,option",
+    ("options", "option"),
     [
         ({"slot": "s"}, "dsn"),
         ({"dsn": "host=x"}, "slot"),

@@ -11,11 +11,11 @@ import json
 from collections.abc import Callable
 from typing import Any
 
-import faulty_sources
 import psycopg
 import pytest
 from pyspark.sql import DataFrame, Row, SparkSession
-from streaming import run_available_now
+from support import faulty_sources
+from support.streaming import run_available_now
 
 from iggy_spark_testing.harness import LocalPostgres
 

@@ -33,7 +33,7 @@ def test_every_public_exception_is_a_connector_error() -> None:
 
 def test_an_unknown_name_is_an_attribute_error() -> None:
     with pytest.raises(AttributeError, match="no attribute 'slot'"):
-        _ = postgres_cdc_source.slot  # type: ignore[attr-defined]
+        _ = postgres_cdc_source.slot
 
 
 def test_the_package_imports_without_psycopg() -> None:

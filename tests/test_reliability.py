@@ -30,14 +30,13 @@ from functools import partial
 from pathlib import Path
 
 import pytest
-from faulty_sources import POINTS, fired_at, register, start_faulty_pipeline
 from pyspark.errors import StreamingQueryException
 from pyspark.sql import SparkSession
+from support.faulty_sources import POINTS, fired_at, register, start_faulty_pipeline
 
 from iggy_local import LocalIggy
 from iggy_spark.sink.encoding import message_id
 from iggy_spark_testing.chaos import (
-    PipelineJob,
     SlotWatch,
     committed_end,
     flush_lsn,
@@ -47,8 +46,10 @@ from iggy_spark_testing.chaos import (
     wait_until,
 )
 from iggy_spark_testing.harness import LocalPostgres
+from iggy_spark_testing.job import PipelineJob
 from iggy_spark_testing.oracle import ChangeMessage, OracleReport, check, read_tables, verify
-from iggy_spark_testing.workload import Change, RunStats, Workload
+from iggy_spark_testing.records import Change, RunStats
+from iggy_spark_testing.workload import Workload
 from pg_to_iggy.pipeline import start_pipeline
 from postgres_cdc_source.lsn import format_lsn
 
@@ -116,7 +117,8 @@ def test_oracle_catches_loss_reordering_and_invention(pg: LocalPostgres, name: s
 
 def _perfect_delivery(work: Workload) -> tuple[list[ChangeMessage], list[Change]]:
     """What a flawless pipeline would deliver for ``work``: one partition, in commit order."""
-    messages, changes = [], []
+    messages: list[ChangeMessage] = []
+    changes: list[Change] = []
     for txn in work.transactions:
         commit = format_lsn(0x1000 + txn.index * 0x100)
         for c in txn.changes:

@@ -1,7 +1,7 @@
 """pg_cdc -> iggy_routed as production runs it: the checkpoint in an object store (``s3a://`` on
 a real S3 server, SeaweedFS), executors on hosts that share no disk with the driver (standalone
 workers in their own mount namespaces, an empty ``/tmp`` each), and the driver killed with
-``kill -9`` in the middle of a batch's sends (the scenario: tests/s3_cluster.py).
+``kill -9`` in the middle of a batch's sends (the scenario: tests/support/s3_cluster.py).
 
 Nothing the driver writes locally reaches a task, and nothing a task writes locally reaches the
 driver or the other tasks: whatever the sink needs to skip, on the replay, what landed before
@@ -10,7 +10,7 @@ would: every committed change once, per-row order kept, with the sink's two task
 batch running in parallel on the two workers. The sink's figures (``destinations()`` and the
 ``/metrics`` collector) are read by the query's id, which is all they need wherever the
 checkpoint is, and agree with what landed; the destination cap holds query-wide, across
-batches (tests/s3_cluster.py).
+batches (tests/support/s3_cluster.py).
 """
 
 from __future__ import annotations
@@ -21,7 +21,7 @@ from pathlib import Path
 from typing import Any
 
 import pytest
-from s3_cluster import HELD, OVER_CAP, killed_mid_send
+from support.s3_cluster import HELD, OVER_CAP, killed_mid_send
 from test_metrics import samples
 
 from iggy_local import LocalIggy

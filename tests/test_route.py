@@ -33,7 +33,7 @@ def test_without_defaults_unmatched_rows_keep_a_null_destination(spark: SparkSes
     assert [(r.stream, r.topic) for r in rows] == [("s", "t"), (None, None)]
 
 
-@pytest.mark.parametrize("field,mapping,message", [
+@pytest.mark.parametrize(("field", "mapping", "message"), [
     ("a..b", {"x": "t"}, "bad field path"),
     ("a[0]", {"x": "t"}, "bad field path"),
     ("a", {}, "non-empty"),

@@ -5,7 +5,8 @@ Postgres here is a cluster of its own where role ``app`` must log in with its pa
 (SCRAM), so a wrong password really fails; the broker has a non-default password. Failures are
 forced (wrong password, wrong port, bad options) and everything a user or an operator could see
 is gathered and searched for both secrets. That the broker refuses every command but ping
-before login, and rejects wrong credentials, is tested in test_local_broker.py.
+before login, and rejects wrong credentials, is tested in
+local_broker/test_local_broker_robustness.py.
 
 Known and not fixable here: ``python -m pg_to_iggy.pipeline --dsn ... --url ...`` takes the
 secrets as arguments, which any local user can read in the process list; the test below checks

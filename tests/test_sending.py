@@ -27,7 +27,7 @@ pytestmark = pytest.mark.services
 async def _raised(coro: object, timeout: float = 10.0) -> BaseException:
     try:
         await asyncio.wait_for(coro, timeout)  # type: ignore[arg-type]
-    except BaseException as exc:  # noqa: BLE001 - the exception is the result
+    except BaseException as exc:  # the exception is the result
         return exc
     raise AssertionError("the call succeeded")
 

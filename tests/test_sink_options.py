@@ -5,6 +5,7 @@ Also the shared scalar grammars (:mod:`connector_common.units`) and the error hi
 from __future__ import annotations
 
 import pickle
+import re
 from datetime import timedelta
 
 import pytest
@@ -267,10 +268,9 @@ def test_partition_id_with_existing_topics_needs_no_partition_count() -> None:
 _names = st.sampled_from(["a", "b", "orders", "ops", "x.y_z-1"])
 
 
-@st.composite
-def valid_options(draw: st.DrawFn) -> dict[str, str]:
-    options = {"url": URL}
-    default = draw(st.none() | st.tuples(_names, _names))
+def _draw_admission(draw: st.DrawFn, options: dict[str, str],
+                    default: tuple[str, str] | None) -> None:
+    """The default destination, what a missing one does, and the admission list."""
     if default:
         options["default_stream"], options["default_topic"] = default
         if draw(st.booleans()):
@@ -289,6 +289,10 @@ def valid_options(draw: st.DrawFn) -> dict[str, str]:
         entries = draw(st.lists(st.tuples(_names, _names), min_size=1, max_size=3))
         entries = [e for e in entries if e != default] or [("never", "used")]
         options["admission.denylist"] = " , ".join(f"{s}/{t}" for s, t in entries)
+
+
+def _draw_destinations(draw: st.DrawFn, options: dict[str, str]) -> None:
+    """What a refused destination does, the key encoding and how topics are created."""
     policy = draw(st.sampled_from(["error", "drop", "dlq", None]))
     if policy is not None:
         options["on_admission_failure"] = policy
@@ -312,6 +316,14 @@ def valid_options(draw: st.DrawFn) -> dict[str, str]:
             options["topic_defaults.max_size"] = draw(
                 st.sampled_from(["unlimited", "1", "10MB", "2GiB", "1tb"])
             )
+
+
+@st.composite
+def valid_options(draw: st.DrawFn) -> dict[str, str]:
+    options = {"url": URL}
+    default = draw(st.none() | st.tuples(_names, _names))
+    _draw_admission(draw, options, default)
+    _draw_destinations(draw, options)
     for name, values in {
         "admission.max_destinations": st.integers(1, 10**6).map(str),
         "circuit_breaker.failure_threshold": st.integers(1, 100).map(str),
@@ -394,7 +406,7 @@ def test_durations(text: str, expected: timedelta) -> None:
 @pytest.mark.parametrize("text", ["", "s", "1x", "-1s", "1e3", "1,5s", "1 s 2", "inf", "nan",
                                   "99999999999999d"])
 def test_bad_durations(text: str) -> None:
-    with pytest.raises(ValueError):
+    with pytest.raises(ValueError, match=f"got '{re.escape(text)}'|duration '{text}' is too large"):
         parse_duration(text)
 
 
@@ -409,7 +421,7 @@ def test_byte_sizes(text: str, expected: int) -> None:
 
 @pytest.mark.parametrize("text", ["", "MB", "1.5MB", "-1", "1PB", "ten"])
 def test_bad_byte_sizes(text: str) -> None:
-    with pytest.raises(ValueError):
+    with pytest.raises(ValueError, match=f"expected a size such as .*, got '{re.escape(text)}'"):
         parse_byte_size(text)
 
 
@@ -417,7 +429,7 @@ def test_bools_and_ints() -> None:
     assert parse_bool(" TRUE ") is True and parse_bool("false") is False
     assert parse_int("007", minimum=0) == 7
     for text in ["", "+1", "1_000", "0x10", "1.0"]:
-        with pytest.raises(ValueError):
+        with pytest.raises(ValueError, match=f"expected a whole number, got '{re.escape(text)}'"):
             parse_int(text, minimum=0)
     with pytest.raises(ValueError, match="between 1 and 3"):
         parse_int("4", minimum=1, maximum=3)
@@ -460,13 +472,15 @@ def test_error_messages_read_well_in_spark_wrappers() -> None:
 
 
 def test_error_keeps_its_cause_locally() -> None:
-    try:
+    def send() -> None:
         try:
             raise RuntimeError("Disconnected")
         except RuntimeError as exc:
             raise SendError("s", "t", str(exc)) from exc
-    except SendError as error:
-        assert isinstance(error.__cause__, RuntimeError)
+
+    with pytest.raises(SendError) as info:
+        send()
+    assert isinstance(info.value.__cause__, RuntimeError)
 
 
 def test_a_query_without_its_own_checkpoint_is_warned_to_have_a_name() -> None:

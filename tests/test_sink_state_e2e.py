@@ -25,13 +25,13 @@ from psycopg import sql
 from iggy_local import LocalIggy
 from iggy_spark import read_ledger
 from iggy_spark_testing.chaos import (
-    PipelineJob,
     committed_end,
     flush_lsn,
     read_checkpoint,
     wait_until,
 )
 from iggy_spark_testing.harness import LocalPostgres
+from iggy_spark_testing.job import PipelineJob
 from iggy_spark_testing.oracle import read_back
 from iggy_spark_testing.readback import connect
 
@@ -48,7 +48,8 @@ class SessionCheckpointJob(PipelineJob):
                  source: dict[str, str], sink: dict[str, str]) -> None:
         super().__init__(dsn=pg.dsn, slot=slot, url=url, checkpoint=root / slot,
                          log_path=log_path)
-        self.command = [sys.executable, str(Path(__file__).parent / "session_checkpoint_job.py"),
+        job = Path(__file__).parent / "support" / "session_checkpoint_job.py"
+        self.command = [sys.executable, str(job),
                         pg.dsn, slot, url, str(root), slot, json.dumps(source), json.dumps(sink)]
 
 

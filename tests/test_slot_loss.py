@@ -14,7 +14,7 @@ from typing import Any
 
 import psycopg
 import pytest
-from pyspark.sql.datasource import ReadAllAvailable
+from pyspark.sql.streaming.datasource import ReadAllAvailable
 
 from iggy_spark_testing.harness import LocalPostgres
 from postgres_cdc_source.errors import ConfigError, SlotError, SlotLostError

@@ -13,7 +13,7 @@ import orjson
 import pytest
 from pyspark.errors import StreamingQueryException
 from pyspark.sql import Row, SparkSession
-from streaming import rows_of, run_available_now
+from support.streaming import rows_of, run_available_now
 from test_slot_loss import write_wal_segments
 
 from iggy_spark_testing.harness import LocalPostgres

@@ -3,7 +3,7 @@
 A workload writes to the tables while the snapshot is taken and read, in several micro-batches
 of several chunks; everything goes through ``iggy_routed`` to one topic per table, partitioned
 by row, and is read back over the SDK as a consumer would. The consumer rebuilds the tables
-from the messages (:func:`snapshot_support.replay`) and they must equal the source tables:
+from the messages (:func:`support.snapshot_support.replay`) and they must equal the source tables:
 strictly (no change applied against the snapshot twice) for an undisturbed run, and as final
 state per key after a driver ``kill -9`` in the middle of the snapshot (docs/pg_cdc.md, "After a
 crash during the snapshot": what a consumer sees).
@@ -22,11 +22,10 @@ import psycopg
 import pytest
 from psycopg import sql
 from pyspark.sql import SparkSession
-from snapshot_support import replay
+from support.snapshot_support import replay
 
 from iggy_local import LocalIggy
 from iggy_spark_testing.chaos import (
-    PipelineJob,
     abandon,
     catch_up_and_stop,
     committed_end,
@@ -37,6 +36,7 @@ from iggy_spark_testing.chaos import (
     wait_until,
 )
 from iggy_spark_testing.harness import LocalPostgres
+from iggy_spark_testing.job import PipelineJob
 from iggy_spark_testing.oracle import read_back, read_tables
 from iggy_spark_testing.readback import messages_in
 from iggy_spark_testing.workload import Workload

@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import itertools
+
 import pytest
 from hypothesis import given
 from hypothesis import strategies as st
@@ -24,7 +26,7 @@ def test_sub_ranges_tile_the_batch_exactly_in_nearly_equal_parts(
     assert len(ranges) == count
     assert ranges[0][0] == start and ranges[-1][1] == end
     assert all(lo < hi for lo, hi in ranges)  # none empty
-    assert all(a[1] == b[0] for a, b in zip(ranges, ranges[1:], strict=False))  # no gap, no overlap
+    assert all(a[1] == b[0] for a, b in itertools.pairwise(ranges))  # no gap, no overlap
     sizes = [hi - lo for lo, hi in ranges]
     assert max(sizes) - min(sizes) <= 1
     assert sub_ranges(start, end, count) == ranges  # a replay is split the same way
@@ -48,5 +50,5 @@ def test_small_batches_stay_one_partition() -> None:
     assert partition_count(0, 31 * mb, 8, 16 * mb) == 1
     assert partition_count(0, 32 * mb, 8, 16 * mb) == 2
     assert partition_count(0, 10_000 * mb, 8, 16 * mb) == 8
-    with pytest.raises(ValueError):
+    with pytest.raises(ValueError, match="partitions and min_bytes must be positive"):
         partition_count(0, mb, 0, 1)

@@ -21,13 +21,13 @@ from iggy_spark.source.options import SourceOptions
 
 
 @pytest.fixture(scope="module")
-def authority(tmp_path_factory: pytest.TempPathFactory) -> Iterator[tuple[trustme.CA, Path]]:
+def authority(tmp_path_factory: pytest.TempPathFactory) -> tuple[trustme.CA, Path]:
     """A certificate authority and the folder its PEM files go to."""
     folder = tmp_path_factory.mktemp("tls")
     ca = trustme.CA()
     ca.cert_pem.write_to_path(str(folder / "ca.pem"))
     trustme.CA().cert_pem.write_to_path(str(folder / "other-ca.pem"))
-    yield ca, folder
+    return ca, folder
 
 
 @pytest.fixture(scope="module")

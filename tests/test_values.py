@@ -147,7 +147,7 @@ def test_malformed_arrays(text: str) -> None:
 
 
 def test_array_element_errors_propagate() -> None:
-    with pytest.raises(ValueError):
+    with pytest.raises(ValueError, match="invalid literal for int"):
         parse_array("{1,x}", int)
 
 

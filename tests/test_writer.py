@@ -17,7 +17,7 @@ from typing import Any
 
 import pyarrow as pa
 import pytest
-from broker_fixtures import connect, create_topic, poll_all, run
+from support.broker_fixtures import connect, create_topic, poll_all, run
 
 from iggy_local import LocalIggy
 from iggy_spark import read_ledger
@@ -62,7 +62,7 @@ def test_null_topic_goes_to_the_default(broker: LocalIggy, name: str) -> None:
 
 
 @pytest.mark.parametrize(
-    "mode,extra",
+    ("mode", "extra"),
     [
         ("open", {}),
         ("allowlist", {"admission.allowlist": "*/t1,*/t2,*/t3"}),
@@ -401,7 +401,7 @@ def test_wrong_credentials_fail_the_task_without_blaming_a_destination(
 def test_prewarm_creates_the_literal_allowlist_entries_once_and_never_raises(
     broker: LocalIggy, name: str, caplog: pytest.LogCaptureFixture
 ) -> None:
-    from broker_fixtures import connect, run
+    from support.broker_fixtures import connect, run
 
     from iggy_spark.sink.writer import prewarm_once
 

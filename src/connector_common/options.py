@@ -16,7 +16,7 @@ from typing import NamedTuple, TypeVar
 
 from connector_common.errors import OptionError
 
-__all__ = ["OptionDoc", "OptionSet", "SPARK_OPTIONS", "option_pair", "parsed"]
+__all__ = ["SPARK_OPTIONS", "OptionDoc", "OptionSet", "option_pair", "parsed"]
 
 T = TypeVar("T")
 

@@ -39,10 +39,22 @@ if TYPE_CHECKING:
     from iggy_spark.sink.monitoring import destinations, read_ledger
 
 __all__ = [
-    "register", "destinations", "route", "read_ledger",
-    "ConnectorError", "MissingDependencyError", "IggySparkError", "ConfigError", "AdmissionError",
-    "EncodingError", "PayloadTooLarge", "DestinationError", "UnknownDestination", "SendError",
-    "ServerError", "StateError",
+    "AdmissionError",
+    "ConfigError",
+    "ConnectorError",
+    "DestinationError",
+    "EncodingError",
+    "IggySparkError",
+    "MissingDependencyError",
+    "PayloadTooLarge",
+    "SendError",
+    "ServerError",
+    "StateError",
+    "UnknownDestination",
+    "destinations",
+    "read_ledger",
+    "register",
+    "route",
 ]
 
 # The sink's helpers, imported on first use: the ``iggy`` source imports this package too, and

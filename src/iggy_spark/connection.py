@@ -13,7 +13,7 @@ import ssl
 import threading
 from collections.abc import Coroutine
 from concurrent.futures import Future
-from typing import TYPE_CHECKING, Any, TypeVar
+from typing import TYPE_CHECKING, Any, ClassVar, TypeVar
 
 from iggy_spark.errors import ServerError
 from iggy_spark.iggy_url import IggyUrl
@@ -29,7 +29,7 @@ T = TypeVar("T")
 class IggyConnection:
     """A connected, logged-in ``IggyClient`` plus the event loop it runs on."""
 
-    _pool: dict[IggyUrl, IggyConnection] = {}
+    _pool: ClassVar[dict[IggyUrl, IggyConnection]] = {}
     _pool_lock = threading.Lock()
 
     def __init__(self, url: IggyUrl) -> None:

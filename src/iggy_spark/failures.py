@@ -86,14 +86,14 @@ async def retrying(
                 client = await asyncio.wait_for(conn.client(), attempt)
             except ServerError:
                 raise
-            except Exception as exc:  # noqa: BLE001 - the SDK raises bare RuntimeErrors
+            except Exception as exc:  # the SDK raises bare RuntimeErrors
                 if is_disconnection(exc):
                     raise
                 raise ServerError(conn.url.server_address, str(exc)) from exc
             return await asyncio.wait_for(call(client), attempt)
         except ServerError:
             raise
-        except Exception as exc:  # noqa: BLE001 - the SDK raises bare RuntimeErrors
+        except Exception as exc:  # the SDK raises bare RuntimeErrors
             if not is_disconnection(exc):
                 raise
             if client is not None:

@@ -50,7 +50,7 @@ from postgres_cdc_source.health import SourceHealth
 
 if TYPE_CHECKING:
     from pyspark.sql import SparkSession
-    from pyspark.sql.streaming import StreamingQueryListener
+    from pyspark.sql.streaming.listener import StreamingQueryListener
 
 __all__ = ["MetricsServer", "serve_metrics"]
 
@@ -299,7 +299,7 @@ def serve_metrics(
     """
     _require_classic(spark)
     from prometheus_client import CollectorRegistry, start_http_server
-    from pyspark.sql.streaming import StreamingQueryListener
+    from pyspark.sql.streaming.listener import StreamingQueryListener
 
     collector = _Collector(None if url is None else IggyUrl.parse(url), state_stream)
 

@@ -23,7 +23,7 @@ if TYPE_CHECKING:
     import pyarrow as pa
     from pyspark.sql import DataFrame
 
-__all__ = ["in_key_order", "DESTINATION"]
+__all__ = ["DESTINATION", "in_key_order"]
 
 DESTINATION = ("stream", "topic", "partition_key")
 """The columns pg_cdc fills and iggy_routed routes by: one key's messages share all three."""

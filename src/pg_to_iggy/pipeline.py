@@ -37,9 +37,9 @@ from pg_to_iggy.ordering import in_key_order
 
 if TYPE_CHECKING:
     from pyspark.sql import SparkSession
-    from pyspark.sql.streaming import StreamingQuery
+    from pyspark.sql.streaming.query import StreamingQuery
 
-__all__ = ["start_pipeline", "main", "JSON_COLUMNS"]
+__all__ = ["JSON_COLUMNS", "main", "start_pipeline"]
 
 DSN_ENV, URL_ENV = "PG_CDC_DSN", "IGGY_URL"
 JSON_COLUMNS = ",".join(JSON_TEXT_COLUMNS)
@@ -96,7 +96,7 @@ def _parallelism(spark: SparkSession) -> int:
     Connect, which has no SparkContext: pass ``min_partitions`` there)."""
     try:
         return max(1, int(spark.sparkContext.defaultParallelism))
-    except Exception:  # noqa: BLE001 - Spark Connect raises its own error types here
+    except Exception:  # Spark Connect raises its own error types here
         return 1
 
 

@@ -35,9 +35,19 @@ if TYPE_CHECKING:
     from postgres_cdc_source.backfill.requests import cancel_backfill, request_backfill
 
 __all__ = [
-    "register", "request_backfill", "cancel_backfill", "abandon_batch",
-    "ConnectorError", "MissingDependencyError", "CdcError", "ConfigError", "SlotError",
-    "SlotLostError", "SourceError", "DecodeError", "BackfillRefused",
+    "BackfillRefused",
+    "CdcError",
+    "ConfigError",
+    "ConnectorError",
+    "DecodeError",
+    "MissingDependencyError",
+    "SlotError",
+    "SlotLostError",
+    "SourceError",
+    "abandon_batch",
+    "cancel_backfill",
+    "register",
+    "request_backfill",
 ]
 
 _NEEDS_PSYCOPG = {

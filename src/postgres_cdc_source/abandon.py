@@ -124,7 +124,7 @@ class _Checkpoint:
             return Path(path).exists()
         from pyarrow import fs
 
-        return self.remote.get_file_info(path).type != fs.FileType.NotFound
+        return bool(self.remote.get_file_info(path).type != fs.FileType.NotFound)
 
     def write_whole(self, path: str, text: str) -> None:
         """Write ``path`` so that a reader sees the old version or the new one, never half."""

@@ -25,7 +25,7 @@ from postgres_cdc_source.decoding import Begin, Change, Commit, LoneMessage
 from postgres_cdc_source.destination_columns import Router
 from postgres_cdc_source.lsn import format_lsn
 
-__all__ = ["transactions", "record_batches", "Spill"]
+__all__ = ["Spill", "record_batches", "transactions"]
 
 
 class Spill:

@@ -13,7 +13,11 @@ from typing import Any, NamedTuple
 import psycopg
 
 __all__ = [
-    "CATALOG_QUERY", "ColumnInfo", "TableInfo", "CatalogLookup", "table_info",
+    "CATALOG_QUERY",
+    "CatalogLookup",
+    "ColumnInfo",
+    "TableInfo",
+    "table_info",
     "table_info_from_rows",
 ]
 

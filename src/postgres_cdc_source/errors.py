@@ -12,8 +12,13 @@ from __future__ import annotations
 from connector_common.errors import ConnectorError, OptionError
 
 __all__ = [
-    "CdcError", "ConfigError", "SlotError", "SlotLostError", "SourceError", "DecodeError",
     "BackfillRefused",
+    "CdcError",
+    "ConfigError",
+    "DecodeError",
+    "SlotError",
+    "SlotLostError",
+    "SourceError",
 ]
 
 

@@ -8,7 +8,7 @@ only at the edges: SQL parameters, offsets in Spark's checkpoint
 
 from __future__ import annotations
 
-__all__ = ["MAX_LSN", "parse_lsn", "format_lsn"]
+__all__ = ["MAX_LSN", "format_lsn", "parse_lsn"]
 
 MAX_LSN = 0xFFFF_FFFF_FFFF_FFFF
 """The largest LSN Postgres can represent (``FFFFFFFF/FFFFFFFF``)."""

@@ -6,7 +6,7 @@ from __future__ import annotations
 
 from connector_common.options import OptionDoc
 
-__all__ = ["OPTION_DOCS", "CDC_ONLY", "POLLING_ONLY"]
+__all__ = ["CDC_ONLY", "OPTION_DOCS", "POLLING_ONLY"]
 
 OPTION_DOCS: tuple[OptionDoc, ...] = (
     OptionDoc(

@@ -22,8 +22,14 @@ from postgres_cdc_source.errors import ConfigError
 from postgres_cdc_source.option_docs import CDC_ONLY, OPTION_DOCS, POLLING_ONLY
 
 __all__ = [
-    "CdcOptions", "PollingOptions", "PLUGINS", "MODES", "SNAPSHOT_MODES", "ON_SLOT_LOST",
-    "MARKER_PREFIX", "redact_dsn",
+    "MARKER_PREFIX",
+    "MODES",
+    "ON_SLOT_LOST",
+    "PLUGINS",
+    "SNAPSHOT_MODES",
+    "CdcOptions",
+    "PollingOptions",
+    "redact_dsn",
 ]
 
 T = TypeVar("T")

@@ -28,8 +28,12 @@ from typing import Any
 import orjson
 
 __all__ = [
-    "SESSION_SETTINGS", "Converter", "converter_for_oid", "converter_for_type_name",
-    "parse_array", "builtin_types",
+    "SESSION_SETTINGS",
+    "Converter",
+    "builtin_types",
+    "converter_for_oid",
+    "converter_for_type_name",
+    "parse_array",
 ]
 
 SESSION_SETTINGS: dict[str, str] = {

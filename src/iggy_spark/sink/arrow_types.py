@@ -9,11 +9,11 @@ __all__ = ["is_binary", "is_text"]
 
 
 def is_text(t: pa.DataType) -> bool:
-    return pa.types.is_string(t) or pa.types.is_large_string(t) or pa.types.is_string_view(t)
+    return bool(pa.types.is_string(t) or pa.types.is_large_string(t) or pa.types.is_string_view(t))
 
 
 def is_binary(t: pa.DataType) -> bool:
-    return (
+    return bool(
         pa.types.is_binary(t)
         or pa.types.is_large_binary(t)
         or pa.types.is_binary_view(t)

@@ -27,8 +27,16 @@ from typing import Any
 import orjson
 
 __all__ = [
-    "Start", "Claim", "Admit", "LedgerRecord", "Record", "StateView", "encode", "decode", "fold",
     "EVERY_TASK",
+    "Admit",
+    "Claim",
+    "LedgerRecord",
+    "Record",
+    "Start",
+    "StateView",
+    "decode",
+    "encode",
+    "fold",
 ]
 
 EVERY_TASK = -1

@@ -43,11 +43,11 @@ from typing import NamedTuple
 
 __all__ = [
     "ORIGIN_HEADER",
-    "Origin",
     "Landed",
+    "Origin",
+    "TailScan",
     "TaskIdentity",
     "landed_count",
-    "TailScan",
 ]
 
 log = logging.getLogger("iggy_spark")

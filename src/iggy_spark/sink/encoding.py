@@ -157,11 +157,12 @@ def _names(batch: pa.RecordBatch, name: str, rows: int) -> list[str | None]:
         return [None] * rows
     if not is_text(array.type):
         raise EncodingError(name, None, f"must be a string column, found {array.type}")
-    return array.to_pylist()
+    return cast("list[str | None]", array.to_pylist())
 
 
 def _bytes(array: pa.Array) -> list[bytes | None]:
-    return (array.cast(pa.binary()) if is_text(array.type) else array).to_pylist()
+    return cast("list[bytes | None]",
+                (array.cast(pa.binary()) if is_text(array.type) else array).to_pylist())
 
 
 def _partitioning(
@@ -190,7 +191,7 @@ def _partitioning(
         raise EncodingError(used, None, f"must be an integer column with "
                             f"partition_key_encoding={encoding}, found {array.type}")
     if encoding is KeyEncoding.PARTITION_ID:
-        return array.to_pylist()
+        return cast("list[Any]", array.to_pylist())
     bad = _check_range(array, used, 0, _MAX_U32, "key_u32 keys", problems)
     return [None if key is None or i in bad else key.to_bytes(4, "little")
             for i, key in enumerate(array.to_pylist())]

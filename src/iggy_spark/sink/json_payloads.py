@@ -96,7 +96,7 @@ def _json_texts(array: pa.Array, name: str, embedded: bool, option: int) -> pa.A
 
 
 def _is_plain_text(t: pa.DataType) -> bool:
-    return pa.types.is_string(t) or pa.types.is_large_string(t)
+    return bool(pa.types.is_string(t) or pa.types.is_large_string(t))
 
 
 def _quoted(text: pa.Array) -> pa.Array:
@@ -142,7 +142,7 @@ def _json_values(array: pa.Array, name: str) -> list[Any]:
     with characters to escape...) as JSON-ready Python values, for orjson."""
     t = array.type
     if t in _FLOATS and pc.all(pc.is_finite(array)).as_py() is not False:
-        return array.to_pylist()
+        return cast("list[Any]", array.to_pylist())
     convert = _converter(t, name)
     values = array.to_pylist()
     return values if convert is None else [convert(v) for v in values]

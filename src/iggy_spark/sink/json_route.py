@@ -16,7 +16,7 @@ from pathlib import Path
 from typing import TYPE_CHECKING
 
 if TYPE_CHECKING:
-    from pyspark.sql import DataFrame
+    from pyspark.sql import Column, DataFrame
 
 __all__ = ["route"]
 
@@ -68,7 +68,7 @@ def route(
     table = _load_mapping(mapping)
     leaf = F.get_json_object(F.col(json_column).cast("string"), "$." + field)
 
-    def lookup(part: int) -> F.Column:
+    def lookup(part: int) -> Column:
         pairs = []
         for key, value in table.items():
             pieces = value.split("/")

@@ -13,9 +13,9 @@ from iggy_spark.sink.report import Ledger
 
 if TYPE_CHECKING:
     from pyspark.sql import DataFrame, SparkSession
-    from pyspark.sql.streaming import StreamingQuery
+    from pyspark.sql.streaming.query import StreamingQuery
 
-__all__ = ["destinations", "read_ledger", "DESTINATIONS_SCHEMA"]
+__all__ = ["DESTINATIONS_SCHEMA", "destinations", "read_ledger"]
 
 DESTINATIONS_SCHEMA = (
     "stream string, topic string, messages long, created boolean, admitted boolean, "

@@ -28,7 +28,7 @@ from connector_common.checkpoints import local_checkpoint
 from iggy_spark.sink.admission import Destination
 from iggy_spark.sink.breaker import BreakerSnapshot, BreakerState, merge_snapshots
 
-__all__ = ["TaskReport", "Ledger", "ledger_path", "LEDGER_FILE"]
+__all__ = ["LEDGER_FILE", "Ledger", "TaskReport", "ledger_path"]
 
 log = logging.getLogger("iggy_spark")
 

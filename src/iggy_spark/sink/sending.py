@@ -25,7 +25,7 @@ from iggy_spark.sink.topic_request import create_topic
 if TYPE_CHECKING:
     import apache_iggy
 
-__all__ = ["Topic", "list_topics", "ensure_topic", "prewarm", "send", "landed"]
+__all__ = ["Topic", "ensure_topic", "landed", "list_topics", "prewarm", "send"]
 
 # StreamNameAlreadyExists and TopicNameAlreadyExists, as the SDK words them (whole message).
 _ALREADY_EXISTS = re.compile(
@@ -98,7 +98,7 @@ async def ensure_topic(
         return await retrying(conn, attempt, timeout)
     except (DestinationError, Disconnected, ServerError):
         raise
-    except Exception as exc:  # noqa: BLE001
+    except Exception as exc:
         raise DestinationError(stream, topic, f"could not be created or read: {exc}") from exc
 
 
@@ -172,7 +172,7 @@ async def send(
         await retrying(conn, attempt, timeout)
     except (Disconnected, ServerError):
         raise
-    except Exception as exc:  # noqa: BLE001
+    except Exception as exc:
         raise SendError(destination.stream, destination.topic, str(exc)) from exc
     return int(state["skipped"]), bool(state["undecided"])
 
@@ -299,6 +299,6 @@ async def landed(
         return await retrying(conn, read, timeout)
     except (Disconnected, ServerError):
         raise
-    except Exception as exc:  # noqa: BLE001
+    except Exception as exc:
         raise SendError(destination.stream, destination.topic,
                         f"could not read the partition tail back: {exc}") from exc

@@ -44,8 +44,15 @@ if TYPE_CHECKING:
     from iggy_spark.connection import IggyConnection
 
 __all__ = [
-    "state_topic", "read", "append", "create", "claim", "admit", "query_key", "checkpoint_query_id",
     "TOPIC_PREFIX",
+    "admit",
+    "append",
+    "checkpoint_query_id",
+    "claim",
+    "create",
+    "query_key",
+    "read",
+    "state_topic",
 ]
 
 TOPIC_PREFIX = "query-"

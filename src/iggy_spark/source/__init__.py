@@ -23,7 +23,7 @@ from iggy_spark.source.progress import lag_from_progress
 if TYPE_CHECKING:
     from pyspark.sql import SparkSession
 
-__all__ = ["register", "lag", "delete_reported_offsets", "SourceError", "DataLoss"]
+__all__ = ["DataLoss", "SourceError", "delete_reported_offsets", "lag", "register"]
 
 
 def register(spark: SparkSession) -> None:

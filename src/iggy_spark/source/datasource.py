@@ -78,6 +78,6 @@ class IggyDataSource(DataSource):
             return options, None
         try:
             return options, to_arrow_schema(schema, timezone="UTC")
-        except Exception as exc:  # noqa: BLE001 - pyspark raises its own types per Spark type
+        except Exception as exc:  # pyspark raises its own types per Spark type
             raise ConfigError("payload_format", f"json cannot fill the schema "
                               f"{schema.simpleString()}: {exc}") from None

@@ -257,5 +257,5 @@ class IggyStreamReader(DataSourceStreamReader, SupportsTriggerAvailableNow):
             return
         try:
             catalog.report(self.options, name, from_json(end))
-        except Exception as exc:  # noqa: BLE001 - monitoring must not stop the query
+        except Exception as exc:  # monitoring must not stop the query
             _log.warning("iggy: reporting offsets as consumer %r failed: %s", name, exc)

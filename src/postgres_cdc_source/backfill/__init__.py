@@ -9,4 +9,4 @@ marker it writes, and the task reading that batch reads the chunk and puts its r
 
 from postgres_cdc_source.backfill.requests import cancel_backfill, request_backfill
 
-__all__ = ["request_backfill", "cancel_backfill"]
+__all__ = ["cancel_backfill", "request_backfill"]

@@ -128,7 +128,7 @@ class BackfillPlanner:
         for lsn, data in messages:
             if lsn <= state.scanned:
                 continue
-            transactional, prefix, content = parse_message(self.options.plugin, data)
+            _transactional, prefix, content = parse_message(self.options.plugin, data)
             if prefix != REQUEST_PREFIX:
                 continue
             request = parse_request(content, self.options.slot)

@@ -24,7 +24,7 @@ from typing import Any
 
 from postgres_cdc_source.lsn import format_lsn, parse_lsn
 
-__all__ = ["Request", "ChunkPlan", "Backfills", "TableProgress"]
+__all__ = ["Backfills", "ChunkPlan", "Request", "TableProgress"]
 
 Key = tuple[str, ...]
 

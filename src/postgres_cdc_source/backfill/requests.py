@@ -29,8 +29,13 @@ from postgres_cdc_source.errors import BackfillRefused
 from postgres_cdc_source.options import MARKER_PREFIX
 
 __all__ = [
-    "REQUEST_PREFIX", "MARKER_PREFIX", "CHANNEL", "request_backfill", "cancel_backfill",
-    "parse_request", "main",
+    "CHANNEL",
+    "MARKER_PREFIX",
+    "REQUEST_PREFIX",
+    "cancel_backfill",
+    "main",
+    "parse_request",
+    "request_backfill",
 ]
 
 REQUEST_PREFIX = "pg_cdc.backfill"

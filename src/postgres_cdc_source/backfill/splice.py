@@ -16,7 +16,7 @@ from postgres_cdc_source.destination_columns import Router
 from postgres_cdc_source.options import MARKER_PREFIX, CdcOptions
 from postgres_cdc_source.snapshot import SnapshotPartition, SnapshotTable, read_chunk
 
-__all__ = ["ChunkRead", "spliced", "is_marker"]
+__all__ = ["ChunkRead", "is_marker", "spliced"]
 
 Unit = tuple[Commit, Iterator[list[Change]]]
 

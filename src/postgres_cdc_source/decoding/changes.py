@@ -46,10 +46,31 @@ from postgres_cdc_source.lsn import format_lsn
 from postgres_cdc_source.values import Converter
 
 __all__ = [
-    "Begin", "Change", "Commit", "LoneMessage", "Event", "PeekRow", "TableFilter",
-    "MessageFilter", "Decoder", "INSERT", "UPDATE", "DELETE", "TRUNCATE", "MESSAGE", "UNCHANGED",
-    "RowShape", "build_change", "empty_change", "message_change", "message_event", "message_prefix",
-    "decode_error", "RawValue", "route_values", "row_json",
+    "DELETE",
+    "INSERT",
+    "MESSAGE",
+    "TRUNCATE",
+    "UNCHANGED",
+    "UPDATE",
+    "Begin",
+    "Change",
+    "Commit",
+    "Decoder",
+    "Event",
+    "LoneMessage",
+    "MessageFilter",
+    "PeekRow",
+    "RawValue",
+    "RowShape",
+    "TableFilter",
+    "build_change",
+    "decode_error",
+    "empty_change",
+    "message_change",
+    "message_event",
+    "message_prefix",
+    "route_values",
+    "row_json",
 ]
 
 INSERT: Final = "insert"
@@ -159,7 +180,7 @@ class RowShape:
     before their tuples are parsed.
     """
 
-    __slots__ = ("schema", "table", "names", "converters", "key", "key_names", "keep")
+    __slots__ = ("converters", "keep", "key", "key_names", "names", "schema", "table")
 
     def __init__(
         self,

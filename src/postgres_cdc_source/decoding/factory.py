@@ -14,7 +14,7 @@ from postgres_cdc_source.decoding.text_format import TEST_DECODING_OPTIONS, Text
 from postgres_cdc_source.decoding.text_lines import message_line
 from postgres_cdc_source.options import CdcOptions
 
-__all__ = ["make_decoder", "plugin_options", "parse_message"]
+__all__ = ["make_decoder", "parse_message", "plugin_options"]
 
 
 def plugin_options(options: CdcOptions, publications: Sequence[str]) -> list[str]:

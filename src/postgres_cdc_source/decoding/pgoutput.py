@@ -57,7 +57,7 @@ from postgres_cdc_source.decoding.changes import (
 from postgres_cdc_source.errors import DecodeError
 from postgres_cdc_source.values import Converter, converter_for_oid
 
-__all__ = ["PgOutputDecoder", "PGOUTPUT_OPTIONS", "pgoutput_options", "read_message"]
+__all__ = ["PGOUTPUT_OPTIONS", "PgOutputDecoder", "pgoutput_options", "read_message"]
 
 PGOUTPUT_OPTIONS: dict[str, str] = {"proto_version": "1"}
 """Options for every pgoutput peek, besides ``publication_names`` (see :func:`pgoutput_options`).
@@ -201,7 +201,8 @@ class PgOutputDecoder:
         self._relations: dict[int, RowShape] = {}
         self._fast: dict[int, _FastShape] = {}  # kept relations only
 
-    def events(self, rows: Iterable[PeekRow]) -> Iterator[Event]:
+    # one branch per message type, inline: a call per message would cost in this hot loop
+    def events(self, rows: Iterable[PeekRow]) -> Iterator[Event]:  # noqa: C901
         xid = -1  # xid of the open transaction; -1 outside one
         seq = 0
         fast = self._fast

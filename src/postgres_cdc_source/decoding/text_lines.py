@@ -8,8 +8,20 @@ import re
 from postgres_cdc_source.decoding.changes import UNCHANGED, RawValue
 
 __all__ = [
-    "HEADER", "TRUNCATE_LINE", "QUALIFIED", "COMMIT_LINE", "HEX", "NO_TUPLE", "UNQUOTED", "BOOL",
-    "BITS", "Columns", "unquote_ident", "value_pattern", "parse_columns", "message_line",
+    "BITS",
+    "BOOL",
+    "COMMIT_LINE",
+    "HEADER",
+    "HEX",
+    "NO_TUPLE",
+    "QUALIFIED",
+    "TRUNCATE_LINE",
+    "UNQUOTED",
+    "Columns",
+    "message_line",
+    "parse_columns",
+    "unquote_ident",
+    "value_pattern",
 ]
 
 Columns = list[tuple[str, str, RawValue]]

@@ -18,14 +18,29 @@ from postgres_cdc_source.decoding.text_lines import (
 )
 from postgres_cdc_source.values import converter_for_oid, converter_for_type_name
 
-__all__ = ["TextTable", "catalog_tuple", "new_tuple", "align"]
+__all__ = ["TextTable", "align", "catalog_tuple", "new_tuple"]
 
 
 class TextTable:
     """Per-table state of one decoder: filter verdict, catalog info and derived shapes."""
 
-    __slots__ = ("schema", "table", "keep", "loaded", "info", "shape", "full", "key_names",
-                 "generated", "printed", "fast", "quoted", "index", "shapes", "warned")
+    __slots__ = (
+        "fast",
+        "full",
+        "generated",
+        "index",
+        "info",
+        "keep",
+        "key_names",
+        "loaded",
+        "printed",
+        "quoted",
+        "schema",
+        "shape",
+        "shapes",
+        "table",
+        "warned",
+    )
 
     def __init__(self, schema: str, table: str, keep: bool) -> None:
         self.schema = schema

@@ -78,7 +78,7 @@ from postgres_cdc_source.polling.offset import PollOffset
 from postgres_cdc_source.polling.table import FRONTIER_QUERY, PolledTable, inspect
 from postgres_cdc_source.values import converter_for_oid
 
-__all__ = ["PgPollingStreamReader", "PollingPartition", "READ_OP", "check_table"]
+__all__ = ["READ_OP", "PgPollingStreamReader", "PollingPartition", "check_table"]
 
 log = logging.getLogger(__name__)
 T = TypeVar("T")

@@ -11,7 +11,7 @@ import psycopg
 from postgres_cdc_source.health import SlotHealth
 from postgres_cdc_source.replication.slots import SlotState
 
-__all__ = ["health", "REREAD_WARN_BYTES", "RestartHolder", "restart_holder", "describe_holder"]
+__all__ = ["REREAD_WARN_BYTES", "RestartHolder", "describe_holder", "health", "restart_holder"]
 
 Conn = psycopg.Connection[Any]
 

@@ -20,7 +20,7 @@ from postgres_cdc_source.replication.slots import (
     slot_state,
 )
 
-__all__ = ["ensure_slot", "drop_lost", "check_failover_supported"]
+__all__ = ["check_failover_supported", "drop_lost", "ensure_slot"]
 
 log = logging.getLogger(__name__)
 

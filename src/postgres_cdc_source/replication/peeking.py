@@ -19,7 +19,7 @@ from postgres_cdc_source.replication import publication
 from postgres_cdc_source.replication.positions import bring_to, temporary_copy
 from postgres_cdc_source.replication.slots import in_use
 
-__all__ = ["Row", "publications", "peek_range", "peek", "peek_messages", "first_commit_end"]
+__all__ = ["Row", "first_commit_end", "peek", "peek_messages", "peek_range", "publications"]
 
 Row = tuple[int, int, "bytes | str"]
 """A peeked change: ``(lsn, xid, data)``."""

@@ -25,7 +25,7 @@ from postgres_cdc_source.replication.slots import (
     standbys_missing,
 )
 
-__all__ = ["insert_lsn", "flush_lsn", "advance", "bring_to", "temporary_copy"]
+__all__ = ["advance", "bring_to", "flush_lsn", "insert_lsn", "temporary_copy"]
 
 log = logging.getLogger(__name__)
 

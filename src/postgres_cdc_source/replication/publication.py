@@ -61,8 +61,20 @@ from psycopg import sql
 from postgres_cdc_source.lsn import format_lsn, parse_lsn
 from postgres_cdc_source.options import CdcOptions
 
-__all__ = ["MARKER", "INSERTS_SUFFIX", "ALL_SUFFIX", "HAS_IDENTITY", "inserts_name", "all_name",
-           "managed_oids", "names", "AllState", "all_state", "reads_from", "admit"]
+__all__ = [
+    "ALL_SUFFIX",
+    "HAS_IDENTITY",
+    "INSERTS_SUFFIX",
+    "MARKER",
+    "AllState",
+    "admit",
+    "all_name",
+    "all_state",
+    "inserts_name",
+    "managed_oids",
+    "names",
+    "reads_from",
+]
 
 log = logging.getLogger(__name__)
 Conn = psycopg.Connection[Any]

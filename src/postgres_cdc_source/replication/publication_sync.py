@@ -19,7 +19,7 @@ from postgres_cdc_source.replication.publication import (
     managed_oids,
 )
 
-__all__ = ["Table", "sync", "listed"]
+__all__ = ["Table", "listed", "sync"]
 
 log = logging.getLogger(__name__)
 Conn = psycopg.Connection[Any]

@@ -12,8 +12,12 @@ from psycopg import sql
 from postgres_cdc_source.errors import SlotError, SlotLostError
 
 __all__ = [
-    "FAILOVER_VERSION", "SlotState", "slot_state", "check_not_lost", "standbys_missing",
+    "FAILOVER_VERSION",
+    "SlotState",
+    "check_not_lost",
     "in_use",
+    "slot_state",
+    "standbys_missing",
 ]
 
 Conn = psycopg.Connection[Any]

@@ -50,6 +50,16 @@ from postgres_cdc_source.snapshot.planning import (
 from postgres_cdc_source.snapshot.reading import READ, SnapshotPartition, read_chunk
 
 __all__ = [
-    "READ", "Position", "PlannedChunk", "Chunk", "SnapshotTable", "SnapshotPartition",
-    "captured_tables", "describe", "plan", "planned_chunks", "read_chunk", "next_bound",
+    "READ",
+    "Chunk",
+    "PlannedChunk",
+    "Position",
+    "SnapshotPartition",
+    "SnapshotTable",
+    "captured_tables",
+    "describe",
+    "next_bound",
+    "plan",
+    "planned_chunks",
+    "read_chunk",
 ]

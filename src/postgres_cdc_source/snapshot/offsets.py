@@ -7,7 +7,7 @@ from __future__ import annotations
 from dataclasses import dataclass
 from typing import Any
 
-__all__ = ["Key", "PlannedChunk", "Position", "chunk_json", "chunk_from_json"]
+__all__ = ["Key", "PlannedChunk", "Position", "chunk_from_json", "chunk_json"]
 
 Key = tuple[str, ...]
 """A chunk bound: the chunk key's values as their output text (``ctid`` as ``(block,0)``)."""

@@ -17,8 +17,15 @@ from postgres_cdc_source.snapshot.offsets import Key, PlannedChunk, Position
 from postgres_cdc_source.sql_names import Name
 
 __all__ = [
-    "Key", "SnapshotTable", "Chunk", "captured_tables", "describe", "key_range", "next_bound",
-    "plan", "planned_chunks",
+    "Chunk",
+    "Key",
+    "SnapshotTable",
+    "captured_tables",
+    "describe",
+    "key_range",
+    "next_bound",
+    "plan",
+    "planned_chunks",
 ]
 
 Conn = psycopg.Connection[Any]

@@ -19,7 +19,7 @@ from postgres_cdc_source.replication import (
     slots,
 )
 
-__all__ = ["RangePlanner", "HELD_BACK_WARN_EVERY"]
+__all__ = ["HELD_BACK_WARN_EVERY", "RangePlanner"]
 
 log = logging.getLogger(__name__)
 

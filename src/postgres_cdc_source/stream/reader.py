@@ -58,7 +58,7 @@ from postgres_cdc_source.stream.coordinator import Coordinator
 from postgres_cdc_source.stream.offset import PENDING, StreamOffset
 from postgres_cdc_source.stream.ranges import RangePlanner
 
-__all__ = ["PgCdcStreamReader", "CdcPartition"]
+__all__ = ["CdcPartition", "PgCdcStreamReader"]
 
 log = logging.getLogger(__name__)
 
@@ -170,7 +170,7 @@ class PgCdcStreamReader(DataSourceStreamReader, SupportsTriggerAvailableNow):
         end_lsn = StreamOffset.from_json(end).lsn
         try:
             self._phases.run(lambda conn: positions.advance(conn, self.options.slot, end_lsn))
-        except Exception as exc:  # noqa: BLE001 - at-most-once callback; see docstring
+        except Exception as exc:  # at-most-once callback; see docstring
             self._commit_failures += 1
             degraded = self._commit_failures >= DEGRADED_AFTER
             log.warning(

@@ -12,6 +12,8 @@ the same way (given the same options).
 
 from __future__ import annotations
 
+import itertools
+
 __all__ = ["partition_count", "sub_ranges"]
 
 
@@ -28,4 +30,4 @@ def sub_ranges(start: int, end: int, count: int) -> list[tuple[int, int]]:
     if count < 1 or end - start < count:
         raise ValueError(f"cannot cut {end - start} bytes into {count} ranges")
     points = [start + (end - start) * i // count for i in range(count + 1)]
-    return list(zip(points, points[1:], strict=False))
+    return list(itertools.pairwise(points))

@@ -52,8 +52,14 @@ class Partition:
     """One partition's log: stamped batches in offset order, and its consumers' offsets."""
 
     __slots__ = (
-        "id", "created_at", "batches", "bases", "timestamps", "next_offset", "size_bytes",
+        "bases",
+        "batches",
         "consumer_offsets",
+        "created_at",
+        "id",
+        "next_offset",
+        "size_bytes",
+        "timestamps",
     )
 
     def __init__(self, partition_id: int, created_at: int) -> None:
@@ -118,8 +124,16 @@ class Topic:
     """A topic's settings and partitions; also the round-robin cursor for Balanced sends."""
 
     __slots__ = (
-        "stream_id", "id", "name", "created_at", "options", "compression", "message_expiry",
-        "max_topic_size", "partitions", "_balanced",
+        "_balanced",
+        "compression",
+        "created_at",
+        "id",
+        "max_topic_size",
+        "message_expiry",
+        "name",
+        "options",
+        "partitions",
+        "stream_id",
     )
 
     def __init__(
@@ -172,7 +186,7 @@ class Topic:
 class Stream:
     """A named group of topics, looked up by id or by name."""
 
-    __slots__ = ("id", "name", "created_at", "options", "topics", "topic_ids")
+    __slots__ = ("created_at", "id", "name", "options", "topic_ids", "topics")
 
     def __init__(self, stream_id: int, name: str, created_at: int, options: bytes) -> None:
         self.id = stream_id

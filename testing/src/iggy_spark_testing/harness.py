@@ -34,9 +34,17 @@ from types import TracebackType
 
 import psycopg
 from psycopg import sql
+from psycopg.rows import TupleRow
 
-__all__ = ["LocalPostgres", "LocalStandby", "ExternalPostgres", "postgres", "DSN_ENV",
-           "WHEEL_VERSION", "default_version"]
+__all__ = [
+    "DSN_ENV",
+    "WHEEL_VERSION",
+    "ExternalPostgres",
+    "LocalPostgres",
+    "LocalStandby",
+    "default_version",
+    "postgres",
+]
 
 DSN_ENV = "PG_CDC_DSN"
 """Environment variable naming an external server (libpq conninfo or URI) for tests and demos."""
@@ -233,7 +241,7 @@ class LocalPostgres:
         shutil.rmtree(self._root, ignore_errors=True)
         self._root = None
 
-    def connect(self, **kwargs: object) -> psycopg.Connection[tuple[object, ...]]:
+    def connect(self, **kwargs: object) -> psycopg.Connection[TupleRow]:
         """An autocommit connection as the superuser, for setup SQL."""
         return psycopg.connect(self.dsn, autocommit=True, **kwargs)  # type: ignore[arg-type]
 
@@ -333,7 +341,7 @@ class ExternalPostgres:
     def stop(self) -> None:
         """Nothing to do: the server is not ours."""
 
-    def connect(self, **kwargs: object) -> psycopg.Connection[tuple[object, ...]]:
+    def connect(self, **kwargs: object) -> psycopg.Connection[TupleRow]:
         return psycopg.connect(self.dsn, autocommit=True, **kwargs)  # type: ignore[arg-type]
 
     def __enter__(self) -> ExternalPostgres:

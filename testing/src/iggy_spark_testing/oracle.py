@@ -19,6 +19,7 @@ that; this module checks it from the outside, as a consumer would:
 from __future__ import annotations
 
 import asyncio
+import itertools
 from collections import Counter, defaultdict
 from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import asdict, dataclass, field
@@ -28,15 +29,16 @@ import orjson
 
 from iggy_spark.sink.encoding import message_id
 from iggy_spark_testing import readback
-from iggy_spark_testing.workload import Change, Key, Row, TableSpec, Transaction, Workload
+from iggy_spark_testing.records import Change, Key, Row, TableSpec, Transaction
+from iggy_spark_testing.workload import Workload
 from postgres_cdc_source.lsn import parse_lsn
 
 __all__ = [
     "ChangeMessage",
     "OracleReport",
+    "check",
     "read_back",
     "read_tables",
-    "check",
     "verify",
 ]
 
@@ -338,7 +340,7 @@ def _check_row_order(
         if len(places) > 1:
             found.add("order", f"{table} {key}: changes spread over partitions {sorted(places)}")
             continue
-        for earlier, later in zip(messages, messages[1:], strict=False):
+        for earlier, later in itertools.pairwise(messages):
             if later.offset < earlier.offset:
                 found.add("order", f"{table} {key}: commit-order change at offset {later.offset}"
                           f" precedes offset {earlier.offset}")

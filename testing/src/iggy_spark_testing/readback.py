@@ -17,7 +17,12 @@ if TYPE_CHECKING:
     import apache_iggy
 
 __all__ = [
-    "Delivered", "connect", "read_topic", "aread_topic", "apoll_partition", "messages_in",
+    "Delivered",
+    "apoll_partition",
+    "aread_topic",
+    "connect",
+    "messages_in",
+    "read_topic",
 ]
 
 _POLL_BATCH = 1000

@@ -13,10 +13,10 @@ from typing import Any
 
 import orjson
 
-from iggy_spark_testing.workload import Key, Row, TableSpec
+from iggy_spark_testing.records import Key, Row, TableSpec
 from postgres_cdc_source.lsn import parse_lsn
 
-__all__ = ["Message", "ordered", "in_stream_order", "replay"]
+__all__ = ["Message", "in_stream_order", "ordered", "replay"]
 
 Message = dict[str, Any]
 READ = "read"

@@ -28,7 +28,7 @@ from types import TracebackType
 
 from iggy_spark_testing.harness import free_port
 
-__all__ = ["SeaweedS3", "s3a_jars", "HADOOP_AWS", "CACHE_ENV"]
+__all__ = ["CACHE_ENV", "HADOOP_AWS", "SeaweedS3", "s3a_jars"]
 
 HADOOP_AWS = "org.apache.hadoop:hadoop-aws:3.5.0"
 """The s3a connector at the version of pyspark 4.3's Hadoop client jars (3.5.0): a mismatch

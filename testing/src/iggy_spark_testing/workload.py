@@ -18,11 +18,9 @@ settled with ``pg_xact_status`` instead of being guessed, so the record stays ex
 >>> work.run(changes=20_000, rate=2_000)             # bounded, at most 2,000 changes/s
 >>> work.transactions[0].changes[0].op               # 'insert'
 
-Values are generated so their expected JSON form is known without asking Postgres: text is
-hostile (quotes, backslashes, SQL and JSON fragments, control characters, right-to-left marks,
-astral-plane characters, and sometimes a few kilobytes that Postgres moves to TOAST storage);
-``numeric(14,2)`` appears as its two-decimals text (``"-12.30"``), as ``pg_cdc`` emits numerics;
-``jsonb`` holds nested objects with hostile keys and no floats (their text form may change).
+The tables, the mix and the record's types are in :mod:`~iggy_spark_testing.records`, the
+values (whose JSON form is known without asking Postgres) in :mod:`~iggy_spark_testing.values`,
+the connections and the settling of lost commits in :mod:`~iggy_spark_testing.sessions`.
 """
 
 from __future__ import annotations
@@ -30,264 +28,28 @@ from __future__ import annotations
 import random
 import threading
 import time
-from collections.abc import Iterator, Mapping, Sequence
-from dataclasses import dataclass, field
-from decimal import Decimal
-from typing import Any, Literal
+from collections.abc import Mapping, Sequence
+from typing import Any
 
 import psycopg
 from psycopg import sql
-from psycopg.types.json import Jsonb
 
-__all__ = [
-    "Column",
-    "TableSpec",
-    "TABLES",
-    "HOSTILE_TEXT",
-    "Change",
-    "Transaction",
-    "Mix",
-    "RunStats",
-    "Workload",
-    "WorkloadError",
-    "BackgroundRun",
-    "iter_changes",
-]
-
-Kind = Literal["int", "text", "numeric", "jsonb"]
-Op = Literal["insert", "update", "delete"]
-Key = tuple[Any, ...]
-Row = dict[str, Any]
-
-_XID_MASK = 0xFFFF_FFFF
-"""``pg_current_xact_id()`` is epoch << 32 | xid; logical decoding reports the 32-bit xid."""
-
-
-class WorkloadError(RuntimeError):
-    """The database did not do what the workload's model predicted, or stayed unreachable."""
-
-
-@dataclass(frozen=True)
-class Column:
-    """One column: its SQL type (trusted text, never user input) and the kind of values it gets."""
-
-    name: str
-    sql_type: str
-    kind: Kind
-
-
-@dataclass(frozen=True)
-class TableSpec:
-    """A table the workload creates and drives. Primary-key columns must be integers."""
-
-    name: str
-    columns: tuple[Column, ...]
-    primary_key: tuple[str, ...]
-    replica_identity_full: bool = False
-
-    def __post_init__(self) -> None:
-        kinds = {c.name: c.kind for c in self.columns}
-        if not self.primary_key or any(kinds.get(k) != "int" for k in self.primary_key):
-            raise ValueError(f"table {self.name!r}: the primary key must be integer columns")
-        if all(c.name in self.primary_key for c in self.columns):
-            raise ValueError(f"table {self.name!r} needs at least one non-key column")
-
-    @property
-    def payload_columns(self) -> tuple[Column, ...]:
-        """The columns an update may change besides the key."""
-        return tuple(c for c in self.columns if c.name not in self.primary_key)
-
-    def key_of(self, row: Mapping[str, Any]) -> Key:
-        return tuple(row[k] for k in self.primary_key)
-
-    def key_json(self, key: Key) -> Row:
-        return dict(zip(self.primary_key, key, strict=True))
-
-
-TABLES: tuple[TableSpec, ...] = (
-    TableSpec(
-        "accounts",
-        (
-            Column("id", "integer", "int"),
-            Column("owner", "text", "text"),
-            Column("balance", "numeric(14,2)", "numeric"),
-            Column("profile", "jsonb", "jsonb"),
-        ),
-        ("id",),
-    ),
-    # REPLICA IDENTITY FULL: Postgres logs the whole old row, so `before` is set and `key` is
-    # the whole old row; the oracle must still find the row by its primary key.
-    TableSpec(
-        "orders",
-        (
-            Column("id", "bigint", "int"),
-            Column("account", "integer", "int"),
-            Column("note", "text", "text"),
-            Column("total", "numeric(14,2)", "numeric"),
-            Column("items", "jsonb", "jsonb"),
-        ),
-        ("id",),
-        replica_identity_full=True,
-    ),
-    # A composite key, so `key` objects have two members and key changes can touch either.
-    TableSpec(
-        "line_items",
-        (
-            Column("id", "integer", "int"),
-            Column("line", "integer", "int"),
-            Column("sku", "text", "text"),
-            Column("qty", "numeric(14,2)", "numeric"),
-            Column("meta", "jsonb", "jsonb"),
-        ),
-        ("id", "line"),
-    ),
+from iggy_spark_testing.records import (
+    TABLES,
+    Change,
+    Column,
+    Key,
+    Mix,
+    Op,
+    Row,
+    RunStats,
+    TableSpec,
+    WorkloadError,
 )
-"""The default tables. Every primary key starts with ``id``, so ``partition_key_from=id`` routes
-every change of a row, in every table, to one partition."""
+from iggy_spark_testing.sessions import Interrupted, Sessions, Txn
+from iggy_spark_testing.values import as_param, random_row, random_value
 
-HOSTILE_TEXT: tuple[str, ...] = (
-    "",
-    " ",
-    "'",
-    "''",
-    '"',
-    "\\",
-    "\\\\'",
-    "a\"; drop table x; --",
-    "Robert'); DROP TABLE students;--",
-    "$$; SELECT pg_sleep(10); $$",
-    "%s %(name)s {} {0}",
-    "E'\\x41'",
-    '{"a": 1',
-    '"}]},{"injected": true}',
-    "\\u0000 is not a NUL",
-    "line\nbreak\r\nand\ttab",
-    "\x01\x02\x1b[31mred\x1b[0m\x7f",
-    "\u202eright-to-left override",
-    "zero\u200bwidth\ufeffbom",
-    "\u2028line separator\u2029",
-    "🦀💥👩‍👩‍👧‍👦",
-    "𝔘𝔫𝔦𝔠𝔬𝔡𝔢",
-    "日本語のテキスト",
-    "é (e + combining acute)",
-    "NaN",
-    "null",
-    "-0",
-    "999999999999999999999999999999",
-    "<script>alert(1)</script>",
-    "../../../../etc/passwd",
-)
-"""Strings that have broken SQL builders, JSON encoders, loggers or terminals somewhere."""
-
-_RANDOM_ALPHABET = (
-    "abcdefghijklmnopqrstuvwxyzABCDEFGHIJKLMNOPQRSTUVWXYZ0123456789"
-    " '\"\\{}[],:;%$\n\t-_/éßøλжπ中文🙂"
-)
-
-
-@dataclass(frozen=True)
-class Change:
-    """One committed row change, as ``pg_cdc`` must report it.
-
-    ``key`` is the row's primary key before the change (update, delete); ``new_key`` and ``row``
-    describe it after (insert, update). ``row`` holds every column in ``pg_cdc``'s JSON form.
-    ``xid`` is the 32-bit transaction id and ``seq`` the change's position in its transaction,
-    which together name the change in ``pg_cdc``'s output.
-    """
-
-    xid: int
-    seq: int
-    table: str
-    op: Op
-    key: Key | None
-    new_key: Key | None
-    row: Row | None
-
-    @property
-    def identity(self) -> Key:
-        """The key the row has once the change is applied (the old one for a delete)."""
-        key = self.new_key if self.new_key is not None else self.key
-        assert key is not None
-        return key
-
-
-@dataclass(frozen=True)
-class Transaction:
-    """A committed transaction: its place in commit order, its xid and its changes in order."""
-
-    index: int
-    xid: int
-    changes: tuple[Change, ...]
-
-
-@dataclass(frozen=True)
-class Mix:
-    """The shape of the workload: operation and transaction weights, value odds, sizes.
-
-    Weights are relative. An ``interleaved`` transaction is a pair on two connections: B
-    begins after A and commits before A, so commit order differs from start order.
-    """
-
-    insert: float = 0.45
-    update: float = 0.35
-    delete: float = 0.20
-    key_change: float = 0.1
-    """Share of updates that also change the primary key."""
-    single: float = 0.35
-    multi: float = 0.30
-    interleaved: float = 0.15
-    rollback: float = 0.08
-    savepoint: float = 0.07
-    """A transaction that rolls back to a savepoint in its middle and then commits."""
-    max_statements: int = 12
-    multi_row: float = 0.15
-    """Odds that an insert is one statement of several rows."""
-    null: float = 0.05
-    hostile: float = 0.3
-    toast: float = 0.02
-    """Odds that a text value is a few kilobytes of incompressible text (stored out of line)."""
-
-    def __post_init__(self) -> None:
-        for name in ("key_change", "multi_row", "null", "hostile", "toast"):
-            if not 0 <= getattr(self, name) <= 1:
-                raise ValueError(f"Mix.{name} must be between 0 and 1")
-        if self.max_statements < 2:
-            raise ValueError("Mix.max_statements must be at least 2")
-
-
-@dataclass
-class RunStats:
-    """What one :meth:`Workload.run` did."""
-
-    transactions: int = 0
-    changes: int = 0
-    rolled_back: int = 0
-    interleaved: int = 0
-    reconnects: int = 0
-    in_doubt_commits: int = 0
-    """Commits whose answer was lost to a fault and were settled with ``pg_xact_status``."""
-    seconds: float = 0.0
-
-    @property
-    def changes_per_second(self) -> float:
-        return self.changes / self.seconds if self.seconds else 0.0
-
-
-class _Interrupted(Exception):
-    """The connection broke; open transactions are gone (settled if they were committing)."""
-
-
-@dataclass
-class _Txn:
-    """An open transaction: its connection, planned changes and its view of the tables."""
-
-    conn: psycopg.Connection[Any]
-    xid: int = 0
-    changes: list[Change] = field(default_factory=list)
-    overlay: dict[tuple[str, Key], Row | None] = field(default_factory=dict)
-    reserved: set[tuple[str, Key]] = field(default_factory=set)
-    savepoint: tuple[int, dict[tuple[str, Key], Row | None]] | None = None
-
+__all__ = ["BackgroundRun", "Workload"]
 
 class _Keys:
     """A set with O(1) random choice: a list plus each member's index in it."""
@@ -320,7 +82,7 @@ class _Keys:
         return self._items[rng.randrange(len(self._items))] if self._items else None
 
 
-class Workload:
+class Workload(Sessions):
     """Random DML on :data:`TABLES` (or your own) in ``schema``, recording what committed.
 
     Not thread-safe: drive it from one thread (a background thread is fine) and read
@@ -340,26 +102,15 @@ class Workload:
     ) -> None:
         if not tables:
             raise ValueError("a workload needs at least one table")
-        self.dsn = dsn
+        super().__init__(dsn, reconnect_timeout, record)
         self.schema = schema
         self.tables = {t.name: t for t in tables}
         self.mix = mix or Mix()
-        self.reconnect_timeout = reconnect_timeout
         self.rng = random.Random(seed)
-        self.record = record
-        """Keep :attr:`transactions`. A soak of millions of changes turns it off: the oracle
-        then has nothing to compare with, but memory stays flat (only the tables are kept)."""
-        self.transactions: list[Transaction] = []
-        """Committed transactions, in commit order (empty unless :attr:`record`)."""
-        self._committed_transactions = 0
         self._rows: dict[str, dict[Key, Row]] = {t: {} for t in self.tables}
         self._live: dict[str, _Keys] = {t: _Keys() for t in self.tables}
         self._dead: dict[str, _Keys] = {t: _Keys() for t in self.tables}
         self._next_id = 1
-        self._committed_changes = 0
-        self._in_doubt = 0
-        self._open: list[_Txn] = []
-        self._conns: list[psycopg.Connection[Any]] = []
         self._sql: dict[tuple[str, str, tuple[str, ...]], sql.Composed] = {}
 
     # -- public surface -----------------------------------------------------------------------
@@ -427,7 +178,7 @@ class Workload:
                 before = self._committed_changes
                 try:
                     self._one_transaction(stats, budget)
-                except _Interrupted:
+                except Interrupted:
                     stats.reconnects += 1
                 stats.changes += self._committed_changes - before
         finally:
@@ -479,7 +230,7 @@ class Workload:
         else:
             self._interleaved(cap, stats)
 
-    def _commit_txn(self, txn: _Txn, statements: int, stats: RunStats) -> None:
+    def _commit_txn(self, txn: Txn, statements: int, stats: RunStats) -> None:
         self._statements(txn, statements)
         self._finish(txn, commit=True)
         stats.transactions += 1
@@ -520,7 +271,7 @@ class Workload:
 
     # -- statements ---------------------------------------------------------------------------
 
-    def _statements(self, txn: _Txn, count: int) -> None:
+    def _statements(self, txn: Txn, count: int) -> None:
         """Plan ``count`` row changes in ``txn``'s view of the tables and run them in a pipeline."""
         planned: list[tuple[sql.Composed | str, Sequence[Any]]] = []
         expect_one: list[bool] = []
@@ -554,14 +305,14 @@ class Workload:
                 )
 
     def _plan_insert(
-        self, txn: _Txn, spec: TableSpec, rows: int
+        self, txn: Txn, spec: TableSpec, rows: int
     ) -> tuple[sql.Composed, Sequence[Any]]:
         params: list[Any] = []
         for _ in range(rows):
             key = self._new_key(txn, spec)
-            row = self._values(spec, key)
+            row = random_row(self.rng, self.mix, spec, key)
             self._record(txn, spec, "insert", None, key, row)
-            params += [self._param(c, row[c.name]) for c in spec.columns]
+            params += [as_param(c, row[c.name]) for c in spec.columns]
         names = tuple(c.name for c in spec.columns)
         one = sql.SQL("({})").format(sql.SQL(", ").join(sql.Placeholder() * len(names)))
         query = sql.SQL("INSERT INTO {} ({}) VALUES {}").format(
@@ -571,7 +322,7 @@ class Workload:
         )
         return query, params
 
-    def _plan_update(self, txn: _Txn, spec: TableSpec) -> tuple[sql.Composed, Sequence[Any]] | None:
+    def _plan_update(self, txn: Txn, spec: TableSpec) -> tuple[sql.Composed, Sequence[Any]] | None:
         key = self._pick_live(txn, spec)
         if key is None:
             return None
@@ -581,18 +332,18 @@ class Workload:
         changed = self.rng.sample(payload, self.rng.randint(1, len(payload)))
         row = dict(old)
         for column in changed:
-            row[column.name] = self._value(column)
+            row[column.name] = random_value(self.rng, self.mix, column)
         new_key = key
         if self.rng.random() < self.mix.key_change:
             new_key = self._new_key(txn, spec)
             row.update(spec.key_json(new_key))
         set_columns = tuple(c.name for c in changed) + (spec.primary_key if new_key != key else ())
         query = self._cached("update", spec, set_columns)
-        params = [self._param(self._column(spec, n), row[n]) for n in set_columns] + list(key)
+        params = [as_param(self._column(spec, n), row[n]) for n in set_columns] + list(key)
         self._record(txn, spec, "update", key, new_key, row)
         return query, params
 
-    def _plan_delete(self, txn: _Txn, spec: TableSpec) -> tuple[sql.Composed, Sequence[Any]] | None:
+    def _plan_delete(self, txn: Txn, spec: TableSpec) -> tuple[sql.Composed, Sequence[Any]] | None:
         key = self._pick_live(txn, spec)
         if key is None:
             return None
@@ -620,7 +371,7 @@ class Workload:
         return query
 
     def _record(
-        self, txn: _Txn, spec: TableSpec, op: Op, key: Key | None, new_key: Key | None,
+        self, txn: Txn, spec: TableSpec, op: Op, key: Key | None, new_key: Key | None,
         row: Row | None,
     ) -> None:
         """Add a planned change to ``txn`` and to its view of the table."""
@@ -635,17 +386,17 @@ class Workload:
 
     # -- keys and the model -------------------------------------------------------------------
 
-    def _view(self, txn: _Txn, table: str, key: Key) -> Row | None:
+    def _view(self, txn: Txn, table: str, key: Key) -> Row | None:
         """The row ``key`` holds as ``txn`` sees it (its own changes first)."""
         if (table, key) in txn.overlay:
             return txn.overlay[(table, key)]
         return self._rows[table].get(key)
 
-    def _held_elsewhere(self, txn: _Txn, item: tuple[str, Key]) -> bool:
+    def _held_elsewhere(self, txn: Txn, item: tuple[str, Key]) -> bool:
         """Another open transaction touched this key: using it would wait on its lock."""
         return any(other is not txn and item in other.reserved for other in self._open)
 
-    def _pick_live(self, txn: _Txn, spec: TableSpec) -> Key | None:
+    def _pick_live(self, txn: Txn, spec: TableSpec) -> Key | None:
         """A key that exists in ``txn``'s view and that no other open transaction holds."""
         own = [k for (t, k), row in txn.overlay.items() if t == spec.name and row is not None]
         for _ in range(6):
@@ -661,7 +412,7 @@ class Workload:
                 return key
         return None
 
-    def _new_key(self, txn: _Txn, spec: TableSpec) -> Key:
+    def _new_key(self, txn: Txn, spec: TableSpec) -> Key:
         """A key free in ``txn``'s view: usually never used, sometimes one that was deleted."""
         dead = self._dead[spec.name].choice(self.rng) if self.rng.random() < 0.1 else None
         if (
@@ -674,7 +425,7 @@ class Workload:
         extra = tuple(self.rng.randint(1, 9) for _ in spec.primary_key[1:])
         return (self._next_id, *extra)
 
-    def _apply(self, txn: _Txn) -> None:
+    def _apply(self, txn: Txn) -> None:
         for (table, key), row in txn.overlay.items():
             if row is None:
                 if self._rows[table].pop(key, None) is not None:
@@ -685,163 +436,12 @@ class Workload:
                 self._live[table].add(key)
                 self._dead[table].discard(key)
 
-    # -- values -------------------------------------------------------------------------------
-
-    def _values(self, spec: TableSpec, key: Key) -> Row:
-        row = spec.key_json(key)
-        for column in spec.payload_columns:
-            row[column.name] = self._value(column)
-        return row
-
-    def _value(self, column: Column) -> Any:
-        """A value in ``pg_cdc``'s JSON form (numerics as text, jsonb as Python objects)."""
-        rng, mix = self.rng, self.mix
-        if rng.random() < mix.null:
-            return None
-        if column.kind == "int":
-            return rng.randint(-(2**31), 2**31 - 1)
-        if column.kind == "numeric":
-            return str(Decimal(rng.randint(-(10**12) + 1, 10**12 - 1)).scaleb(-2))
-        if column.kind == "jsonb":
-            return self._document(2)
-        return self._text()
-
-    def _text(self) -> str:
-        rng, mix = self.rng, self.mix
-        if rng.random() < mix.toast:
-            return "".join(rng.choices(_RANDOM_ALPHABET, k=rng.randint(4000, 9000)))
-        if rng.random() < mix.hostile:
-            return rng.choice(HOSTILE_TEXT)
-        return "".join(rng.choices(_RANDOM_ALPHABET, k=rng.randint(0, 40)))
-
-    def _document(self, depth: int) -> Any:
-        rng = self.rng
-        roll = rng.random()
-        if depth == 0 or roll < 0.4:
-            return rng.choice(
-                [rng.randint(-(2**53), 2**53), True, False, None, self._text()[:200]]
-            )
-        if roll < 0.6:
-            return [self._document(depth - 1) for _ in range(rng.randint(0, 3))]
-        return {self._text()[:30]: self._document(depth - 1) for _ in range(rng.randint(0, 4))}
-
-    @staticmethod
-    def _param(column: Column, value: Any) -> Any:
-        if value is None:
-            return None
-        if column.kind == "numeric":
-            return Decimal(value)
-        if column.kind == "jsonb":
-            return Jsonb(value)
-        return value
-
     @staticmethod
     def _column(spec: TableSpec, name: str) -> Column:
         return next(c for c in spec.columns if c.name == name)
 
     def _table(self, name: str) -> sql.Identifier:
         return sql.Identifier(self.schema, name)
-
-    # -- connections, commits and faults ------------------------------------------------------
-
-    def _connection(self, slot: int) -> psycopg.Connection[Any]:
-        while len(self._conns) <= slot:
-            self._conns.append(self._connect())
-        conn = self._conns[slot]
-        if conn.closed:
-            conn = self._conns[slot] = self._connect()
-        return conn
-
-    def _connect(self) -> psycopg.Connection[Any]:
-        deadline = time.monotonic() + self.reconnect_timeout
-        while True:
-            try:
-                return psycopg.connect(self.dsn, application_name="pg_cdc_workload")
-            except psycopg.OperationalError as exc:
-                if time.monotonic() > deadline:
-                    raise WorkloadError(
-                        f"Postgres unreachable for {self.reconnect_timeout:g}s: "
-                        f"{exc.__class__.__name__}"
-                    ) from None
-                time.sleep(0.5)
-
-    def _begin(self, slot: int) -> _Txn:
-        txn = _Txn(self._connection(slot))
-        self._open.append(txn)
-        [cur] = self._exec(txn, [("SELECT pg_current_xact_id()::text::int8", ())])
-        row = cur.fetchone()
-        assert row is not None
-        txn.xid = int(row[0])
-        return txn
-
-    def _exec(
-        self, txn: _Txn, statements: Sequence[tuple[sql.Composed | str, Sequence[Any]]]
-    ) -> list[psycopg.Cursor[Any]]:
-        """Run statements in one round trip (pipeline mode); a broken connection interrupts."""
-        try:
-            with txn.conn.pipeline():
-                cursors = [txn.conn.execute(query, params) for query, params in statements]
-            return cursors
-        except psycopg.OperationalError:
-            self._lose_connections()
-            raise _Interrupted from None
-
-    def _finish(self, txn: _Txn, *, commit: bool) -> None:
-        """COMMIT (and record) or ROLLBACK; a COMMIT whose answer is lost is looked up."""
-        try:
-            if commit:
-                txn.conn.commit()
-            else:
-                txn.conn.rollback()
-        except psycopg.OperationalError:
-            self._lose_connections()
-            if commit:
-                self._in_doubt += 1
-                if self._settle(txn.xid):
-                    self._committed(txn)
-            raise _Interrupted from None
-        self._open.remove(txn)
-        if commit:
-            self._committed(txn)
-
-    def _committed(self, txn: _Txn) -> None:
-        xid = txn.xid & _XID_MASK
-        changes = tuple(
-            Change(xid, c.seq, c.table, c.op, c.key, c.new_key, c.row) for c in txn.changes
-        )
-        if changes:
-            if self.record:
-                self.transactions.append(Transaction(self._committed_transactions, xid, changes))
-            self._committed_transactions += 1
-            self._committed_changes += len(changes)
-        self._apply(txn)
-
-    def _settle(self, full_xid: int) -> bool:
-        """Whether a transaction whose COMMIT got no answer did commit (asks a new session)."""
-        deadline = time.monotonic() + self.reconnect_timeout
-        while True:
-            with self._connect() as conn:
-                query = "SELECT pg_xact_status(%s::text::xid8)"
-                try:
-                    row = conn.execute(query, (str(full_xid),)).fetchone()
-                except psycopg.errors.InvalidParameterValue:
-                    # "transaction ID ... is in the future": a crash (immediate stop) lost the
-                    # WAL that assigned the id, so its commit record never became durable either
-                    return False
-            status = row[0] if row else None
-            if status in ("committed", "aborted"):
-                return bool(status == "committed")
-            if time.monotonic() > deadline:
-                raise WorkloadError(f"transaction {full_xid} still {status!r}; cannot settle it")
-            time.sleep(0.2)
-
-    def _lose_connections(self) -> None:
-        """A fault broke a connection: drop both (rolling back whatever they had open)."""
-        for conn in self._conns:
-            conn.close()
-        self._conns = []
-        self._open = []
-
 
 class BackgroundRun:
     """A :meth:`Workload.run` on a daemon thread; :meth:`join` returns its stats or raises."""
@@ -872,9 +472,3 @@ class BackgroundRun:
             raise self._outcome
         assert self._outcome is not None
         return self._outcome
-
-
-def iter_changes(transactions: Sequence[Transaction]) -> Iterator[Change]:
-    """Every committed change, in commit order."""
-    for txn in transactions:
-        yield from txn.changes

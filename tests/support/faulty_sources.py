@@ -19,8 +19,8 @@ Fault points, in the order Spark reaches them for a batch N:
 With ``mode=polling`` the source's points are ``latest_offset`` (planning batch N+1 fails after
 ``commits/N`` was written, before the destructive step of batch N) and ``reader_commit``.
 
-Spark's Python workers import this module by name, so ``tests/`` must be on their PYTHONPATH
-(conftest.py sets it before the SparkSession starts).
+Spark's Python workers import this module by name (``support.faulty_sources``), so ``tests/``
+must be on their PYTHONPATH (conftest.py sets it before the SparkSession starts).
 """
 
 from __future__ import annotations
@@ -40,8 +40,8 @@ from pyspark.sql.datasource import (
     DataSourceStreamWriter,
     WriterCommitMessage,
 )
-from pyspark.sql.streaming import StreamingQuery
 from pyspark.sql.streaming.datasource import ReadLimit
+from pyspark.sql.streaming.query import StreamingQuery
 from pyspark.sql.types import StructType
 
 from iggy_spark.sink.datasource import IggyRoutedDataSource

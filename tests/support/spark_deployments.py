@@ -21,7 +21,7 @@ import pyspark
 from iggy_spark_testing.harness import free_port
 
 SPARK_HOME = Path(pyspark.__file__).resolve().parent
-ROOT = Path(__file__).resolve().parent.parent
+ROOT = Path(__file__).resolve().parents[2]
 """The checkout: workers on a disk of their own still see it (its venv and sources)."""
 
 

@@ -6,7 +6,8 @@ from __future__ import annotations
 from collections.abc import Sequence
 
 import apache_iggy
-from broker_fixtures import connect, create_topic, run
+
+from support.broker_fixtures import connect, create_topic, run
 
 
 def payload(topic: str, partition: int, index: int) -> bytes:

@@ -24,16 +24,17 @@ from pathlib import Path
 
 import psycopg
 from psycopg import sql
-from spark_deployments import standalone_cluster
 
 from iggy_local import LocalIggy
-from iggy_spark_testing.chaos import PipelineJob, prepare_capture, wait_until
+from iggy_spark_testing.chaos import prepare_capture, wait_until
+from iggy_spark_testing.job import PipelineJob
 from iggy_spark_testing.oracle import read_back
 from iggy_spark_testing.readback import messages_in
 from iggy_spark_testing.s3 import SeaweedS3
 from iggy_spark_testing.workload import Workload
+from support.spark_deployments import standalone_cluster
 
-__all__ = ["Outcome", "killed_mid_send", "batches", "HELD", "OVER_CAP"]
+__all__ = ["HELD", "OVER_CAP", "Outcome", "batches", "killed_mid_send"]
 
 HELD = 150
 """Messages of the held topic that land, per kill, before the broker refuses its sends."""

@@ -1,0 +1,1 @@
+"""The local broker's wire tests."""
