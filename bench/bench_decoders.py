@@ -23,15 +23,10 @@ from typing import Any
 
 from bench.common import machine, results_dir
 from iggy_spark_testing.harness import postgres
+from postgres_cdc_source.catalog import CATALOG_QUERY, TableInfo, table_info_from_rows
 from postgres_cdc_source.decoding import Change, Decoder, PeekRow
 from postgres_cdc_source.decoding.pgoutput import PgOutputDecoder, pgoutput_options
-from postgres_cdc_source.decoding.text_format import (
-    CATALOG_QUERY,
-    TEST_DECODING_OPTIONS,
-    TableInfo,
-    TextFormatDecoder,
-    table_info_from_rows,
-)
+from postgres_cdc_source.decoding.text_format import TEST_DECODING_OPTIONS, TextFormatDecoder
 from postgres_cdc_source.values import SESSION_SETTINGS
 
 REFERENCE = 65_000  # changes/s of the hand-written pgoutput loop, decode + JSON

@@ -71,7 +71,7 @@ def time_read(reader: PgCdcStreamReader, start: dict[str, Any], end: dict[str, A
 
 def time_first_change(server: LocalPostgres, options: CdcOptions, end: dict[str, Any]) -> float:
     with server.connect() as conn, common.stopwatch() as elapsed:
-        pubs = peeking.publications(conn, options)
+        pubs = peeking.publications(conn, options, parse_lsn(end["lsn"]))
         conn.autocommit = False
         found = peeking.first_commit_end(conn, options, parse_lsn(end["lsn"]), pubs)
         conn.rollback()
