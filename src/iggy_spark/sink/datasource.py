@@ -19,6 +19,8 @@ SESSION_CHECKPOINT_WARNING = (
     "full)"
 )
 
+_warned_session_checkpoint = False
+
 
 def session_checkpoint_warning(options: Mapping[str, str]) -> str | None:
     """The warning for a query on the session-wide checkpoint, or ``None``.
@@ -57,7 +59,11 @@ class IggyRoutedDataSource(DataSource):
         options = RoutedOptions.from_options(self.options)
         check_columns(schema, options)
         migrate_once(options, self.options.get("checkpointlocation"))
-        if (line := session_checkpoint_warning(self.options)) is not None:
+        # Spark builds a writer for every micro-batch: warn once per driver process, not per batch
+        global _warned_session_checkpoint
+        line = session_checkpoint_warning(self.options)
+        if line is not None and not _warned_session_checkpoint:
+            _warned_session_checkpoint = True
             warn(line)
         prewarm_once(options)
         return IggyRoutedStreamWriter(options)
