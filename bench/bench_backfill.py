@@ -32,9 +32,9 @@ from typing import Any
 
 import orjson
 import psycopg
-from pyspark.sql.streaming.datasource import ReadAllAvailable
 
 from bench import bench_snapshot, common
+from connector_common.spark_versions import ReadAllAvailable
 from iggy_spark_testing.harness import postgres
 from postgres_cdc_source.backfill import request_backfill
 from postgres_cdc_source.options import CdcOptions

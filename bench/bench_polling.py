@@ -97,8 +97,7 @@ def handwritten_rows(dsn: str, limit: int | None = None) -> list[tuple[bytes, by
 
 def check_same_json(dsn: str, rows: int = 200) -> int:
     """Assert the hand-written loop's key/after equal ``pg_cdc`` polling's for ``rows`` rows."""
-    from pyspark.sql.streaming.datasource import ReadMaxRows
-
+    from connector_common.spark_versions import ReadMaxRows
     from postgres_cdc_source.options import CdcOptions
     from postgres_cdc_source.polling.reader import PgPollingStreamReader
 

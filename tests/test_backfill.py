@@ -12,8 +12,8 @@ from typing import Any
 
 import pytest
 from psycopg import sql
-from pyspark.sql.streaming.datasource import ReadAllAvailable
 
+from connector_common.spark_versions import ReadAllAvailable
 from iggy_spark_testing.harness import LocalPostgres
 from postgres_cdc_source import snapshot
 from postgres_cdc_source.backfill import cancel_backfill, request_backfill, visibility

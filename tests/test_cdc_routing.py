@@ -7,8 +7,8 @@ directly), so the test covers what each plugin actually sends for updates and de
 from __future__ import annotations
 
 import pytest
-from pyspark.sql.streaming.datasource import ReadAllAvailable
 
+from connector_common.spark_versions import ReadAllAvailable
 from iggy_spark_testing.harness import LocalPostgres
 from postgres_cdc_source.errors import ConfigError
 from postgres_cdc_source.lsn import parse_lsn

@@ -14,9 +14,9 @@ from typing import Any
 import pyarrow as pa
 import pytest
 from psycopg import sql
-from pyspark.sql.streaming.datasource import ReadAllAvailable
 from support.broker_fixtures import poll_all
 
+from connector_common.spark_versions import ReadAllAvailable
 from iggy_local import LocalIggy
 from iggy_spark.connection import IggyConnection
 from iggy_spark.sink import outbox, state

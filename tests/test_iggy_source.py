@@ -275,9 +275,9 @@ def test_a_topic_deleted_or_recreated_under_a_running_query_is_named_or_passed_o
     The next planning fails naming the topic and ``fail_on_data_loss``; with it off, the query
     passes the deleted topic over and reads the recreated one from its start (its messages are
     new: none of them was read)."""
-    from pyspark.sql.streaming.datasource import ReadAllAvailable
     from support.broker_fixtures import connect, run
 
+    from connector_common.spark_versions import ReadAllAvailable
     from iggy_spark.source.errors import SourceError
     from iggy_spark.source.options import SourceOptions
     from iggy_spark.source.reader import IggyStreamReader

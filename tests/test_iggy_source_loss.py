@@ -7,9 +7,9 @@ from __future__ import annotations
 from concurrent.futures import Future
 
 import pytest
-from pyspark.sql.streaming.datasource import ReadAllAvailable
 from support.broker_fixtures import poll_reply
 
+from connector_common.spark_versions import ReadAllAvailable
 from iggy_spark.source import catalog, polling
 from iggy_spark.source.errors import DataLoss, SourceError
 from iggy_spark.source.offsets import Position, Range

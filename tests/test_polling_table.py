@@ -7,8 +7,8 @@ import json
 from typing import Any
 
 import pytest
-from pyspark.sql.streaming.datasource import ReadAllAvailable
 
+from connector_common.spark_versions import ReadAllAvailable
 from iggy_spark_testing.harness import LocalPostgres
 from postgres_cdc_source.errors import ConfigError, SourceError
 from postgres_cdc_source.options import CdcOptions, PollingOptions

@@ -14,8 +14,8 @@ from typing import Any
 
 import psycopg
 import pytest
-from pyspark.sql.streaming.datasource import ReadAllAvailable
 
+from connector_common.spark_versions import ReadAllAvailable
 from iggy_spark_testing.harness import LocalPostgres
 from postgres_cdc_source.errors import ConfigError, SlotError, SlotLostError
 from postgres_cdc_source.lsn import parse_lsn

@@ -7,9 +7,9 @@ calls ``commit`` only when a new batch starts: planning itself must release ``st
 from __future__ import annotations
 
 import pytest
-from pyspark.sql.streaming.datasource import ReadAllAvailable
 from test_pg_cdc import slot_position
 
+from connector_common.spark_versions import ReadAllAvailable
 from iggy_spark_testing.harness import LocalPostgres
 from postgres_cdc_source.lsn import format_lsn, parse_lsn
 from postgres_cdc_source.options import CdcOptions

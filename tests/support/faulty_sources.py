@@ -40,10 +40,10 @@ from pyspark.sql.datasource import (
     DataSourceStreamWriter,
     WriterCommitMessage,
 )
-from pyspark.sql.streaming.datasource import ReadLimit
 from pyspark.sql.streaming.query import StreamingQuery
 from pyspark.sql.types import StructType
 
+from connector_common.spark_versions import ReadLimit
 from iggy_spark.sink.datasource import IggyRoutedDataSource
 from iggy_spark.sink.report import TaskReport
 from iggy_spark.sink.writer import IggyRoutedStreamWriter
@@ -98,9 +98,12 @@ class FaultyCdcReader(PgCdcStreamReader):
         super().__init__(reader.options)
         self.fault = fault
 
-    def latestOffset(self, start: dict[str, Any], limit: ReadLimit) -> dict[str, str]:
-        end = super().latestOffset(start, limit)
-        if end != start:  # only when planning a batch: a committed one came before it
+    def latestOffset(
+        self, start: dict[str, Any] | None = None, limit: ReadLimit | None = None
+    ) -> dict[str, Any]:
+        begin = self._starts.start(start, self.initialOffset)  # Spark 4.0/4.1 give no start
+        end = super().latestOffset(begin, limit)
+        if end != begin:  # only when planning a batch: a committed one came before it
             self.fault.fire("latest_offset")
         return end
 
@@ -114,10 +117,13 @@ class FaultyPollingReader(PgPollingStreamReader):
         super().__init__(reader.options)
         self.fault = fault
 
-    def latestOffset(self, start: dict[str, Any], limit: ReadLimit) -> dict[str, Any]:
-        if start.get("tracking") is not None:  # a committed batch's step is due
+    def latestOffset(
+        self, start: dict[str, Any] | None = None, limit: ReadLimit | None = None
+    ) -> dict[str, Any]:
+        begin = self._starts.start(start, self.initialOffset)  # Spark 4.0/4.1 give no start
+        if begin.get("tracking") is not None:  # a committed batch's step is due
             self.fault.fire("latest_offset")
-        return super().latestOffset(start, limit)
+        return super().latestOffset(begin, limit)
 
     def commit(self, end: dict[str, Any]) -> None:
         self.fault.fire("reader_commit")

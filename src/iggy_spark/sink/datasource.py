@@ -66,4 +66,4 @@ class IggyRoutedDataSource(DataSource):
             _warned_session_checkpoint = True
             warn(line)
         prewarm_once(options)
-        return IggyRoutedStreamWriter(options)
+        return IggyRoutedStreamWriter(options, schema)

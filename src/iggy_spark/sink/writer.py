@@ -2,7 +2,7 @@
 
 Each write task routes and admits its rows (:mod:`iggy_spark.sink.task`) and sends them from its
 outbox (:mod:`iggy_spark.sink.outbox`); this module is what Spark calls. Contract with Spark
-(pyspark 4.3): a writer is built on the driver per micro-batch and pickled to its tasks;
+(pyspark 4.0+): a writer is built on the driver per micro-batch and pickled to its tasks;
 :meth:`IggyRoutedStreamWriter.write` runs once per task on an executor and returns a
 :class:`~iggy_spark.sink.report.TaskReport`; :meth:`commit` runs on the driver side after every task
 succeeded, :meth:`abort` after one failed.
@@ -26,8 +26,9 @@ import time
 from collections.abc import Callable, Iterator
 from typing import TYPE_CHECKING, Any, NamedTuple
 
-from pyspark.sql.datasource import DataSourceStreamArrowWriter, WriterCommitMessage
+from pyspark.sql.datasource import WriterCommitMessage
 
+from connector_common.spark_versions import ArrowStreamWriter, arrow_batches
 from iggy_spark.connection import IggyConnection
 from iggy_spark.sink import delivery, sending, state
 from iggy_spark.sink.admission import Destination
@@ -41,6 +42,8 @@ from iggy_spark.sink.task import RoutingTask, known_topics
 
 if TYPE_CHECKING:
     import pyarrow as pa
+    from pyspark.sql import Row
+    from pyspark.sql.types import StructType
 
 __all__ = ["IggyRoutedStreamWriter", "prewarm_once"]
 
@@ -77,25 +80,28 @@ def prewarm_once(options: RoutedOptions) -> None:
               f"ready in {time.monotonic() - started:.2f}s")
 
 
-class IggyRoutedStreamWriter(DataSourceStreamArrowWriter):
+class IggyRoutedStreamWriter(ArrowStreamWriter):
     """Writes each micro-batch's rows to the Iggy destinations they name.
 
-    Small and picklable: options only. Each task finds its query, batch and state itself
-    (Spark's local properties, the control topic), so neither the checkpoint location nor a
-    driver-side plan has to reach it.
+    Small and picklable: options and the input's schema only (pyspark 4.0 hands a stream writer
+    Rows, turned back into Arrow batches with it; 4.1+ hands Arrow batches). Each task finds its
+    query, batch and state itself (Spark's local properties, the control topic), so neither the
+    checkpoint location nor a driver-side plan has to reach it.
     """
 
     def __init__(
         self,
         options: RoutedOptions,
+        schema: StructType | None = None,
         clock: Clock = time.time,
         identify: Callable[[], delivery.TaskIdentity | None] = delivery.task_identity,
     ) -> None:
         self.options = options
+        self.schema = schema
         self.clock = clock  # wall clock: breaker opening times travel between processes
         self.identify = identify  # Spark's TaskContext; tests that play Spark pass their own
 
-    def write(self, iterator: Iterator[pa.RecordBatch]) -> TaskReport:
+    def write(self, iterator: Iterator[pa.RecordBatch | Row]) -> TaskReport:
         identity = self.identify()
         if identity is None or identity.query is None or identity.batch is None:
             warn("iggy_routed: the write task cannot read Spark's query and batch ids; sending "
@@ -111,7 +117,7 @@ class IggyRoutedStreamWriter(DataSourceStreamArrowWriter):
             task = RoutingTask(self.options, start.ledger.admitted, board, start.origin,
                                start.scan, start.admit)
             task.report.query, task.report.state_lost = identity.query, int(start.lost)
-        for batch in iterator:
+        for batch in arrow_batches(iterator, self.schema):
             task.route(batch)
         return task.finish()
 

@@ -61,9 +61,8 @@ class IggyDataSource(DataSource):
     def _plan(self, schema: StructType) -> tuple[SourceOptions, pa.Schema | None]:
         """The parsed options and the Arrow schema payloads are parsed into (``None``: the
         message columns), checked against ``payload_format``."""
-        from pyspark.sql.pandas.types import to_arrow_schema
-
         from connector_common.change_rows import SPARK_SCHEMA
+        from connector_common.spark_versions import arrow_schema
         from iggy_spark.errors import ConfigError
         from iggy_spark.source.options import SourceOptions
         from iggy_spark.source.schema import SCHEMA
@@ -77,7 +76,7 @@ class IggyDataSource(DataSource):
         if form == "binary":
             return options, None
         try:
-            return options, to_arrow_schema(schema, timezone="UTC")
+            return options, arrow_schema(schema)
         except Exception as exc:  # pyspark raises its own types per Spark type
             raise ConfigError("payload_format", f"json cannot fill the schema "
-                              f"{schema.simpleString()}: {exc}") from None
+                              f"{schema.simpleString()}: {exc}") from exc

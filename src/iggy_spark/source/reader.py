@@ -15,14 +15,15 @@ from typing import Any
 
 import pyarrow as pa
 from pyspark.sql.datasource import DataSourceReader, DataSourceStreamReader, InputPartition
-from pyspark.sql.streaming.datasource import (
+
+from connector_common.spark_versions import (
+    BatchStarts,
     ReadAllAvailable,
     ReadLimit,
     ReadMaxBytes,
     ReadMaxRows,
     SupportsTriggerAvailableNow,
 )
-
 from iggy_spark.errors import ConfigError
 from iggy_spark.source import catalog, progress
 from iggy_spark.source.errors import DataLoss, SourceError, raise_or_skip
@@ -133,9 +134,15 @@ class IggyStreamReader(DataSourceStreamReader, SupportsTriggerAvailableNow):
         self._ceiling: dict[Position, int] | None = None
         self._planned: tuple[dict[Position, int], dict[Position, int]] | None = None
         """The latest offsets and the end the last ``latestOffset`` saw and admitted."""
+        self._initial: dict[str, Any] | None = None
+        self._starts = BatchStarts()
 
     def initialOffset(self) -> dict[str, Any]:
-        return to_json(_starting(self.options, catalog.latest(self.options)))
+        """Where a new query starts: resolved once, so that every call (Spark 4.2 asks twice,
+        4.0/4.1 ask after ``latestOffset``) gets the same ``latest``."""
+        if self._initial is None:
+            self._initial = to_json(_starting(self.options, catalog.latest(self.options)))
+        return self._initial
 
     def getDefaultReadLimit(self) -> ReadLimit:
         # Python sources get one limit from Spark (no composite): the messages cap when given,
@@ -157,8 +164,13 @@ class IggyStreamReader(DataSourceStreamReader, SupportsTriggerAvailableNow):
             return progress.report(latest, latest)
         return progress.report(*self._planned)
 
-    def latestOffset(self, start: dict[str, Any], limit: ReadLimit) -> dict[str, Any]:
-        begin = from_json(start)
+    def latestOffset(
+        self, start: dict[str, Any] | None = None, limit: ReadLimit | None = None
+    ) -> dict[str, Any]:
+        """The end of the next batch (Spark 4.0/4.1 pass neither argument: see
+        :class:`~connector_common.spark_versions.BatchStarts`; the options cap it)."""
+        begin = from_json(self._starts.start(start, self.initialOffset))
+        limit = self.getDefaultReadLimit() if limit is None else limit
         # a listed topic deleted under the query is lost data, for fail_on_data_loss: with
         # false it stays passed over at every later planning (no longer in the offsets)
         known = (self.options.topics or ()) if not self.options.fail_on_data_loss else {
@@ -224,6 +236,9 @@ class IggyStreamReader(DataSourceStreamReader, SupportsTriggerAvailableNow):
                          position.topic, why)
 
     def partitions(self, start: dict[str, Any], end: dict[str, Any]) -> Sequence[InputPartition]:
+        self._starts.planned(end)
+        if start == end:  # an empty range: Spark 4.0/4.1 ask for one when a query restarts
+            return []
         begin, stop = from_json(start), from_json(end)
         # a partition whose end went back past the start was recreated (the query passed that
         # over with fail_on_data_loss=false): it is new, read from its start like one

@@ -57,14 +57,15 @@ import pyarrow as pa
 import pyarrow.compute as pc
 from psycopg.types.string import TextLoader
 from pyspark.sql.datasource import DataSourceStreamReader, InputPartition
-from pyspark.sql.streaming.datasource import (
+
+from connector_common.change_rows import ARROW_SCHEMA
+from connector_common.spark_versions import (
+    BatchStarts,
     ReadAllAvailable,
     ReadLimit,
     ReadMaxRows,
     SupportsTriggerAvailableNow,
 )
-
-from connector_common.change_rows import ARROW_SCHEMA
 from postgres_cdc_source.connections import (
     DriverConnection,
     connect_with_retry,
@@ -117,6 +118,7 @@ class PgPollingStreamReader(DataSourceStreamReader, SupportsTriggerAvailableNow)
         self._table: PolledTable | None = None
         self._target: int | None = None
         self._done: PollOffset | None = None  # the last offset whose destructive step ran
+        self._starts = BatchStarts()
 
     # -- driver side ---------------------------------------------------------------------------
 
@@ -143,8 +145,13 @@ class PgPollingStreamReader(DataSourceStreamReader, SupportsTriggerAvailableNow)
         """Fix the frontier now: rows committed later wait for the next run."""
         self._target = self._driver(_frontier)
 
-    def latestOffset(self, start: dict[str, Any], limit: ReadLimit) -> dict[str, Any]:
-        begin = PollOffset.from_json(start)
+    def latestOffset(
+        self, start: dict[str, Any] | None = None, limit: ReadLimit | None = None
+    ) -> dict[str, Any]:
+        """The end of the next batch (Spark 4.0/4.1 pass neither argument: see
+        :class:`~connector_common.spark_versions.BatchStarts`)."""
+        begin = PollOffset.from_json(self._starts.start(start, self.initialOffset))
+        limit = self.getDefaultReadLimit() if limit is None else limit
         self._catch_up(begin)  # Spark committed the batch ending at `start` before asking
         max_rows = limit.max_rows if isinstance(limit, ReadMaxRows) else None
         return self._driver(lambda conn: self._plan(conn, begin, max_rows)).to_json()
@@ -171,6 +178,7 @@ class PgPollingStreamReader(DataSourceStreamReader, SupportsTriggerAvailableNow)
         return PollOffset(tracking, frontier)
 
     def partitions(self, start: dict[str, Any], end: dict[str, Any]) -> Sequence[InputPartition]:
+        self._starts.planned(end)
         begin, finish = PollOffset.from_json(start), PollOffset.from_json(end)
         return [] if begin == finish else [PollingPartition(self.table, begin, finish)]
 

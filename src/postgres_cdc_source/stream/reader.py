@@ -1,6 +1,7 @@
 """The ``pg_cdc`` streaming reader: LSN offsets, a batch's partitions, peek, and commit.
 
-Contract with Spark (pyspark 4.3; see the docs' delivery semantics):
+Contract with Spark (pyspark 4.2+, and 4.0/4.1 through
+:mod:`connector_common.spark_versions`; see the docs' delivery semantics):
 
 * ``initialOffset``/``latestOffset``/``partitions``/``commit`` run in one long-lived driver-side
   Python process; ``read`` runs on an executor with a pickled copy of this reader, so
@@ -36,13 +37,14 @@ from typing import Any
 import psycopg
 import pyarrow as pa
 from pyspark.sql.datasource import DataSourceStreamReader, InputPartition
-from pyspark.sql.streaming.datasource import (
+
+from connector_common.spark_versions import (
+    BatchStarts,
     ReadAllAvailable,
     ReadLimit,
     ReadMaxBytes,
     SupportsTriggerAvailableNow,
 )
-
 from postgres_cdc_source import snapshot
 from postgres_cdc_source.assembly import record_batches, transactions
 from postgres_cdc_source.backfill.splice import ChunkRead, is_marker, spliced
@@ -89,6 +91,7 @@ class PgCdcStreamReader(DataSourceStreamReader, SupportsTriggerAvailableNow):
         self._ranges = RangePlanner(options)
         self._phases = Coordinator(options, self._ranges)
         self._commit_failures = 0
+        self._starts = BatchStarts()
 
     # -- driver side ---------------------------------------------------------------------------
 
@@ -131,11 +134,20 @@ class PgCdcStreamReader(DataSourceStreamReader, SupportsTriggerAvailableNow):
 
         return self._phases.run(report)
 
-    def latestOffset(self, start: dict[str, Any], limit: ReadLimit) -> dict[str, Any]:
+    def latestOffset(
+        self, start: dict[str, Any] | None = None, limit: ReadLimit | None = None
+    ) -> dict[str, Any]:
+        """The end of the next batch. Spark 4.0/4.1 pass neither argument: the batch starts
+        where the last one planned ended, and ``max_bytes_per_trigger`` caps it."""
+        begin = self._starts.start(start, self.initialOffset)
+        limit = self.getDefaultReadLimit() if limit is None else limit
         max_bytes = limit.max_bytes if isinstance(limit, ReadMaxBytes) else None
-        return self._phases.next_end(StreamOffset.from_json(start), max_bytes).to_json()
+        return self._phases.next_end(StreamOffset.from_json(begin), max_bytes).to_json()
 
     def partitions(self, start: dict[str, Any], end: dict[str, Any]) -> Sequence[InputPartition]:
+        self._starts.planned(end)
+        if start == end:  # an empty range: Spark 4.0/4.1 ask for one when a query restarts
+            return []
         return self._partitions(StreamOffset.from_json(start), StreamOffset.from_json(end))
 
     def _partitions(self, start: StreamOffset, end: StreamOffset) -> Sequence[InputPartition]:
