@@ -16,7 +16,7 @@ from typing import Any
 
 import orjson
 import pytest
-from support.streaming import freeze_mid_batch, logged
+from support.streaming import available_now, freeze_mid_batch, logged
 
 from connector_common.change_rows import JSON_TEXT_COLUMNS, SPARK_SCHEMA
 from iggy_spark_testing.chaos import (
@@ -60,11 +60,11 @@ def test_pg_cdc_to_iggy_and_back_through_spark_with_a_killed_driver(
             job.kill()
 
     out = tmp_path / "table"
-    query = (spark.readStream.format("iggy").option("url", broker.url).option("stream", name)
-             .option("topic_pattern", ".*").option("max_messages_per_trigger", "700").load()
-             .writeStream.format("parquet").option("checkpointLocation", str(tmp_path / "cp"))
-             .trigger(availableNow=True).start(str(out)))
-    query.awaitTermination(120)
+    available_now(lambda: (
+        spark.readStream.format("iggy").option("url", broker.url).option("stream", name)
+        .option("topic_pattern", ".*").option("max_messages_per_trigger", "700").load()
+        .writeStream.format("parquet").option("checkpointLocation", str(tmp_path / "cp"))
+        .trigger(availableNow=True).start(str(out))))
     rows = spark.read.parquet(str(out)).collect()
     delivered = [ChangeMessage(r.stream, r.topic, r.partition, r.offset, int(r.id),
                                orjson.loads(r.payload)) for r in rows]

@@ -19,7 +19,7 @@ from typing import Any
 
 import pytest
 from support.iggy_source_support import payload, seed
-from support.streaming import freeze_mid_batch, logged
+from support.streaming import available_now, freeze_mid_batch, logged
 
 pytestmark = pytest.mark.e2e
 
@@ -51,11 +51,11 @@ def test_a_killed_driver_loses_and_repeats_nothing(
 
     seed(broker.address, name, ["a"], partitions=2, per_partition=100, create=False,
          first=per_partition)  # more arrives while the job is down
-    query = (spark.readStream.format("iggy").option("url", broker.url).option("stream", name)
-             .option("topics", "a").option("max_messages_per_trigger", "1000").load()
-             .writeStream.format("parquet").option("checkpointLocation", str(checkpoint))
-             .trigger(availableNow=True).start(str(out)))
-    query.awaitTermination(60)
+    available_now(lambda: (
+        spark.readStream.format("iggy").option("url", broker.url).option("stream", name)
+        .option("topics", "a").option("max_messages_per_trigger", "1000").load()
+        .writeStream.format("parquet").option("checkpointLocation", str(checkpoint))
+        .trigger(availableNow=True).start(str(out))))
 
     rows = spark.read.parquet(str(out)).select("partition", "offset", "payload").collect()
     total = 2 * (per_partition + 100)

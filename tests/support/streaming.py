@@ -1,4 +1,4 @@
-"""Run a streaming query the way most e2e tests need it: one ``trigger(availableNow=True)`` run
+"""Run a streaming query the way most e2e tests need it: a ``trigger(availableNow=True)`` run
 that collects its micro-batches with ``foreachBatch``, so a test sees exactly the batches Spark
 committed (``foreachBatch`` runs on the driver after a batch was read, before Spark commits it).
 And catch a streaming job in another process in the middle of a batch, to kill it there.
@@ -12,8 +12,30 @@ from collections.abc import Callable
 from pathlib import Path
 
 from pyspark.sql import DataFrame, Row, SparkSession
+from pyspark.sql.streaming import StreamingQuery
 
+from connector_common.spark_versions import READ_LIMITS
 from iggy_spark_testing.chaos import wait_until
+
+
+def available_now(
+    start: Callable[[], StreamingQuery], *, drain: bool = True, timeout: float = 300
+) -> None:
+    """Run the ``trigger(availableNow=True)`` query ``start()`` starts to its end.
+
+    Spark 4.0/4.1 run AvailableNow as a single batch for Python sources (and after a crash only
+    replay the interrupted one): there, with ``drain``, runs follow until one reads nothing,
+    the way the docs tell users to catch up on those versions.
+    """
+    while True:
+        query = start()
+        if not query.awaitTermination(timeout):
+            query.stop()
+            raise AssertionError(f"the availableNow run did not end within {timeout} s")
+        if query.exception() is not None:
+            raise query.exception()  # type: ignore[misc]
+        if READ_LIMITS or not drain or not any(p.numInputRows for p in query.recentProgress):
+            return
 
 
 def run_available_now(
@@ -24,8 +46,10 @@ def run_available_now(
     *,
     fmt: str = "pg_cdc",
     keep_rows: bool = True,
+    drain: bool = True,
 ) -> list[tuple[int, list[Row]]]:
-    """One availableNow run of ``fmt``; returns ``(batch_id, rows)`` for every non-empty batch.
+    """An availableNow run of ``fmt`` (:func:`available_now`); returns ``(batch_id, rows)`` for
+    every non-empty batch.
 
     ``on_batch`` sees each micro-batch first (and may raise to fail it); ``keep_rows=False``
     skips collecting the rows (for batches too large to bring to the driver).
@@ -38,16 +62,13 @@ def run_available_now(
         if keep_rows and (rows := df.collect()):
             batches.append((batch_id, rows))
 
-    query = (
+    available_now(lambda: (
         spark.readStream.format(fmt).options(**options).load()
         .writeStream.foreachBatch(collect)
         .option("checkpointLocation", checkpoint)
         .trigger(availableNow=True)
         .start()
-    )
-    query.awaitTermination()
-    if query.exception() is not None:
-        raise query.exception()  # type: ignore[misc]
+    ), drain=drain)
     return batches
 
 
