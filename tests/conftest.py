@@ -48,6 +48,9 @@ _SERVICE_FIXTURES = {"pg", "broker"}
 # allows, which failed tests at random. Tests that set their own settings inherit these.
 settings.register_profile("suite", deadline=None, suppress_health_check=[HealthCheck.too_slow])
 settings.load_profile("suite")
+# The version tiers draw fewer examples: a property's inputs are values, the same on every
+# pyspark; the whole suite on the newest draws Hypothesis's full default.
+settings.register_profile("tier", settings.get_profile("suite"), max_examples=25)
 
 E2E_PG_VERSION = default_version()
 """The version a Spark test runs against unless it is marked ``pg_versions``: Debian's (15)."""
@@ -71,6 +74,8 @@ def pytest_configure(config: pytest.Config) -> None:
             f"{EXPECT_PYSPARK_ENV}={expected}, but pyspark {pyspark.__version__} is imported"
             f" (from {Path(pyspark.__file__).parent})"
         )
+    if expected:
+        settings.load_profile("tier")
 
 
 def pytest_generate_tests(metafunc: pytest.Metafunc) -> None:

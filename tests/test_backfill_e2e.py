@@ -42,7 +42,7 @@ def _backfill_state(checkpoint: Path) -> dict[str, Any] | None:
     return dict(json.loads(text)).get("backfill")
 
 
-@pytest.mark.spark_tier
+@pytest.mark.oldest_spark
 def test_backfill_across_a_driver_kill_rebuilds_every_table(
     pg: LocalPostgres, broker: LocalIggy, name: str, tmp_path: Path
 ) -> None:

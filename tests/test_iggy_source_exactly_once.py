@@ -26,7 +26,7 @@ pytestmark = pytest.mark.e2e
 JOB = Path(__file__).parent / "support" / "iggy_source_job.py"
 
 
-@pytest.mark.spark_tier
+@pytest.mark.oldest_spark
 def test_a_killed_driver_loses_and_repeats_nothing(
     spark: Any, broker: Any, name: str, tmp_path: Path
 ) -> None:

@@ -205,7 +205,7 @@ def test_a_transaction_larger_than_the_byte_limit_arrives_whole_in_one_batch(
     assert len([s for s in seen if s[2] == 200000]) == 1
 
 
-@pytest.mark.spark_tier
+@pytest.mark.oldest_spark
 def test_available_now_runs_back_to_back_lose_and_repeat_nothing(
     spark: SparkSession, pg: LocalPostgres, name: str, checkpoint: str
 ) -> None:

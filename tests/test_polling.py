@@ -122,7 +122,7 @@ def run(spark: SparkSession, checkpoint: str, options: dict[str, str],
     return [rows for _, rows in run_available_now(spark, checkpoint, options, on_batch, fmt=fmt)]
 
 
-@pytest.mark.spark_tier
+@pytest.mark.oldest_spark
 def test_a_transaction_that_commits_late_is_not_lost(
     spark: SparkSession, pg: LocalPostgres, name: str, checkpoint: str
 ) -> None:
