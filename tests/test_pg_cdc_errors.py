@@ -11,6 +11,7 @@ import subprocess
 import threading
 import time
 from collections.abc import Iterator
+from typing import Any
 
 import psycopg
 import pytest
@@ -20,6 +21,7 @@ from postgres_cdc_source.connections import connect_with_retry
 from postgres_cdc_source.errors import ConfigError, SlotError, SourceError
 from postgres_cdc_source.lsn import format_lsn, parse_lsn
 from postgres_cdc_source.options import CdcOptions
+from postgres_cdc_source.replication import lifecycle
 from postgres_cdc_source.stream.reader import CdcPartition, PgCdcStreamReader
 
 
@@ -113,6 +115,31 @@ def test_a_query_starting_while_postgres_restarts_waits_for_it(name: str) -> Non
             row = conn.execute("SELECT confirmed_flush_lsn::text FROM pg_replication_slots"
                                " WHERE slot_name = %s", (name,)).fetchone()
         assert row is not None and offset["lsn"] == row[0]
+
+
+def test_a_session_lost_between_the_starts_statements_is_started_again(
+    pg: LocalPostgres, name: str, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """The server goes away after the start connected (here: the session is ended from the
+    server, as a restart ends it), so waiting for the connection is not enough: the start runs
+    again instead of failing the query, and finds the slot it may have made."""
+    check = lifecycle.check_failover_supported
+    ended: list[int] = []
+
+    def end_the_first_session(conn: psycopg.Connection[Any], options: Any) -> None:
+        if not ended:
+            ended.append(conn.info.backend_pid)
+            with pg.connect() as admin:
+                admin.execute("SELECT pg_terminate_backend(%s)", (ended[0],))
+        check(conn, options)
+
+    monkeypatch.setattr(lifecycle, "check_failover_supported", end_the_first_session)
+    offset = reader(pg.dsn, name).initialOffset()
+    assert ended
+    with pg.connect() as conn:
+        row = conn.execute("SELECT confirmed_flush_lsn::text FROM pg_replication_slots"
+                           " WHERE slot_name = %s", (name,)).fetchone()
+    assert row is not None and offset["lsn"] == row[0]
 
 
 def test_a_slot_moved_beyond_the_checkpoint_by_someone_else(pg: LocalPostgres, name: str) -> None:

@@ -172,6 +172,35 @@ class DriverConnection:
             self._conn = None
 
 
+def _heals(exc: psycopg.OperationalError | SourceError) -> bool:
+    """Whether waiting can heal ``exc``: the server restarting, a lost session."""
+    return exc.transient if isinstance(exc, SourceError) else is_transient(exc)
+
+
+def waiting_out_restarts(work: Callable[[], T], options: CdcOptions, what: str) -> T:
+    """``work()``, run again while it fails in a way waiting can heal, for up to
+    ``connect_retry_timeout`` after the first failure; ``work`` must be safe to run again.
+
+    For the driver's start of a query, which checks the server and creates the slot over
+    several statements: a restart between them must not fail the query when a restart during
+    any later planning does not (:class:`DriverConnection`).
+    """
+    deadline: float | None = None
+    while True:
+        try:
+            return work()
+        except (psycopg.OperationalError, SourceError) as exc:
+            now = time.monotonic()
+            deadline = deadline or now + options.connect_retry_seconds
+            if not _heals(exc) or now > deadline:
+                if isinstance(exc, SourceError):
+                    raise
+                raise source_error(f"{what} ({options.safe_dsn})", exc, options) from exc
+            log.warning("pg_cdc: lost the connection to Postgres while %s (%s); trying again",
+                        what, exc.sqlstate or type(exc).__name__)
+            time.sleep(1.0)
+
+
 def riding_out_restarts(
     read: Callable[[], Generator[pa.RecordBatch, None, None]], options: CdcOptions, *,
     repeatable: bool,
@@ -204,7 +233,7 @@ def riding_out_restarts(
                     yield batch
             return
         except (psycopg.OperationalError, SourceError) as exc:
-            if not (exc.transient if isinstance(exc, SourceError) else is_transient(exc)):
+            if not _heals(exc):
                 raise
             now = time.monotonic()
             deadline = deadline or now + options.connect_retry_seconds

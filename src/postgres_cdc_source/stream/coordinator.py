@@ -31,7 +31,7 @@ from postgres_cdc_source import snapshot
 from postgres_cdc_source.backfill.planning import BackfillPlanner
 from postgres_cdc_source.backfill.progress import ChunkPlan
 from postgres_cdc_source.backfill.splice import ChunkRead
-from postgres_cdc_source.connections import DriverConnection
+from postgres_cdc_source.connections import DriverConnection, waiting_out_restarts
 from postgres_cdc_source.errors import SlotLostError
 from postgres_cdc_source.lsn import format_lsn
 from postgres_cdc_source.options import CdcOptions
@@ -88,7 +88,10 @@ class Coordinator:
         second call neither finds "our" new slot existing nor drops the exported snapshot.
         """
         if self._initial is None:
-            self._initial = self._initial_offset()
+            # safe to run again: a slot made before the failure is found and kept (with
+            # snapshot=initial its export is gone, so the snapshot reads the tables as they are)
+            self._initial = waiting_out_restarts(self._initial_offset, self.options,
+                                                 "starting the query")
         return self._initial
 
     def _initial_offset(self) -> StreamOffset:
