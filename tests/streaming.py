@@ -1,19 +1,13 @@
 """Run a streaming query the way most e2e tests need it: one ``trigger(availableNow=True)`` run
 that collects its micro-batches with ``foreachBatch``, so a test sees exactly the batches Spark
 committed (``foreachBatch`` runs on the driver after a batch was read, before Spark commits it).
-And catch a streaming job in another process in the middle of a batch, to kill it there.
 """
 
 from __future__ import annotations
 
-import os
-import signal
 from collections.abc import Callable
-from pathlib import Path
 
 from pyspark.sql import DataFrame, Row, SparkSession
-
-from iggy_spark_testing.chaos import wait_until
 
 
 def run_available_now(
@@ -54,33 +48,3 @@ def run_available_now(
 def rows_of(batches: list[tuple[int, list[Row]]]) -> list[Row]:
     """Every row of every batch, in batch order."""
     return [row for _, rows in batches for row in rows]
-
-
-def logged(checkpoint: Path, kind: str) -> int:
-    """How many batches Spark's ``offsets`` (planned) or ``commits`` log at ``checkpoint`` holds."""
-    folder = checkpoint / kind
-    return sum(1 for f in folder.iterdir() if f.name.isdigit()) if folder.exists() else 0
-
-
-def freeze_mid_batch(
-    group: int, checkpoint: Path, timeout: float, *, after: int, alive: Callable[[], bool]
-) -> None:
-    """Stop (SIGSTOP) the process group ``group`` of a streaming job while a batch is in flight:
-    planned and not committed, after ``after`` committed batches. The checkpoint is read again
-    once the group is stopped, so the batch cannot commit between that look and a kill; a
-    batch that committed in the meantime lets the job go on (SIGCONT) to the next one."""
-
-    def in_flight() -> bool:
-        commits = logged(checkpoint, "commits")
-        return commits >= after and logged(checkpoint, "offsets") > commits
-
-    def frozen() -> bool:
-        if not in_flight():
-            return False
-        os.killpg(group, signal.SIGSTOP)
-        if in_flight():
-            return True
-        os.killpg(group, signal.SIGCONT)
-        return False
-
-    wait_until(frozen, timeout, "a batch in flight", every=0.05, alive=alive)

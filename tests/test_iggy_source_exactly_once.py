@@ -19,11 +19,39 @@ from typing import Any
 
 import pytest
 from iggy_source_support import payload, seed
-from streaming import freeze_mid_batch, logged
+
+from iggy_spark_testing.chaos import wait_until
 
 pytestmark = pytest.mark.e2e
 
 JOB = Path(__file__).with_name("iggy_source_job.py")
+
+
+def _entries(checkpoint: Path, kind: str) -> int:
+    folder = checkpoint / kind
+    return sum(1 for f in folder.iterdir() if f.name.isdigit()) if folder.exists() else 0
+
+
+def _freeze_mid_batch(job: subprocess.Popen[bytes], checkpoint: Path, timeout: float) -> None:
+    """Stop (SIGSTOP) the job's process group while a batch is in flight: planned and not
+    committed, after two committed ones. The checkpoint is read again once the group is
+    stopped, so the batch cannot commit between that look and the kill; a batch that committed
+    in the meantime lets the job go on (SIGCONT) to the next one."""
+
+    def in_flight() -> bool:
+        commits = _entries(checkpoint, "commits")
+        return commits >= 2 and _entries(checkpoint, "offsets") > commits
+
+    def frozen() -> bool:
+        if not in_flight():
+            return False
+        os.killpg(job.pid, signal.SIGSTOP)
+        if in_flight():
+            return True
+        os.killpg(job.pid, signal.SIGCONT)
+        return False
+
+    wait_until(frozen, timeout, "a batch in flight", every=0.05, alive=lambda: job.poll() is None)
 
 
 def test_a_killed_driver_loses_and_repeats_nothing(
@@ -39,13 +67,13 @@ def test_a_killed_driver_loses_and_repeats_nothing(
         env={**os.environ, "PYSPARK_SUBMIT_ARGS": "--driver-memory 1g pyspark-shell"})
     try:
         # mid-batch: a few batches done, the next one planned (offsets/N) but not committed
-        freeze_mid_batch(job.pid, checkpoint, 180, after=2, alive=lambda: job.poll() is None)
+        _freeze_mid_batch(job, checkpoint, 180)
     finally:
         with contextlib.suppress(ProcessLookupError):
             os.killpg(job.pid, signal.SIGKILL)
         job.wait()
         log.close()
-    planned, committed = logged(checkpoint, "offsets"), logged(checkpoint, "commits")
+    planned, committed = _entries(checkpoint, "offsets"), _entries(checkpoint, "commits")
     assert committed < planned, "the kill was meant to land mid-batch"
 
     seed(broker.address, name, ["a"], partitions=2, per_partition=100, create=False,
@@ -54,7 +82,7 @@ def test_a_killed_driver_loses_and_repeats_nothing(
              .option("topics", "a").option("max_messages_per_trigger", "1000").load()
              .writeStream.format("parquet").option("checkpointLocation", str(checkpoint))
              .trigger(availableNow=True).start(str(out)))
-    query.awaitTermination(60)
+    query.awaitTermination(300)
 
     rows = spark.read.parquet(str(out)).select("partition", "offset", "payload").collect()
     total = 2 * (per_partition + 100)
