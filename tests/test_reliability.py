@@ -170,56 +170,51 @@ def test_driver_killed_repeatedly(
 
 def run_through(
     spark: SparkSession, dsn: str, url: str, name: str, tmp_path: Path, *, seed: int,
-    rate: float, fault: Callable[[], None],
-) -> tuple[Workload, SlotWatch, tuple[float, float], RunStats]:
-    """The pipeline in this session's Spark, 8,000 changes at ``rate``, and ``fault()`` once
-    2,000 have committed; returns when everything is processed, with the fault's window."""
+    rate: float, faults: dict[int, Callable[[], None]],
+) -> tuple[Workload, SlotWatch, list[tuple[float, float]], RunStats]:
+    """The pipeline in this session's Spark, 8,000 changes at ``rate``, and each fault once as
+    many changes as its key have committed; returns when everything is processed, with the
+    faults' windows."""
     checkpoint = str(tmp_path / "checkpoint")
     work, source = prepare_capture(dsn, name, seed=seed)
     query = start_pipeline(spark, dsn=dsn, slot=name, url=url, checkpoint=checkpoint,
                            source=source, sink=SINK)
+    query.processAllAvailable()  # its start planned: the faults hit a running query
+    windows = []
     with SlotWatch(dsn, name, checkpoint) as watch:
         run = work.start(changes=8_000, rate=rate)
-        wait_until(lambda: work.changes >= 2_000, 60, "the workload to get going")
-        began = time.time()
-        fault()
-        window = (began, time.time())
+        for after, fault in sorted(faults.items()):
+            wait_until(lambda n=after: work.changes >= n, 60, f"{after} changes")
+            began = time.time()
+            fault()
+            windows.append((began, time.time()))
         stats = run.join(90)
         query.processAllAvailable()
         query.stop()
-    return work, watch, window, stats
+    return work, watch, windows, stats
 
 
-def test_broker_unavailable_for_8_seconds(
-    spark: SparkSession, pg: LocalPostgres, name: str, tmp_path: Path
+def test_postgres_restarted_then_the_broker_unavailable_for_8_seconds(
+    spark: SparkSession, name: str, tmp_path: Path
 ) -> None:
-    """Iggy goes away mid-run and comes back 8 s later: sends wait and retry, nothing is lost."""
-    broker = LocalIggy(process=True, data_dir=tmp_path / "iggy").start()
+    """A fast restart of Postgres while changes are written and read: both sides ride it out.
+    Later in the same run Iggy goes away and comes back 8 s later: sends wait and retry.
+    Nothing is lost or sent twice. Both servers are the test's own: the session's are shared
+    with other tests."""
+    with LocalPostgres() as server, LocalIggy(process=True, data_dir=tmp_path / "iggy") as broker:
 
-    def outage() -> None:
-        broker.stop()
-        time.sleep(8)  # the outage itself: several batch intervals
-        broker.start()
+        def outage() -> None:
+            broker.stop()
+            time.sleep(8)  # the outage itself: several batch intervals
+            broker.start()
 
-    try:
-        work, watch, window, _ = run_through(spark, pg.dsn, broker.url, name, tmp_path, seed=2,
-                                             rate=400, fault=outage)
-        assert in_flight(watch.batches(), [window]), "no batch ran while the broker was down"
-        judge(broker.url, work, watch, [window])
-    finally:
-        broker.stop()
-
-
-def test_postgres_restarted_mid_run(spark: SparkSession, broker: LocalIggy, name: str,
-                                    tmp_path: Path) -> None:
-    """A fast restart of Postgres while changes are written and read: both sides ride it out."""
-    with LocalPostgres() as server:  # its own server: the session's is shared with other tests
-        work, watch, window, stats = run_through(
-            spark, server.dsn, broker.url, name, tmp_path, seed=3, rate=800,
-            fault=lambda: server.restart("fast"),
+        work, watch, (restart, down), stats = run_through(
+            spark, server.dsn, broker.url, name, tmp_path, seed=3, rate=400,
+            faults={2_000: lambda: server.restart("fast"), 4_000: outage},
         )
         assert stats.reconnects >= 1, "the restart did not interrupt the workload"
-        judge(broker.url, work, watch, [window])
+        assert in_flight(watch.batches(), [down]), "no batch ran while the broker was down"
+        judge(broker.url, work, watch, [restart, down])
 
 
 @pytest.fixture(scope="module")
