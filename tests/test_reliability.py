@@ -26,13 +26,13 @@ import random
 import time
 from collections.abc import Callable
 from dataclasses import replace
-from functools import partial
 from pathlib import Path
 
 import pytest
 from faulty_sources import POINTS, fired_at, register, start_faulty_pipeline
 from pyspark.errors import StreamingQueryException
 from pyspark.sql import SparkSession
+from pyspark.sql.streaming import StreamingQuery
 
 from iggy_local import LocalIggy
 from iggy_spark.encoding import message_id
@@ -223,32 +223,35 @@ def faulty(spark: SparkSession) -> SparkSession:
     return spark
 
 
-@pytest.mark.parametrize("point", POINTS)
-def test_injected_exception(
-    faulty: SparkSession, pg: LocalPostgres, broker: LocalIggy, name: str, tmp_path: Path,
-    point: str,
+def test_injected_exceptions(
+    faulty: SparkSession, pg: LocalPostgres, broker: LocalIggy, name: str, tmp_path: Path
 ) -> None:
-    """An exception at one point of a batch fails the query; a restart replays and goes on."""
+    """An exception at each point of a batch in turn fails the query; each restart replays and
+    goes on. One run of the pipeline meets every point, one after the other."""
     work, source = prepare_capture(pg.dsn, name, seed=4)
     checkpoint = str(tmp_path / "checkpoint")
-    marker = tmp_path / "armed"
-    fault = {"fault_at": point, "fault_marker": str(marker)}
-    start = partial(
-        start_faulty_pipeline, faulty, checkpoint=checkpoint,
-        source={"dsn": pg.dsn, "slot": name, "batch_rows": "200", **source, **fault},
-        sink={"url": broker.url, **SINK, **fault},
-    )
-    query = start()
+    markers = {point: tmp_path / f"armed-{point}" for point in POINTS}
+
+    def start(point: str) -> StreamingQuery:
+        fault = {"fault_at": point, "fault_marker": str(markers[point])}
+        return start_faulty_pipeline(
+            faulty, checkpoint=checkpoint,
+            source={"dsn": pg.dsn, "slot": name, "batch_rows": "200", **source, **fault},
+            sink={"url": broker.url, **SINK, **fault},
+        )
+
     with SlotWatch(pg.dsn, name, checkpoint) as watch:
         work.run(changes=1_000)
-        query.processAllAvailable()
-        marker.touch()  # armed: the next batch with data trips it
-        work.run(changes=2_000)
-        with pytest.raises(StreamingQueryException, match=f"injected fault at {point}"):
-            query.awaitTermination(90)
-        assert not marker.exists()
-        query = start()
+        for point in POINTS:
+            query = start(point)
+            query.processAllAvailable()  # what came before, the last fault's batch replayed
+            markers[point].touch()  # armed: the next batch with data trips it
+            work.run(changes=1_500)
+            with pytest.raises(StreamingQueryException, match=f"injected fault at {point}"):
+                query.awaitTermination(90)
+            assert not markers[point].exists()
+        query = start(POINTS[0])  # not armed
         work.run(changes=1_000)
         query.processAllAvailable()
         query.stop()
-    judge(broker.url, work, watch, [fired_at(marker)])
+    judge(broker.url, work, watch, [fired_at(marker) for marker in markers.values()])
