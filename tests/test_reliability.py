@@ -81,6 +81,7 @@ def judge(
     return report
 
 
+@pytest.mark.pg_versions(18)  # the oracle is judged here, not the server: one version will do
 def test_oracle_catches_loss_reordering_and_invention(pg: LocalPostgres, name: str) -> None:
     """The oracle itself: a perfect delivery passes, and each kind of damage is counted."""
     work = Workload(pg.dsn, name, seed=11)
