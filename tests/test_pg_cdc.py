@@ -189,10 +189,10 @@ def test_a_transaction_larger_than_the_byte_limit_arrives_whole_in_one_batch(
 ) -> None:
     with pg.connect() as conn:
         conn.execute(f"CREATE TABLE {name} (id int PRIMARY KEY, pad text)")
-    options = make_slot(pg, name, max_bytes_per_trigger="64KB", spill_rows="20000")
+    options = make_slot(pg, name, max_bytes_per_trigger="64KB", spill_rows="5000")
     with pg.connect() as conn:
         conn.execute(f"INSERT INTO {name} VALUES (0, 'before')")
-        conn.execute(f"INSERT INTO {name} SELECT g, md5(g::text) FROM generate_series(1, 200000) g")
+        conn.execute(f"INSERT INTO {name} SELECT g, md5(g::text) FROM generate_series(1, 50000) g")
         conn.execute(f"INSERT INTO {name} VALUES (-1, 'after')")
     seen: list[tuple[int, int, int]] = []
 
@@ -202,9 +202,9 @@ def test_a_transaction_larger_than_the_byte_limit_arrives_whole_in_one_batch(
 
     run_available_now(spark, checkpoint, options, on_batch=count, keep_rows=False)
     per_txn = sorted(seen, key=lambda s: s[1])
-    assert [c for _, _, c in per_txn] == [1, 200000, 1]
-    # whole, and in one batch: the 200,000 rows of the big transaction never split
-    assert len([s for s in seen if s[2] == 200000]) == 1
+    assert [c for _, _, c in per_txn] == [1, 50000, 1]
+    # whole, and in one batch: the 50,000 rows (megabytes, 64KB allowed) never split
+    assert len([s for s in seen if s[2] == 50000]) == 1
 
 
 def test_available_now_runs_back_to_back_lose_and_repeat_nothing(
