@@ -1,5 +1,7 @@
 """The full loop with Spark alone: ``pg_cdc`` → ``iggy_routed`` → ``iggy`` (streaming) → a
-parquet table, the pipeline's driver SIGKILLed mid-batch and restarted.
+parquet table. (The pipeline's driver SIGKILLed mid-batch, and what Iggy then holds, is
+test_reliability.py's; the ``iggy`` source's query killed mid-batch is
+test_iggy_source_exactly_once.py's.)
 
 What lands in the table is judged by the same consistency oracle as the reliability tests
 (:func:`iggy_spark_testing.oracle.check`), fed with the rows the ``iggy`` source read instead
@@ -16,55 +18,34 @@ from typing import Any
 
 import orjson
 import pytest
-from support.streaming import freeze_mid_batch, logged
 
 from connector_common.change_rows import JSON_TEXT_COLUMNS, SPARK_SCHEMA
-from iggy_spark_testing.chaos import (
-    committed_end,
-    flush_lsn,
-    prepare_capture,
-    wait_until,
-)
-from iggy_spark_testing.job import PipelineJob
+from iggy_spark_testing.chaos import prepare_capture
 from iggy_spark_testing.oracle import ChangeMessage, check, read_tables
+from pg_to_iggy.pipeline import start_pipeline
 
 pytestmark = pytest.mark.e2e
 
 
 @pytest.mark.spark_tier
-def test_pg_cdc_to_iggy_and_back_through_spark_with_a_killed_driver(
+def test_pg_cdc_to_iggy_and_back_through_spark(
     spark: Any, pg: Any, broker: Any, name: str, tmp_path: Path
 ) -> None:
     work, source = prepare_capture(pg.dsn, name, seed=7)
-    checkpoint = tmp_path / "pipeline"
-    job = PipelineJob(dsn=pg.dsn, slot=name, url=broker.url, checkpoint=checkpoint,
-                      log_path=tmp_path / "job.log", source=source,
-                      sink={"topic_defaults.partitions_count": "2"})
-    try:
-        job.start()
-        wait_until(lambda: "pg-to-iggy: query" in job.log_tail(400), 120,
-                   "the pipeline's query to start", alive=lambda: job.running)
-        run = work.start(changes=1_500, rate=300)
-        # mid-batch: a batch planned (its offsets written) and not yet committed
-        assert job.pid is not None
-        freeze_mid_batch(job.pid, checkpoint, 60, after=1, alive=lambda: job.running)
-        job.kill()
-        assert logged(checkpoint, "commits") < logged(checkpoint, "offsets")
-        job.start()
-        run.join(120)
-        target = flush_lsn(pg.dsn)
-        wait_until(lambda: (committed_end(checkpoint) or 0) >= target, 120,
-                   "the pipeline to catch up", alive=lambda: job.running)
-    finally:
-        if job.running:
-            job.kill()
+    work.run(changes=1_500)
+    pipeline = start_pipeline(spark, dsn=pg.dsn, slot=name, url=broker.url,
+                              checkpoint=str(tmp_path / "pipeline"), source=source,
+                              sink={"topic_defaults.partitions_count": "2"},
+                              trigger={"availableNow": True})
+    pipeline.awaitTermination(300)
+    assert pipeline.exception() is None
 
     out = tmp_path / "table"
     query = (spark.readStream.format("iggy").option("url", broker.url).option("stream", name)
              .option("topic_pattern", ".*").option("max_messages_per_trigger", "700").load()
              .writeStream.format("parquet").option("checkpointLocation", str(tmp_path / "cp"))
              .trigger(availableNow=True).start(str(out)))
-    query.awaitTermination(120)
+    query.awaitTermination(300)
     rows = spark.read.parquet(str(out)).collect()
     delivered = [ChangeMessage(r.stream, r.topic, r.partition, r.offset, int(r.id),
                                orjson.loads(r.payload)) for r in rows]

@@ -55,7 +55,7 @@ def test_a_killed_driver_loses_and_repeats_nothing(
              .option("topics", "a").option("max_messages_per_trigger", "1000").load()
              .writeStream.format("parquet").option("checkpointLocation", str(checkpoint))
              .trigger(availableNow=True).start(str(out)))
-    query.awaitTermination(60)
+    query.awaitTermination(300)
 
     rows = spark.read.parquet(str(out)).select("partition", "offset", "payload").collect()
     total = 2 * (per_partition + 100)
