@@ -1,13 +1,10 @@
-"""pg_cdc → iggy_routed where users run Spark: a standalone cluster and Spark Connect.
+"""pg_cdc → iggy_routed over Spark Connect, where users run Spark that way: the client only
+describes the query; the formats are discovered, options validated and the data moved by the
+server's Python workers.
 
-The cluster run is the ``pg-to-iggy`` job submitted to a master with two workers, so reading
-and sending happen in executor JVMs and their Python workers, never in the driver; it must
-deliver exactly what the same job delivers in local mode. Two slots created before the writes
-see the same transactions, so both runs produce the same message ids (``<commit_lsn>:<seq>``)
-and payloads, topic by topic and partition by partition.
-
-Over Spark Connect the client only describes the query; the formats are discovered, options
-validated and the data moved by the server's Python workers.
+The ``pg-to-iggy`` job on a standalone cluster (reading and sending in executor JVMs and their
+Python workers, never in the driver) is tests/test_remote_checkpoint.py, whose workers share no
+disk with the driver and whose delivery the consistency oracle checks.
 """
 
 from __future__ import annotations
@@ -19,10 +16,9 @@ from pathlib import Path
 from typing import Any
 
 import pytest
-from support.spark_deployments import connect_server, standalone_cluster
+from support.spark_deployments import connect_server
 
 from iggy_spark_testing.readback import read_topic
-from pg_to_iggy.pipeline import start_pipeline
 from postgres_cdc_source.options import CdcOptions
 from postgres_cdc_source.replication.lifecycle import ensure_slot
 
@@ -54,53 +50,6 @@ def _options(table: str) -> dict[str, str]:
     return {"include_tables": f"public\\.{table}", "topic_from": "kind",
             "default_topic": "created", "partition_key_from": "id",
             "max_bytes_per_trigger": "16KB"}
-
-
-def test_a_standalone_cluster_delivers_exactly_what_local_mode_does(
-    pg: Any, broker: Any, spark: Any, name: str, tmp_path: Path
-) -> None:
-    table = name
-    with pg.connect() as conn:
-        conn.execute(f"CREATE TABLE {table} (id int PRIMARY KEY, kind text, v text)")
-    local_slot, cluster_slot = f"{name}_local", f"{name}_cluster"
-    source = _options(table)
-    for slot_name in (local_slot, cluster_slot):
-        ensure_slot(CdcOptions.from_options({"dsn": pg.dsn, "slot": slot_name, **source}))
-    _write(pg, table)
-    sink = {"topic_defaults.partitions_count": "3", "default_topic": "created"}
-
-    query = start_pipeline(
-        spark, dsn=pg.dsn, slot=local_slot, url=broker.url,
-        checkpoint=str(tmp_path / "local"), source=source,
-        sink={**sink, "default_stream": local_slot}, trigger={"availableNow": True},
-    )
-    query.awaitTermination(300)
-    assert query.exception() is None
-
-    with standalone_cluster(tmp_path / "cluster") as master:
-        args = [sys.executable, "-m", "pg_to_iggy", "--master", master, "--available-now",
-                "--slot", cluster_slot, "--checkpoint", str(tmp_path / "cluster-chk"),
-                "--sink", f"default_stream={cluster_slot}"]
-        args += [f"--source={k}={v}" for k, v in source.items()]
-        args += [f"--sink={k}={v}" for k, v in sink.items()]
-        job = subprocess.run(
-            args, capture_output=True, text=True, timeout=400,
-            env={"PG_CDC_DSN": pg.dsn, "IGGY_URL": broker.url, **_base_env()},
-        )
-        assert job.returncode == 0, job.stderr[-4000:]
-        # the work ran in the workers' executors, not in the driver
-        executor_logs = list((tmp_path / "cluster").glob("work*/app-*/*/stderr"))
-        assert len(executor_logs) >= 1
-
-    local = _delivered(broker.url, local_slot)
-    assert sum(map(len, local.values())) == 300 + 43 + 28  # inserts, updates, deletes
-    assert _delivered(broker.url, cluster_slot) == local
-
-
-def _base_env() -> dict[str, str]:
-    import os
-
-    return {k: v for k, v in os.environ.items() if k not in ("PG_CDC_DSN", "IGGY_URL")}
 
 
 _CONNECT_CLIENT = textwrap.dedent("""

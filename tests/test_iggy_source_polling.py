@@ -47,7 +47,7 @@ def test_small_messages_are_polled_many_at_a_time_and_large_ones_few(
 
 
 @settings(max_examples=60, deadline=None)
-@given(start=st.integers(0, 500), length=st.integers(1, 3_000), size=st.integers(1, 5_000),
+@given(start=st.integers(0, 500), length=st.integers(1, 1_000), size=st.integers(1, 5_000),
        poll_bytes=st.integers(1, 200_000), poll_messages=st.integers(1, 700))
 def test_a_range_is_read_whole_once_with_polls_within_the_limits(
     start: int, length: int, size: int, poll_bytes: int, poll_messages: int

@@ -168,14 +168,15 @@ def test_a_working_pipeline_never_shows_its_passwords(
 def test_the_job_prints_no_password_when_it_fails(
     secured_pg: LocalPostgres, secured_broker: LocalIggy, name: str, tmp_path: Path
 ) -> None:
-    """The job's whole output (Python driver, JVM, workers) after a failed login."""
+    """The job's whole output (Python driver, JVM, workers) after a failed login, with both
+    secrets in the environment (``PG_CDC_DSN``, ``IGGY_URL``), where the docs advise them."""
     prepare_capture(app_dsn(secured_pg), name, seed=23)
     job = subprocess.run(
-        [sys.executable, "-m", "pg_to_iggy", "--master", "local[1]",
-         "--dsn", app_dsn(secured_pg, WRONG), "--slot", name, "--url", iggy_url(secured_broker),
+        [sys.executable, "-m", "pg_to_iggy", "--master", "local[1]", "--slot", name,
          "--checkpoint", str(tmp_path / "checkpoint"), "--available-now"],
         capture_output=True, text=True, timeout=300,
-        env={**os.environ,
+        env={**os.environ, "PG_CDC_DSN": app_dsn(secured_pg, WRONG),
+             "IGGY_URL": iggy_url(secured_broker),
              "PYSPARK_SUBMIT_ARGS": "--conf spark.ui.enabled=false pyspark-shell"},
     )
     assert job.returncode != 0

@@ -2,11 +2,12 @@
 
 The checkpoint is the session-wide ``spark.sql.streaming.checkpointLocation``, never passed to
 the sink (``session_checkpoint_job.py``), so the sink finds its query and its state from
-Spark's task properties and its control topic alone. The driver is ``kill -9``-ed twice while a
-batch is being sent (the broker stops taking sends part way through it); the second restart
-finds no control topic (the local broker has no ``delete_topic``, so the query is pointed at an
-empty ``state_stream``: to the sink that is exactly a deleted topic). Every row must land
-exactly once.
+Spark's task properties and its control topic alone. The driver is ``kill -9``-ed while a batch
+is being sent (the broker stops taking sends part way through it); the restart finds no control
+topic (the local broker has no ``delete_topic``, so the query is pointed at an empty
+``state_stream``: to the sink that is exactly a deleted topic), and its replay must still find
+what landed. Every row must land exactly once. (A replay that finds its state is every other kill
+test's.)
 """
 
 from __future__ import annotations
@@ -61,7 +62,7 @@ def _landed(url: str, stream: str) -> int:
     return asyncio.run(count())
 
 
-def test_kills_and_a_deleted_control_topic_with_a_session_wide_checkpoint_lose_nothing(
+def test_a_kill_and_a_deleted_control_topic_with_a_session_wide_checkpoint_lose_nothing(
     pg: LocalPostgres, broker: LocalIggy, name: str, tmp_path: Path
 ) -> None:
     table = sql.Identifier(name, "t")
@@ -95,8 +96,7 @@ def test_kills_and_a_deleted_control_topic_with_a_session_wide_checkpoint_lose_n
         return _landed(broker.url, name) - last.id * PER_BATCH
 
     try:
-        halves = kill_while_sending(600)  # batch 1, half sent; its replay finds its start
-        halves += kill_while_sending(1000)  # batch 2, half sent; then its state is lost
+        halves = kill_while_sending(600)  # batch 1, half sent; then its state is lost
         query_id = json.loads((checkpoint / "metadata").read_text().splitlines()[0])["id"]
         lost = f"{name}-state"  # the query's control topic is not there
         job.command[-1] = json.dumps({**SINK, "state_stream": lost})

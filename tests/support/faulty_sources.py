@@ -210,7 +210,6 @@ def start_faulty_pipeline(
     """``pg_cdc_faulty`` -> ``iggy_routed_faulty`` with the pipeline's JSON columns."""
     frame: DataFrame = spark.readStream.format("pg_cdc_faulty").options(**source).load()
     writer = frame.writeStream.format("iggy_routed_faulty").options(**sink)
-    # Batches every 2 s: a batch then holds many Arrow batches, so a write fault is partial.
     return writer.option("json_columns", JSON_COLUMNS).option(
         "checkpointLocation", checkpoint
-    ).trigger(processingTime="2 seconds").start()
+    ).start()
