@@ -64,11 +64,11 @@ def test_backfill_across_a_driver_kill_rebuilds_every_table(
         run = work.start(stop=stop, rate=30)  # on through the backfill, the kill, the restart
         request_backfill(pg.dsn, name, [f"{name}.{t}" for t in work.tables])
         wait_until(lambda: ((_backfill_state(checkpoint) or {}).get("queue") or [{}])[0].get(
-            "chunks", 0) >= 2, 120, "two chunks", alive=lambda: job.running)
+            "chunks", 0) >= 2, 300, "two chunks", alive=lambda: job.running)
         job.kill()
         assert _backfill_state(checkpoint), "the backfill finished before the kill"
         job.start()
-        wait_until(lambda: _backfill_state(checkpoint) is None, 180,
+        wait_until(lambda: _backfill_state(checkpoint) is None, 300,
                    "the backfill to finish", alive=lambda: job.running)
         catch_up_and_stop(job, pg.dsn, checkpoint, run, stop)
     finally:

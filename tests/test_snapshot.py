@@ -294,8 +294,11 @@ def test_snapshot_row_is_what_the_decoder_gives_for_the_same_row(
         with psycopg.connect(pg.dsn, autocommit=True) as conn:
             conn.execute(sql.SQL("DELETE FROM {}").format(sql.Identifier(name, "wi%de")))
             conn.execute(insert)
+        # the target first: WAL the server writes meanwhile (a running-transactions record)
+        # would put it past the next run's ceiling
+        upto = flush_lsn(pg.dsn)
         query.reader.prepareForTriggerAvailableNow()  # the next availableNow run
-        changes = query.run_stream(flush_lsn(pg.dsn))
+        changes = query.run_stream(upto)
     finally:
         query.close()
     insert = next(c for c in changes if c["op"] == "insert")

@@ -128,6 +128,8 @@ def killed_mid_send(
                        and _caught_up(s3, checkpoint, broker.url, name, work.changes), 300,
                        "the batch over the cap", every=2, alive=lambda: job.running)
             assert job.stop() == 0, job.log_tail()
+        except (RuntimeError, TimeoutError) as exc:  # a wait gave up: say what the job said
+            raise AssertionError(f"{exc}\n--- the job's log ---\n{job.log_tail(80)}") from exc
         finally:
             broker.refuse_sends(name, held, refuse=False)
             if job.running:
