@@ -23,6 +23,7 @@ import pyspark
 import pytest
 from hypothesis import HealthCheck, settings
 
+from connector_common.spark_versions import PYSPARK_VERSION
 from iggy_spark_testing.harness import (
     DSN_ENV,
     WHEEL_VERSION,
@@ -93,12 +94,23 @@ def pytest_generate_tests(metafunc: pytest.Metafunc) -> None:
                          ids=[f"pg{v}" for v in versions])
 
 
-def pytest_collection_modifyitems(items: list[pytest.Item]) -> None:
+DELTA_LAKE_SPARK = (4, 2)
+"""The Spark that Delta Lake's newest jars (4.4.0) are built for: ``delta_lake`` tests run only
+on it (the 4.2.1 tier), and are deselected, never skipped, anywhere else."""
+
+
+def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item]) -> None:
     """Tiers: ``e2e`` (Spark), ``services`` (Postgres or the broker), ``unit`` (neither).
 
     A test's tier follows from the fixtures it uses, so a test cannot claim a lighter tier than
-    it needs; modules that start services themselves mark themselves explicitly.
+    it needs; modules that start services themselves mark themselves explicitly. Tests that need
+    Delta Lake's jars leave the session on any other Spark than theirs.
     """
+    if PYSPARK_VERSION != DELTA_LAKE_SPARK:
+        other = [item for item in items if item.get_closest_marker("delta_lake")]
+        if other:
+            config.hook.pytest_deselected(items=other)
+            items[:] = [item for item in items if not item.get_closest_marker("delta_lake")]
     for item in items:
         names = set(getattr(item, "fixturenames", ()))
         if item.get_closest_marker("e2e") or "spark" in names:
