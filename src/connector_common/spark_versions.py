@@ -90,9 +90,8 @@ __all__ = [
     "arrow_schema",
 ]
 
-PYSPARK_VERSION: tuple[int, int] = tuple(  # type: ignore[assignment]
-    int(part) for part in pyspark.__version__.split(".")[:2]
-)
+_MAJOR, _MINOR = pyspark.__version__.split(".")[:2]
+PYSPARK_VERSION = (int(_MAJOR), int(_MINOR))
 """The installed pyspark's (major, minor)."""
 
 READ_LIMITS = PYSPARK_VERSION >= (4, 2)
