@@ -1,5 +1,8 @@
 """The full loop with Spark alone: ``pg_cdc`` → ``iggy_routed`` → ``iggy`` (streaming) → a
-parquet table, the pipeline's driver SIGKILLed mid-batch and restarted.
+parquet table, the pipeline's driver SIGKILLed mid-batch, restarted, and stopped with SIGTERM
+once it caught up (it must exit 0). The slot is sampled all along: its ``confirmed_flush_lsn``
+is never beyond the end of the last batch in ``commits/``. Repeated kills of every kind, in one
+long run, are bench/bench_reliability.py's campaign.
 
 What lands in the table is judged by the same consistency oracle as the reliability tests
 (:func:`iggy_spark_testing.oracle.check`), fed with the rows the ``iggy`` source read instead
@@ -20,6 +23,7 @@ from support.streaming import available_now, freeze_mid_batch, logged
 
 from connector_common.change_rows import JSON_TEXT_COLUMNS, SPARK_SCHEMA
 from iggy_spark_testing.chaos import (
+    SlotWatch,
     committed_end,
     flush_lsn,
     prepare_capture,
@@ -40,24 +44,28 @@ def test_pg_cdc_to_iggy_and_back_through_spark_with_a_killed_driver(
     job = PipelineJob(dsn=pg.dsn, slot=name, url=broker.url, checkpoint=checkpoint,
                       log_path=tmp_path / "job.log", source=source,
                       sink={"topic_defaults.partitions_count": "2"})
-    try:
-        job.start()
-        wait_until(lambda: "pg-to-iggy: query" in job.log_tail(400), 120,
-                   "the pipeline's query to start", alive=lambda: job.running)
-        run = work.start(changes=1_500, rate=300)
-        # mid-batch: a batch planned (its offsets written) and not yet committed
-        assert job.pid is not None
-        freeze_mid_batch(job.pid, checkpoint, 60, after=1, alive=lambda: job.running)
-        job.kill()
-        assert logged(checkpoint, "commits") < logged(checkpoint, "offsets")
-        job.start()
-        run.join(120)
-        target = flush_lsn(pg.dsn)
-        wait_until(lambda: (committed_end(checkpoint) or 0) >= target, 120,
-                   "the pipeline to catch up", alive=lambda: job.running)
-    finally:
-        if job.running:
+    with SlotWatch(pg.dsn, name, checkpoint) as watch:
+        try:
+            job.start()
+            wait_until(lambda: "pg-to-iggy: query" in job.log_tail(400), 120,
+                       "the pipeline's query to start", alive=lambda: job.running)
+            run = work.start(changes=1_500, rate=300)
+            # mid-batch: a batch planned (its offsets written) and not yet committed
+            assert job.pid is not None
+            freeze_mid_batch(job.pid, checkpoint, 60, after=1, alive=lambda: job.running)
             job.kill()
+            assert logged(checkpoint, "commits") < logged(checkpoint, "offsets")
+            job.start()
+            run.join(120)
+            target = flush_lsn(pg.dsn)
+            wait_until(lambda: (committed_end(checkpoint) or 0) >= target, 120,
+                       "the pipeline to catch up", alive=lambda: job.running)
+            assert job.stop() == 0, job.log_tail()
+        finally:
+            if job.running:
+                job.kill()
+    assert watch.samples, "the slot was never sampled"
+    assert not watch.violations, watch.describe(watch.violations[0])
 
     out = tmp_path / "table"
     available_now(lambda: (

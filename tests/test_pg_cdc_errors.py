@@ -99,6 +99,7 @@ def test_an_unreachable_server() -> None:
     assert "s3cret" not in str(info.value)
 
 
+@pytest.mark.services  # its own server
 def test_a_query_starting_while_postgres_restarts_waits_for_it(name: str) -> None:
     """Start-up rides out a restart as planning does; ``0s`` gives up at once."""
     with LocalPostgres() as server:  # its own server: the session's is shared with other tests

@@ -16,13 +16,13 @@ and rolled-back transactions) while it breaks something, lets the pipeline recov
 * checks the :class:`~iggy_spark_testing.chaos.SlotWatch` samples taken during the run: the slot's
   ``confirmed_flush_lsn`` never beyond the end of the last batch in ``commits/``.
 
-The heavy variant (a campaign of over 100 faults of every kind in one run) is
-bench/bench_reliability.py.
+A driver killed mid-batch is tests/test_full_loop.py's fault (with the same slot watch); the
+heavy variant, a campaign of over 100 faults of every kind in one run (repeated kills at random
+moments among them), is bench/bench_reliability.py.
 """
 
 from __future__ import annotations
 
-import random
 import time
 from collections.abc import Callable
 from dataclasses import replace
@@ -38,15 +38,12 @@ from iggy_local import LocalIggy
 from iggy_spark.sink.encoding import message_id
 from iggy_spark_testing.chaos import (
     SlotWatch,
-    committed_end,
-    flush_lsn,
     in_flight,
     prepare_capture,
     unexplained_duplicates,
     wait_until,
 )
 from iggy_spark_testing.harness import LocalPostgres
-from iggy_spark_testing.job import PipelineJob
 from iggy_spark_testing.oracle import ChangeMessage, OracleReport, check, read_tables, verify
 from iggy_spark_testing.records import Change, RunStats
 from iggy_spark_testing.workload import Workload
@@ -130,45 +127,6 @@ def _perfect_delivery(work: Workload) -> tuple[list[ChangeMessage], list[Change]
                                           message_id(f"{commit}:{c.seq}"), change))
             changes.append(c)
     return messages, changes
-
-
-@pytest.mark.pg_versions(18)  # one server is enough: the other kill tests run on 15
-def test_driver_killed_repeatedly(
-    pg: LocalPostgres, broker: LocalIggy, name: str, tmp_path: Path
-) -> None:
-    """kill -9 of the whole driver (Python, JVM, workers) at random moments; restart each time."""
-    work, source = prepare_capture(pg.dsn, name, seed=1)
-    checkpoint = tmp_path / "checkpoint"
-    job = PipelineJob(dsn=pg.dsn, slot=name, url=broker.url, checkpoint=checkpoint,
-                      log_path=tmp_path / "job.log", source=source, sink=SINK)
-    rng = random.Random(1)
-    kills: list[float | tuple[float, float]] = []
-    with SlotWatch(pg.dsn, name, checkpoint) as watch:
-        # About 17 s: the first kill lands while it runs, and the second restart's first batch
-        # still carries what was written while the driver was dead.
-        run = work.start(changes=5_000, rate=300)
-        try:
-            for _ in range(2):
-                job.start()
-                # The first batch after a (re)start carries the backlog: kill while it is written.
-                planned = job.wait_for_batch_after(job.started_at or 0, 300, committed=False)
-                time.sleep(max(0.0, planned + rng.uniform(0.2, 3.0) - time.time()))
-                kills.append(job.kill())
-            job.start()
-            run.join(180)
-            target = flush_lsn(pg.dsn)
-            wait_until(lambda: (committed_end(checkpoint) or 0) >= target, 300,
-                       "the job to catch up", alive=lambda: job.running)
-            # The checkpoint may have caught up before this run's driver is even up: a SIGTERM
-            # then would only test the interpreter's start-up. Stop it once its query runs.
-            wait_until(lambda: "pg-to-iggy: query" in job.log_tail(400).rsplit("=== start", 1)[-1],
-                       300,
-                       "the job's query to start", alive=lambda: job.running)
-            assert job.stop() == 0, job.log_tail()
-        finally:
-            if job.running:
-                job.kill()
-    judge(broker.url, work, watch, kills)
 
 
 def run_through(

@@ -82,6 +82,7 @@ def iggy_url(broker: LocalIggy, password: str = IGGY_SECRET) -> str:
     return f"iggy://iggy:{quote(password, safe='')}@{broker.address}"
 
 
+@pytest.mark.services
 def test_the_role_really_needs_its_password(secured_pg: LocalPostgres) -> None:
     for dsn in (app_dsn(secured_pg, WRONG), app_dsn(secured_pg).replace(PG_SECRET, "")):
         with pytest.raises(psycopg.OperationalError, match="password"):
@@ -89,6 +90,7 @@ def test_the_role_really_needs_its_password(secured_pg: LocalPostgres) -> None:
     psycopg.connect(app_dsn(secured_pg)).close()
 
 
+@pytest.mark.services
 def test_reprs_hide_both_passwords(secured_pg: LocalPostgres, secured_broker: LocalIggy) -> None:
     from iggy_spark.sink.options import RoutedOptions
 
@@ -165,6 +167,7 @@ def test_a_working_pipeline_never_shows_its_passwords(
     assert verify(iggy_url(secured_broker), [name], work).ok  # it did work, as app, with both
 
 
+@pytest.mark.e2e  # the job starts its own Spark
 def test_the_job_prints_no_password_when_it_fails(
     secured_pg: LocalPostgres, secured_broker: LocalIggy, name: str, tmp_path: Path
 ) -> None:

@@ -371,6 +371,7 @@ def test_ledger_folds_reports_once_per_batch() -> None:
     assert reloaded.admitted == {("s", "t")}
 
 
+@pytest.mark.services  # its own broker
 def test_an_unreachable_server_fails_the_task_without_tripping_breakers(name: str) -> None:
     with LocalIggy(process=True) as down:
         writer = make_writer(down, send_timeout="2s",
