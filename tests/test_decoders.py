@@ -39,6 +39,8 @@ from postgres_cdc_source.decoding.text_format import TEST_DECODING_OPTIONS, Text
 from postgres_cdc_source.lsn import format_lsn, parse_lsn
 from postgres_cdc_source.values import SESSION_SETTINGS
 
+pytestmark = pytest.mark.contrib  # every real-server test compares the two plugins
+
 # === against a real server =====================================================================
 
 SESSION = " ".join(f"-c {k}={v}" for k, v in SESSION_SETTINGS.items())

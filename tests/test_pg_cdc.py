@@ -159,6 +159,7 @@ def _ids(reader: PgCdcStreamReader, start: int, end: int) -> list[int]:
     return [json.loads(a)["id"] for a in table.column("after").to_pylist()] if table else []
 
 
+@pytest.mark.contrib  # pg_walinspect
 @pytest.mark.parametrize("plugin", PLUGINS)
 def test_a_batch_holds_exactly_the_transactions_whose_commit_starts_before_its_end(
     pg: LocalPostgres, name: str, plugin: str

@@ -55,6 +55,7 @@ def busy_slot(pg: LocalPostgres, name: str) -> Iterator[tuple[str, int]]:
     proc.wait(10)
 
 
+@pytest.mark.contrib  # a test_decoding slot
 def test_a_slot_in_use_by_another_session(pg: LocalPostgres, busy_slot: tuple[str, int]) -> None:
     slot, start = busy_slot
     r = reader(pg.dsn, slot, plugin="test_decoding")
@@ -62,6 +63,7 @@ def test_a_slot_in_use_by_another_session(pg: LocalPostgres, busy_slot: tuple[st
         list(r.read(CdcPartition(start, flush(pg))))
 
 
+@pytest.mark.contrib  # a test_decoding slot
 def test_a_slot_with_another_plugin(pg: LocalPostgres, name: str) -> None:
     reader(pg.dsn, name, plugin="test_decoding").initialOffset()
     with pytest.raises(SlotError, match="uses plugin 'test_decoding', not 'pgoutput'"):

@@ -40,8 +40,9 @@ def test_a_destination_named_like_a_disconnection_is_not_one_but_a_stopped_serve
             "disconnected", "connection closed", apache_iggy.Partitioning.balanced(),
             [apache_iggy.SendMessage("x")]))
         broker.kill()
-        hung = await _raised(client.get_topic("s", "t"), 1.0)  # the SDK notices on a timeout
-        assert isinstance(hung, TimeoutError) and is_disconnection(hung)
+        # the SDK notices on a timeout, or at once when the closed socket reaches it first
+        hung = await _raised(client.get_topic("s", "t"), 1.0)
+        assert is_disconnection(hung), repr(hung)
         gone = await _raised(client.get_topic("s", "t"))  # then says so itself
         return missing, gone
 

@@ -56,7 +56,7 @@ def test_a_slot_behind_max_slot_wal_keep_size_warns_then_fails_with_the_way_back
         assert server.version == version
         with server.connect() as conn:
             conn.execute(f"CREATE TABLE {name} (id int, data text)")
-        first = reader(server.dsn, name, plugin="test_decoding")
+        first = reader(server.dsn, name)
         start = first.initialOffset()
         with server.connect() as conn:
             health = diagnostics.health(conn, name)
@@ -66,7 +66,7 @@ def test_a_slot_behind_max_slot_wal_keep_size_warns_then_fails_with_the_way_back
             write_wal_segments(conn, name, 3)
         row = slot_row(server, name)
         assert row is not None and row[0] == "unreserved" and row[1] < 0
-        going_on = reader(server.dsn, name, plugin="test_decoding")
+        going_on = reader(server.dsn, name)
         with caplog.at_level(logging.WARNING, logger="postgres_cdc_source"):
             going_on.latestOffset(start, ReadAllAvailable())  # still readable: warned
         assert f"replication slot {name} is about to be lost (wal_status unreserved)" in caplog.text
@@ -83,7 +83,7 @@ def test_a_slot_behind_max_slot_wal_keep_size_warns_then_fails_with_the_way_back
                     "checkpoint.*snapshot=initial")
         # planning, by a query going on from its checkpoint
         with pytest.raises(SlotLostError, match=expected) as info:
-            reader(server.dsn, name, plugin="test_decoding").latestOffset(
+            reader(server.dsn, name).latestOffset(
                 start, ReadAllAvailable()
             )
         assert info.value.slot == name and info.value.reason == "wal_removed"
@@ -95,11 +95,11 @@ def test_a_slot_behind_max_slot_wal_keep_size_warns_then_fails_with_the_way_back
             list(going_on.read(CdcPartition(lsn, lsn + 1)))
         # a new query starting on the lost slot
         with pytest.raises(SlotLostError, match=expected):
-            reader(server.dsn, name, plugin="test_decoding").initialOffset()
+            reader(server.dsn, name).initialOffset()
         # the way back the message names works: drop, and a new checkpoint starts cleanly
         with server.connect() as conn:
             conn.execute("SELECT pg_drop_replication_slot(%s)", (name,))
-        assert "lsn" in reader(server.dsn, name, plugin="test_decoding").initialOffset()
+        assert "lsn" in reader(server.dsn, name).initialOffset()
 
 
 def test_a_dropped_slot_is_lost_for_a_query_going_on_not_created_again(
@@ -237,7 +237,7 @@ def test_a_long_open_transaction_holding_the_restart_point_back_is_named(
     monkeypatch.setattr(diagnostics, "REREAD_WARN_BYTES", 1024 * 1024)  # 64MB in production
     with pg.connect() as conn:
         conn.execute(f"CREATE TABLE {name} (id int, data text)")
-    first = reader(pg.dsn, name, plugin="test_decoding")
+    first = reader(pg.dsn, name)
     start = first.initialOffset()
     with pg.connect(application_name="forgotten") as holder, pg.connect() as writer:
         holder.execute("BEGIN")
@@ -248,7 +248,7 @@ def test_a_long_open_transaction_holding_the_restart_point_back_is_named(
         writer.execute("CHECKPOINT")  # a running-xacts record: the restart point could move
         end = first.latestOffset(start, ReadAllAvailable())
         first.commit(end)  # the batch is delivered; the slot moves, its restart point cannot
-        going_on = reader(pg.dsn, name, plugin="test_decoding")
+        going_on = reader(pg.dsn, name)
         with caplog.at_level(logging.WARNING, logger="postgres_cdc_source"):
             going_on.latestOffset(end, ReadAllAvailable())
         assert f"replication slot {name} re-decodes" in caplog.text
@@ -262,12 +262,12 @@ def test_a_long_open_transaction_holding_the_restart_point_back_is_named(
     with pg.connect() as writer:
         writer.execute(f"INSERT INTO {name} VALUES (1, 'after')")
         writer.execute("CHECKPOINT")
-    later = reader(pg.dsn, name, plugin="test_decoding")
+    later = reader(pg.dsn, name)
     end2 = later.latestOffset(end, ReadAllAvailable())
     later.commit(end2)
     caplog.clear()
     with caplog.at_level(logging.WARNING, logger="postgres_cdc_source"):
-        reader(pg.dsn, name, plugin="test_decoding").latestOffset(end2, ReadAllAvailable())
+        reader(pg.dsn, name).latestOffset(end2, ReadAllAvailable())
     assert "re-decodes" not in caplog.text
-    assert reader(pg.dsn, name, plugin="test_decoding").reportLatestOffset()[
+    assert reader(pg.dsn, name).reportLatestOffset()[
         "reread_wal_bytes"] < 1024 * 1024

@@ -212,6 +212,7 @@ def test_resumed_snapshot_completes_unchanged_toast_values_from_the_table(
     assert model == read_tables(pg.dsn, name, [_DOCS])
 
 
+@pytest.mark.contrib  # a test_decoding slot
 def test_table_without_primary_key_is_read_in_page_ranges(pg: LocalPostgres, name: str) -> None:
     with psycopg.connect(pg.dsn, autocommit=True) as conn:
         conn.execute(sql.SQL("CREATE SCHEMA {}").format(sql.Identifier(name)))
@@ -312,6 +313,7 @@ def test_snapshot_row_is_what_the_decoder_gives_for_the_same_row(
     assert read["xid"] is None and read["seq"] is None and read["before"] is None
 
 
+@pytest.mark.contrib  # a test_decoding slot
 def test_existing_slot_falls_back_to_the_current_state(
     pg: LocalPostgres, name: str, caplog: pytest.LogCaptureFixture
 ) -> None:

@@ -41,7 +41,8 @@ class SlotState:
     """``reserved``/``extended`` (safe), ``unreserved`` (its WAL goes at the next checkpoint
     unless it catches up), ``lost``."""
     invalidation_reason: str | None = None
-    """Why Postgres invalidated the slot (17+; ``conflicting`` on 16), ``None`` while valid."""
+    """Why Postgres invalidated the slot (17+; ``conflicting`` on a 16 standby), ``None``
+    while valid."""
     failover: bool = False
     """Created as a failover slot (17+)."""
 
@@ -61,7 +62,11 @@ def _reason_column(conn: Conn) -> sql.Composable:
     if version >= FAILOVER_VERSION:
         return sql.SQL("invalidation_reason")
     if version >= 160000:
-        return sql.SQL("CASE WHEN conflicting THEN 'conflicting' END")
+        # 16's ``conflicting`` is true for every invalidated logical slot, WAL removal included
+        # (17 narrowed it to conflicts with recovery). Only a standby has conflicts with
+        # recovery, so on a primary an invalidated slot lost its WAL (``wal_status`` says so).
+        return sql.SQL("CASE WHEN conflicting AND pg_catalog.pg_is_in_recovery()"
+                       " THEN 'conflicting' END")
     return sql.SQL("NULL::text")
 
 

