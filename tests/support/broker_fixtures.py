@@ -22,6 +22,7 @@ from typing import Any, TypeVar
 from apache_iggy import IggyClient, ReceiveMessage, UserHeaders
 
 from iggy_local.codes import HEADER_SIZE, Identifier, Operation, ReadCode
+from iggy_local.dialects import Dialect, dialect
 from iggy_spark.sink import topic_request
 from iggy_spark.sink.options import TopicDefaults
 from iggy_spark_testing import readback
@@ -136,6 +137,7 @@ class RawReply:
     operation: int
     status: int
     body: bytes
+    header: bytes
 
 
 class RawClient:
@@ -180,8 +182,15 @@ class RawClient:
         )
         self.sock.sendall(header + body)
 
-    def login(self, username: str = "iggy", password: str = "iggy") -> RawReply:
-        reply = self.call(Operation.REGISTER, encode_login(username, password))
+    def login(
+        self, username: str = "iggy", password: str = "iggy", line: Dialect | None = None, *,
+        protocol: int | None = None,
+    ) -> RawReply:
+        """Log in with the login layout of ``line`` (default: the line a broker started without
+        one speaks), announcing ``protocol`` (default: the line's own)."""
+        line = dialect() if line is None else line
+        reply = self.call(Operation.REGISTER,
+                          encode_login(username, password, line, protocol=protocol))
         if reply.command == 8 and reply.status == 0:
             self.session = struct.unpack_from("<Q", reply.body, 8)[0]
         return reply
@@ -192,7 +201,7 @@ class RawClient:
         body = self._read_exactly(size - HEADER_SIZE)
         return RawReply(
             command=header[60], operation=header[208],
-            status=struct.unpack_from("<I", header, 216)[0], body=body,
+            status=struct.unpack_from("<I", header, 216)[0], body=body, header=header,
         )
 
     def at_eof(self) -> bool:

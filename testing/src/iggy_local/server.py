@@ -451,8 +451,8 @@ async def run_broker(
         if refused_sends is not None:
             server.refused_sends = refused_sends  # shared with the caller, who toggles it
         await server.start()
-        log.info("listening on %s:%d (Iggy %s, protocol %s)", host, server.port, dialect.server,
-                 version_text(dialect.protocol))
+        log.info("Iggy %s (protocol %s) listening on %s:%d", dialect.server,
+                 version_text(dialect.protocol), host, server.port)
         if on_ready is not None:
             on_ready(server)
         await stop.wait()
