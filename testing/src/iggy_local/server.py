@@ -19,7 +19,9 @@ Failure policy, per the protocol notes:
 * an unknown read command gets ``InvalidCommand`` (3) and a metadata operation the broker does
   not implement ``FeatureUnavailable`` (5);
 * before login, reads other than ping get ``Unauthenticated`` (40) and writes get an
-  ``Eviction(NoSession)`` frame; a bad login gets ``Eviction(InvalidCredentials)``.
+  ``Eviction(NoSession)`` frame; a bad login gets ``Eviction(InvalidCredentials)``, and a
+  client of another protocol line (:mod:`~iggy_local.dialects`) ``Eviction(IncompatibleProtocol)``
+  with the window this broker accepts.
 """
 
 from __future__ import annotations
