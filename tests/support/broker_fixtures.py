@@ -23,6 +23,8 @@ from apache_iggy import IggyClient, ReceiveMessage, UserHeaders
 
 from iggy_local.codes import HEADER_SIZE, Identifier, Operation, ReadCode
 from iggy_local.dialects import Dialect, dialect
+from iggy_spark.connection import sdk_line
+from iggy_spark.sdk import SdkLine
 from iggy_spark.sink import topic_request
 from iggy_spark.sink.options import TopicDefaults
 from iggy_spark_testing import readback
@@ -70,13 +72,18 @@ class Polled:
         )
 
 
-def poll_reply(base_offset: int, messages: list[tuple[bytes, bytes]]) -> bytes:
-    """A poll reply laid out by hand: one batch from ``base_offset``, appended at 7 µs past the
-    epoch, of ``(payload, user headers bytes)`` messages with id 0."""
+def poll_reply(
+    base_offset: int, messages: list[tuple[bytes, bytes]], line: SdkLine | None = None
+) -> bytes:
+    """A poll reply laid out by hand in ``line``'s layout (default: the installed SDK's): one
+    batch from ``base_offset``, appended at 7 µs past the epoch, of ``(payload, user headers
+    bytes)`` messages with id 0."""
+    line = sdk_line() if line is None else line
     frames = b"".join(struct.pack("<Q16sIIIIQ", 0, bytes(16), i, 0, len(h), len(p), 0) + p + h
                       for i, (p, h) in enumerate(messages))
     header = struct.pack("<QQQQQQI", 0, base_offset, 7, 0, 256 + len(frames), 0, len(messages))
-    return struct.pack("<IQI", 0, 0, len(messages)) + header.ljust(256, b"\0") + frames
+    head = struct.pack("<IQI", 0, 0, len(messages)).ljust(line.poll_reply_header, b"\0")
+    return head + header.ljust(256, b"\0") + frames
 
 
 async def connect(address: str, username: str = "iggy", password: str = "iggy") -> IggyClient:
