@@ -57,3 +57,5 @@ def test_only_the_sdks_own_errors_have_a_code() -> None:
     assert sdk.error_code(ConnectionError("Disconnected")) is None
     assert sdk.error_code(RuntimeError("Disconnected", 1)) is None
     assert sdk.error_code(SendError("s", "t", "Disconnected")) is None
+    assert sdk.is_sdk_error(RuntimeError("anything"))
+    assert not sdk.is_sdk_error(Other("anything")) and not sdk.is_sdk_error(ValueError("x"))

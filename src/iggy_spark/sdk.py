@@ -23,7 +23,7 @@ from functools import lru_cache
 
 __all__ = [
     "ALREADY_EXISTS", "DISCONNECTED", "INCOMPATIBLE_PROTOCOL", "LINES", "SDK_0_9", "SDK_0_10",
-    "SdkLine", "error_code", "installed", "line_of", "protocol_text",
+    "SdkLine", "error_code", "installed", "is_sdk_error", "line_of", "protocol_text",
 ]
 
 
@@ -127,6 +127,13 @@ def _typed_error() -> type[Exception] | None:
         return None
     typed: type[Exception] | None = getattr(apache_iggy, "IggyError", None)
     return typed
+
+
+def is_sdk_error(exc: BaseException) -> bool:
+    """Whether the SDK raised ``exc`` (a bare ``RuntimeError`` on 0.9, an ``IggyError`` on 0.10),
+    rather than Python or this package."""
+    typed = _typed_error()
+    return type(exc) is RuntimeError or (typed is not None and isinstance(exc, typed))
 
 
 def error_code(exc: BaseException) -> int | None:
