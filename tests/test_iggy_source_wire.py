@@ -29,6 +29,8 @@ from iggy_spark.connection import sdk_line
 from iggy_spark.source import wire
 from iggy_spark.source.catalog import CONSUMER
 
+pytestmark = pytest.mark.iggy_line
+
 U128 = st.one_of(st.sampled_from([0, 1, 2**64 - 1, 2**64, 10**38, 2**127, 2**128 - 1]),
                  st.integers(0, 2**128 - 1))
 KEYS = st.one_of(

@@ -22,7 +22,7 @@ from iggy_spark.errors import DestinationError, SendError
 from iggy_spark.failures import is_disconnection
 from iggy_spark.iggy_url import IggyUrl
 
-pytestmark = pytest.mark.services
+pytestmark = [pytest.mark.services, pytest.mark.iggy_line]
 
 
 async def _raised(coro: object, timeout: float = 10.0) -> BaseException:

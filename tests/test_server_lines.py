@@ -16,7 +16,7 @@ from iggy_spark.connection import IggyConnection, sdk_line
 from iggy_spark.failures import retrying
 from iggy_spark.iggy_url import IggyUrl
 
-pytestmark = pytest.mark.services
+pytestmark = [pytest.mark.services, pytest.mark.iggy_line]
 
 
 def _other_line() -> tuple[sdk.SdkLine, sdk.SdkLine]:

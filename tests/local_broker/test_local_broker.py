@@ -41,7 +41,7 @@ from iggy_spark import sdk
 from iggy_spark.sink import topic_request
 from iggy_spark.sink.options import TopicDefaults
 
-pytestmark = pytest.mark.services
+pytestmark = [pytest.mark.services, pytest.mark.iggy_line]
 
 
 

@@ -15,7 +15,7 @@ from iggy_local import LocalIggy
 from iggy_local.dialects import IGGY_0_9, IGGY_0_10, Dialect, pack_version, version_text
 from iggy_spark import sdk
 
-pytestmark = pytest.mark.services
+pytestmark = [pytest.mark.services, pytest.mark.iggy_line]
 
 LINES = pytest.mark.parametrize("line", [IGGY_0_9, IGGY_0_10], ids=lambda d: f"iggy{d.server}")
 _INCOMPATIBLE_PROTOCOL = 14

@@ -38,7 +38,7 @@ from support.local_broker import (
 from iggy_local import LocalIggy
 from iggy_local.journal import FILE_NAME
 
-pytestmark = pytest.mark.services
+pytestmark = [pytest.mark.services, pytest.mark.iggy_line]
 
 _ROOT = Path(__file__).resolve().parents[2]
 SOURCES = os.pathsep.join(str(_ROOT / where) for where in ("src", "testing/src"))

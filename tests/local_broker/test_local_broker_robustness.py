@@ -35,7 +35,7 @@ from iggy_spark_testing.iggy_frames import (
     encode_send_messages,
 )
 
-pytestmark = pytest.mark.services
+pytestmark = [pytest.mark.services, pytest.mark.iggy_line]
 
 
 # -- authentication -----------------------------------------------------------------------------
