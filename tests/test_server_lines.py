@@ -66,3 +66,12 @@ def test_the_message_without_a_window_or_for_an_unknown_protocol() -> None:
     assert "speaks binary protocol 0.13.0, which no Iggy line iggy-spark supports" in str(newer)
     assert "apache-iggy 0.9.1.dev4 is not an SDK iggy-spark supports" in str(
         UnsupportedSdk("0.9.1.dev4"))
+
+
+def test_an_sdk_of_no_supported_line_fails_the_first_connect_at_once(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    monkeypatch.setattr(sdk, "installed", lambda: ("0.9.1.dev4", None))
+    conn = IggyConnection(IggyUrl.parse("iggy://iggy:iggy@127.0.0.1:1"))
+    with pytest.raises(UnsupportedSdk, match=r"apache-iggy 0\.9\.1\.dev4 is not an SDK"):
+        conn.run(retrying(conn, lambda client: client.get_streams(), 60.0), timeout=10)

@@ -16,7 +16,7 @@ from typing import TYPE_CHECKING, TypeVar
 
 from iggy_spark import sdk
 from iggy_spark.connection import IggyConnection
-from iggy_spark.errors import ServerError
+from iggy_spark.errors import ServerError, UnsupportedSdk
 
 if TYPE_CHECKING:
     import apache_iggy
@@ -68,14 +68,14 @@ async def retrying(
         try:
             try:
                 client = await asyncio.wait_for(conn.client(), attempt)
-            except ServerError:
+            except (ServerError, UnsupportedSdk):  # the connection's verdict: TLS, server line
                 raise
             except Exception as exc:  # the SDK raises bare RuntimeErrors
                 if is_disconnection(exc):
                     raise
                 raise ServerError(conn.url.server_address, str(exc)) from exc
             return await asyncio.wait_for(call(client), attempt)
-        except ServerError:
+        except (ServerError, UnsupportedSdk):
             raise
         except Exception as exc:  # the SDK raises bare RuntimeErrors
             if not is_disconnection(exc):
