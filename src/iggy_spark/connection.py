@@ -81,7 +81,8 @@ class IggyConnection:
                     if sdk.error_code(exc) == sdk.INCOMPATIBLE_PROTOCOL:
                         window = await handshake.server_protocols(self.url)
                         raise IncompatibleServer(
-                            self.url.server_address, window and window[1], sdk.installed()[0],
+                            self.url.server_address, None if window is None else window[1],
+                            sdk.installed()[0],
                         ) from exc
                     raise
                 self._client = client

@@ -28,10 +28,9 @@ from iggy_spark.source.options import SourceOptions
 from iggy_spark.source.payloads import parsed_batch
 
 if TYPE_CHECKING:
-    from iggy_spark.sdk import SdkLine
-
-if TYPE_CHECKING:
     import apache_iggy
+
+    from iggy_spark.sdk import SdkLine
 
 __all__ = ["read_range"]
 
