@@ -14,7 +14,8 @@ from iggy_spark.errors import SendError
     ("0.9.1.dev5", sdk.SDK_0_10),
     ("0.10.0", sdk.SDK_0_10),
     ("0.10.3", sdk.SDK_0_10),
-    ("0.9.1.dev4", None),  # earlier drafts of protocol 0.12
+    ("0.9.1.dev4", None),  # not checked against protocol 0.12.0
+    ("0.11.0", None),
     ("0.8.0", None),
     ("1.0.0rc1", None),
 ])

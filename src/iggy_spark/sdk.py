@@ -62,13 +62,14 @@ SDK_0_10 = SdkLine("0.10", _pack(0, 12, 0),
 LINES = (SDK_0_9, SDK_0_10)
 
 _SDK_0_10_PRERELEASE = "0.9.1.dev5"
-"""The one pre-release of the 0.10 line supported: the earlier ones spoke other drafts of
-protocol 0.12."""
+"""The one pre-release of the 0.10 line supported, the one checked against protocol 0.12.0 (the
+earlier ones were not checked)."""
 
 
 def line_of(version: str) -> SdkLine | None:
     """The server line ``apache-iggy`` ``version`` speaks; ``None`` for one this package does
-    not support (the 0.9.1 pre-releases before dev5, anything before 0.9)."""
+    not support (the other 0.9.1 pre-releases, anything before 0.9 or from 0.11 on). A 0.10.x
+    release is taken for the 0.10 line's SDK; none existed to check when this was written."""
     if version == _SDK_0_10_PRERELEASE:
         return SDK_0_10
     numbers = re.match(r"(\d+)\.(\d+)\.(\d+)(?:\.post\d+)?$", version)
@@ -77,7 +78,7 @@ def line_of(version: str) -> SdkLine | None:
     release = tuple(int(n) for n in numbers.groups())
     if release[:2] == (0, 9) and release[2] == 0:
         return SDK_0_9
-    return SDK_0_10 if release >= (0, 10, 0) else None
+    return SDK_0_10 if release[:2] == (0, 10) else None
 
 
 @lru_cache(maxsize=1)
