@@ -3,8 +3,9 @@
 Servers of both lines answer a login whose client version they refuse with an eviction frame
 carrying the window they accept, read right after the version and before anything else in
 the login (the server's login gate as ``iggy_binary_protocol`` 0.11.1-edge.4 describes it; no
-0.10 server was at hand to check it against, the local broker does the same). A login announcing protocol 0, which no server accepts, therefore learns the window
-of any server. The package asks only after the SDK's own login was refused for its protocol,
+0.10 server was at hand to check it against, the local broker does the same). A login
+announcing protocol 0, which no server accepts, therefore learns the window of any server.
+The package asks only after the SDK's own login was refused for its protocol,
 so that the error can name the server's line; a server that answers otherwise (an older one,
 or not an Iggy server) leaves the window unknown.
 
