@@ -36,6 +36,8 @@ from iggy_local.codes import HEADER_SIZE, Operation
 from iggy_local.frames import decode_request_header
 from iggy_local.server import BrokerServer, Connection
 from iggy_local.storage import Store
+from iggy_spark.sink import topic_request
+from iggy_spark.sink.options import TopicDefaults
 from iggy_spark_testing.iggy_frames import (
     encode_batch,
     encode_request_header,
@@ -60,7 +62,7 @@ async def send_all(address: str, per_client: list[list[list[SendMessage]]]) -> f
         clients.append(client)
     if await clients[0].get_topic(STREAM, TOPIC) is None:
         await clients[0].create_stream(STREAM)
-        await clients[0].create_topic(STREAM, TOPIC, len(per_client))
+        await topic_request.create_topic(clients[0], STREAM, TOPIC, TopicDefaults(len(per_client)))
 
     async def one(client: IggyClient, partition: int, batches: list[list[SendMessage]]) -> None:
         for batch in batches:

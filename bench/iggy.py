@@ -14,6 +14,8 @@ from collections.abc import Sequence
 from typing import TYPE_CHECKING
 
 from bench.handwritten import sdk_client
+from iggy_spark.sink import topic_request
+from iggy_spark.sink.options import TopicDefaults
 from iggy_spark_testing import readback
 
 if TYPE_CHECKING:
@@ -45,7 +47,7 @@ def create_destinations(address: str, stream: str, topics: Sequence[str]) -> Non
         client = await sdk_client(address)
         await client.create_stream(stream)
         for topic in topics:
-            await client.create_topic(stream, topic, 1)
+            await topic_request.create_topic(client, stream, topic, TopicDefaults(1))
 
     asyncio.run(main())
 

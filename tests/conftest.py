@@ -11,6 +11,10 @@ test's ``test_decoding`` cases do not exist, and tests marked ``contrib`` (they 
 ``test_decoding`` or ``pg_walinspect`` themselves) run on the other versions. A Spark test
 runs on 15 unless marked ``@pytest.mark.pg_versions(18)`` (or several). With ``PG_CDC_DSN``
 set every test runs once, against that server.
+
+Iggy lines: the local broker speaks the server line of the installed ``apache-iggy`` SDK
+(``IGGY_LOCAL_SERVER`` set here unless given); tests marked ``sdk_0_9`` call the 0.9 SDK's own
+API and leave the session when another line's SDK is installed (``./run test-iggy``).
 """
 
 from __future__ import annotations
@@ -27,6 +31,8 @@ import pytest
 from hypothesis import HealthCheck, settings
 
 from connector_common.spark_versions import PYSPARK_VERSION
+from iggy_local.dialects import SERVER_ENV
+from iggy_spark import sdk
 from iggy_spark_testing.harness import (
     DSN_ENV,
     WHEELS,
@@ -51,6 +57,13 @@ os.environ["PYTHONPATH"] = os.pathsep.join(filter(None, [_TESTS_DIR, os.environ.
 _SHORT_LIVED_JVM = "-XX:TieredStopAtLevel=1 -XX:+UseSerialGC"
 for _var in ("SPARK_SUBMIT_OPTS", "SPARK_DAEMON_JAVA_OPTS", "SPARK_LAUNCHER_OPTS"):
     os.environ[_var] = " ".join(filter(None, [os.environ.get(_var), _SHORT_LIVED_JVM]))
+
+SDK_VERSION, SDK_LINE = sdk.installed()
+"""The installed ``apache-iggy`` and the Iggy server line it speaks."""
+if SDK_LINE is None:
+    raise pytest.UsageError(f"apache-iggy {SDK_VERSION} speaks no Iggy line iggy-spark supports")
+# Every local broker the tests start (in this process, a child or Spark's workers) speaks it.
+os.environ[SERVER_ENV] = os.environ.get(SERVER_ENV) or SDK_LINE.server
 
 
 _SERVICE_FIXTURES = {"pg", "broker"}
@@ -121,12 +134,15 @@ def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item
 
     A test's tier follows from the fixtures it uses, so a test cannot claim a lighter tier than
     it needs; modules that start services themselves mark themselves explicitly. Tests that need
-    Delta Lake's jars leave the session on any other Spark than theirs, and ``test_decoding``
-    cases leave it on a server without that plugin.
+    Delta Lake's jars leave the session on any other Spark than theirs, tests of the 0.9 SDK's
+    own API where another line's SDK is installed, and ``test_decoding`` cases on a server
+    without that plugin.
     """
     def absent(item: pytest.Item) -> bool:
         if item.get_closest_marker("delta_lake"):
             return PYSPARK_VERSION != DELTA_LAKE_SPARK
+        if item.get_closest_marker("sdk_0_9"):
+            return SDK_LINE is not sdk.SDK_0_9
         params = getattr(getattr(item, "callspec", None), "params", {})
         return params.get("pg") in WITHOUT_CONTRIB and "test_decoding" in params.values()
 

@@ -8,7 +8,7 @@ from support.broker_fixtures import connect, run
 from iggy_local import LocalIggy
 from iggy_spark_testing.brokers import URL_ENV, ExternalIggy, FaultUnavailable, iggy_server
 
-pytestmark = pytest.mark.services
+pytestmark = [pytest.mark.services, pytest.mark.iggy_line]
 
 
 def test_without_iggy_url_a_local_broker_is_started_and_stopped(

@@ -39,7 +39,9 @@ from psycopg import sql
 from support.sink_state import ledger_of
 
 from iggy_local import LocalIggy
+from iggy_spark.sink import topic_request
 from iggy_spark.sink.encoding import message_id
+from iggy_spark.sink.options import TopicDefaults
 from iggy_spark_testing import readback
 from iggy_spark_testing.chaos import (
     committed_end,
@@ -316,7 +318,8 @@ def send_as_release_2(url: str, messages: Sequence[Mapping[str, Any]], partition
             if await client.get_stream(stream) is None:
                 await client.create_stream(stream)
             if await client.get_topic(stream, topic) is None:
-                await client.create_topic(stream, topic, partitions)
+                await topic_request.create_topic(client, stream, topic,
+                                                 TopicDefaults(partitions))
             payload = m["payload"]
             headers = {ORIGIN_HEADER: m["origin"]} if m["origin"] else None
             mid = message_id(f"{payload['commit_lsn']}:{payload['seq']}")

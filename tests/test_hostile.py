@@ -45,6 +45,8 @@ from postgres_cdc_source.option_docs import OPTION_DOCS as SOURCE_DOCS
 from postgres_cdc_source.options import CdcOptions
 from postgres_cdc_source.replication.lifecycle import ensure_slot
 
+pytestmark = pytest.mark.iggy_line
+
 SECRET = "s3cr3t-pw"
 
 # -- options ------------------------------------------------------------------------------------

@@ -16,6 +16,8 @@ from iggy_spark.source.offsets import Position, Range
 from iggy_spark.source.options import SourceOptions
 from iggy_spark.source.reader import IggyStreamReader
 
+pytestmark = pytest.mark.iggy_line
+
 URL = "iggy://iggy:secret@localhost:8090"
 
 

@@ -14,6 +14,8 @@ from iggy_spark.source import polling
 from iggy_spark.source.offsets import Range
 from iggy_spark.source.options import SourceOptions
 
+pytestmark = pytest.mark.iggy_line
+
 URL = "iggy://iggy:secret@localhost:8090"
 
 

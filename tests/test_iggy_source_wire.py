@@ -6,6 +6,7 @@ from __future__ import annotations
 
 import struct
 import uuid
+from collections.abc import Callable
 from typing import Any
 
 import pytest
@@ -23,8 +24,12 @@ from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 from support.broker_fixtures import connect, create_topic, poll_reply, run
 
+from iggy_spark import sdk
+from iggy_spark.connection import sdk_line
 from iggy_spark.source import wire
 from iggy_spark.source.catalog import CONSUMER
+
+pytestmark = pytest.mark.iggy_line
 
 U128 = st.one_of(st.sampled_from([0, 1, 2**64 - 1, 2**64, 10**38, 2**127, 2**128 - 1]),
                  st.integers(0, 2**128 - 1))
@@ -86,7 +91,7 @@ def _expected(messages: list[ReceiveMessage]) -> list[dict[str, Any]]:
 
 
 def _decoded(reply: bytes) -> list[dict[str, Any]]:
-    rows = wire.record_batch(reply, "s", "t", 0).to_pylist()
+    rows = wire.record_batch(reply, "s", "t", 0, sdk_line()).to_pylist()
     assert all((r["stream"], r["topic"], r["partition"]) == ("s", "t", 0) for r in rows)
     return [{
         "offset": r["offset"], "id": r["id"],
@@ -133,20 +138,27 @@ def test_a_poll_decodes_as_the_sdk_decodes_it(
     assert _decoded(raw) == _expected(polled)
 
 
-def test_messages_of_one_size_split_between_payload_and_headers_decode() -> None:
+@pytest.fixture(params=sdk.LINES, ids=lambda line: f"iggy{line.server}")
+def line(request: pytest.FixtureRequest) -> sdk.SdkLine:
+    """Each Iggy line's reply layout, for replies laid out by hand."""
+    return request.param
+
+
+def test_messages_of_one_size_split_between_payload_and_headers_decode(line: sdk.SdkLine) -> None:
     """Same-size messages are found without a walk; each still gets its own payload and
     headers, however it splits its size between them."""
     header = b"\x02\x01\x00\x00\x00k" + b"\x02\x01\x00\x00\x00v"  # 12 bytes: k=v
-    rows = wire.record_batch(poll_reply(0, [(b"p" * 12, b""), (b"", header), (b"p" * 12, b"")]),
-                             "s", "t", 0).to_pylist()
+    reply = poll_reply(0, [(b"p" * 12, b""), (b"", header), (b"p" * 12, b"")], line)
+    rows = wire.record_batch(reply, "s", "t", 0, line).to_pylist()
     assert [(r["payload"], r["headers"]) for r in rows] == [
         (b"p" * 12, None), (b"", [("k", b"v")]), (b"p" * 12, None)]
 
 
-def test_a_hand_laid_reply_decodes() -> None:
+def test_a_hand_laid_reply_decodes(line: sdk.SdkLine) -> None:
     header = b"\x02\x01\x00\x00\x00k" + b"\x0c\x08\x00\x00\x00" + struct.pack("<Q", 2**64 - 1)
-    rows = wire.record_batch(poll_reply(40, [(b"a", b""), (b"", header), (b"ccc", b"")]),
-                             "s", "t", 3).to_pylist()
+    reply = poll_reply(40, [(b"a", b""), (b"", header), (b"ccc", b"")], line)
+    assert wire.message_count(reply, line) == 3 and wire.following(reply, line) == 43
+    rows = wire.record_batch(reply, "s", "t", 3, line).to_pylist()
     assert rows[0]["timestamp"].timestamp() == 7e-6
     assert [(r["offset"], r["payload"], r["headers"]) for r in rows] == [
         (40, b"a", None), (41, b"", [("k", b"18446744073709551615")]), (42, b"ccc", None)]
@@ -154,37 +166,58 @@ def test_a_hand_laid_reply_decodes() -> None:
     assert {r["partition"] for r in rows} == {3}
 
 
-def _lying(reply: bytes) -> bytes:
+def _lying(reply: bytes, line: sdk.SdkLine) -> bytes:
     """``reply`` with its first message's payload length one too long: the batch's size still
     divides evenly among its messages, but they are not of one size."""
     patched = bytearray(reply)
-    at = 16 + 256 + 36
+    at = line.poll_reply_header + 256 + 36
     struct.pack_into("<I", patched, at, struct.unpack_from("<I", patched, at)[0] + 1)
     return bytes(patched)
 
 
+def _counting(reply: bytes, count: int) -> bytes:
+    """``reply`` with its header's message count set to ``count``."""
+    return reply[:12] + struct.pack("<I", count) + reply[16:]
+
+
+def _one(line: sdk.SdkLine, headers: bytes = b"") -> bytes:
+    return poll_reply(40, [(b"abc" if not headers else b"", headers)], line)
+
+
 @pytest.mark.parametrize(("reply", "problem"), [
-    (b"\0" * 10, "has no header"),
-    (poll_reply(40, [(b"abc", b"")])[:-1], "does not fill"),
-    (_lying(poll_reply(40, [(b"abc", b""), (b"abc", b"")])), "does not fill"),
-    (poll_reply(40, [(b"abc", b"")])[:100], "ends inside a batch header"),
-    (poll_reply(40, [(b"abc", b"")]) + b"\0" * 300, "does not fill"),
-    (struct.pack("<IQI", 0, 0, 2) + poll_reply(40, [(b"abc", b"")])[16:],
-     "says 2 messages and holds 1"),
-    (poll_reply(40, [(b"", b"\x02\x09\x00\x00\x00k")]), "kind 2 and 9 bytes does not fit"),
-    (poll_reply(40, [(b"", b"\x63\x01\x00\x00\x00k")]), "kind 99"),
-    (poll_reply(40, [(b"", b"\x02\x01\x00\x00\x00k")]), "a key without a value"),
-    (poll_reply(40, [(b"", b"\x02\x01")]), "end inside an entry"),
+    (lambda line: b"\0" * 10, "has no header"),
+    (lambda line: _one(line)[:-1], "does not fill"),
+    (lambda line: _lying(poll_reply(40, [(b"abc", b""), (b"abc", b"")], line), line),
+     "does not fill"),
+    (lambda line: _one(line)[:line.poll_reply_header + 84], "ends inside a batch header"),
+    (lambda line: _one(line) + b"\0" * 300, "does not fill"),
+    (lambda line: _counting(_one(line), 2), "says 2 messages and holds 1"),
+    (lambda line: _one(line, b"\x02\x09\x00\x00\x00k"), "kind 2 and 9 bytes does not fit"),
+    (lambda line: _one(line, b"\x63\x01\x00\x00\x00k"), "kind 99"),
+    (lambda line: _one(line, b"\x02\x01\x00\x00\x00k"), "a key without a value"),
+    (lambda line: _one(line, b"\x02\x01"), "end inside an entry"),
 ])
-def test_a_malformed_reply_is_refused(reply: bytes, problem: str) -> None:
+def test_a_malformed_reply_is_refused(
+    reply: Callable[[sdk.SdkLine], bytes], problem: str, line: sdk.SdkLine
+) -> None:
     with pytest.raises(wire.MalformedReply, match=problem):
-        wire.record_batch(reply, "s", "t", 0)
+        wire.record_batch(reply(line), "s", "t", 0, line)
+
+
+def test_a_reply_read_in_the_other_lines_layout_does_not_add_up() -> None:
+    """The 24 bytes of partition context make the layouts disagree: a 0.10 reply read as 0.9
+    starts its batch inside the context, and the other way round inside the batch header."""
+    for written, read in ((sdk.SDK_0_10, sdk.SDK_0_9), (sdk.SDK_0_9, sdk.SDK_0_10)):
+        with pytest.raises(wire.MalformedReply):
+            wire.record_batch(poll_reply(40, [(b"abc", b"")], written), "s", "t", 0, read)
 
 
 def test_polls_of_ever_new_sizes_keep_a_bounded_number_of_index_arrays() -> None:
     """A long query polls many sizes (each range's last poll, payloads of changing size): the
     index arrays kept per size must not grow with them."""
+    line = sdk.SDK_0_9
     for size in range(1, 200):
-        assert wire.record_batch(poll_reply(0, [(b"x", b"")] * size), "s", "t", 0).num_rows == size
+        reply = poll_reply(0, [(b"x", b"")] * size, line)
+        assert wire.record_batch(reply, "s", "t", 0, line).num_rows == size
     assert wire._every.cache_info().currsize <= 64  # of the 398 index arrays these polls used
     assert wire._interleaved.cache_info().currsize <= 16  # of 199

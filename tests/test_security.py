@@ -39,6 +39,8 @@ from pg_to_iggy.pipeline import start_pipeline
 from postgres_cdc_source.options import CdcOptions
 from postgres_cdc_source.stream.reader import PgCdcStreamReader
 
+pytestmark = pytest.mark.iggy_line
+
 PG_SECRET = "pg-S3cret%Zq9"
 IGGY_SECRET = "iggy-S3cret@Xw7"
 WRONG = "wr0ng-Pa55word"

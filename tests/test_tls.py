@@ -19,6 +19,8 @@ from iggy_spark.errors import ServerError
 from iggy_spark.source import catalog
 from iggy_spark.source.options import SourceOptions
 
+pytestmark = pytest.mark.iggy_line
+
 
 @pytest.fixture(scope="module")
 def authority(tmp_path_factory: pytest.TempPathFactory) -> tuple[trustme.CA, Path]:

@@ -21,6 +21,8 @@ from iggy_spark.sink.options import TopicDefaults
 from iggy_spark.sink.sending import ensure_topic
 from iggy_spark.sink.topic_request import encode_create_topic
 
+pytestmark = pytest.mark.iggy_line
+
 # What the apache-iggy 0.9.0 wheel's create_topic("s", "t1", 2, ...) sends, captured over TCP,
 # with its two durability options taken out.
 _IDENTIFIER_AND_COUNT = "020173" + "02000000" + "027431"

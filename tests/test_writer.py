@@ -33,6 +33,8 @@ from iggy_spark.sink.partitioning import partition_for_key
 from iggy_spark.sink.report import Ledger, TaskReport
 from iggy_spark.sink.writer import IggyRoutedStreamWriter
 
+pytestmark = pytest.mark.iggy_line
+
 
 def make_writer(broker: LocalIggy, **options: str) -> IggyRoutedStreamWriter:
     """A writer whose tasks run outside Spark: no query, no state, at-least-once."""

@@ -25,11 +25,13 @@ from iggy_spark.errors import (
     DestinationError,
     EncodingError,
     IggySparkError,
+    IncompatibleServer,
     PayloadTooLarge,
     SendError,
     ServerError,
     StateError,
     UnknownDestination,
+    UnsupportedSdk,
 )
 
 if TYPE_CHECKING:
@@ -45,12 +47,14 @@ __all__ = [
     "DestinationError",
     "EncodingError",
     "IggySparkError",
+    "IncompatibleServer",
     "MissingDependencyError",
     "PayloadTooLarge",
     "SendError",
     "ServerError",
     "StateError",
     "UnknownDestination",
+    "UnsupportedSdk",
     "destinations",
     "read_ledger",
     "register",

@@ -4,6 +4,12 @@ The ``apache-iggy`` SDK is asynchronous; Spark calls the writer synchronously, o
 worker processes that are reused across tasks and micro-batches. Connecting and logging in for
 every task would cost a round trip or three per batch, so each process keeps one connected
 client per URL on a daemon thread's event loop and tasks submit coroutines to it.
+
+A server of another Iggy line than the installed SDK's refuses every login: the first connect
+fails at once with :class:`~iggy_spark.errors.IncompatibleServer`, which names the server's
+line, the installed SDK and the install command that fits, and is never retried. Once a
+client has logged in, the server speaks the installed SDK's line (:mod:`iggy_spark.sdk`),
+which is the layout of the package's own requests and poll replies.
 """
 
 from __future__ import annotations
@@ -15,13 +21,14 @@ from collections.abc import Coroutine
 from concurrent.futures import Future
 from typing import TYPE_CHECKING, Any, ClassVar, TypeVar
 
-from iggy_spark.errors import ServerError
+from iggy_spark import handshake, sdk
+from iggy_spark.errors import IncompatibleServer, ServerError, UnsupportedSdk
 from iggy_spark.iggy_url import IggyUrl
 
 if TYPE_CHECKING:
     import apache_iggy
 
-__all__ = ["IggyConnection", "check_tls"]
+__all__ = ["IggyConnection", "check_tls", "sdk_line"]
 
 T = TypeVar("T")
 
@@ -55,7 +62,8 @@ class IggyConnection:
         """The client, connected on first use; the URL's credentials log it in on every connect.
 
         Coroutines that find no client wait for one connect and all get its client, so a
-        process holds one connection per URL even right after :meth:`reset`.
+        process holds one connection per URL even right after :meth:`reset`. Raises
+        :class:`~iggy_spark.errors.IncompatibleServer` when the server speaks another line.
         """
         client = self._client
         if client is not None:
@@ -64,9 +72,19 @@ class IggyConnection:
             if self._client is None:
                 import apache_iggy
 
+                sdk_line()
                 await check_tls(self.url)
                 client = apache_iggy.IggyClient(self.url.to_tcp_config())
-                await client.connect()
+                try:
+                    await client.connect()
+                except Exception as exc:  # the SDK's errors are RuntimeErrors
+                    if sdk.error_code(exc) == sdk.INCOMPATIBLE_PROTOCOL:
+                        window = await handshake.server_protocols(self.url)
+                        raise IncompatibleServer(
+                            self.url.server_address, None if window is None else window[1],
+                            sdk.installed()[0],
+                        ) from exc
+                    raise
                 self._client = client
             return self._client
 
@@ -90,6 +108,17 @@ class IggyConnection:
 
     def __repr__(self) -> str:
         return f"IggyConnection({self.url})"
+
+
+def sdk_line() -> sdk.SdkLine:
+    """The installed SDK's line: the layout of every reply once its client has logged in.
+
+    Raises :class:`~iggy_spark.errors.UnsupportedSdk` for an SDK of no supported line.
+    """
+    version, line = sdk.installed()
+    if line is None:
+        raise UnsupportedSdk(version)
+    return line
 
 
 async def check_tls(url: IggyUrl) -> None:

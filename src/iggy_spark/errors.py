@@ -12,6 +12,7 @@ long, multi-line, hostile; they are shown through :func:`show`, quoted and trunc
 from __future__ import annotations
 
 from connector_common.errors import ConnectorError, OptionError, show
+from iggy_spark import sdk
 
 __all__ = [
     "AdmissionError",
@@ -19,11 +20,13 @@ __all__ = [
     "DestinationError",
     "EncodingError",
     "IggySparkError",
+    "IncompatibleServer",
     "PayloadTooLarge",
     "SendError",
     "ServerError",
     "StateError",
     "UnknownDestination",
+    "UnsupportedSdk",
     "show",
 ]
 
@@ -133,6 +136,55 @@ class ServerError(IggySparkError):
 
     def _message(self) -> str:
         return f"cannot use the Iggy server at {self.address}: {self.detail}"
+
+
+class IncompatibleServer(ServerError):
+    """The server refused the installed ``apache-iggy`` SDK at login: it speaks another Iggy
+    protocol line (servers 0.9 speak protocol 0.11, servers 0.10 protocol 0.12), and only the SDK
+    of its line can log in.
+
+    ``server_protocol`` is the newest binary protocol the server accepts (packed, as the wire
+    carries it), ``None`` if the server did not say; ``sdk_version`` is the installed SDK's.
+    """
+
+    def __init__(self, address: str, server_protocol: int | None, sdk_version: str) -> None:
+        IggySparkError.__init__(self, address, server_protocol, sdk_version)
+        self.address = address
+        self.server_protocol = server_protocol
+        self.sdk_version = sdk_version
+        self.detail = self._detail()
+
+    def _detail(self) -> str:
+        ours = sdk.line_of(self.sdk_version)
+        sdk_speaks = "" if ours is None else (
+            f", which speaks Iggy {ours.server}'s protocol {sdk.protocol_text(ours.protocol)}")
+        refused = f"refuses the installed apache-iggy {self.sdk_version}{sdk_speaks}"
+        if self.server_protocol is None:
+            return f"the server {refused}; install the apache-iggy of the server's Iggy line: " + (
+                "; ".join(f"Iggy {line.server}: {line.install}" for line in sdk.LINES))
+        theirs = next((line for line in sdk.LINES if line.speaks(self.server_protocol)), None)
+        protocol = sdk.protocol_text(self.server_protocol)
+        if theirs is None:
+            return (f"the server speaks binary protocol {protocol}, which no Iggy line "
+                    f"iggy-spark supports speaks, and {refused}")
+        return (f"it is an Iggy {theirs.server} server (binary protocol {protocol}) and "
+                f"{refused}; install the SDK of its line: {theirs.install}")
+
+    def _message(self) -> str:
+        return f"cannot use the Iggy server at {self.address}: {self.detail}"
+
+
+class UnsupportedSdk(IggySparkError):
+    """The installed ``apache-iggy`` (``version``) speaks no Iggy line iggy-spark supports."""
+
+    def __init__(self, version: str) -> None:
+        super().__init__(version)
+        self.version = version
+
+    def _message(self) -> str:
+        lines = "; ".join(f"Iggy {line.server}: {line.install}" for line in sdk.LINES)
+        return (f"apache-iggy {self.version} is not an SDK iggy-spark supports; install the one "
+                f"of your Iggy server's line: {lines}")
 
 
 class StateError(IggySparkError):

@@ -1,11 +1,10 @@
 """How both formats tell a lost connection from a failed request, and wait one out.
 
-The SDK reports every failure as a ``RuntimeError`` carrying its error variant's text, with no
-error code attached. A *disconnection* hits every request at once: it says nothing about the
-stream, topic or partition asked for, so it is retried until the caller's timeout (the sink's
-``send_timeout``) and never counted against a destination's circuit breaker, nor read as a
-topic gone. Every other failure is the request's own and is raised as it is. The line is drawn
-here and nowhere else.
+A *disconnection* hits every request at once: it says nothing about the stream, topic or
+partition asked for, so it is retried until the caller's timeout (the sink's ``send_timeout``)
+and never counted against a destination's circuit breaker, nor read as a topic gone. Every
+other failure is the request's own and is raised as it is. The line is drawn here and nowhere
+else, on the SDK error's Iggy code (:func:`iggy_spark.sdk.error_code`).
 """
 
 from __future__ import annotations
@@ -15,8 +14,9 @@ import time
 from collections.abc import Awaitable, Callable
 from typing import TYPE_CHECKING, TypeVar
 
+from iggy_spark import sdk
 from iggy_spark.connection import IggyConnection
-from iggy_spark.errors import ServerError
+from iggy_spark.errors import ServerError, UnsupportedSdk
 
 if TYPE_CHECKING:
     import apache_iggy
@@ -25,21 +25,6 @@ __all__ = ["Disconnected", "is_disconnection", "retrying"]
 
 T = TypeVar("T")
 
-# The SDK raises ``RuntimeError(str(IggyError))``, with no error code attached. These
-# ``IggyError`` variants (apache/iggy, core/common/src/error/iggy_error.rs) mean the connection,
-# not the request, failed; none takes a parameter, so the whole message identifies the variant
-# exactly, and no name or text from a request (a stream called "disconnected") can match one.
-_DISCONNECTION_VARIANTS = frozenset({
-    "Disconnected",
-    "Not connected",
-    "Cannot establish connection",
-    "Connection closed",
-    "Client shutdown",
-    "Stale client",
-    "TCP error",
-    "QUIC error",
-    "Cannot sed messages due to client disconnection",  # sic, as the SDK spells it
-})
 _RETRY_PAUSE = 0.5
 _ATTEMPT_SECONDS = 15.0
 
@@ -53,15 +38,14 @@ def is_disconnection(exc: BaseException) -> bool:
     """Whether ``exc`` (or a cause of it) says the connection, not the request, failed.
 
     Decided by type (Python's connection errors and timeouts: the SDK's calls time out while
-    the server is unreachable) and by the SDK error's variant; the text of this package's own
+    the server is unreachable) and by the SDK error's code; the text of this package's own
     errors is never read.
     """
     seen: BaseException | None = exc
     while seen is not None:
         if isinstance(seen, ConnectionError | TimeoutError):
             return True
-        if (type(seen) is RuntimeError and len(seen.args) == 1
-                and seen.args[0] in _DISCONNECTION_VARIANTS):
+        if sdk.error_code(seen) in sdk.DISCONNECTED:
             return True
         seen = seen.__cause__
     return False
@@ -84,14 +68,14 @@ async def retrying(
         try:
             try:
                 client = await asyncio.wait_for(conn.client(), attempt)
-            except ServerError:
+            except (ServerError, UnsupportedSdk):  # the connection's verdict: TLS, server line
                 raise
             except Exception as exc:  # the SDK raises bare RuntimeErrors
                 if is_disconnection(exc):
                     raise
                 raise ServerError(conn.url.server_address, str(exc)) from exc
             return await asyncio.wait_for(call(client), attempt)
-        except ServerError:
+        except (ServerError, UnsupportedSdk):
             raise
         except Exception as exc:  # the SDK raises bare RuntimeErrors
             if not is_disconnection(exc):

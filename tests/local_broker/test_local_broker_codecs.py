@@ -16,7 +16,7 @@ from iggy_spark_testing.iggy_frames import (
     encode_request_header,
 )
 
-pytestmark = pytest.mark.services
+pytestmark = [pytest.mark.services, pytest.mark.iggy_line]
 
 
 # -- pure codecs --------------------------------------------------------------------------------

@@ -38,9 +38,11 @@ from support.local_broker import (
 from iggy_local import LocalIggy
 from iggy_local.journal import FILE_NAME
 
-pytestmark = pytest.mark.services
+pytestmark = [pytest.mark.services, pytest.mark.iggy_line]
 
-SRC = Path(__file__).resolve().parents[2] / "src"
+_ROOT = Path(__file__).resolve().parents[2]
+SOURCES = os.pathsep.join(str(_ROOT / where) for where in ("src", "testing/src"))
+"""This checkout's packages, the broker's among them, for a child process."""
 
 
 # -- persistence and the process launcher -------------------------------------------------------
@@ -56,7 +58,7 @@ def test_restart_with_data_dir_keeps_every_acknowledged_write(tmp_path: Path) ->
             client = IggyClient.from_connection_string(broker.url)  # auto-login on reconnect
             await client.connect()
             await client.create_stream(stream)
-            await client.create_topic(stream, topic, 3)
+            await create_topic(client, stream, topic, 3)
             await client.create_partitions(stream, topic, 1)
             for partition in range(4):
                 messages = [
@@ -111,7 +113,8 @@ def test_restart_with_data_dir_keeps_every_acknowledged_write(tmp_path: Path) ->
 
 
 def test_cli_logs_its_address_and_exits_cleanly_on_sigterm(tmp_path: Path) -> None:
-    env = {**os.environ, "PYTHONPATH": str(SRC)}
+    env = {**os.environ, "PYTHONPATH": os.pathsep.join(
+        filter(None, [SOURCES, os.environ.get("PYTHONPATH")]))}
     child = subprocess.Popen(
         [sys.executable, "-m", "iggy_local", "--port", "0", "--data-dir", str(tmp_path)],
         env=env, stderr=subprocess.PIPE, text=True,

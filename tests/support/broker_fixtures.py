@@ -22,6 +22,9 @@ from typing import Any, TypeVar
 from apache_iggy import IggyClient, ReceiveMessage, UserHeaders
 
 from iggy_local.codes import HEADER_SIZE, Identifier, Operation, ReadCode
+from iggy_local.dialects import Dialect, dialect
+from iggy_spark.connection import sdk_line
+from iggy_spark.sdk import SdkLine
 from iggy_spark.sink import topic_request
 from iggy_spark.sink.options import TopicDefaults
 from iggy_spark_testing import readback
@@ -69,13 +72,18 @@ class Polled:
         )
 
 
-def poll_reply(base_offset: int, messages: list[tuple[bytes, bytes]]) -> bytes:
-    """A poll reply laid out by hand: one batch from ``base_offset``, appended at 7 µs past the
-    epoch, of ``(payload, user headers bytes)`` messages with id 0."""
+def poll_reply(
+    base_offset: int, messages: list[tuple[bytes, bytes]], line: SdkLine | None = None
+) -> bytes:
+    """A poll reply laid out by hand in ``line``'s layout (default: the installed SDK's): one
+    batch from ``base_offset``, appended at 7 µs past the epoch, of ``(payload, user headers
+    bytes)`` messages with id 0."""
+    line = sdk_line() if line is None else line
     frames = b"".join(struct.pack("<Q16sIIIIQ", 0, bytes(16), i, 0, len(h), len(p), 0) + p + h
                       for i, (p, h) in enumerate(messages))
     header = struct.pack("<QQQQQQI", 0, base_offset, 7, 0, 256 + len(frames), 0, len(messages))
-    return struct.pack("<IQI", 0, 0, len(messages)) + header.ljust(256, b"\0") + frames
+    head = struct.pack("<IQI", 0, 0, len(messages)).ljust(line.poll_reply_header, b"\0")
+    return head + header.ljust(256, b"\0") + frames
 
 
 async def connect(address: str, username: str = "iggy", password: str = "iggy") -> IggyClient:
@@ -136,6 +144,7 @@ class RawReply:
     operation: int
     status: int
     body: bytes
+    header: bytes
 
 
 class RawClient:
@@ -180,8 +189,15 @@ class RawClient:
         )
         self.sock.sendall(header + body)
 
-    def login(self, username: str = "iggy", password: str = "iggy") -> RawReply:
-        reply = self.call(Operation.REGISTER, encode_login(username, password))
+    def login(
+        self, username: str = "iggy", password: str = "iggy", line: Dialect | None = None, *,
+        protocol: int | None = None,
+    ) -> RawReply:
+        """Log in with the login layout of ``line`` (default: the line a broker started without
+        one speaks), announcing ``protocol`` (default: the line's own)."""
+        line = dialect() if line is None else line
+        reply = self.call(Operation.REGISTER,
+                          encode_login(username, password, line, protocol=protocol))
         if reply.command == 8 and reply.status == 0:
             self.session = struct.unpack_from("<Q", reply.body, 8)[0]
         return reply
@@ -192,7 +208,7 @@ class RawClient:
         body = self._read_exactly(size - HEADER_SIZE)
         return RawReply(
             command=header[60], operation=header[208],
-            status=struct.unpack_from("<I", header, 216)[0], body=body,
+            status=struct.unpack_from("<I", header, 216)[0], body=body, header=header,
         )
 
     def at_eof(self) -> bool:

@@ -1,19 +1,19 @@
 """The sink's conversation with Iggy: make sure a destination exists, and send to it.
 
-The SDK reports every failure as a ``RuntimeError`` carrying its error variant's text. A
-*disconnection* is retried until ``send_timeout`` (:mod:`iggy_spark.failures`); the one
-distinction of the sink's own is drawn here and nowhere else: *already exists* on create is
-success, so tasks racing to create one destination all win.
+A *disconnection* is retried until ``send_timeout`` (:mod:`iggy_spark.failures`); the one
+distinction of the sink's own is drawn here and nowhere else: *already exists* on create (by
+the SDK error's code, :func:`iggy_spark.sdk.error_code`) is success, so tasks racing to create
+one destination all win.
 """
 
 from __future__ import annotations
 
 import asyncio
-import re
 from collections.abc import AsyncIterator, Awaitable, Sequence
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any
 
+from iggy_spark import sdk
 from iggy_spark.connection import IggyConnection
 from iggy_spark.errors import DestinationError, SendError, ServerError, UnknownDestination
 from iggy_spark.failures import Disconnected, retrying
@@ -26,13 +26,6 @@ if TYPE_CHECKING:
     import apache_iggy
 
 __all__ = ["Topic", "ensure_topic", "landed", "list_topics", "prewarm", "send"]
-
-# StreamNameAlreadyExists and TopicNameAlreadyExists, as the SDK words them (whole message).
-_ALREADY_EXISTS = re.compile(
-    r"(Stream with name: .* already exists\.|Topic with name: .* for stream with ID: .* already "
-    r"exists\.)",
-    re.DOTALL,
-)
 
 
 @dataclass(frozen=True)
@@ -48,7 +41,7 @@ async def _create(call: Awaitable[Any]) -> bool:
     try:
         await call
     except RuntimeError as exc:
-        if type(exc) is RuntimeError and _ALREADY_EXISTS.fullmatch(str(exc)):
+        if sdk.error_code(exc) in sdk.ALREADY_EXISTS:
             return False
         raise
     return True

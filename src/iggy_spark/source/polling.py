@@ -17,6 +17,7 @@ from typing import TYPE_CHECKING
 import pyarrow as pa
 import pyarrow.compute as pc
 
+from iggy_spark.connection import sdk_line
 from iggy_spark.errors import IggySparkError
 from iggy_spark.failures import Disconnected
 from iggy_spark.source import catalog, wire
@@ -28,6 +29,8 @@ from iggy_spark.source.payloads import parsed_batch
 
 if TYPE_CHECKING:
     import apache_iggy
+
+    from iggy_spark.sdk import SdkLine
 
 __all__ = ["read_range"]
 
@@ -48,6 +51,7 @@ def read_range(
     topic, partition, expected, end = work
     if expected >= end:
         return
+    line = sdk_line()  # the layout of every reply on a connection its SDK logged in with
     count = min(options.poll_messages, _FIRST_POLL)
     pending = _poll(options, topic, partition, expected, end, count)
     while True:
@@ -64,13 +68,14 @@ def read_range(
                                    "its topic or partition no longer exists"),
                           options.fail_on_data_loss, exc)
             return
-        count = _next_count(options, reply, count)
+        count = _next_count(options, reply, count, line)
         # the next poll travels while this reply becomes a batch; it starts where the reply's
         # header says the messages end, checked against the decoded offsets below
-        ahead = wire.following(reply)
+        ahead = wire.following(reply, line)
         if ahead is not None and ahead < end:
             pending = _poll(options, topic, partition, ahead, end, count)
-        messages = _within(_decoded(options, topic, partition, expected, reply), expected, end)
+        messages = _within(_decoded(options, topic, partition, expected, reply, line),
+                           expected, end)
         first = messages["offset"][0].as_py() if messages.num_rows else end
         if first > expected:
             why = "older than the oldest message kept" if messages.num_rows else (
@@ -100,11 +105,11 @@ def _within(messages: pa.RecordBatch, start: int, end: int) -> pa.RecordBatch:
     return messages.filter(pc.and_(pc.greater_equal(offsets, start), pc.less(offsets, end)))
 
 
-def _next_count(options: SourceOptions, reply: bytes, count: int) -> int:
+def _next_count(options: SourceOptions, reply: bytes, count: int, line: SdkLine) -> int:
     """How many messages the next poll asks for: as many of the size the reply's messages had
     as fit in ``poll_bytes``, at most ``poll_messages`` (``count`` again after an empty
     reply)."""
-    polled = wire.message_count(reply)
+    polled = wire.message_count(reply, line)
     if not polled:
         return count
     return max(1, min(options.poll_messages, options.poll_bytes * polled // len(reply)))
@@ -124,11 +129,11 @@ def _poll(
 
 
 def _decoded(
-    options: SourceOptions, topic: str, partition: int, start: int, reply: bytes
+    options: SourceOptions, topic: str, partition: int, start: int, reply: bytes, line: SdkLine
 ) -> pa.RecordBatch:
     """The message columns of a poll's reply (:mod:`~iggy_spark.source.wire`)."""
     try:
-        return wire.record_batch(reply, options.stream, topic, partition)
+        return wire.record_batch(reply, options.stream, topic, partition, line)
     except wire.MalformedReply as exc:
         raise SourceError(topic, f"partition {partition}: the server's reply to a poll from "
                           f"offset {start} is malformed: {exc}") from exc

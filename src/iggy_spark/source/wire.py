@@ -1,5 +1,5 @@
-"""The requests the source lays out itself in the Iggy 0.9 binary protocol, and poll replies cut
-into Arrow columns.
+"""The requests the source lays out itself in the Iggy binary protocol, and poll replies cut
+into Arrow columns, on both server lines (:mod:`iggy_spark.sdk`).
 
 The SDK's ``poll_messages`` turns every message into a Python object that is then asked for
 its fields one call at a time; that costs more than the poll itself. The source instead sends
@@ -7,7 +7,9 @@ the poll request through the SDK's ``send_binary_request`` (same connection, fra
 and error mapping) and cuts the reply into Arrow columns with Arrow kernels, so the only
 per-message Python work is one walk over the message lengths.
 
-A reply is ``[partition_id u32][current_offset u64][count u32]`` and then batches. A batch is a
+A reply is ``[partition_id u32][current_offset u64][count u32]``, on Iggy 0.10 the partition
+context it was served under (three u64, :attr:`~iggy_spark.sdk.SdkLine.poll_reply_header`), and
+then batches. The requests are the same on both lines. A batch is a
 256-byte header (``base_offset u64`` @8, ``base_timestamp u64`` @16, ``batch_length u64`` @32,
 ``message_count u32`` @48) and its messages; a message is a 48-byte header (``checksum u64``,
 ``id u128`` @8, ``offset_delta u32`` @24, ``timestamp_delta u32`` @28, ``user_headers_len
@@ -27,6 +29,7 @@ import pyarrow as pa
 import pyarrow.compute as pc
 
 from iggy_spark.identifiers import identifier
+from iggy_spark.sdk import SdkLine
 from iggy_spark.source.schema import ARROW_SCHEMA, HEADERS_TYPE
 
 __all__ = [
@@ -89,34 +92,35 @@ def poll_request(
         "<BQIB", _BY_OFFSET, offset, count, 0)
 
 
-def message_count(reply: bytes) -> int:
+def message_count(reply: bytes, line: SdkLine) -> int:
     """How many messages the reply says it holds (0 for one too short to say)."""
-    return 0 if len(reply) < _REPLY.size else int(_REPLY.unpack_from(reply, 0)[2])
+    return 0 if len(reply) < line.poll_reply_header else int(_REPLY.unpack_from(reply, 0)[2])
 
 
-def following(reply: bytes) -> int | None:
+def following(reply: bytes, line: SdkLine) -> int | None:
     """The offset after the reply's messages as its headers tell it (the first message's
     offset plus the count; a partition's offsets have no holes), without decoding it; ``None``
     for a reply without messages."""
-    count = message_count(reply)
-    if not count or len(reply) < _REPLY.size + _BATCH_HEADER + _MESSAGE_HEADER:
+    count = message_count(reply, line)
+    first = line.poll_reply_header
+    if not count or len(reply) < first + _BATCH_HEADER + _MESSAGE_HEADER:
         return None
-    base = _BATCH.unpack_from(reply, _REPLY.size)[0]
-    delta = struct.unpack_from("<I", reply, _REPLY.size + _BATCH_HEADER + 24)[0]
+    base = _BATCH.unpack_from(reply, first)[0]
+    delta = struct.unpack_from("<I", reply, first + _BATCH_HEADER + 24)[0]
     return int(base + delta + count)
 
 
-def _messages(reply: bytes) -> tuple[pa.Array, int, list[tuple[int, int, int]]]:
+def _messages(reply: bytes, line: SdkLine) -> tuple[pa.Array, int, list[tuple[int, int, int]]]:
     """Where each message begins (int32) and the last one ends, and each batch's ``(message
     count, base offset, base timestamp)``."""
     size = len(reply)
-    if size < _REPLY.size:
+    if size < line.poll_reply_header:
         raise MalformedReply(f"a poll reply of {size} bytes has no header")
     count = _REPLY.unpack_from(reply, 0)[2]
     data = pa.py_buffer(reply)
     parts: list[pa.Array] = []
     batches = []
-    pos = _REPLY.size
+    pos = line.poll_reply_header
     while pos < size:
         if pos + _BATCH_HEADER > size:
             raise MalformedReply(f"the reply ends inside a batch header at byte {pos}")
@@ -213,12 +217,15 @@ def _ids(heads: pa.Array) -> pa.Array:
     return decimals.cast(pa.string())
 
 
-def record_batch(reply: bytes, stream: str, topic: str, partition: int) -> pa.RecordBatch:
-    """The message columns (:data:`~iggy_spark.source.schema.ARROW_SCHEMA`) of one poll reply.
+def record_batch(
+    reply: bytes, stream: str, topic: str, partition: int, line: SdkLine
+) -> pa.RecordBatch:
+    """The message columns (:data:`~iggy_spark.source.schema.ARROW_SCHEMA`) of one poll reply
+    in ``line``'s layout.
 
     Raises :class:`MalformedReply` for a reply whose layout does not add up.
     """
-    starts, end, batches = _messages(reply)
+    starts, end, batches = _messages(reply, line)
     count = len(starts)
     if not count:
         return pa.RecordBatch.from_pylist([], schema=ARROW_SCHEMA)

@@ -14,6 +14,7 @@ import os
 import signal
 import sys
 
+from .dialects import DIALECTS, SERVER_ENV, dialect
 from .runner import PASSWORD_ENV
 from .server import run_broker
 
@@ -36,6 +37,10 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
         help=f"login password (default ${PASSWORD_ENV}, else iggy)",
     )
     parser.add_argument(
+        "--server", choices=list(DIALECTS), default=os.environ.get(SERVER_ENV) or "0.9",
+        help=f"Iggy server line whose protocol it speaks (default ${SERVER_ENV}, else 0.9)",
+    )
+    parser.add_argument(
         "--log-level", default="INFO", choices=["DEBUG", "INFO", "WARNING", "ERROR"],
         help="stderr log level (default %(default)s)",
     )
@@ -49,7 +54,7 @@ async def _serve(args: argparse.Namespace) -> None:
         loop.add_signal_handler(signum, stop.set)
     await run_broker(
         data_dir=args.data_dir, host=args.host, port=args.port, username=args.username,
-        password=args.password, stop=stop,
+        password=args.password, stop=stop, dialect=dialect(args.server),
     )
 
 

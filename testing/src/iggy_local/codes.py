@@ -1,7 +1,7 @@
-"""The Iggy TCP protocol's vocabulary, as the ``apache-iggy`` 0.9 SDK speaks it: sizes and
-versions, the codes of commands, operations, reads, errors and evictions, the kinds request
-bodies carry, the little-endian integers and names every body is made of, and the broker's two
-exceptions.
+"""The Iggy TCP protocol's vocabulary, the same on both server lines the broker speaks
+(:mod:`.dialects` holds what differs): sizes, the codes of commands, operations, reads,
+errors and evictions, the kinds request bodies carry, the little-endian integers and names
+every body is made of, and the broker's two exceptions.
 
 The layouts follow ``core/binary_protocol`` of apache/iggy; where the wheel disagreed, the wheel
 won. Like the other codec modules (:mod:`.frames`, :mod:`.requests`, :mod:`.replies`,
@@ -18,9 +18,6 @@ HEADER_SIZE = 256
 # Large enough for any batch the SDK builds (it caps a send at 1,000,000 messages of modest
 # size), small enough that a garbage size field cannot make the broker allocate gigabytes.
 MAX_FRAME_SIZE = 256 * 1024 * 1024
-# 0.11.0 packed as major << 20 | minor << 10 | patch: what the 0.9 wheel announces at login.
-PROTOCOL_VERSION = (0 << 20) | (11 << 10) | 0
-SERVER_VERSION = "0.9.0-local"
 MAX_PARTITIONS_PER_REQUEST = 1000
 
 BATCH_HEADER_SIZE = 256
@@ -56,6 +53,8 @@ class ReadCode(IntEnum):
     PING = 1
     GET_CLUSTER_METADATA = 12
     POLL_MESSAGES = 100
+    GET_PARTITION_ROUTE = 105
+    """0.10 only: where a partition lives, asked before its first send or poll."""
     GET_CONSUMER_OFFSET = 120
     GET_STREAM = 200
     GET_STREAMS = 201

@@ -11,7 +11,6 @@ from typing import TypeVar
 import xxhash
 
 from .codes import (
-    PROTOCOL_VERSION,
     U32,
     U64,
     BrokerError,
@@ -21,6 +20,7 @@ from .codes import (
     PartitioningKind,
     PollingKind,
 )
+from .dialects import Dialect
 
 
 class Reader:
@@ -157,30 +157,42 @@ def check_topic_options(options: dict[bytes, bytes]) -> None:
 
 
 
+BIND_SECRET_SIZE = 32
+"""Bytes of the session bind secret a 0.10 login carries after the client's version."""
+
+
 @dataclass(frozen=True, slots=True)
-class Login:
+class ClientVersion:
+    """The prefix of every login: which protocol and SDK the client speaks."""
+
     protocol_version: int
     sdk_name: str
     sdk_version: str
+
+
+def decode_client_version(reader: Reader) -> ClientVersion:
+    """``[protocol u32][sdk name][sdk version]``: the same on every protocol line, so the server
+    reads it, and checks the protocol, before the rest of a login whose layout it may not know.
+    """
+    return ClientVersion(
+        reader.u32("protocol version"), reader.name("sdk name"), reader.name("sdk version"))
+
+
+@dataclass(frozen=True, slots=True)
+class Credentials:
     username: str
     password: str
 
 
-def decode_login(body: bytes) -> Login:
-    """``[protocol u32][sdk name][sdk version][user][len u8][password][ctx_len u32][ctx]``."""
-    reader = Reader(body)
-    protocol_version = reader.u32("protocol version")
-    sdk_name = reader.name("sdk name")
-    sdk_version = reader.name("sdk version")
+def decode_credentials(reader: Reader, dialect: Dialect) -> Credentials:
+    """The rest of a login after its :class:`ClientVersion`: ``[bind secret: 32 bytes, 0.10
+    only][user][len u8][password][ctx_len u32][ctx]``."""
+    if dialect.bind_secret:
+        reader.raw(BIND_SECRET_SIZE, "bind secret")
     username = reader.name("username")
     password = reader.text(reader.u8("password"), "password")
     reader.raw(reader.u32("client context length"), "client context")
-    return Login(protocol_version, sdk_name, sdk_version, username, password)
-
-
-def is_protocol_compatible(version: int) -> bool:
-    """Same rule as the server: not below our minimum, major.minor not above ours."""
-    return version >= PROTOCOL_VERSION and version >> 10 <= PROTOCOL_VERSION >> 10
+    return Credentials(username, password)
 
 
 @dataclass(frozen=True, slots=True)

@@ -29,6 +29,7 @@ from types import TracebackType
 from typing import IO
 from urllib.parse import quote
 
+from .dialects import dialect
 from .server import BrokerServer, run_broker
 
 PASSWORD_ENV = "IGGY_LOCAL_PASSWORD"
@@ -46,7 +47,9 @@ class LocalIggy:
     ``with LocalIggy() as broker:`` starts it and stops it; ``broker.address`` is what
     ``IggyClient`` takes and ``broker.url`` what the sink's ``url`` option takes. With
     ``data_dir`` every acknowledged write is fsynced there and survives restarts; with ``tls``
-    (an ``ssl.SSLContext`` holding the server's certificate) it speaks TLS.
+    (an ``ssl.SSLContext`` holding the server's certificate) it speaks TLS. ``server`` is the
+    Iggy server line it speaks (``0.9`` or ``0.10``; default ``$IGGY_LOCAL_SERVER``, else
+    ``0.9``): it refuses SDKs of the other line at login, as that server does.
     """
 
     def __init__(
@@ -59,6 +62,7 @@ class LocalIggy:
         password: str = "iggy",
         process: bool = False,
         tls: ssl.SSLContext | None = None,
+        server: str | None = None,
     ) -> None:
         if tls is not None and process:
             raise ValueError("tls works with the in-process broker (process=False)")
@@ -70,6 +74,8 @@ class LocalIggy:
         self.process = process
         self.tls = tls
         """Serves TLS with this context (thread mode); clients need ``tls=true`` in the URL."""
+        self.dialect = dialect(server)
+        """The protocol line it speaks (:mod:`iggy_local.dialects`)."""
         self._thread: threading.Thread | None = None
         self._loop: asyncio.AbstractEventLoop | None = None
         self._stop: asyncio.Event | None = None
@@ -163,8 +169,9 @@ class LocalIggy:
     def __repr__(self) -> str:
         mode = "process" if self.process else "thread"
         return (
-            f"LocalIggy(address={self.address!r}, mode={mode!r}, data_dir={self.data_dir!r}, "
-            f"username={self.username!r}, running={self.running})"
+            f"LocalIggy(address={self.address!r}, server={self.dialect.server!r}, "
+            f"mode={mode!r}, data_dir={self.data_dir!r}, username={self.username!r}, "
+            f"running={self.running})"
         )
 
     # -- thread mode ----------------------------------------------------------------------------
@@ -183,7 +190,7 @@ class LocalIggy:
             await run_broker(
                 data_dir=self.data_dir, host=self.host, port=self.port, username=self.username,
                 password=self._password, stop=self._stop, on_ready=on_ready,
-                refused_sends=self._refused_sends, tls=self.tls,
+                refused_sends=self._refused_sends, tls=self.tls, dialect=self.dialect,
             )
 
         def target() -> None:
@@ -208,6 +215,7 @@ class LocalIggy:
         command = [
             sys.executable, "-m", "iggy_local", "--host", self.host,
             "--port", str(self.port), "--username", self.username,
+            "--server", self.dialect.server,
         ]
         if self.data_dir is not None:
             command += ["--data-dir", str(self.data_dir)]

@@ -19,7 +19,9 @@ Failure policy, per the protocol notes:
 * an unknown read command gets ``InvalidCommand`` (3) and a metadata operation the broker does
   not implement ``FeatureUnavailable`` (5);
 * before login, reads other than ping get ``Unauthenticated`` (40) and writes get an
-  ``Eviction(NoSession)`` frame; a bad login gets ``Eviction(InvalidCredentials)``.
+  ``Eviction(NoSession)`` frame; a bad login gets ``Eviction(InvalidCredentials)``, and a
+  client of another protocol line (:mod:`~iggy_local.dialects`) ``Eviction(IncompatibleProtocol)``
+  with the window this broker accepts.
 """
 
 from __future__ import annotations
@@ -37,7 +39,6 @@ from itertools import count
 from .batches import verify_batch
 from .codes import (
     HEADER_SIZE,
-    PROTOCOL_VERSION,
     BrokerError,
     ErrorCode,
     EvictionReason,
@@ -47,6 +48,7 @@ from .codes import (
     ReadCode,
     is_result_framed,
 )
+from .dialects import IGGY_0_9, Dialect, version_text
 from .frames import (
     RequestHeader,
     decode_request_header,
@@ -60,6 +62,7 @@ from .replies import (
     encode_cluster_metadata,
     encode_consumer_offset,
     encode_login_reply,
+    encode_partition_route,
     encode_poll_header,
     encode_send_reply,
     encode_stream,
@@ -72,13 +75,13 @@ from .requests import (
     PollMessages,
     Reader,
     consumer_key,
+    decode_client_version,
+    decode_credentials,
     decode_delete_offset,
     decode_get_offset,
-    decode_login,
     decode_poll_messages,
     decode_send_messages,
     decode_store_offset,
-    is_protocol_compatible,
 )
 from .storage import Partition, Store, Topic
 
@@ -112,7 +115,10 @@ class BrokerServer:
         default_factory=dict, init=False, repr=False
     )
     _sessions: count[int] = field(default_factory=lambda: count(1), init=False, repr=False)
+    _ops: count[int] = field(default_factory=lambda: count(1), init=False, repr=False)
     tls: ssl.SSLContext | None = field(default=None, repr=False)
+    dialect: Dialect = IGGY_0_9
+    """The server line it speaks; a client of another is refused at login."""
     """Serve TLS with this context (its certificate and key) instead of plain TCP."""
     refused_sends: dict[tuple[str, str], int] = field(default_factory=dict, repr=False)
     """Test-only fault switch: sends to these ``(stream, topic)`` names get a server error
@@ -130,6 +136,8 @@ class BrokerServer:
             ReadCode.POLL_MESSAGES: self._poll_messages,
             ReadCode.GET_CONSUMER_OFFSET: self._get_consumer_offset,
         }
+        if self.dialect.partition_context:
+            self._reads[ReadCode.GET_PARTITION_ROUTE] = self._partition_route
         self._writes: dict[int, Handler] = {
             Operation.CREATE_STREAM: self._create_stream,
             Operation.CREATE_TOPIC: self._create_topic,
@@ -209,7 +217,7 @@ class BrokerServer:
             what = f"command code {header.code}"
         else:
             if not conn.session:
-                return [encode_eviction(header.client, EvictionReason.NO_SESSION)]
+                return [encode_eviction(header.client, EvictionReason.NO_SESSION, self.dialect)]
             handler = self._writes.get(operation)
             what = f"operation {operation}"
         try:
@@ -218,7 +226,7 @@ class BrokerServer:
                 raise BrokerError(
                     ErrorCode.INVALID_COMMAND if operation == Operation.NON_REPLICATED
                     else ErrorCode.FEATURE_UNAVAILABLE, f"{what} is not implemented")
-            if not request_checksum_matches(header, body):
+            if not request_checksum_matches(header, body, self.dialect):
                 raise BrokerError(ErrorCode.INVALID_FORMAT, "request checksum does not match")
             payload = handler(conn, body)
         except BrokerError as exc:
@@ -235,61 +243,83 @@ class BrokerServer:
             return self._reply(conn, header, result_rejection(code))
         return self._reply(conn, header, status=code)
 
-    @staticmethod
     def _reply(
-        conn: Connection, header: RequestHeader, body: bytes = b"", *, status: int = 0
+        self, conn: Connection, header: RequestHeader, body: bytes = b"", *, status: int = 0
     ) -> list[bytes]:
-        return [encode_reply_header(header, len(body), status=status, session=conn.session), body]
+        """One reply frame. On 0.10 a replicated request's reply that is not refused before
+        commit (a success, or a rejection in the result section) carries the committed-result
+        marker, as a reply to a committed prepare does."""
+        committed = (self.dialect.partition_context and not status
+                     and header.operation != Operation.NON_REPLICATED)
+        return [encode_reply_header(header, len(body), status=status, session=conn.session,
+                                    committed_op=next(self._ops) if committed else 0), body]
 
     def _login(self, conn: Connection, header: RequestHeader, body: bytes) -> list[bytes]:
+        """The client's version first, then its credentials in the layout of its line: a client
+        of another line is told the window this one accepts, never that its login is
+        malformed."""
+        reader = Reader(body)
+        evict = EvictionReason.MALFORMED_LOGIN
         try:
-            login = decode_login(body)
+            client = decode_client_version(reader)
+            if not self.dialect.accepts(client.protocol_version):
+                log.warning(
+                    "%s: %s %s speaks protocol %s, this broker (Iggy %s) %s", conn.peer,
+                    client.sdk_name, client.sdk_version, version_text(client.protocol_version),
+                    self.dialect.server, version_text(self.dialect.protocol),
+                )
+                evict = EvictionReason.INCOMPATIBLE_PROTOCOL
+                return [encode_eviction(header.client, evict, self.dialect)]
+            login = decode_credentials(reader, self.dialect)
         except BrokerError as exc:
             log.warning("%s: malformed login: %s", conn.peer, exc)
-            return [encode_eviction(header.client, EvictionReason.MALFORMED_LOGIN)]
-        if not is_protocol_compatible(login.protocol_version):
-            log.warning(
-                "%s: %s %s speaks protocol %d, this broker %d", conn.peer, login.sdk_name,
-                login.sdk_version, login.protocol_version, PROTOCOL_VERSION,
-            )
-            return [encode_eviction(header.client, EvictionReason.INCOMPATIBLE_PROTOCOL)]
+            return [encode_eviction(header.client, evict, self.dialect)]
         user_ok = hmac.compare_digest(login.username.encode(), self.username.encode())
         password_ok = hmac.compare_digest(login.password.encode(), self.password.encode())
         if not (user_ok and password_ok):
             log.warning("%s: invalid credentials for user %r", conn.peer, login.username)
-            return [encode_eviction(header.client, EvictionReason.INVALID_CREDENTIALS)]
+            return [encode_eviction(header.client, EvictionReason.INVALID_CREDENTIALS,
+                                    self.dialect)]
         conn.session = next(self._sessions)
-        return self._reply(conn, header, encode_login_reply(ROOT_USER_ID, conn.session))
+        return self._reply(conn, header,
+                           encode_login_reply(ROOT_USER_ID, conn.session, self.dialect))
 
     # -- reads ----------------------------------------------------------------------------------
 
     def _cluster_metadata(self, _conn: Connection, _body: bytes) -> bytes:
         advertised = "127.0.0.1" if self.host in ("", "0.0.0.0", "::") else self.host
-        return encode_cluster_metadata(advertised, self.port)
+        return encode_cluster_metadata(advertised, self.port, self.dialect)
 
     def _get_stream(self, _conn: Connection, body: bytes) -> bytes:
         stream = self.store.find_stream(Reader(body).identifier("stream id"))
         if stream is None:
             return b""  # the SDK reads an empty body as None
-        return encode_stream(stream.summary(), with_topics=True)
+        return encode_stream(stream.summary(), self.dialect, with_topics=True)
 
     def _get_streams(self, _conn: Connection, _body: bytes) -> bytes:
         return b"".join(
-            encode_stream(stream.summary(), with_topics=False)
+            encode_stream(stream.summary(), self.dialect, with_topics=False)
             for stream in self.store.streams.values()
         )
 
     def _get_topic(self, _conn: Connection, body: bytes) -> bytes:
         reader = Reader(body)
         topic = self.store.find_topic(reader.identifier("stream id"), reader.identifier("topic id"))
-        return b"" if topic is None else encode_topic(topic.summary())
+        return b"" if topic is None else encode_topic(topic.summary(), self.dialect)
 
     def _get_topics(self, _conn: Connection, body: bytes) -> bytes:
         stream = self.store.find_stream(Reader(body).identifier("stream id"))
         topics = list(stream.topics.values()) if stream is not None else []  # none: count 0
         return len(topics).to_bytes(4, "little") + b"".join(
-            encode_topic_header(topic.summary()) for topic in topics
+            encode_topic_header(topic.summary(), self.dialect) for topic in topics
         )
+
+    def _partition_route(self, _conn: Connection, body: bytes) -> bytes:
+        """``[stream][topic][partition u32]`` -> the route of an existing partition."""
+        reader = Reader(body)
+        topic = self.store.topic(reader.identifier("stream id"), reader.identifier("topic id"))
+        topic.partition(reader.u32("partition id"))
+        return encode_partition_route(len(topic.partitions))
 
     def _target(self, target: PartitionTarget) -> tuple[Topic, Partition]:
         """Resolve a poll/offset target; no partition given means partition 0."""
@@ -302,13 +332,12 @@ class BrokerServer:
         consumer = consumer_key(request.target.consumer_kind, request.target.consumer)
         start = _poll_start(partition, request, consumer)
         if start is None:
-            return encode_poll_header(partition.id, partition.current_offset, 0)
+            return encode_poll_header(partition.id, partition.current_offset, 0, self.dialect)
         chunks, polled = partition.read(start, request.count)
         if polled and request.auto_commit:
             self.store.store_consumer_offset(topic, partition, consumer, start + polled - 1)
-        return encode_poll_header(partition.id, partition.current_offset, polled) + b"".join(
-            chunks
-        )
+        return encode_poll_header(
+            partition.id, partition.current_offset, polled, self.dialect) + b"".join(chunks)
 
     def _get_consumer_offset(self, _conn: Connection, body: bytes) -> bytes:
         target = decode_get_offset(body)
@@ -328,7 +357,7 @@ class BrokerServer:
         reader = Reader(body)
         name = reader.name("stream name")
         stream = self.store.create_stream(name, bytes(reader.rest()))
-        return encode_stream(stream.summary(), with_topics=False)
+        return encode_stream(stream.summary(), self.dialect, with_topics=False)
 
     def _create_topic(self, _conn: Connection, body: bytes) -> bytes:
         reader = Reader(body)
@@ -336,7 +365,7 @@ class BrokerServer:
         partitions_count = reader.u32("partitions count")
         name = reader.name("topic name")
         topic = self.store.create_topic(stream, name, partitions_count, bytes(reader.rest()))
-        return encode_topic(topic.summary())
+        return encode_topic(topic.summary(), self.dialect)
 
     def _delete_topic(self, _conn: Connection, body: bytes) -> bytes:
         reader = Reader(body)
@@ -409,6 +438,7 @@ async def run_broker(
     on_ready: Callable[[BrokerServer], None] | None = None,
     refused_sends: dict[tuple[str, str], int] | None = None,
     tls: ssl.SSLContext | None = None,
+    dialect: Dialect = IGGY_0_9,
 ) -> None:
     """Serve a store (in memory, or in ``data_dir``) until ``stop`` is set, then drop every
     client and close the store.
@@ -419,11 +449,12 @@ async def run_broker(
     """
     store = Store.open(data_dir)
     try:
-        server = BrokerServer(store, host, port, username, password, tls=tls)
+        server = BrokerServer(store, host, port, username, password, tls=tls, dialect=dialect)
         if refused_sends is not None:
             server.refused_sends = refused_sends  # shared with the caller, who toggles it
         await server.start()
-        log.info("listening on %s:%d", host, server.port)
+        log.info("Iggy %s (protocol %s) listening on %s:%d", dialect.server,
+                 version_text(dialect.protocol), host, server.port)
         if on_ready is not None:
             on_ready(server)
         await stop.wait()

@@ -25,6 +25,7 @@ from dataclasses import replace
 from typing import Any
 
 from iggy_local import LocalIggy
+from iggy_spark import sdk
 from iggy_spark.iggy_url import IggyUrl
 
 __all__ = ["URL_ENV", "ExternalIggy", "FaultUnavailable", "iggy_server"]
@@ -84,7 +85,7 @@ class ExternalIggy:
         try:
             self._as_admin(create)
         except RuntimeError as exc:  # the SDK's error: no user management, or not allowed
-            if type(exc) is not RuntimeError:
+            if not sdk.is_sdk_error(exc):
                 raise
             return self
         self._user = user

@@ -17,14 +17,15 @@ from iggy_local.batches import BATCH_FIELDS, batch_message_count, compute_batch_
 from iggy_local.codes import (
     BATCH_HEADER_SIZE,
     HEADER_SIZE,
-    PROTOCOL_VERSION,
     U32,
     U64,
     Command,
     Identifier,
     encode_name,
 )
+from iggy_local.dialects import IGGY_0_9, Dialect, version_text
 from iggy_local.frames import MASK64, REQUEST_HEADER
+from iggy_local.requests import BIND_SECRET_SIZE
 
 __all__ = [
     "encode_batch",
@@ -43,7 +44,7 @@ def encode_request_header(
     return REQUEST_HEADER.pack(
         HEADER_SIZE + body_size, Command.REQUEST, client & MASK64, client >> 64,
         request_checksum & MASK64, request_checksum >> 64, 0, request, operation, session, 0,
-        code,
+        code, 0,
     )
 
 
@@ -54,10 +55,15 @@ def encode_identifier(value: Identifier) -> bytes:
     return bytes((2, len(raw))) + raw
 
 
-def encode_login(username: str, password: str) -> bytes:
-    """The login body the 0.9 wheel sends; for tests and benchmarks that speak raw frames."""
+def encode_login(
+    username: str, password: str, dialect: Dialect = IGGY_0_9, *, protocol: int | None = None
+) -> bytes:
+    """The login body ``dialect``'s SDK sends, announcing ``protocol`` (default: the one it
+    speaks); for tests and benchmarks that speak raw frames."""
+    protocol = dialect.protocol if protocol is None else protocol
     return (
-        U32.pack(PROTOCOL_VERSION) + encode_name("rust-sdk") + encode_name("0.11.0")
+        U32.pack(protocol) + encode_name("rust-sdk") + encode_name(version_text(protocol))
+        + (bytes(BIND_SECRET_SIZE) if dialect.bind_secret else b"")
         + encode_name(username) + encode_name(password) + U32.pack(0)
     )
 
