@@ -168,7 +168,6 @@ SPARK_SCHEMA = StructType([StructField(name, _SPARK_TYPES[ddl]) for name, ddl, _
 ARROW_SCHEMA = pa.schema([pa.field(name, arrow) for name, _, arrow, _ in COLUMNS])
 
 
-
 def position_lsn(lsn: int) -> int:
     """``lsn`` as ``position.commit_lsn``; :class:`ValueError` from 2^63 on, which a Spark
     long cannot hold (Postgres would have written 8 EiB of WAL)."""
