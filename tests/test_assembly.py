@@ -10,13 +10,22 @@ from __future__ import annotations
 from datetime import UTC, datetime, timedelta
 from typing import Any
 
+import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from connector_common.change_rows import ARROW_SCHEMA
+from connector_common.change_rows import ARROW_SCHEMA, LONE_MESSAGE_SEQ, READ_SEQ, position
 from postgres_cdc_source.assembly import record_batches, transactions
-from postgres_cdc_source.decoding import Begin, Change, Commit, Event
-from postgres_cdc_source.lsn import format_lsn
+from postgres_cdc_source.decoding import (
+    Begin,
+    Change,
+    Commit,
+    Event,
+    LoneMessage,
+    message_change,
+)
+from postgres_cdc_source.errors import DecodeError
+from postgres_cdc_source.lsn import format_lsn, parse_lsn
 
 _EPOCH = datetime(1970, 1, 1, tzinfo=UTC)
 _GIB4 = 1 << 32
@@ -78,6 +87,7 @@ def _expected(events: list[Event], route: bool) -> list[dict[str, Any]]:
                     "stream": c.schema if route else None,
                     "topic": (c.table if c.seq % 2 else None) if route else None,
                     "partition_key": c.key if route else None,
+                    "position": {"commit_lsn": event.end_lsn, "seq": c.seq},
                 })
     return rows
 
@@ -105,3 +115,62 @@ def test_lsn_texts_of_a_batch_across_a_4_gib_boundary() -> None:
     (batch,) = record_batches(transactions(events, 100), _NoRoute(), 100)  # type: ignore[arg-type]
     assert batch.column("lsn").to_pylist() == ["0/FFFFFFFF", "1/0", "5/ABC", "0/16B3748"]
     assert batch.column("id").to_pylist() == [f"6/0:{i}" for i in range(4)]
+
+
+# A stream as Postgres decodes it: transactions and lone messages at increasing LSNs; a lone
+# message may start exactly where the transaction before it ends.
+_unit = st.one_of(
+    st.tuples(st.just("txn"), st.integers(1, 12), st.integers(0, 2**33)),
+    st.tuples(st.just("lone"), st.just(0), st.integers(0, 2**33)),
+)
+
+
+@settings(max_examples=80, deadline=None)
+@given(st.lists(_unit, max_size=10), st.integers(2**32 - 50, 2**62), st.integers(1, 7))
+def test_positions_increase_strictly_in_stream_order(
+    units: list[tuple[str, int, int]], start: int, batch_rows: int
+) -> None:
+    """``position`` orders rows exactly as the stream delivers them, and is what
+    :func:`position` makes of the row's ``commit_lsn`` text, ``seq`` and ``op``."""
+    events: list[Event] = []
+    lsn = start
+    for xid, (kind, changes, gap) in enumerate(units):
+        if kind == "lone":  # at the end of the commit record before it, or later
+            lone = isinstance(events[-1], LoneMessage) if events else False
+            lsn += gap + 1 if lone else gap % 2 * gap
+            events.append(LoneMessage(None, message_change(lsn, None, "p", b"x")))
+            continue
+        events.append(Begin(xid, lsn))
+        events += [Change(lsn, seq, "s", "t", "insert", None, None, "{}", ())
+                   for seq in range(changes)]
+        lsn += gap + 1
+        events.append(Commit(xid, lsn, _EPOCH))
+    rows = [row for b in record_batches(transactions(events, 5), _NoRoute(),  # type: ignore[arg-type]
+                                        batch_rows) for row in b.to_pylist()]
+    positions = [(r["position"]["commit_lsn"], r["position"]["seq"]) for r in rows]
+    assert positions == sorted(set(positions))  # strictly increasing
+    for row in rows:
+        assert row["position"] == position(row["commit_lsn"], row["seq"], row["op"])
+        assert row["position"]["commit_lsn"] == parse_lsn(row["commit_lsn"])
+        if row["seq"] is None:
+            assert row["position"]["seq"] == LONE_MESSAGE_SEQ
+
+
+def test_a_commit_lsn_a_long_cannot_hold_fails_rather_than_wraps() -> None:
+    events: list[Event] = [Begin(1, 0), Change(1, 0, "s", "t", "insert", None, None, "{}", ()),
+                           Commit(1, 1 << 63, _EPOCH)]
+    with pytest.raises(DecodeError, match=r"LSN 80000000/0 is beyond .* Spark long"):
+        list(record_batches(transactions(events, 10), _NoRoute(), 10))  # type: ignore[arg-type]
+
+
+@pytest.mark.parametrize(("commit_lsn", "seq", "op", "expected"), [
+    ("16/B374D848", 3, "update", {"commit_lsn": 0x16_B374D848, "seq": 3}),
+    ("0/A", None, "read", {"commit_lsn": 10, "seq": READ_SEQ}),
+    ("0/A", None, "message", {"commit_lsn": 10, "seq": LONE_MESSAGE_SEQ}),
+    (None, None, "read", None),  # a polled row
+])
+def test_position_of_a_row_without_one(
+    commit_lsn: str | None, seq: int | None, op: str, expected: dict[str, int] | None
+) -> None:
+    assert position(commit_lsn, seq, op) == expected
+    assert READ_SEQ > 2**31 - 1  # past every seq (an int)

@@ -86,6 +86,9 @@ def test_a_backfill_places_chunks_in_the_stream_and_ends_with_current_values(
     # every row once (k24 was read before it was deleted, 'late' inserted before its chunk)
     assert len(reads) == 26 and len({r["id"] for r in reads}) == 26
     assert all(r["commit_lsn"] == r["lsn"] and r["seq"] is None for r in reads)
+    # position orders the chunks' rows among the changes as the stream placed them
+    positions = [(r["position"]["commit_lsn"], r["position"]["seq"]) for r in rows]
+    assert positions == sorted(positions)
     state: dict[str, Any] = {}
     for r in rows:  # a consumer replaying the stream in order
         key = r["key"]

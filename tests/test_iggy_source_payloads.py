@@ -13,7 +13,12 @@ import pyarrow as pa
 import pytest
 from support.broker_fixtures import connect, create_topic, run
 
-from connector_common.change_rows import JSON_TEXT_COLUMNS, SPARK_SCHEMA
+from connector_common.change_rows import (
+    DERIVED_COLUMNS,
+    JSON_TEXT_COLUMNS,
+    SPARK_SCHEMA,
+    position,
+)
 
 
 def send(address: str, stream: str, topic: str, payloads: list[bytes]) -> None:
@@ -85,7 +90,8 @@ def test_change_rows_routed_into_iggy_come_back_as_pg_cdc_produced_them(
 ) -> None:
     """Change rows through ``iggy_routed`` (as the pipeline sends them) and back through
     ``payload_format=pg_cdc`` are the rows sent, but for ``partition_key``, which the sink
-    spends on choosing the partition."""
+    spends on choosing the partition; ``position``, left out of the payload as the pipeline
+    leaves it, is rebuilt."""
     changes = []
     for i in range(40):
         snapshot = i < 4
@@ -106,7 +112,8 @@ def test_change_rows_routed_into_iggy_come_back_as_pg_cdc_produced_them(
         })
     feed = str(tmp_path / "feed")
     spark.createDataFrame(changes, SPARK_SCHEMA).coalesce(1).write.parquet(feed)
-    (spark.readStream.schema(SPARK_SCHEMA).parquet(feed).writeStream.format("iggy_routed")
+    (spark.readStream.schema(SPARK_SCHEMA).parquet(feed).drop(*DERIVED_COLUMNS)
+     .writeStream.format("iggy_routed")
      .option("url", broker.url).option("json_columns", ",".join(JSON_TEXT_COLUMNS))
      .option("topic_defaults.partitions_count", "2")
      .option("checkpointLocation", str(tmp_path / "cp")).trigger(availableNow=True).start()
@@ -114,10 +121,11 @@ def test_change_rows_routed_into_iggy_come_back_as_pg_cdc_produced_them(
 
     back = reader(spark, broker, name, topics="orders", payload_format="pg_cdc").load()
     assert back.schema == SPARK_SCHEMA
-    got = {r.lsn: r.asDict() for r in back.collect()}
+    got = {r.lsn: r.asDict(recursive=True) for r in back.collect()}
     for change in changes:
         row = got.pop(change["lsn"])
-        expected = {**change, "partition_key": None}
+        expected = {**change, "partition_key": None,
+                    "position": position(change["commit_lsn"], change["seq"], change["op"])}
         if change["op"] == "read":  # a snapshot row's id holds key values the payload lost
             expected["id"] = None
         assert row == expected
@@ -146,3 +154,23 @@ def test_json_numbers_are_never_truncated_or_made_of_booleans(
             parsed_batch(rows, False, own)
     else:
         assert parsed_batch(rows, False, own).column(0).to_pylist() == [kept]
+
+
+def test_a_position_in_the_payload_is_read_and_a_missing_one_rebuilt() -> None:
+    """Rows sent by ``iggy_routed`` without dropping ``position`` carry it; the pipeline's
+    payloads do not, and get it from ``commit_lsn``, ``seq`` and ``op``."""
+    from connector_common.change_rows import ARROW_SCHEMA as CHANGE_ROWS
+    from iggy_spark.source.payloads import parsed_batch
+    from iggy_spark.source.schema import ARROW_SCHEMA
+
+    payloads = [{"commit_lsn": "1/0", "seq": 2, "op": "insert",
+                 "position": {"commit_lsn": 1 << 32, "seq": 2}},
+                {"commit_lsn": "1/0", "seq": None, "op": "read"},
+                {"commit_lsn": None, "seq": None, "op": "read"}]
+    own = pa.RecordBatch.from_pydict({
+        "stream": ["s"] * 3, "topic": ["t"] * 3, "partition": [0] * 3, "offset": [1, 2, 3],
+        "id": ["1", "2", "3"], "timestamp": [datetime.now(UTC)] * 3, "headers": [None] * 3,
+        "payload": [orjson.dumps(p) for p in payloads]}, schema=ARROW_SCHEMA)
+    batch = parsed_batch(CHANGE_ROWS, True, own)
+    assert batch.column("position").to_pylist() == [
+        {"commit_lsn": 1 << 32, "seq": 2}, {"commit_lsn": 1 << 32, "seq": 2**31}, None]

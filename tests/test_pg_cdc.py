@@ -138,6 +138,12 @@ def test_rollback_emits_nothing_and_interleaved_transactions_come_whole_in_commi
         (5, 2),
     ]
     assert len({r.commit_lsn for r in rows[:2]}) == 1 and len({r.commit_lsn for r in rows[2:]}) == 1
+    # position: the commit LSN as a number and seq; Spark orders the struct as the stream
+    assert [(r.position.commit_lsn, r.position.seq) for r in rows] == [
+        (parse_lsn(r.commit_lsn), r.seq) for r in rows]
+    shuffled = spark.createDataFrame(rows[::-1], SPARK_SCHEMA)
+    assert [r.id for r in shuffled.orderBy("position").collect()] == [r.id for r in rows]
+    assert shuffled.selectExpr("max(position).seq AS seq").first().seq == 2
 
 
 def _commit_record(pg: LocalPostgres, since: int, xid: int) -> tuple[int, int]:

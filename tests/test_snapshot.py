@@ -18,6 +18,7 @@ import pytest
 from psycopg import sql
 from support.snapshot_support import InProcessQuery, in_snapshot, replay
 
+from connector_common.change_rows import READ_SEQ
 from iggy_spark_testing.chaos import flush_lsn
 from iggy_spark_testing.harness import LocalPostgres
 from iggy_spark_testing.oracle import read_tables
@@ -62,6 +63,8 @@ def test_snapshot_under_writes_then_stream_rebuilds_tables_exactly(
     assert len(snapshot_batches) >= 3 and max(len(b[2]) for b in snapshot_batches) >= 3
     assert reads and {r["op"] for r in reads} == {"read"}
     assert {r["commit_lsn"] for r in reads} == {format_lsn(point)}
+    assert {(r["position"]["commit_lsn"], r["position"]["seq"]) for r in reads} == {
+        (point, READ_SEQ)}  # after every change committed at the point, before the later ones
     assert all(parse_lsn(c["commit_lsn"]) > point for c in changes)
     assert len({r["id"] for r in reads}) == len(reads)
     # the exported snapshot lived throughout: the stream is left as Postgres sent it

@@ -5,6 +5,17 @@ into Iggy (the JSON-text columns embedded as JSON), and the ``iggy`` source's
 ``payload_format=pg_cdc`` reads them back, so it lives here, importable with either extra.
 Spark checks Arrow batches from ``read`` against the declared schema exactly (``int`` must be
 int32, ``long`` int64), so both views are declared side by side here and nowhere else.
+
+``position`` orders changes as the stream delivers them, without parsing LSN text: a struct of
+two longs, which Spark compares field by field (``ORDER BY``, ``max``, ``>`` in a ``MERGE``
+condition, SDP's ``sequence_by``). ``commit_lsn`` is the commit LSN as a number; ``seq`` the
+change's ``seq``, or for the rows that have none a number past every ``seq`` (an int), so they
+come after the changes of the commit they share an LSN with, as in the stream: a table row
+(snapshot or backfill, op ``read``: :data:`READ_SEQ`) comes after the transaction it was read
+behind, and a message written outside a transaction (:data:`LONE_MESSAGE_SEQ`) after a
+transaction whose commit record ends where it starts, and after the table rows read there.
+An LSN is unsigned 64-bit and a Spark long signed: LSNs from 2^63 on (8 EiB of WAL) have no
+position, and the reader fails on one rather than wrap it (:func:`position_lsn`).
 """
 
 from __future__ import annotations
@@ -21,7 +32,27 @@ from pyspark.sql.types import (
     TimestampType,
 )
 
-__all__ = ["ARROW_SCHEMA", "COLUMNS", "JSON_TEXT_COLUMNS", "SPARK_SCHEMA"]
+__all__ = [
+    "ARROW_SCHEMA",
+    "COLUMNS",
+    "DERIVED_COLUMNS",
+    "JSON_TEXT_COLUMNS",
+    "LONE_MESSAGE_SEQ",
+    "POSITION_TYPE",
+    "READ_SEQ",
+    "SPARK_SCHEMA",
+    "position",
+    "position_lsn",
+]
+
+READ_SEQ = 1 << 31
+"""``position.seq`` of a row read from a table (op ``read``: snapshot, backfill)."""
+LONE_MESSAGE_SEQ = READ_SEQ + 1
+"""``position.seq`` of a logical message written outside a transaction."""
+MAX_POSITION_LSN = (1 << 63) - 1
+"""The largest LSN a position holds (a Spark long)."""
+
+POSITION_TYPE = pa.struct([pa.field("commit_lsn", pa.int64()), pa.field("seq", pa.int64())])
 
 COLUMNS: tuple[tuple[str, str, pa.DataType, str], ...] = (
     ("lsn", "string", pa.string(), "LSN Postgres reports for the change row"),
@@ -103,10 +134,24 @@ COLUMNS: tuple[tuple[str, str, pa.DataType, str], ...] = (
         pa.string(),
         "destination partition key (routing options), else null",
     ),
+    (
+        "position",
+        "struct<commit_lsn:long,seq:long>",
+        POSITION_TYPE,
+        "the change's place in the stream, for ordering (`ORDER BY position`, "
+        "`sequence_by`): `commit_lsn` as a number and `seq`; rows without a `seq` come after "
+        f"the changes of their commit LSN: {READ_SEQ} for snapshot and backfill rows, "
+        f"{LONE_MESSAGE_SEQ} for a non-transactional message (null in `mode=polling`)",
+    ),
 )
 
 JSON_TEXT_COLUMNS = ("key", "before", "after")
 """The string columns holding JSON text (a row's values by column name)."""
+
+DERIVED_COLUMNS = ("position",)
+"""The columns made of the others (``commit_lsn``, ``seq``, ``op``): the pipeline leaves them
+out of the Iggy payload, which stays what it was before they were added, and the ``iggy``
+source's ``payload_format=pg_cdc`` rebuilds them."""
 
 # Built from type objects, not parsed from DDL: parsing needs a SparkContext, which the
 # Python workers that call streamReader() do not have.
@@ -116,6 +161,32 @@ _SPARK_TYPES: dict[str, DataType] = {
     "int": IntegerType(),
     "timestamp": TimestampType(),
     "array<string>": ArrayType(StringType()),
+    "struct<commit_lsn:long,seq:long>": StructType(
+        [StructField("commit_lsn", LongType()), StructField("seq", LongType())]),
 }
 SPARK_SCHEMA = StructType([StructField(name, _SPARK_TYPES[ddl]) for name, ddl, _, _ in COLUMNS])
 ARROW_SCHEMA = pa.schema([pa.field(name, arrow) for name, _, arrow, _ in COLUMNS])
+
+
+def position_lsn(lsn: int) -> int:
+    """``lsn`` as ``position.commit_lsn``; :class:`ValueError` from 2^63 on, which a Spark
+    long cannot hold (Postgres would have written 8 EiB of WAL)."""
+    if not 0 <= lsn <= MAX_POSITION_LSN:
+        raise ValueError(f"LSN {lsn >> 32:X}/{lsn & 0xFFFF_FFFF:X} is beyond the largest the "
+                         "position column holds (7FFFFFFF/FFFFFFFF: a Spark long is signed)")
+    return lsn
+
+
+def position(commit_lsn: str | None, seq: int | None, op: str | None) -> dict[str, int] | None:
+    """The ``position`` of a change row from its ``commit_lsn`` text, ``seq`` and ``op``
+    (``None`` without a commit LSN: a polled row): for readers of rows that did not carry it,
+    such as the ``iggy`` source reading payloads."""
+    if commit_lsn is None:
+        return None
+    high, sep, low = commit_lsn.partition("/")
+    if not sep:
+        raise ValueError(f"bad commit LSN {commit_lsn!r}: expected two hex numbers like 0/16B3748")
+    lsn = position_lsn((int(high, 16) << 32) | int(low, 16))
+    if seq is None:
+        seq = READ_SEQ if op == "read" else LONE_MESSAGE_SEQ
+    return {"commit_lsn": lsn, "seq": seq}

@@ -9,7 +9,7 @@ each task's rows by commit order, so each key's changes are sent in the order th
 Spark refuses ``sortWithinPartitions`` on a stream, so the sort runs in ``mapInArrow``: each
 task holds its share of the batch (about the batch divided by ``spark.sql.shuffle.partitions``)
 while sorting it. The shuffle uses ``spark.sql.shuffle.partitions``, which Spark records in the
-checkpoint when the query first starts, and the sort key (commit LSN, ``seq``, ``id``) is total:
+checkpoint when the query first starts, and the sort key (``position``, then ``id``) is total:
 so a replayed batch gives every sink task exactly the rows, in exactly the order, it gave the
 first time.
 """
@@ -28,33 +28,31 @@ __all__ = ["DESTINATION", "in_key_order"]
 DESTINATION = ("stream", "topic", "partition_key")
 """The columns pg_cdc fills and iggy_routed routes by: one key's messages share all three."""
 
-# The commit LSN as two numbers (its text `X/Y` does not sort); dropped after the sort.
-_HIGH, _LOW = "_pg_to_iggy_lsn_high", "_pg_to_iggy_lsn_low"
-_ORDER = [(_HIGH, "ascending"), (_LOW, "ascending"), ("seq", "ascending"), ("id", "ascending")]
+# position's two fields as columns of their own (Arrow sorts by top-level columns); dropped
+# after the sort.
+_LSN, _SEQ = "_pg_to_iggy_commit_lsn", "_pg_to_iggy_seq"
+_ORDER = [(_LSN, "ascending"), (_SEQ, "ascending"), ("id", "ascending")]
 
 
 def in_key_order(changes: DataFrame) -> DataFrame:
     """``changes`` (a ``pg_cdc`` stream) with each destination's rows in one partition, in
     commit order: put it between ``pg_cdc`` with ``min_partitions`` > 1 and ``iggy_routed``.
 
-    ``id`` breaks ties: snapshot rows share one commit LSN and have no ``seq``.
+    ``id`` breaks ties: the rows of one snapshot or backfill chunk share their ``position``.
     """
     from pyspark.sql import functions as F
 
-    halves = F.split(F.col("commit_lsn"), "/")
     keyed = changes.repartition(*(F.col(c) for c in DESTINATION)).withColumns({
-        _HIGH: F.conv(halves.getItem(0), 16, 10).cast("bigint"),
-        _LOW: F.conv(halves.getItem(1), 16, 10).cast("bigint"),
-    })
+        _LSN: F.col("position.commit_lsn"), _SEQ: F.col("position.seq")})
     return keyed.mapInArrow(sort_in_commit_order, changes.schema)
 
 
 def sort_in_commit_order(batches: Iterator[pa.RecordBatch]) -> Iterator[pa.RecordBatch]:
-    """One task's rows, sorted by commit LSN, ``seq``, ``id``, without the LSN helper columns."""
+    """One task's rows, sorted by ``position`` and ``id``, without the helper columns."""
     import pyarrow as pa
 
     held = list(batches)
     if not held:
         return
-    table = pa.Table.from_batches(held).sort_by(_ORDER).drop_columns([_HIGH, _LOW])
+    table = pa.Table.from_batches(held).sort_by(_ORDER).drop_columns([_LSN, _SEQ])
     yield from table.to_batches(max_chunksize=10_000)

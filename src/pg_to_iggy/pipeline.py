@@ -31,7 +31,7 @@ import threading
 from collections.abc import Mapping, Sequence
 from typing import TYPE_CHECKING, Any
 
-from connector_common.change_rows import JSON_TEXT_COLUMNS
+from connector_common.change_rows import DERIVED_COLUMNS, JSON_TEXT_COLUMNS
 from connector_common.options import option_pair
 from pg_to_iggy.ordering import in_key_order
 
@@ -77,7 +77,7 @@ def start_pipeline(
     if int(options.get("min_partitions", "1")) > 1:  # a valid number: load() checked it
         changes = in_key_order(changes)
     writer = (
-        changes.writeStream.format("iggy_routed")
+        changes.drop(*DERIVED_COLUMNS).writeStream.format("iggy_routed")
         .option("url", url)
         .option("checkpointLocation", checkpoint)
         .option("json_columns", JSON_COLUMNS)

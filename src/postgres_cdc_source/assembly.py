@@ -20,9 +20,15 @@ from typing import IO
 import pyarrow as pa
 import pyarrow.compute as pc
 
-from connector_common.change_rows import ARROW_SCHEMA
+from connector_common.change_rows import (
+    ARROW_SCHEMA,
+    LONE_MESSAGE_SEQ,
+    POSITION_TYPE,
+    position_lsn,
+)
 from postgres_cdc_source.decoding import Begin, Change, Commit, LoneMessage
 from postgres_cdc_source.destination_columns import Router
+from postgres_cdc_source.errors import DecodeError
 from postgres_cdc_source.lsn import format_lsn
 
 __all__ = ["Spill", "record_batches", "transactions"]
@@ -123,18 +129,21 @@ class _Columns:
         self.parts: list[list[Change]] = []
         self.ends: list[int] = []  # the row each chunk ends at
         self.commit_lsn: list[str] = []  # per chunk
+        self.commit_lsn_number: list[int] = []  # per chunk
         self.xid: list[int | None] = []  # per chunk
         self.micros: list[int | None] = []  # per chunk
         self.destinations: list[tuple[str | None, str | None, str | None]] = []
 
     def add(
-        self, changes: list[Change], commit_lsn: str, xid: int | None, micros: int | None,
+        self, changes: list[Change], commit: tuple[str, int], xid: int | None,
+        micros: int | None,
         route: Callable[[Change], tuple[str | None, str | None, str | None]] | None,
     ) -> None:
         self.parts.append(changes)
         self.rows += len(changes)
         self.ends.append(self.rows)
-        self.commit_lsn.append(commit_lsn)
+        self.commit_lsn.append(commit[0])
+        self.commit_lsn_number.append(commit[1])
         self.xid.append(xid)
         self.micros.append(micros)
         if route is not None:
@@ -176,9 +185,20 @@ class _Columns:
                 stream,
                 topic,
                 key_column,
+                _positions(_repeated(ends, pa.array(self.commit_lsn_number, pa.int64())),
+                           seq_array),
             ],
             schema=ARROW_SCHEMA,
         )
+
+
+def _positions(commit_lsn: pa.Array, seq: pa.Array) -> pa.Array:
+    """``position``: the commit LSN and ``seq``, past every ``seq`` for a message written
+    outside a transaction (the only change without one)."""
+    seq = seq.cast(pa.int64())
+    if seq.null_count:
+        seq = pc.fill_null(seq, LONE_MESSAGE_SEQ)
+    return pa.StructArray.from_arrays([commit_lsn, seq], fields=list(POSITION_TYPE))
 
 
 def _ids(commit_lsn: pa.Array, seq: pa.Array) -> pa.Array:
@@ -199,7 +219,10 @@ def record_batches(
     route = router.route if router.active else None
     columns = _Columns()
     for commit, chunks in txns:
-        commit_lsn = format_lsn(commit.end_lsn)
+        try:
+            commit_lsn = (format_lsn(commit.end_lsn), position_lsn(commit.end_lsn))
+        except ValueError as exc:
+            raise DecodeError(f"pg_cdc: {exc}", commit.end_lsn) from exc
         micros = (None if commit.commit_ts is None
                   else (commit.commit_ts - _EPOCH) // _MICROSECOND)
         for chunk in chunks:

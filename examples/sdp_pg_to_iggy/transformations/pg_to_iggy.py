@@ -28,7 +28,8 @@ dp.create_sink(
 @dp.append_flow(target="iggy")
 def changes() -> DataFrame:
     """Each change, with its destination: stream ``$IGGY_STREAM`` (the slot's name by default),
-    the table's topic, a partition chosen by the row's ``id``."""
+    the table's topic, a partition chosen by the row's ``id``; ``position`` stays out of the
+    payload, as the ``pg-to-iggy`` job leaves it (it is made of ``commit_lsn`` and ``seq``)."""
     spark = SparkSession.active()
     return (
         spark.readStream.format("pg_cdc")
@@ -39,4 +40,5 @@ def changes() -> DataFrame:
         .option("partition_key_from", "id")
         .option("default_stream", os.environ.get("IGGY_STREAM", SLOT))
         .load()
+        .drop("position")
     )

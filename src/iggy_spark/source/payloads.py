@@ -6,7 +6,9 @@ lacks takes the message's own column of that name when there is one (``topic``, 
 as its JSON text. ``pg_cdc`` is the change row of :mod:`connector_common.change_rows`: what an
 ``iggy_routed`` sink wrote from a ``pg_cdc`` query comes back as the row ``pg_cdc`` produced;
 the sink sent ``id`` and ``partition_key`` as the message's id and partition, not in the
-payload, so ``id`` is rebuilt (``<commit_lsn>:<seq>``) and ``partition_key`` stays null.
+payload, so ``id`` is rebuilt (``<commit_lsn>:<seq>``) and ``partition_key`` stays null;
+``position``, which the pipeline leaves out of the payload, is rebuilt from ``commit_lsn``,
+``seq`` and ``op``.
 """
 
 from __future__ import annotations
@@ -18,6 +20,7 @@ import orjson
 import pyarrow as pa
 import pyarrow.compute as pc
 
+from connector_common.change_rows import position
 from iggy_spark.source.errors import SourceError
 
 __all__ = ["parsed_batch"]
@@ -35,6 +38,18 @@ def _change_ids(documents: Sequence[dict[str, Any]]) -> list[str | None]:
     return [doc.get("id") or (f"{doc['commit_lsn']}:{doc['seq']}"
                               if doc.get("seq") is not None and doc.get("commit_lsn") else None)
             for doc in documents]
+
+
+def _positions(
+    topic: str, partition: int, documents: Sequence[dict[str, Any]]
+) -> list[dict[str, int] | None]:
+    """pg_cdc's position of each change, from its ``commit_lsn``, ``seq`` and ``op``."""
+    try:
+        return [position(doc.get("commit_lsn"), doc.get("seq"), doc.get("op"))
+                for doc in documents]
+    except (ValueError, TypeError, AttributeError) as exc:
+        raise SourceError(topic, f"partition {partition}: a payload's commit_lsn and seq give "
+                          f"no position: {exc}") from exc
 
 
 def parsed_batch(schema: pa.Schema, change_rows: bool, own: pa.RecordBatch) -> pa.RecordBatch:
@@ -63,6 +78,8 @@ def parsed_batch(schema: pa.Schema, change_rows: bool, own: pa.RecordBatch) -> p
                     else [None] * len(documents))
         if change_rows and name == "id":
             fallback = _change_ids(documents)
+        elif change_rows and name == "position":
+            fallback = _positions(topic, partition, documents)
         values = [_cell(doc[name], text) if name in doc else default
                   for doc, default in zip(documents, fallback, strict=True)]
         columns.append(_column(topic, partition, field, values))

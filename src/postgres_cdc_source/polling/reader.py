@@ -58,7 +58,7 @@ import pyarrow.compute as pc
 from psycopg.types.string import TextLoader
 from pyspark.sql.datasource import DataSourceStreamReader, InputPartition
 
-from connector_common.change_rows import ARROW_SCHEMA
+from connector_common.change_rows import ARROW_SCHEMA, POSITION_TYPE
 from connector_common.spark_versions import (
     BatchStarts,
     ReadAllAvailable,
@@ -319,6 +319,7 @@ def _arrow(
             stream,
             topic,
             partition_key,
+            pa.nulls(n, POSITION_TYPE),  # a row version has no place in the WAL
         ],
         schema=ARROW_SCHEMA,
     )

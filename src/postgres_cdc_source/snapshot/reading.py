@@ -19,7 +19,7 @@ from psycopg.types.numeric import IntDumper
 from psycopg.types.string import StrDumperUnknown, TextLoader
 from pyspark.sql.datasource import InputPartition
 
-from connector_common.change_rows import ARROW_SCHEMA
+from connector_common.change_rows import ARROW_SCHEMA, POSITION_TYPE, READ_SEQ, position_lsn
 from postgres_cdc_source import connections
 from postgres_cdc_source.decoding import INSERT, Change, RowShape, build_change
 from postgres_cdc_source.destination_columns import Router
@@ -145,7 +145,6 @@ def _ready_batches(
     """Rows of ``(key, after, id)`` JSON text, ``fetch_rows`` per round trip -> Arrow batches
     of ``batch_rows``: per row, Python only routes (when routing is on)."""
     table = part.table
-    point = format_lsn(part.consistent_point)
     route = router.route if router.active else None
     while fetched := cur.fetchmany(fetch_rows):
         for start in range(0, len(fetched), batch_rows):
@@ -154,7 +153,7 @@ def _ready_batches(
             places = [route(Change(part.consistent_point, 0, table.schema, table.table, READ, k,
                                    None, a, ())) for k, a in zip(keys, afters, strict=True)
                       ] if route is not None else []
-            yield _batch(table, point, keys, afters, ids, places)
+            yield _batch(table, part.consistent_point, keys, afters, ids, places)
 
 
 def _batches(
@@ -170,8 +169,7 @@ def _batches(
     names, converters, identity = shape.names, shape.converters, shape.key
     key_names = shape.key_names
     width = len(names)
-    point = format_lsn(part.consistent_point)
-    prefix = f"{point}:{READ}:"
+    prefix = f"{format_lsn(part.consistent_point)}:{READ}:"
     route = router.route if router.active else None
     dumps = orjson.dumps
     keys: list[str | None] = []
@@ -197,18 +195,20 @@ def _batches(
             places.append(route(Change(part.consistent_point, 0, table.schema, table.table, READ,
                                        key, None, after, (), row_values)))
         if len(ids) >= batch_rows:
-            yield _batch(table, point, keys, afters, ids, places)
+            yield _batch(table, part.consistent_point, keys, afters, ids, places)
             keys, afters, ids, places = [], [], [], []
     if ids:
-        yield _batch(table, point, keys, afters, ids, places)
+        yield _batch(table, part.consistent_point, keys, afters, ids, places)
 
 
 def _batch(
-    table: SnapshotTable, point: str, keys: list[str | None], afters: list[str | None],
+    table: SnapshotTable, consistent_point: int, keys: list[str | None],
+    afters: list[str | None],
     ids: list[str], places: list[tuple[str | None, str | None, str | None]],
 ) -> pa.RecordBatch:
     n = len(ids)
     string = pa.string()
+    point = format_lsn(consistent_point)
 
     def repeat(value: str) -> pa.Array:
         return pa.array([value] * n, string)
@@ -235,6 +235,9 @@ def _batch(
             stream,
             topic,
             partition_key,
+            # a snapshot or backfill row comes after the changes of the commit it was read at
+            pa.repeat(pa.scalar({"commit_lsn": position_lsn(consistent_point),
+                                 "seq": READ_SEQ}, POSITION_TYPE), n),
         ],
         schema=ARROW_SCHEMA,
     )
