@@ -7,6 +7,8 @@ import pytest
 from iggy_spark import sdk
 from iggy_spark.errors import SendError
 
+pytestmark = pytest.mark.iggy_line
+
 
 @pytest.mark.parametrize(("version", "line"), [
     ("0.9.0", sdk.SDK_0_9),
