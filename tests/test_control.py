@@ -19,7 +19,9 @@ from iggy_spark.sink.control import (
     encode,
     fold,
 )
+from iggy_spark.sink.options import MAX_MESSAGE_BYTES
 from iggy_spark.sink.report import Ledger, TaskReport
+from iggy_spark.sink.state import MAX_SIZE, SEGMENT_SIZE
 
 small = st.integers(min_value=0, max_value=5)
 
@@ -136,3 +138,40 @@ def test_the_ledger_carries_the_query_state_through_a_record() -> None:
     again = Ledger(record.data)
     assert again.admitted == {("s", "a")} and again.last_batch == 0
     assert again.data["delivery"]["state_lost"] == 1
+
+
+def test_the_control_topics_segments_are_a_size_iggy_takes() -> None:
+    assert SEGMENT_SIZE % 512 == 0 and 2**20 <= SEGMENT_SIZE <= 2**30
+    assert MAX_SIZE >= 2**30  # the servers' default segment size
+
+
+@given(
+    appends=st.lists(st.tuples(st.booleans(), st.integers(1, MAX_MESSAGE_BYTES)), max_size=600),
+    sealed_only=st.booleans(),
+)
+def test_retention_by_the_control_topics_bound_never_drops_the_newest_ledger(
+    appends: list[tuple[bool, int]], sealed_only: bool
+) -> None:
+    """Iggy's retention as the module describes it: a segment seals once it reaches the segment
+    size; while the topic is over its bound (the sealed segments, or all of them), the oldest
+    sealed segment is deleted. Ledgers of any size up to one message, between them the small
+    records of a batch (here up to 600 of up to 5 kB): the newest ledger is always still there."""
+    segments: list[list[tuple[bool, int]]] = [[]]
+    newest: int | None = None
+    for n, (is_ledger, size) in enumerate(appends):
+        size = size if is_ledger else size % 5_000 + 1  # a start, claim or admit record
+        if sum(s for _, s in segments[-1]) >= SEGMENT_SIZE:
+            segments.append([])
+        segments[-1].append((is_ledger, size))
+        if is_ledger:
+            newest = n
+
+        def used() -> int:
+            counted = segments[:-1] if sealed_only else segments
+            return sum(s for segment in counted for _, s in segment)
+
+        while len(segments) > 1 and used() > MAX_SIZE:
+            segments.pop(0)
+        kept = sum(len(segment) for segment in segments)
+        if newest is not None:
+            assert n - newest < kept, "the newest ledger's segment was deleted"

@@ -29,7 +29,7 @@ from iggy_spark_testing.harness import LocalPostgres
 from postgres_cdc_source.options import CdcOptions
 from postgres_cdc_source.polling.reader import PgPollingStreamReader
 
-pytestmark = pytest.mark.services
+pytestmark = [pytest.mark.services, pytest.mark.iggy_line]
 
 
 def rows(name: str, numbers: range, partitions: int = 2) -> pa.RecordBatch:

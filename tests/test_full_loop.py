@@ -8,8 +8,12 @@ What lands in the table is judged by the same consistency oracle as the reliabil
 (:func:`iggy_spark_testing.oracle.check`), fed with the rows the ``iggy`` source read instead
 of an SDK loop: every committed change once, with its stable id, nothing invented, each row's
 changes in commit order within one partition, and the replayed changes equal to the source
-tables. The same topics read with ``payload_format=pg_cdc`` give back the change rows
-themselves.
+tables. The sink's ledger, read back from the query's control topic, ends at the last
+committed batch and counts every change once. The same topics read with
+``payload_format=pg_cdc`` give back the change rows themselves.
+
+The Iggy 0.10 tier runs it too: the end-to-end test of that line's routed delivery,
+effectively-once across a kill, control topic and ``iggy`` source.
 """
 
 from __future__ import annotations
@@ -22,17 +26,19 @@ import pytest
 from support.streaming import available_now, freeze_mid_batch, logged
 
 from connector_common.change_rows import JSON_TEXT_COLUMNS, SPARK_SCHEMA
+from iggy_spark import read_ledger
 from iggy_spark_testing.chaos import (
     SlotWatch,
     committed_end,
     flush_lsn,
     prepare_capture,
+    read_checkpoint,
     wait_until,
 )
 from iggy_spark_testing.job import PipelineJob
 from iggy_spark_testing.oracle import ChangeMessage, check, read_tables
 
-pytestmark = pytest.mark.e2e
+pytestmark = [pytest.mark.e2e, pytest.mark.iggy_line]
 
 
 @pytest.mark.spark_tier
@@ -66,6 +72,9 @@ def test_pg_cdc_to_iggy_and_back_through_spark_with_a_killed_driver(
                 job.kill()
     assert watch.samples, "the slot was never sampled"
     assert not watch.violations, watch.describe(watch.violations[0])
+    ledger = read_ledger(broker.url, checkpoint)
+    assert ledger.last_batch == max(b.id for b in read_checkpoint(checkpoint) if b.committed_at)
+    assert sum(d["messages"] for d in ledger.rows()) == work.changes
 
     out = tmp_path / "table"
     available_now(lambda: (

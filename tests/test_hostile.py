@@ -45,8 +45,6 @@ from postgres_cdc_source.option_docs import OPTION_DOCS as SOURCE_DOCS
 from postgres_cdc_source.options import CdcOptions
 from postgres_cdc_source.replication.lifecycle import ensure_slot
 
-pytestmark = pytest.mark.iggy_line
-
 SECRET = "s3cr3t-pw"
 
 # -- options ------------------------------------------------------------------------------------
@@ -194,12 +192,14 @@ def _writer(broker: LocalIggy) -> IggyRoutedStreamWriter:
     return IggyRoutedStreamWriter(RoutedOptions.from_options({"url": broker.url}))
 
 
+@pytest.mark.iggy_line
 def test_a_payload_of_exactly_the_limit_is_sent(broker: LocalIggy, name: str) -> None:
     rows = pa.RecordBatch.from_pydict(
         {"stream": [name], "topic": ["big"], "value": [b"x" * MAX_PAYLOAD_BYTES]})
     assert _writer(broker).write(iter([rows])).routed == {f"{name}/big": 1}
 
 
+@pytest.mark.iggy_line
 @pytest.mark.parametrize("column", ["value", "json"])
 def test_a_payload_over_the_limit_fails_naming_the_row_before_sending(
     broker: LocalIggy, name: str, column: str
@@ -215,6 +215,7 @@ def test_a_payload_over_the_limit_fails_naming_the_row_before_sending(
         poll_all(broker.address, name, "big")
 
 
+@pytest.mark.iggy_line
 def test_with_a_dlq_bad_rows_are_dead_lettered_with_their_reason_and_the_rest_delivered(
     broker: LocalIggy, name: str
 ) -> None:
@@ -245,6 +246,7 @@ def test_with_a_dlq_bad_rows_are_dead_lettered_with_their_reason_and_the_rest_de
 # -- destination names in DLQ headers -----------------------------------------------------------
 
 
+@pytest.mark.iggy_line
 def test_dlq_headers_quote_hostile_destinations_as_valid_utf8_within_255_bytes(
     broker: LocalIggy, name: str
 ) -> None:

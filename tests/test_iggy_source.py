@@ -110,6 +110,7 @@ def test_batch_read_from_a_timestamp(spark: Any, broker: Any, name: str) -> None
                starting_offsets="latest").collect()
 
 
+@pytest.mark.iggy_line
 @pytest.mark.parametrize("subscription", [{"topic_pattern": ".*"}, {"topics": "0"}])
 def test_a_topic_named_with_digits_only_is_refused_not_read_as_another(
     broker: Any, name: str, subscription: dict[str, str]
@@ -129,6 +130,7 @@ def test_a_topic_named_with_digits_only_is_refused_not_read_as_another(
         IggyStreamReader(options, None).initialOffset()
 
 
+@pytest.mark.iggy_line
 @pytest.mark.parametrize("fail", [True, False])
 def test_a_range_whose_topic_was_deleted_after_planning_is_lost_not_stuck(
     broker: Any, name: str, fail: bool
@@ -260,6 +262,7 @@ def test_ending_options_are_refused_for_streams(spark: Any, broker: Any, name: s
                 **{option: value})
 
 
+@pytest.mark.iggy_line
 @pytest.mark.parametrize("subscription", [{"topic_pattern": ".*"}, {"topics": "kept,gone"}])
 def test_a_topic_deleted_or_recreated_under_a_running_query_is_named_or_passed_over(
     broker: Any, name: str, subscription: dict[str, str]

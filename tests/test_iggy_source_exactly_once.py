@@ -21,7 +21,7 @@ import pytest
 from support.iggy_source_support import payload, seed
 from support.streaming import available_now, freeze_mid_batch, logged
 
-pytestmark = pytest.mark.e2e
+pytestmark = [pytest.mark.e2e, pytest.mark.iggy_line]
 
 JOB = Path(__file__).parent / "support" / "iggy_source_job.py"
 

@@ -52,6 +52,7 @@ def test_ipv6_host() -> None:
     assert url.host == "::1" and url.server_address == "[::1]:8091"
 
 
+@pytest.mark.iggy_line
 def test_tcp_config_carries_every_setting() -> None:
     url = IggyUrl.parse(
         f"iggy://u:{SECRET}@h:9000?tls=true&tls_domain=d&tls_ca_file=/ca"
@@ -68,6 +69,7 @@ def test_tcp_config_carries_every_setting() -> None:
     assert SECRET not in repr(config)
 
 
+@pytest.mark.iggy_line
 def test_tcp_config_keeps_sdk_defaults() -> None:
     config = IggyUrl.parse(f"iggy://u:{SECRET}@h").to_tcp_config()
     assert config.reconnection.max_retries is None and not config.tls_enabled

@@ -106,6 +106,7 @@ def test_a_slot_safe_from_loss_is_not_at_risk_and_unlimited_has_no_safe_size() -
     assert ("pg_cdc_slot_safe_wal_bytes", q) not in got
 
 
+@pytest.mark.iggy_line
 def test_sink_figures_come_from_the_ledger_in_the_control_topic(broker: LocalIggy) -> None:
     ledger = Ledger()
     ledger.apply(0, [TaskReport(routed=Counter({"s/a": 3, "s/dlq": 1}),

@@ -39,8 +39,6 @@ from pg_to_iggy.pipeline import start_pipeline
 from postgres_cdc_source.options import CdcOptions
 from postgres_cdc_source.stream.reader import PgCdcStreamReader
 
-pytestmark = pytest.mark.iggy_line
-
 PG_SECRET = "pg-S3cret%Zq9"
 IGGY_SECRET = "iggy-S3cret@Xw7"
 WRONG = "wr0ng-Pa55word"
@@ -93,6 +91,7 @@ def test_the_role_really_needs_its_password(secured_pg: LocalPostgres) -> None:
 
 
 @pytest.mark.services
+@pytest.mark.iggy_line
 def test_reprs_hide_both_passwords(secured_pg: LocalPostgres, secured_broker: LocalIggy) -> None:
     from iggy_spark.sink.options import RoutedOptions
 

@@ -16,6 +16,7 @@ from iggy_local import LocalIggy
 from iggy_local.requests import Reader, parse_options
 from iggy_spark.connection import IggyConnection
 from iggy_spark.iggy_url import IggyUrl
+from iggy_spark.sink import state
 from iggy_spark.sink.admission import Destination
 from iggy_spark.sink.options import TopicDefaults
 from iggy_spark.sink.sending import ensure_topic
@@ -54,11 +55,13 @@ def test_the_body_is_the_wheels_without_durability_options(
     expiry=st.one_of(st.none(), st.just("never"),
                      st.timedeltas(timedelta(microseconds=1), timedelta(days=10_000))),
     size=st.one_of(st.none(), st.just("unlimited"), st.integers(1, 2**63)),
+    segment=st.one_of(st.none(), st.integers(1, 2**63)),
 )
 def test_the_local_broker_reads_back_every_field(
     stream: str, name: str, partitions: int, expiry: timedelta | str | None, size: int | str | None,
+    segment: int | None,
 ) -> None:
-    body = encode_create_topic(stream, name, TopicDefaults(partitions, expiry, size))  # type: ignore[arg-type]
+    body = encode_create_topic(stream, name, TopicDefaults(partitions, expiry, size, segment))  # type: ignore[arg-type]
     reader = Reader(body)
     # as the SDK reads the same text: what reads as a u32 is the stream's numeric id
     numeric = re.fullmatch(r"\+?[0-9]+", stream) is not None and int(stream) < 2**32
@@ -73,6 +76,8 @@ def test_the_local_broker_reads_back_every_field(
             expiry // timedelta(microseconds=1))  # type: ignore[operator]
     if size is not None:
         expected[b"max_topic_size"] = never if size == "unlimited" else size  # type: ignore[assignment]
+    if segment is not None:
+        expected[b"segment_size"] = segment
     assert {k: struct.unpack("<Q", v)[0] for k, v in options.items()} == expected
 
 
@@ -112,3 +117,20 @@ def test_the_sink_creates_topics_as_asked_and_a_second_create_is_no_error(
         "message_expiry": 2 * 3600 * 10**6, "max_topic_size": 2 * 2**30}
     assert conn.run(options("forever"), timeout=60) == {
         "message_expiry": never, "max_topic_size": never}
+
+
+def test_the_control_topic_is_created_bounded_by_size_never_by_age(
+    broker: LocalIggy, name: str
+) -> None:
+    conn = IggyConnection(IggyUrl.parse(broker.url))
+    topic = state.state_topic(name, "q")
+    conn.run(state.create(conn, topic, timeout=30), timeout=60)
+
+    async def options() -> dict[str, int]:
+        got = await (await conn.client()).get_topic(topic.stream, topic.topic)
+        assert got is not None and len(got.partitions) == 1
+        return dict(got.options.to_scalar_dict())
+
+    assert conn.run(options(), timeout=60) == {
+        "message_expiry": 2**64 - 1, "max_topic_size": state.MAX_SIZE,
+        "segment_size": state.SEGMENT_SIZE}

@@ -4,9 +4,10 @@ each line, and where the two lines' SDK APIs differ, so the rest of the package 
 Iggy servers 0.9 speak binary protocol 0.11 and servers 0.10 protocol 0.12, and each refuses a
 client of the other at login; there is no SDK that speaks both. ``apache-iggy`` 0.9.0 is the
 0.9 line's SDK; the 0.10 line's is the pre-release 0.9.1.dev5 (0.9.1 was 0.10's planned name)
-until a stable release. The package's own requests go through the SDK's connection, so once
-the SDK has logged in, the server speaks the SDK's protocol: the layouts of the package's own
-requests and poll replies follow :func:`installed`.
+until a stable release. The package's extras install one each: ``iggy`` the 0.9 line's (it
+keeps the 0.9.1 pre-releases out), ``iggy-0-10`` the 0.10 line's. The package's own requests
+go through the SDK's connection, so once the SDK has logged in, the server speaks the SDK's
+protocol: the layouts of the package's own requests and poll replies follow :func:`installed`.
 
 Where the APIs differ for this package: errors. The 0.9 SDK raises a bare ``RuntimeError``
 carrying its error's text; the 0.10 SDK an ``IggyError`` (a ``RuntimeError``) with the numeric
@@ -57,8 +58,7 @@ class SdkLine:
 
 
 SDK_0_9 = SdkLine("0.9", _pack(0, 11, 0), 'pip install "iggy-spark[iggy]"', 16)
-SDK_0_10 = SdkLine("0.10", _pack(0, 12, 0),
-                   'pip install "iggy-spark[iggy]" "apache-iggy==0.9.1.dev5"', 40)
+SDK_0_10 = SdkLine("0.10", _pack(0, 12, 0), 'pip install "iggy-spark[iggy-0-10]"', 40)
 LINES = (SDK_0_9, SDK_0_10)
 
 _SDK_0_10_PRERELEASE = "0.9.1.dev5"

@@ -199,6 +199,9 @@ class TopicDefaults:
     partitions_count: int = 1
     message_expiry: timedelta | Literal["never"] | None = None
     max_size: int | Literal["unlimited"] | None = None
+    segment_size: int | None = None
+    """Bytes per segment (the unit Iggy's retention deletes); only the sink's control topic
+    sets it (:mod:`iggy_spark.sink.state`)."""
 
 
 @dataclass(frozen=True)

@@ -8,10 +8,16 @@ newest ledger (usually a page), one append; per committed batch: the same read a
 of the ledger. Nothing is ever updated in place, so a crash between two writes loses nothing:
 the newest ledger stays the newest until a newer one has landed whole.
 
-Retention: records older than the newest ledger are never read again. The topic is created
-with no message expiry (a quiet query must keep its ledger); it grows by one ledger plus one
-small record per task and per breaker probe for every batch, and an operator may bound it
-with the topic's ``max_topic_size`` well above one batch's records (see the delivery docs).
+Retention: records older than the newest ledger are never read again. The topic grows by one
+ledger plus one small record per task and per breaker probe for every batch, and is created
+bounded by size, never by age (a quiet query must keep its ledger): segments of
+:data:`SEGMENT_SIZE`, at most :data:`MAX_SIZE` in all. Iggy's retention deletes whole sealed
+segments, oldest first, while the topic is over its size, and never the open one. The newest
+ledger's segment goes only when it and the segments after it exceed the bound; it holds at
+most one segment plus one record (a ledger is one message of at most ``MAX_MESSAGE_BYTES``),
+and what follows it is one batch's small records (a few MB even for thousands of tasks
+retried many times), so a ``MAX_SIZE`` above three segments and the largest message can never
+drop it, whether the server counts the open segment in the size or only the sealed ones.
 """
 
 from __future__ import annotations
@@ -44,6 +50,8 @@ if TYPE_CHECKING:
     from iggy_spark.connection import IggyConnection
 
 __all__ = [
+    "MAX_SIZE",
+    "SEGMENT_SIZE",
     "TOPIC_PREFIX",
     "admit",
     "append",
@@ -57,7 +65,15 @@ __all__ = [
 
 TOPIC_PREFIX = "query-"
 _PAGE = 64
-_TOPIC = TopicDefaults(partitions_count=1, message_expiry="never")
+SEGMENT_SIZE = 16 * 2**20
+"""The control topic's segment size: 16 MiB (a 512-byte multiple within Iggy's 1 MiB to
+1 GiB)."""
+MAX_SIZE = 2**30
+"""The control topic's bound: 1 GiB, above three segments and the largest message (see the
+module's docstring), so the newest ledger is always kept; and not below the servers' default
+segment size, which a server may hold a topic's bound to."""
+_TOPIC = TopicDefaults(partitions_count=1, message_expiry="never", max_size=MAX_SIZE,
+                       segment_size=SEGMENT_SIZE)
 _partition_ids: dict[Destination, int] = {}
 """Each control topic's one partition id, as this process last found it."""
 

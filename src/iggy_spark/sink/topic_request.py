@@ -4,14 +4,14 @@ The ``apache-iggy`` 0.9.0 wheel's ``create_topic`` always adds the options ``dur
 ``consumer_offset_durability``, and an Iggy server whose option catalog predates them (the
 apache/iggy ``0.9.0-edge.5`` server, see the compatibility notes in the docs) refuses the whole
 request with ``UnsupportedOptionKey`` (4041): the wheel cannot create a topic there at all.
-The sink sends only what it sets (partition count, message expiry, maximum size), each left
-out when the server's default applies, so every server of the 0.9 protocol accepts it.
+The sink sends only what it sets (partition count, message expiry, maximum size, segment size),
+each left out when the server's default applies, so every server of the 0.9 protocol accepts it.
 
 The body is the wheel's own layout (the server reads it, the SDK frames it and raises the
 server's error, e.g. *already exists*, exactly as for its own ``create_topic``):
 ``[stream identifier][partitions_count u32][name: len u8, utf8][options]``, where the options
 are ``[kind u8][len u32][bytes]`` key/value pairs in key byte order, keys strings (kind 2) and
-the two values unsigned 64-bit integers (kind 12: microseconds of expiry, bytes of size;
+the values unsigned 64-bit integers (kind 12: microseconds of expiry, bytes of sizes;
 ``u64::MAX`` means never / unlimited).
 """
 
@@ -59,6 +59,8 @@ def encode_create_topic(stream: str, name: str, defaults: TopicDefaults) -> byte
         options["max_topic_size"] = _NEVER
     elif isinstance(defaults.max_size, int):
         options["max_topic_size"] = defaults.max_size
+    if defaults.segment_size is not None:
+        options["segment_size"] = defaults.segment_size
     return (
         identifier(stream, "stream name")
         + struct.pack("<I", defaults.partitions_count) + name_field(name, "topic name")
