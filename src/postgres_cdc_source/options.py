@@ -161,6 +161,9 @@ class CdcOptions:
     message_prefixes: frozenset[str] = frozenset()
     """Prefixes of the logical messages to deliver; ``*`` stands for every prefix."""
     backfill_chunk_rows: int = 10000
+    all_tables_publication: bool = False
+    """Whether ``<publication>_all`` is created and read (see
+    :mod:`~postgres_cdc_source.replication.publication`)."""
 
     @property
     def safe_dsn(self) -> str:
@@ -250,7 +253,14 @@ class CdcOptions:
                                          parse_duration).total_seconds(),
             message_prefixes=_prefixes(opts.get("message_prefixes")),
             backfill_chunk_rows=_parse(opts, "backfill_chunk_rows", _positive_int),
+            all_tables_publication=_all_tables(opts, given, plugin),
         )
+
+
+def _all_tables(opts: Options, given: Options, plugin: str) -> bool:
+    if "all_tables_publication" in given and plugin != "pgoutput":
+        raise ConfigError("all_tables_publication", "only applies to plugin pgoutput")
+    return _parse(opts, "all_tables_publication", parse_bool)
 
 
 def _mode(given: Options) -> str:

@@ -106,13 +106,23 @@ def cancel_backfill(dsn: str, slot: str, backfill_id: str) -> None:
     _send(dsn, slot, {"cancel": backfill_id, "slot": slot})
 
 
-def parse_request(content: bytes, slot: str) -> Request | str | None:
+def parse_request(
+    content: bytes, slot: str, publication: str | None = None
+) -> Request | str | None:
     """A request message's content: the :class:`Request` for ``slot``, the id a cancel names,
-    or ``None`` (for another slot, or not a request this version understands)."""
+    or ``None`` (for another slot, or not a request this version understands).
+
+    With ``publication`` (a query reading that managed pair with pgoutput, whose publications
+    did not send a new table's first rows), also the event trigger's request for the rows a
+    ``CREATE TABLE AS``/``SELECT INTO`` wrote before the table joined the pair
+    (:mod:`~postgres_cdc_source.replication.identity_guard`): those of its creating
+    transaction (``xmin``) written before the command that added it (``cmin``)."""
     try:
         data = json.loads(content)
     except ValueError:
         return None
+    if isinstance(data, dict) and "created" in data:
+        return None if publication is None else _created(data, publication)
     if not isinstance(data, dict) or data.get("slot") != slot:
         return None
     if "cancel" in data:
@@ -122,6 +132,18 @@ def parse_request(content: bytes, slot: str) -> Request | str | None:
                        None if data.get("where") is None else str(data["where"]))
     except (KeyError, TypeError, ValueError):
         return None
+
+
+def _created(data: dict[str, Any], publication: str) -> Request | None:
+    if data.get("publication") != publication:
+        return None
+    try:
+        schema, table = (str(n) for n in data["created"])
+        xmin, cid = int(data["xmin"]), int(data["cid"])
+    except (KeyError, TypeError, ValueError):
+        return None
+    return Request(f"created {schema}.{table} in transaction {xmin}", ((schema, table),),
+                   f"xmin = '{xmin}'::xid AND cmin::text::int8 < {cid}", created=True)
 
 
 def main(argv: Sequence[str] | None = None) -> int:

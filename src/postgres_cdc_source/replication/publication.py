@@ -73,7 +73,8 @@ __all__ = [
     "inserts_name",
     "managed_oids",
     "names",
-    "reads_from",
+    "reads_all",
+    "switches",
 ]
 
 log = logging.getLogger(__name__)
@@ -116,24 +117,26 @@ def managed_oids(conn: Conn, publication: str) -> tuple[int, int] | None:
 
 def names(conn: Conn, options: CdcOptions, start: int) -> list[str]:
     """The publications to peek a batch from ``start`` with: the managed pair (and
-    ``<publication>_all`` where the slot reads it, see :func:`reads_from`), or the user's one
-    publication. A function of the batch: a replay peeks with the same publications."""
+    ``<publication>_all`` where the slot reads it at ``start``, see :func:`reads_all`), or the
+    user's one publication. A function of the batch: a replay peeks with the same
+    publications."""
     if managed_oids(conn, options.publication) is None:
         return [options.publication]
     pubs = [options.publication, inserts_name(options.publication)]
-    if (state := all_state(conn, options)) is not None and state.fit:
-        first = 0 if state.skips_older else reads_from(state.comment, options.slot)
-        if first is not None and start >= first:
-            pubs.append(all_name(options.publication))
+    if reads_all(all_state(conn, options), options.slot, start):
+        pubs.append(all_name(options.publication))
     return pubs
 
 
-# <publication>_all as pg_cdc needs it (all tables, never update/delete). From Postgres 18
-# pgoutput skips a publication that a decoded change predates; before, it fails the peek. So on
-# 15-17 a slot reads it only for batches starting at or after an LSN recorded in its comment
-# (:func:`admit`), once every change the slot can still decode comes after the publication:
-# the slot's restart point is past the LSN recorded at creation, or (a publication created by
-# hand) the publication is older than the slot's catalog_xmin.
+# <publication>_all as pg_cdc needs it (all tables, never update/delete), and the slot's
+# positions. Whether a slot reads it is recorded in its comment as switches, "; slot <slot>
+# from LSN <lsn>" and "; slot <slot> until LSN <lsn>", appended in LSN order by :func:`admit`;
+# a batch reads it when the last switch at or before its start says "from". From Postgres 18
+# pgoutput skips a publication that a decoded change predates, and a slot with no switch reads
+# it (as every slot did before switches were recorded there); before 18 it fails the peek, so
+# a "from" is recorded only once every change the slot can still decode comes after the
+# publication: the slot's restart point is past the LSN recorded at creation, or (a
+# publication created by hand) the publication is older than the slot's catalog_xmin.
 _ALL_STATE = """
 SELECT p.puballtables AND NOT p.pubupdate AND NOT p.pubdelete,
        current_setting('server_version_num')::int >= 180000,
@@ -160,7 +163,7 @@ class AllState(NamedTuple):
     def decodable(self) -> bool:
         """Whether every change the slot can still decode comes after the publication."""
         created = _CREATED_BEFORE.search(self.comment)
-        return self.older_than_slot or (
+        return self.skips_older or self.older_than_slot or (
             created is not None and self.restart is not None
             and self.restart >= parse_lsn(created[1])
         )
@@ -171,32 +174,58 @@ def all_state(conn: Conn, options: CdcOptions) -> AllState | None:
     return None if row is None else AllState(*row)
 
 
-def reads_from(comment: str, slot: str) -> int | None:
-    """The LSN from which batches of ``slot`` read ``<publication>_all``, if recorded."""
-    match = re.search(rf"; slot {re.escape(slot)} from LSN ([0-9A-F]+/[0-9A-F]+)", comment)
-    return None if match is None else parse_lsn(match[1])
+def switches(comment: str, slot: str) -> list[tuple[bool, int]]:
+    """The switches recorded for ``slot``: (reads from there on, LSN), in LSN order."""
+    return [(kind == "from", parse_lsn(lsn)) for kind, lsn in re.findall(
+        rf"; slot {re.escape(slot)} (from|until) LSN ([0-9A-F]+/[0-9A-F]+)", comment)]
+
+
+def reads_all(state: AllState | None, slot: str, start: int) -> bool:
+    """Whether a batch of ``slot`` from ``start`` reads ``<publication>_all``."""
+    if state is None or not state.fit:
+        return False
+    reads = state.skips_older  # 18: a slot without switches reads it, as it always did
+    for on, lsn in switches(state.comment, slot):
+        if lsn <= start:
+            reads = on
+    return reads
 
 
 def admit(conn: Conn, options: CdcOptions, *, new_slot: bool = False) -> None:
-    """On the driver, at start and planning (Postgres 15-17): once the slot can decode with
-    ``<publication>_all``, record that its batches starting *after* the slot's position read
-    it. Every batch read so far, or planned and maybe about to be replayed, starts at or before
-    that position, so it is read again exactly as it was. A slot just created (``new_slot``)
-    has had no batch yet: its batches read it from its position on."""
+    """On the driver, at start and planning: record that the slot's batches starting *after*
+    its position read ``<publication>_all`` (``all_tables_publication``, once the slot can
+    decode with it) or no longer read it (the default). Every batch read so far, or planned
+    and maybe about to be replayed, starts at or before that position, so it is read again
+    exactly as it was. A slot just created (``new_slot``) has had no batch yet: the switch
+    applies from its position on."""
     state = all_state(conn, options)
-    if (state is None or not state.fit or state.skips_older or state.confirmed is None
-            or reads_from(state.comment, options.slot) is not None or not state.decodable):
+    if state is None or not state.fit or state.confirmed is None:
+        return
+    at = state.confirmed + (0 if new_slot else 1)
+    wanted = options.all_tables_publication
+    if reads_all(state, options.slot, at) == wanted or (wanted and not state.decodable):
         return
     name = all_name(options.publication)
+    switch = "from" if wanted else "until"
     comment = (state.comment if state.comment.startswith(MARKER) else MARKER) + (
-        f"; slot {options.slot} from LSN {format_lsn(state.confirmed + (0 if new_slot else 1))}")
+        f"; slot {options.slot} {switch} LSN {format_lsn(at)}")
     try:
         conn.execute(sql.SQL("COMMENT ON PUBLICATION {} IS {}").format(
             sql.Identifier(name), sql.Literal(comment)))
-        log.info("replication slot %s reads publication %s after %s", options.slot, name,
-                 format_lsn(state.confirmed))
     except pgerrors.InsufficientPrivilege as exc:
-        log.warning("pg_cdc: cannot record in publication %s's comment that slot %s reads it "
-                    "(%s); it is not read: make the role its owner", name, options.slot,
-                    exc.diag.message_primary)
-
+        log.warning("pg_cdc: cannot record in publication %s's comment that slot %s %s it "
+                    "(%s); %s: make the role its owner", name, options.slot,
+                    "reads" if wanted else "no longer reads", exc.diag.message_primary,
+                    "it is not read" if wanted else "it is still read")
+        return
+    if wanted:
+        log.info("replication slot %s reads publication %s from %s", options.slot, name,
+                 format_lsn(at))
+    else:
+        log.warning(
+            "pg_cdc: replication slot %s no longer reads publication %s from %s on "
+            "(all_tables_publication=false): only the captured tables' changes are sent; "
+            "rows a CREATE TABLE AS or SELECT INTO writes arrive through the event trigger "
+            "instead. Drop the publication once no query reads it, or set "
+            "all_tables_publication=true to keep reading it", options.slot, name,
+            format_lsn(at))
