@@ -19,6 +19,7 @@ import pytest
 from connector_common.spark_versions import ReadAllAvailable
 from iggy_spark_testing.harness import LocalPostgres
 from postgres_cdc_source.decoding.pgoutput import pgoutput_options
+from postgres_cdc_source.lsn import parse_lsn
 from postgres_cdc_source.options import CdcOptions
 from postgres_cdc_source.replication import peeking
 from postgres_cdc_source.replication.publication import all_name
@@ -171,3 +172,40 @@ def test_a_busy_uncaptured_tables_rows_never_reach_the_reader(
             assert peeked == (5, 0)  # the five orders, and no busy table's relation
     seen = q.drain(2)
     assert seen == [(f"{name}_orders", "insert", {"id": i}) for i in range(5)]
+
+
+def test_a_slot_that_read_the_all_tables_publication_stops_after_its_position(
+    pg: LocalPostgres, name: str, caplog: pytest.LogCaptureFixture
+) -> None:
+    """``all_tables_publication=true`` (the old default) reads ``<publication>_all``, and a
+    new table's first rows arrive in the stream, not backfilled again. Restarted with the
+    default, the query's batches from after the slot's position no longer read it (the
+    batch that may be replayed still does, so a replay reads the same rows) and the trigger's
+    requests take over."""
+    q = _Query(pg, slot=name, include_tables=rf"public\.{name}_.*",
+               all_tables_publication="true")
+    with pg.connect() as conn:
+        conn.execute(f"CREATE TABLE {name}_a AS SELECT 1 AS n")
+    assert q.drain(2) == [(f"{name}_a", "insert", {"n": 1})]
+    restarted = _Query.__new__(_Query)
+    restarted.reader = PgCdcStreamReader(CdcOptions.from_options(
+        {"dsn": pg.dsn, "slot": name, "include_tables": rf"public\.{name}_.*"}))
+    restarted.offset = q.offset
+    with pg.connect() as conn:
+        conn.execute(f"CREATE TABLE {name}_b AS SELECT 2 AS n")
+    r = restarted.reader
+    with caplog.at_level("WARNING", logger="postgres_cdc_source"):
+        end = r.latestOffset(restarted.offset, ReadAllAvailable())
+    assert f"no longer reads publication {name}_all" in caplog.text
+    again = PgCdcStreamReader(r.options)  # the same batch, replayed by another driver
+    for reader in (r, again):
+        assert [(row["table"], row["op"]) for part in reader.partitions(restarted.offset, end)
+                for batch in reader.read(part) for row in batch.to_pylist()] == [
+            (f"{name}_b", "insert")]
+    r.commit(end)
+    restarted.offset = end
+    with pg.connect() as conn:
+        conn.execute(f"CREATE TABLE {name}_c AS SELECT 3 AS n")
+        assert all_name(name) not in peeking.publications(
+            conn, r.options, parse_lsn(end["lsn"]) + 1)
+    assert restarted.drain(3) == [(f"{name}_c", "read", {"n": 3})]

@@ -259,11 +259,11 @@ def test_a_role_that_may_not_create_them_is_told_the_window_and_the_grant(
         assert "cannot create event trigger pg_cdc_identity_guard" in caplog.text
         assert f'ALTER PUBLICATION "{name}" ADD TABLE <table>, or "{name}_inserts"' in caplog.text
         assert f"{name}_all" not in caplog.text
-        with psycopg.connect(dsn, autocommit=True) as conn:
-            with conn.transaction():  # the window closed by hand, as the warning says
-                conn.execute(f"CREATE TABLE {name}_new (v int)")
-                conn.execute(f"ALTER PUBLICATION {name}_inserts ADD TABLE {name}_new")
-                conn.execute(f"INSERT INTO {name}_new VALUES (5)")
+        # the window closed by hand, as the warning says
+        with psycopg.connect(dsn, autocommit=True) as conn, conn.transaction():
+            conn.execute(f"CREATE TABLE {name}_new (v int)")
+            conn.execute(f"ALTER PUBLICATION {name}_inserts ADD TABLE {name}_new")
+            conn.execute(f"INSERT INTO {name}_new VALUES (5)")
         with psycopg.connect(dsn, autocommit=True) as conn:
             conn.execute(f"INSERT INTO {name}_t VALUES (1)")
         _, seen = changes(r, start)
