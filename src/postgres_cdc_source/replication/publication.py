@@ -5,44 +5,52 @@ Postgres refuses ``UPDATE``/``DELETE`` on a table that is in a publication publi
 deletes but has no usable replica identity (``DEFAULT`` without a primary key, ``NOTHING``, or a
 dropped ``USING INDEX`` index). A ``FOR ALL TABLES`` publication of every operation therefore
 breaks the application on every such table the moment it is created. So ``pg_cdc`` never
-creates one; it manages three publications instead:
+creates one; it manages a pair instead, holding only the captured tables, so that the slot
+sends the reader only what the filters can match:
 
 * ``<publication>`` publishes insert, update, delete and truncate, and holds the captured tables
   that have a usable replica identity;
 * ``<publication>_inserts`` publishes only insert and truncate (which never make a write fail),
-  and holds the captured tables without one;
-* ``<publication>_all`` is ``FOR ALL TABLES`` but publishes only insert and truncate: it
-  captures a table's inserts from the moment the table is created, before any planning can add
-  it to the other two. Only a superuser may create it; without it, rows written to a table
-  between its creation and the next planning are not sent (a warning at start says so).
+  and holds the captured tables without one.
 
-All are peeked together (pgoutput takes several ``publication_names`` and sends each change
-once). Membership of the first two is re-synchronised on the driver whenever a batch is planned
+Both are peeked together (pgoutput takes several ``publication_names`` and sends each change
+once). Membership is re-synchronised on the driver whenever a batch is planned
 (:func:`~.publication_sync.sync`): new tables that match the filters join, tables that gained or
 lost their identity move, tables that no longer match leave. They carry :data:`MARKER` as their
 comment; a publication without it (the user's own, or one created by hand for
 ``create_slot=false``) is never altered.
 
-pgoutput looks a publication up as of each decoded change, and before Postgres 18 fails the
-peek ("publication does not exist") for a change written before the publication was. So there
-``<publication>_all`` is read only by batches that start after a position recorded in its
-comment once the slot's restart point is past its creation (:func:`names`, :func:`admit`):
-from the first batch for a slot created after it, within a few batches for an existing one.
-The publications a batch is read with are a function of the batch, so a replay reads the same
-rows.
+New tables and identity changes (superuser). pgoutput decides as of each change whether it is
+published, so a row written before its table joined the pair is never sent. Where the role may
+create event triggers (a superuser), ``pg_cdc`` installs :data:`~.identity_guard.GUARD`: inside
+the transaction of the DDL, it adds a table created by ``CREATE TABLE``/``CREATE TABLE AS``/
+``SELECT INTO`` to every managed pair (the next planning drops it where the filters do not
+capture it), so every later row of that transaction is sent; it moves a table whose identity
+changed (``ALTER TABLE``, ``DROP INDEX``), so the owner's next ``UPDATE`` never fails and a
+table that gained an identity has its updates and deletes sent. The rows a ``CREATE TABLE AS``
+or ``SELECT INTO`` wrote are older than the trigger: it asks for them with a logical message,
+and the query backfills exactly those rows (:mod:`.identity_guard`,
+:mod:`~postgres_cdc_source.backfill`). A table is added to ``<publication>`` by a planning
+inside a transaction that first takes ``SHARE UPDATE EXCLUSIVE`` on it (which ordinary reads and
+writes do not conflict with, but ``ALTER TABLE`` does) and re-checks its identity under that
+lock. The guard never fails the owner's statement: an error becomes a warning, and the next
+planning does the work. Without it (no superuser, and none ever started ``pg_cdc`` in the
+database), rows written to a new table before the next planning are not sent, and identity
+changes leave the same window; a warning at start names it and the hand fix (the migration adds
+its table to the pair before filling it: no role below superuser can create a publication or
+trigger that covers tables created later).
 
-Identity changes. A table is added to ``<publication>`` inside a transaction that first takes
-``SHARE UPDATE EXCLUSIVE`` on it (which ordinary reads and writes do not conflict with, but
-``ALTER TABLE`` does) and re-checks its identity under that lock. A table whose identity is
-removed *while it is published* would refuse updates and deletes until the next planning moves
-it, and a table that gains one would have its updates and deletes skipped until then; so where
-the role may create event triggers (a superuser), ``pg_cdc`` installs
-:data:`~.identity_guard.GUARD`, an event trigger that moves such tables inside the very
-``ALTER TABLE``/``DROP INDEX`` transaction that changed their identity, and adds a table to
-the pair inside the transaction that creates it (so its updates and deletes are captured too;
-the next planning drops it if the filters do not capture it). It never fails the owner's
-statement: an error becomes a warning, and the next planning does the work. Without it, a
-warning at start names the window and the grant.
+``<publication>_all`` (``all_tables_publication=true``, superuser) is ``FOR ALL TABLES`` and
+publishes only insert and truncate: every insert of the database then travels to the reader,
+which drops those of tables it does not capture; it is the way to get new tables' inserts
+without the guard. pgoutput looks a publication up as of each decoded change, and before
+Postgres 18 fails the peek ("publication does not exist") for a change written before the
+publication was. So whether a slot reads it is recorded in its comment as switches ("slot <s>
+from LSN <l>", "slot <s> until LSN <l>", :func:`admit`), each applying to the batches that
+start after the slot's position when recorded; a "from" only once the slot's restart point is
+past the publication's creation. The default stops a slot that reads it that way. The
+publications a batch is read with are a function of the batch, so a replay reads the same
+rows.
 
 Creating them is :mod:`.publication_setup`'s work, keeping their membership in step
 :mod:`.publication_sync`'s, and the event trigger :mod:`.identity_guard`'s.
