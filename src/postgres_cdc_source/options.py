@@ -22,10 +22,12 @@ from postgres_cdc_source.errors import ConfigError
 from postgres_cdc_source.option_docs import CDC_ONLY, OPTION_DOCS, POLLING_ONLY
 
 __all__ = [
+    "BACKFILL_CHANNEL",
     "MARKER_PREFIX",
     "MODES",
     "ON_SLOT_LOST",
     "PLUGINS",
+    "REQUEST_PREFIX",
     "SNAPSHOT_MODES",
     "CdcOptions",
     "PollingOptions",
@@ -42,6 +44,11 @@ ON_SLOT_LOST = ("fail", "resnapshot")
 MARKER_PREFIX = "pg_cdc.backfill.chunk"
 """Prefix of the logical messages a query writes to place a backfill chunk in its stream; never
 delivered, even with ``message_prefixes=*``."""
+REQUEST_PREFIX = "pg_cdc.backfill"
+"""Prefix of the logical messages that ask a query to backfill (see
+:mod:`postgres_cdc_source.backfill.requests`)."""
+BACKFILL_CHANNEL = "pg_cdc_backfill"
+"""The ``NOTIFY`` channel that tells a running query to look for backfill requests."""
 
 _SLOT_NAME = re.compile(r"[a-z0-9_]{1,63}")
 _MAX_ROWS = 2**31 - 1  # fetch/batch/spill sizes: more is no batch size, and FETCH overflows

@@ -22,9 +22,9 @@ from psycopg import sql
 
 from postgres_cdc_source import snapshot
 from postgres_cdc_source.backfill.progress import Backfills, ChunkPlan, Request, TableProgress
-from postgres_cdc_source.backfill.requests import CHANNEL, REQUEST_PREFIX, parse_request
+from postgres_cdc_source.backfill.requests import parse_request
 from postgres_cdc_source.decoding.factory import parse_message
-from postgres_cdc_source.options import MARKER_PREFIX, CdcOptions
+from postgres_cdc_source.options import BACKFILL_CHANNEL, MARKER_PREFIX, REQUEST_PREFIX, CdcOptions
 from postgres_cdc_source.replication import peeking, positions
 from postgres_cdc_source.replication.publication import all_name
 from postgres_cdc_source.snapshot.planning import key_range
@@ -45,7 +45,7 @@ class BackfillPlanner:
     """Keeps one query's backfills moving; lives in the driver beside the stream reader.
 
     The WAL is searched for requests when this process plans its first batch and whenever a
-    ``NOTIFY`` on :data:`~postgres_cdc_source.backfill.requests.CHANNEL` arrives; a chunk is
+    ``NOTIFY`` on :data:`~postgres_cdc_source.options.BACKFILL_CHANNEL` arrives; a chunk is
     planned only when the stream has caught up (the batch ends at the flush position), so a
     backfill never holds the stream back.
     """
@@ -81,7 +81,7 @@ class BackfillPlanner:
     ) -> tuple[Backfills, int]:
         if self._listening is not conn:
             try:
-                conn.execute(sql.SQL("LISTEN {}").format(sql.Identifier(CHANNEL)))
+                conn.execute(sql.SQL("LISTEN {}").format(sql.Identifier(BACKFILL_CHANNEL)))
             except psycopg.errors.ReadOnlySqlTransaction:  # a standby: no requests, no markers
                 if self._listening is not None:
                     return state, end

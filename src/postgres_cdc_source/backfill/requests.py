@@ -2,8 +2,10 @@
 
 A request is a transactional logical message with prefix :data:`REQUEST_PREFIX` and JSON
 content ``{"id": ..., "slot": ..., "tables": [["schema", "table"], ...], "where": ...}``
-(a cancel: ``{"cancel": <id>, "slot": ...}``), followed by ``NOTIFY`` on :data:`CHANNEL`, which
-tells a running query to look for it at once (without it, the query finds it at its next start).
+(a cancel: ``{"cancel": <id>, "slot": ...}``), followed by ``NOTIFY`` on
+:data:`BACKFILL_CHANNEL`, which tells a running query to look for it at once (without it, the
+query finds it at its next start). The event trigger writes a third kind for a table created
+with its rows (``{"created": ...}``, see :func:`parse_request`).
 From SQL::
 
     SELECT pg_logical_emit_message(true, 'pg_cdc.backfill',
@@ -26,10 +28,10 @@ from psycopg import sql
 
 from postgres_cdc_source.backfill.progress import Request
 from postgres_cdc_source.errors import BackfillRefused
-from postgres_cdc_source.options import MARKER_PREFIX
+from postgres_cdc_source.options import BACKFILL_CHANNEL, MARKER_PREFIX, REQUEST_PREFIX
 
 __all__ = [
-    "CHANNEL",
+    "BACKFILL_CHANNEL",
     "MARKER_PREFIX",
     "REQUEST_PREFIX",
     "cancel_backfill",
@@ -38,8 +40,6 @@ __all__ = [
     "request_backfill",
 ]
 
-REQUEST_PREFIX = "pg_cdc.backfill"
-CHANNEL = "pg_cdc_backfill"
 
 _TABLE = """\
 SELECT n.nspname, c.relname, c.relkind,
@@ -80,7 +80,7 @@ def _send(dsn: str, slot: str, content: dict[str, Any]) -> None:
             conn.execute("SET LOCAL synchronous_commit = on")
             conn.execute("SELECT pg_catalog.pg_logical_emit_message(true, %s, %s)",
                          (REQUEST_PREFIX, json.dumps(content)))
-            conn.execute(sql.SQL("NOTIFY {}").format(sql.Identifier(CHANNEL)))
+            conn.execute(sql.SQL("NOTIFY {}").format(sql.Identifier(BACKFILL_CHANNEL)))
 
 
 def request_backfill(

@@ -5,10 +5,10 @@ A table created by ``CREATE TABLE AS`` or ``SELECT INTO`` holds its rows before 
 runs at ``ddl_command_end``, and pgoutput decides what to send as of each change, so those rows
 are never sent, whatever the trigger then does. For every pair it added such a table to (when
 the table has rows), the trigger writes a transactional logical message with prefix
-:data:`~postgres_cdc_source.backfill.requests.REQUEST_PREFIX` and content ``{"created":
+:data:`~postgres_cdc_source.options.REQUEST_PREFIX` and content ``{"created":
 [schema, table], "publication": <pair>, "xmin": <the creating transaction's xid>, "cid":
 <the command that added it>}`` and notifies
-:data:`~postgres_cdc_source.backfill.requests.CHANNEL`: a query reading that pair backfills
+:data:`~postgres_cdc_source.options.BACKFILL_CHANNEL`: a query reading that pair backfills
 exactly the rows its publications did not send, those that transaction wrote before the
 table joined them and nobody changed since (``xmin`` and ``cmin`` say so). See
 :func:`~postgres_cdc_source.backfill.requests.parse_request`.
@@ -23,7 +23,7 @@ import psycopg
 from psycopg import errors as pgerrors
 from psycopg import sql
 
-from postgres_cdc_source.backfill.requests import CHANNEL, REQUEST_PREFIX
+from postgres_cdc_source.options import BACKFILL_CHANNEL, REQUEST_PREFIX
 from postgres_cdc_source.replication.publication import (
     HAS_IDENTITY,
     INSERTS_SUFFIX,
@@ -123,7 +123,7 @@ def ensure_guard(conn: Conn, publication: str) -> None:
     body = sql.SQL(_GUARD_BODY).format(
         suffix=sql.Literal(INSERTS_SUFFIX), marker=sql.Literal(MARKER),
         has_identity=sql.SQL(HAS_IDENTITY), prefix=sql.Literal(REQUEST_PREFIX),
-        channel=sql.Literal(CHANNEL),
+        channel=sql.Literal(BACKFILL_CHANNEL),
     ).as_string(conn)
     installed = conn.execute(
         "SELECT (SELECT p.prosrc FROM pg_proc p JOIN pg_namespace n ON n.oid = p.pronamespace"
