@@ -90,7 +90,7 @@ def _ensure_all(conn: Conn, options: CdcOptions) -> None:
     if all_state(conn, options) is None:
         if len(name.encode()) > 63:
             _warn_all_unused(name, "the name is longer than Postgres's 63 bytes: set a "
-                                 "shorter publication option")
+                             "shorter publication option")
             return
         try:
             with conn.transaction():
@@ -117,14 +117,13 @@ def _ensure_all(conn: Conn, options: CdcOptions) -> None:
         return
     if not state.fit:
         _warn_all_unused(name, "it exists but is not FOR ALL TABLES with publish = "
-                             "'insert, truncate', so it is not used")
+                         "'insert, truncate', so it is not used")
     elif not (state.decodable or state.confirmed is None  # no slot yet
               or reads_all(state, options.slot, state.confirmed + 1)):
         log.warning(
             "pg_cdc: publication %s is newer than replication slot %s's restart point: the "
             "slot reads it once it moves past it (usually within a few batches); until then "
-            "only the captured tables' rows are read", name,
-            options.slot,
+            "only the captured tables' rows are read", name, options.slot,
         )
 
 
