@@ -9,6 +9,7 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 
 from postgres_cdc_source.backfill.progress import Backfills, ChunkPlan, Request
+from postgres_cdc_source.backfill.requests import parse_request
 from postgres_cdc_source.lsn import parse_lsn
 from postgres_cdc_source.stream.offset import StreamOffset
 
@@ -77,3 +78,20 @@ def test_a_request_found_again_is_not_queued_twice() -> None:
     assert state.requested([one], set(), 120).queue == (one,)
     assert _spark(state, "0/64").scanned == 100  # kept while beyond the offset's LSN
     assert _spark(Backfills()) == Backfills()
+
+
+def test_the_event_triggers_request_names_exactly_the_rows_a_new_table_was_not_sent() -> None:
+    """A ``CREATE TABLE AS``'s request is for the query reading its pair with the pair alone:
+    the rows of the creating transaction written before the command that added the table."""
+    content = json.dumps({"created": ["s", "t"], "publication": "p", "xmin": "731",
+                          "cid": "2"}).encode()
+    request = parse_request(content, "slot", "p")
+    assert request == Request("created s.t in transaction 731", (("s", "t"),),
+                              "xmin = '731'::xid AND cmin::text::int8 < 2", created=True)
+    assert parse_request(content, "slot", "other") is None  # another query's pair
+    assert parse_request(content, "slot", None) is None  # test_decoding, or <pub>_all read
+    bad = json.dumps({"created": ["s", "t"], "publication": "p", "xmin": "1; DROP TABLE x",
+                      "cid": "2"}).encode()
+    assert parse_request(bad, "slot", "p") is None
+    assert Request.from_json(json.loads(json.dumps(request.to_json()))) == request
+    assert "created" not in Request("r1", (("s", "a"),)).to_json()  # older offsets unchanged

@@ -165,6 +165,25 @@ def test_pgoutput_filter_skips_tuples_unparsed_but_counts_them() -> None:
         ("other", "insert", 1), ("other", "truncate", 3)]
 
 
+def test_pgoutput_rejected_relation_is_skipped_by_its_id_alone_until_it_is_kept() -> None:
+    """A busy uncaptured table costs one set lookup per change: the filter is asked once per
+    Relation message, every I/U/D of the relation is skipped whatever its body, and a Relation
+    message that makes it kept (a rename into the rules) brings its changes back."""
+    asked: list[str] = []
+
+    def captured(schema: str, table: str) -> bool:
+        asked.append(table)
+        return table.startswith("keep")
+
+    noise = m_relation(9, "public", "log", b"n", [(0, "v", TEXT)])
+    garbage = [kind + struct.pack(">I", 9) + b"\xff" for kind in (b"I", b"U", b"D")]
+    renamed = m_relation(9, "public", "keep_log", b"n", [(0, "v", TEXT)])
+    events = decode_po(txn(noise, *garbage * 100, renamed, m_insert(9, ["x"])),
+                       table_filter=captured)
+    assert [(c.table, c.op, c.seq) for c in changes(events)] == [("keep_log", "insert", 300)]
+    assert asked == ["log", "keep_log"]
+
+
 def test_pgoutput_skips_type_origin_and_message_and_maps_empty_namespace() -> None:
     type_msg = b"Y" + struct.pack(">I", 16390) + _cstr("public") + _cstr("mood")
     origin = b"O" + struct.pack(">Q", 0x99) + _cstr("upstream")

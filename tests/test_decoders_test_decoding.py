@@ -163,6 +163,25 @@ def test_test_decoding_truncate_filter_and_messages() -> None:
     assert calls == [("public", "keep")]  # filtered tables never reach the catalog
 
 
+def test_test_decoding_rejected_table_is_skipped_by_its_header() -> None:
+    """A busy uncaptured table: the filter is asked once, the catalog never, and every later
+    line of the same header is skipped (and counted) without its tuple being read."""
+    asked: list[str] = []
+
+    def captured(schema: str, table: str) -> bool:
+        asked.append(table)
+        return table == "keep"
+
+    events = decode_td(td_rows(
+        *["table public.log: INSERT: v[text]:'x'", "table public.log: UPDATE: v[text]:'x'",
+          "table public.log: DELETE: (no-tuple-data)"] * 100,
+        "table public.keep: INSERT: x[integer]:1",
+    ), info_of("public", "keep", "n", [("x", "x", "integer", 23, False)]),
+        table_filter=captured)
+    assert [(c.table, c.op, c.seq) for c in changes(events)] == [("keep", "insert", 300)]
+    assert asked == ["log", "keep"]
+
+
 def test_test_decoding_catalog_lookup_runs_once_per_table() -> None:
     calls: list[tuple[str, str]] = []
     info = info_of("public", "t", "d", [("x", "x", "integer", 23, True)])

@@ -334,13 +334,19 @@ def test_bad_options_fail_at_load_naming_the_option(spark: SparkSession, pg: Loc
 def test_rows_of_a_table_created_and_filled_while_the_query_was_stopped_arrive(
     spark: SparkSession, pg: LocalPostgres, name: str, checkpoint: str
 ) -> None:
-    """A migration between two runs creates and fills a table, and re-creates another with other
-    columns: pgoutput sends every row, though no planning had added the tables yet."""
+    """A migration between two runs creates and fills a table, re-creates another with other
+    columns, and copies one with ``CREATE TABLE AS``, while a busy uncaptured table takes most
+    of the writes: every captured row arrives (the copied ones as a backfill's ``read`` rows,
+    pgoutput never sends them), though no planning had added the tables yet, and no row of the
+    busy table reaches Spark."""
     with pg.connect() as conn:
         conn.execute(f"CREATE TABLE {name}_old (id int PRIMARY KEY)")
+        conn.execute(f"CREATE TABLE busy_{name} (id int)")
     options = make_slot(pg, name, include_tables=rf"public\.{name}_.*")
     run_available_now(spark, checkpoint, options)
     with pg.connect() as conn:
+        conn.execute(f"INSERT INTO busy_{name} SELECT generate_series(1, 5000)")
+        conn.execute(f"CREATE TABLE {name}_copy AS SELECT generate_series(1, 3) AS n")
         with conn.transaction():
             conn.execute(f"CREATE TABLE {name}_new (id int PRIMARY KEY, v text)")
             conn.execute(f"INSERT INTO {name}_new VALUES (1, 'a')")
@@ -354,4 +360,5 @@ def test_rows_of_a_table_created_and_filled_while_the_query_was_stopped_arrive(
         (f"{name}_new", "insert", {"id": 1, "v": "a"}),
         (f"{name}_new", "update", {"id": 1, "v": "b"}),
         (f"{name}_old", "insert", {"k": "x"}),
+        *((f"{name}_copy", "read", {"n": n}) for n in (1, 2, 3)),
     ]

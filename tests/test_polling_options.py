@@ -19,7 +19,8 @@ from postgres_cdc_source.values import converter_for_oid
 POLLING = {"dsn": "dbname=x", "mode": "polling", "table": "t", "tracking_column": "ts"}
 CDC = {"dsn": "dbname=x", "slot": "s"}
 SAMPLE = {
-    "slot": "s", "plugin": "pgoutput", "publication": "p", "create_slot": "true",
+    "slot": "s", "plugin": "pgoutput", "publication": "p", "all_tables_publication": "true",
+    "create_slot": "true",
     "failover": "true",
     "include_tables": "a", "exclude_tables": "b", "max_bytes_per_trigger": "1MB",
     "fail_on_data_loss": "true", "spill_rows": "5", "table": "t", "tracking_column": "ts",

@@ -30,9 +30,17 @@ OPTION_DOCS: tuple[OptionDoc, ...] = (
     OptionDoc(
         "publication",
         "(the slot name)",
-        "pgoutput publication; if missing, created with its `<name>_inserts` and `<name>_all` "
-        "siblings and kept in sync with the tables (see Publications); an existing one is used "
-        "as it is",
+        "pgoutput publication; if missing, created with its `<name>_inserts` sibling and kept in "
+        "sync with the tables (see Publications); an existing one is used as it is",
+    ),
+    OptionDoc(
+        "all_tables_publication",
+        "false",
+        "pgoutput with the managed publications: `true` also creates and reads "
+        "`<publication>_all` (`FOR ALL TABLES`, inserts and truncates; superuser), which sends "
+        "every insert of the database to the reader, so that new tables' rows arrive without "
+        "the event trigger; `false` reads only the captured tables (an existing `_all` is no "
+        "longer read from the next batch on; see Publications)",
     ),
     OptionDoc("create_slot", "true", "create the slot (and publication) if missing"),
     OptionDoc(
@@ -176,7 +184,8 @@ OPTION_DOCS: tuple[OptionDoc, ...] = (
 )
 
 CDC_ONLY = frozenset({
-    "slot", "plugin", "publication", "create_slot", "failover", "on_slot_lost",
+    "slot", "plugin", "publication", "all_tables_publication", "create_slot", "failover",
+    "on_slot_lost",
     "include_tables", "exclude_tables", "message_prefixes", "max_bytes_per_trigger",
     "min_partitions",
     "min_bytes_per_partition", "fail_on_data_loss",

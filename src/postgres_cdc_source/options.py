@@ -22,10 +22,12 @@ from postgres_cdc_source.errors import ConfigError
 from postgres_cdc_source.option_docs import CDC_ONLY, OPTION_DOCS, POLLING_ONLY
 
 __all__ = [
+    "BACKFILL_CHANNEL",
     "MARKER_PREFIX",
     "MODES",
     "ON_SLOT_LOST",
     "PLUGINS",
+    "REQUEST_PREFIX",
     "SNAPSHOT_MODES",
     "CdcOptions",
     "PollingOptions",
@@ -42,6 +44,11 @@ ON_SLOT_LOST = ("fail", "resnapshot")
 MARKER_PREFIX = "pg_cdc.backfill.chunk"
 """Prefix of the logical messages a query writes to place a backfill chunk in its stream; never
 delivered, even with ``message_prefixes=*``."""
+REQUEST_PREFIX = "pg_cdc.backfill"
+"""Prefix of the logical messages that ask a query to backfill (see
+:mod:`postgres_cdc_source.backfill.requests`)."""
+BACKFILL_CHANNEL = "pg_cdc_backfill"
+"""The ``NOTIFY`` channel that tells a running query to look for backfill requests."""
 
 _SLOT_NAME = re.compile(r"[a-z0-9_]{1,63}")
 _MAX_ROWS = 2**31 - 1  # fetch/batch/spill sizes: more is no batch size, and FETCH overflows
@@ -161,6 +168,9 @@ class CdcOptions:
     message_prefixes: frozenset[str] = frozenset()
     """Prefixes of the logical messages to deliver; ``*`` stands for every prefix."""
     backfill_chunk_rows: int = 10000
+    all_tables_publication: bool = False
+    """Whether ``<publication>_all`` is created and read (see
+    :mod:`~postgres_cdc_source.replication.publication`)."""
 
     @property
     def safe_dsn(self) -> str:
@@ -250,7 +260,14 @@ class CdcOptions:
                                          parse_duration).total_seconds(),
             message_prefixes=_prefixes(opts.get("message_prefixes")),
             backfill_chunk_rows=_parse(opts, "backfill_chunk_rows", _positive_int),
+            all_tables_publication=_all_tables(opts, given, plugin),
         )
+
+
+def _all_tables(opts: Options, given: Options, plugin: str) -> bool:
+    if "all_tables_publication" in given and plugin != "pgoutput":
+        raise ConfigError("all_tables_publication", "only applies to plugin pgoutput")
+    return _parse(opts, "all_tables_publication", parse_bool)
 
 
 def _mode(given: Options) -> str:

@@ -22,10 +22,11 @@ from psycopg import sql
 
 from postgres_cdc_source import snapshot
 from postgres_cdc_source.backfill.progress import Backfills, ChunkPlan, Request, TableProgress
-from postgres_cdc_source.backfill.requests import CHANNEL, REQUEST_PREFIX, parse_request
+from postgres_cdc_source.backfill.requests import parse_request
 from postgres_cdc_source.decoding.factory import parse_message
-from postgres_cdc_source.options import MARKER_PREFIX, CdcOptions
+from postgres_cdc_source.options import BACKFILL_CHANNEL, MARKER_PREFIX, REQUEST_PREFIX, CdcOptions
 from postgres_cdc_source.replication import peeking, positions
+from postgres_cdc_source.replication.publication import all_name
 from postgres_cdc_source.snapshot.planning import key_range
 from postgres_cdc_source.snapshot.reading import GUARDS
 from postgres_cdc_source.sql_names import Name
@@ -44,7 +45,7 @@ class BackfillPlanner:
     """Keeps one query's backfills moving; lives in the driver beside the stream reader.
 
     The WAL is searched for requests when this process plans its first batch and whenever a
-    ``NOTIFY`` on :data:`~postgres_cdc_source.backfill.requests.CHANNEL` arrives; a chunk is
+    ``NOTIFY`` on :data:`~postgres_cdc_source.options.BACKFILL_CHANNEL` arrives; a chunk is
     planned only when the stream has caught up (the batch ends at the flush position), so a
     backfill never holds the stream back.
     """
@@ -80,7 +81,7 @@ class BackfillPlanner:
     ) -> tuple[Backfills, int]:
         if self._listening is not conn:
             try:
-                conn.execute(sql.SQL("LISTEN {}").format(sql.Identifier(CHANNEL)))
+                conn.execute(sql.SQL("LISTEN {}").format(sql.Identifier(BACKFILL_CHANNEL)))
             except psycopg.errors.ReadOnlySqlTransaction:  # a standby: no requests, no markers
                 if self._listening is not None:
                     return state, end
@@ -113,6 +114,10 @@ class BackfillPlanner:
         (reads of a failover slot wait for standbys that may be gone) and is tried again at the
         next planning."""
         pubs = peeking.publications(conn, self.options, start)
+        # a new table's first rows are missing from the stream only with the managed pair
+        # alone; whoever reads <publication>_all from here on gets them in the stream
+        created_for = (self.options.publication if self.options.plugin == "pgoutput"
+                       and all_name(self.options.publication) not in pubs else None)
         try:
             with conn.transaction():
                 conn.execute("SELECT pg_catalog.set_config('statement_timeout', %s, true)",
@@ -131,7 +136,10 @@ class BackfillPlanner:
             _transactional, prefix, content = parse_message(self.options.plugin, data)
             if prefix != REQUEST_PREFIX:
                 continue
-            request = parse_request(content, self.options.slot)
+            request = parse_request(content, self.options.slot, created_for)
+            if isinstance(request, Request) and request.created and not self.options.keeps(
+                    *request.tables[0]):
+                continue
             if isinstance(request, str):
                 cancels.add(request)
                 log.warning("pg_cdc backfill %s: cancelled", request)
@@ -148,11 +156,11 @@ class BackfillPlanner:
         table = snapshot.describe(conn, *name)
         if table is None:
             log.warning("pg_cdc backfill %s: table %s is gone; skipped", head.id, where)
-        elif name not in snapshot.captured_tables(conn, self.options):
+        elif not (head.created or name in snapshot.captured_tables(conn, self.options)):
             log.warning("pg_cdc backfill %s: table %s is not captured by this query "
                         "(include_tables/exclude_tables, or not in the publication); skipped",
                         head.id, where)
-        elif table.chunk_key == ("ctid",):
+        elif table.chunk_key == ("ctid",) and not head.created:
             log.warning("pg_cdc backfill %s: table %s has no primary key; skipped", head.id,
                         where)
         else:

@@ -40,22 +40,27 @@ def _key_json(key: Key | None) -> list[str] | None:
 @dataclass(frozen=True)
 class Request:
     """A backfill request: ``tables`` still to read (the first is being read), the rows of the
-    first one with a key up to ``after`` delivered."""
+    first one with a key up to ``after`` delivered. ``created``: the rows a table's creating
+    transaction wrote before the publications held it (the event trigger's request), which
+    nobody changed since, so a table without a primary key is read too, in ``ctid`` ranges."""
 
     id: str
     tables: tuple[tuple[str, str], ...]
     where: str | None = None
     after: Key | None = None
     chunks: int = 0
+    created: bool = False
 
     def to_json(self) -> dict[str, Any]:
-        return {"id": self.id, "tables": [list(t) for t in self.tables], "where": self.where,
+        data = {"id": self.id, "tables": [list(t) for t in self.tables], "where": self.where,
                 "after": _key_json(self.after), "chunks": self.chunks}
+        return {**data, "created": True} if self.created else data
 
     @classmethod
     def from_json(cls, data: dict[str, Any]) -> Request:
         return cls(str(data["id"]), tuple((str(s), str(t)) for s, t in data["tables"]),
-                   data.get("where"), _key(data.get("after")), int(data.get("chunks", 0)))
+                   data.get("where"), _key(data.get("after")), int(data.get("chunks", 0)),
+                   bool(data.get("created", False)))
 
 
 @dataclass(frozen=True)

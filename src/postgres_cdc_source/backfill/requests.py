@@ -2,8 +2,10 @@
 
 A request is a transactional logical message with prefix :data:`REQUEST_PREFIX` and JSON
 content ``{"id": ..., "slot": ..., "tables": [["schema", "table"], ...], "where": ...}``
-(a cancel: ``{"cancel": <id>, "slot": ...}``), followed by ``NOTIFY`` on :data:`CHANNEL`, which
-tells a running query to look for it at once (without it, the query finds it at its next start).
+(a cancel: ``{"cancel": <id>, "slot": ...}``), followed by ``NOTIFY`` on
+:data:`BACKFILL_CHANNEL`, which tells a running query to look for it at once (without it, the
+query finds it at its next start). The event trigger writes a third kind for a table created
+with its rows (``{"created": ...}``, see :func:`parse_request`).
 From SQL::
 
     SELECT pg_logical_emit_message(true, 'pg_cdc.backfill',
@@ -26,10 +28,10 @@ from psycopg import sql
 
 from postgres_cdc_source.backfill.progress import Request
 from postgres_cdc_source.errors import BackfillRefused
-from postgres_cdc_source.options import MARKER_PREFIX
+from postgres_cdc_source.options import BACKFILL_CHANNEL, MARKER_PREFIX, REQUEST_PREFIX
 
 __all__ = [
-    "CHANNEL",
+    "BACKFILL_CHANNEL",
     "MARKER_PREFIX",
     "REQUEST_PREFIX",
     "cancel_backfill",
@@ -38,8 +40,6 @@ __all__ = [
     "request_backfill",
 ]
 
-REQUEST_PREFIX = "pg_cdc.backfill"
-CHANNEL = "pg_cdc_backfill"
 
 _TABLE = """\
 SELECT n.nspname, c.relname, c.relkind,
@@ -80,7 +80,7 @@ def _send(dsn: str, slot: str, content: dict[str, Any]) -> None:
             conn.execute("SET LOCAL synchronous_commit = on")
             conn.execute("SELECT pg_catalog.pg_logical_emit_message(true, %s, %s)",
                          (REQUEST_PREFIX, json.dumps(content)))
-            conn.execute(sql.SQL("NOTIFY {}").format(sql.Identifier(CHANNEL)))
+            conn.execute(sql.SQL("NOTIFY {}").format(sql.Identifier(BACKFILL_CHANNEL)))
 
 
 def request_backfill(
@@ -106,13 +106,23 @@ def cancel_backfill(dsn: str, slot: str, backfill_id: str) -> None:
     _send(dsn, slot, {"cancel": backfill_id, "slot": slot})
 
 
-def parse_request(content: bytes, slot: str) -> Request | str | None:
+def parse_request(
+    content: bytes, slot: str, publication: str | None = None
+) -> Request | str | None:
     """A request message's content: the :class:`Request` for ``slot``, the id a cancel names,
-    or ``None`` (for another slot, or not a request this version understands)."""
+    or ``None`` (for another slot, or not a request this version understands).
+
+    With ``publication`` (a query reading that managed pair with pgoutput, whose publications
+    did not send a new table's first rows), also the event trigger's request for the rows a
+    ``CREATE TABLE AS``/``SELECT INTO`` wrote before the table joined the pair
+    (:mod:`~postgres_cdc_source.replication.identity_guard`): those of its creating
+    transaction (``xmin``) written before the command that added it (``cmin``)."""
     try:
         data = json.loads(content)
     except ValueError:
         return None
+    if isinstance(data, dict) and "created" in data:
+        return None if publication is None else _created(data, publication)
     if not isinstance(data, dict) or data.get("slot") != slot:
         return None
     if "cancel" in data:
@@ -122,6 +132,18 @@ def parse_request(content: bytes, slot: str) -> Request | str | None:
                        None if data.get("where") is None else str(data["where"]))
     except (KeyError, TypeError, ValueError):
         return None
+
+
+def _created(data: dict[str, Any], publication: str) -> Request | None:
+    if data.get("publication") != publication:
+        return None
+    try:
+        schema, table = (str(n) for n in data["created"])
+        xmin, cid = int(data["xmin"]), int(data["cid"])
+    except (KeyError, TypeError, ValueError):
+        return None
+    return Request(f"created {schema}.{table} in transaction {xmin}", ((schema, table),),
+                   f"xmin = '{xmin}'::xid AND cmin::text::int8 < {cid}", created=True)
 
 
 def main(argv: Sequence[str] | None = None) -> int:

@@ -98,7 +98,8 @@ class TextFormatDecoder:
 
     ``catalog(schema, table)`` is called at most once per kept table per decoder, lazily at its
     first change; ``table_filter(schema, table)`` once per table. Changes of filtered tables
-    advance ``seq`` without their tuples being parsed or the catalog being asked.
+    advance ``seq`` without their tuples being parsed or the catalog being asked: after the
+    first of each kind, a set lookup of the line's header is all they cost.
     ``messages(prefix)`` picks the logical messages to deliver; with it every transactional
     message counts in ``seq``, as with pgoutput; without it they are skipped and not counted.
     """
@@ -121,12 +122,15 @@ class TextFormatDecoder:
         # "table s.t: INSERT:" / "...: UPDATE:" of kept tables with a catalog: the hot path's
         # lookup, filled as the general path meets them
         self._headers: dict[str, tuple[TextTable, str]] = {}
+        # "table s.t: INSERT:" (and UPDATE, DELETE) of tables the filter rejects, as met
+        self._skipped: set[str] = set()
 
     # one branch per message type, inline: a call per message would cost in this hot loop
     def events(self, rows: Iterable[PeekRow]) -> Iterator[Event]:  # noqa: C901
         xid = -1  # xid of the open transaction; -1 outside one
         seq = 0
         headers = self._headers
+        skipped = self._skipped
         keep_values = self._keep_values
         for lsn, row_xid, line in rows:
             if not isinstance(line, str):
@@ -142,6 +146,9 @@ class TextFormatDecoder:
                     # predicts. The header is found by its text: a quoted name holding ": "
                     # gives a text that is no known header, and goes the general way.
                     end = line.find(":", line.find(": ", 6) + 2) + 1
+                    if line[:end] in skipped:  # a table the filter rejects: nothing parsed
+                        seq += 1
+                        continue
                     known = headers.get(line[:end])
                     if known is not None and not line.startswith(" old-key:", end):
                         change = _inline(known[0], known[1], line, end, lsn, seq, keep_values)
@@ -207,6 +214,7 @@ class TextFormatDecoder:
         """Decode an INSERT, UPDATE or DELETE line; ``None`` if its table is filtered out."""
         table = self._table(header[1], header[2])
         if not table.keep:
+            self._skipped.add(header[0])
             return None
         if not table.loaded:
             table.load(self._catalog(table.schema, table.table))

@@ -5,44 +5,52 @@ Postgres refuses ``UPDATE``/``DELETE`` on a table that is in a publication publi
 deletes but has no usable replica identity (``DEFAULT`` without a primary key, ``NOTHING``, or a
 dropped ``USING INDEX`` index). A ``FOR ALL TABLES`` publication of every operation therefore
 breaks the application on every such table the moment it is created. So ``pg_cdc`` never
-creates one; it manages three publications instead:
+creates one; it manages a pair instead, holding only the captured tables, so that the slot
+sends the reader only what the filters can match:
 
 * ``<publication>`` publishes insert, update, delete and truncate, and holds the captured tables
   that have a usable replica identity;
 * ``<publication>_inserts`` publishes only insert and truncate (which never make a write fail),
-  and holds the captured tables without one;
-* ``<publication>_all`` is ``FOR ALL TABLES`` but publishes only insert and truncate: it
-  captures a table's inserts from the moment the table is created, before any planning can add
-  it to the other two. Only a superuser may create it; without it, rows written to a table
-  between its creation and the next planning are not sent (a warning at start says so).
+  and holds the captured tables without one.
 
-All are peeked together (pgoutput takes several ``publication_names`` and sends each change
-once). Membership of the first two is re-synchronised on the driver whenever a batch is planned
+Both are peeked together (pgoutput takes several ``publication_names`` and sends each change
+once). Membership is re-synchronised on the driver whenever a batch is planned
 (:func:`~.publication_sync.sync`): new tables that match the filters join, tables that gained or
 lost their identity move, tables that no longer match leave. They carry :data:`MARKER` as their
 comment; a publication without it (the user's own, or one created by hand for
 ``create_slot=false``) is never altered.
 
-pgoutput looks a publication up as of each decoded change, and before Postgres 18 fails the
-peek ("publication does not exist") for a change written before the publication was. So there
-``<publication>_all`` is read only by batches that start after a position recorded in its
-comment once the slot's restart point is past its creation (:func:`names`, :func:`admit`):
-from the first batch for a slot created after it, within a few batches for an existing one.
-The publications a batch is read with are a function of the batch, so a replay reads the same
-rows.
+New tables and identity changes (superuser). pgoutput decides as of each change whether it is
+published, so a row written before its table joined the pair is never sent. Where the role may
+create event triggers (a superuser), ``pg_cdc`` installs :data:`~.identity_guard.GUARD`: inside
+the transaction of the DDL, it adds a table created by ``CREATE TABLE``/``CREATE TABLE AS``/
+``SELECT INTO`` to every managed pair (the next planning drops it where the filters do not
+capture it), so every later row of that transaction is sent; it moves a table whose identity
+changed (``ALTER TABLE``, ``DROP INDEX``), so the owner's next ``UPDATE`` never fails and a
+table that gained an identity has its updates and deletes sent. The rows a ``CREATE TABLE AS``
+or ``SELECT INTO`` wrote are older than the trigger: it asks for them with a logical message,
+and the query backfills exactly those rows (:mod:`.identity_guard`,
+:mod:`~postgres_cdc_source.backfill`). A table is added to ``<publication>`` by a planning
+inside a transaction that first takes ``SHARE UPDATE EXCLUSIVE`` on it (which ordinary reads and
+writes do not conflict with, but ``ALTER TABLE`` does) and re-checks its identity under that
+lock. The guard never fails the owner's statement: an error becomes a warning, and the next
+planning does the work. Without it (no superuser, and none ever started ``pg_cdc`` in the
+database), rows written to a new table before the next planning are not sent, and identity
+changes leave the same window; a warning at start names it and the hand fix (the migration adds
+its table to the pair before filling it: no role below superuser can create a publication or
+trigger that covers tables created later).
 
-Identity changes. A table is added to ``<publication>`` inside a transaction that first takes
-``SHARE UPDATE EXCLUSIVE`` on it (which ordinary reads and writes do not conflict with, but
-``ALTER TABLE`` does) and re-checks its identity under that lock. A table whose identity is
-removed *while it is published* would refuse updates and deletes until the next planning moves
-it, and a table that gains one would have its updates and deletes skipped until then; so where
-the role may create event triggers (a superuser), ``pg_cdc`` installs
-:data:`~.identity_guard.GUARD`, an event trigger that moves such tables inside the very
-``ALTER TABLE``/``DROP INDEX`` transaction that changed their identity, and adds a table to
-the pair inside the transaction that creates it (so its updates and deletes are captured too;
-the next planning drops it if the filters do not capture it). It never fails the owner's
-statement: an error becomes a warning, and the next planning does the work. Without it, a
-warning at start names the window and the grant.
+``<publication>_all`` (``all_tables_publication=true``, superuser) is ``FOR ALL TABLES`` and
+publishes only insert and truncate: every insert of the database then travels to the reader,
+which drops those of tables it does not capture; it is the way to get new tables' inserts
+without the guard. pgoutput looks a publication up as of each decoded change, and before
+Postgres 18 fails the peek ("publication does not exist") for a change written before the
+publication was. So whether a slot reads it is recorded in its comment as switches ("slot <s>
+from LSN <l>", "slot <s> until LSN <l>", :func:`admit`), each applying to the batches that
+start after the slot's position when recorded; a "from" only once the slot's restart point is
+past the publication's creation. The default stops a slot that reads it that way. The
+publications a batch is read with are a function of the batch, so a replay reads the same
+rows.
 
 Creating them is :mod:`.publication_setup`'s work, keeping their membership in step
 :mod:`.publication_sync`'s, and the event trigger :mod:`.identity_guard`'s.
@@ -73,7 +81,8 @@ __all__ = [
     "inserts_name",
     "managed_oids",
     "names",
-    "reads_from",
+    "reads_all",
+    "switches",
 ]
 
 log = logging.getLogger(__name__)
@@ -116,24 +125,26 @@ def managed_oids(conn: Conn, publication: str) -> tuple[int, int] | None:
 
 def names(conn: Conn, options: CdcOptions, start: int) -> list[str]:
     """The publications to peek a batch from ``start`` with: the managed pair (and
-    ``<publication>_all`` where the slot reads it, see :func:`reads_from`), or the user's one
-    publication. A function of the batch: a replay peeks with the same publications."""
+    ``<publication>_all`` where the slot reads it at ``start``, see :func:`reads_all`), or the
+    user's one publication. A function of the batch: a replay peeks with the same
+    publications."""
     if managed_oids(conn, options.publication) is None:
         return [options.publication]
     pubs = [options.publication, inserts_name(options.publication)]
-    if (state := all_state(conn, options)) is not None and state.fit:
-        first = 0 if state.skips_older else reads_from(state.comment, options.slot)
-        if first is not None and start >= first:
-            pubs.append(all_name(options.publication))
+    if reads_all(all_state(conn, options), options.slot, start):
+        pubs.append(all_name(options.publication))
     return pubs
 
 
-# <publication>_all as pg_cdc needs it (all tables, never update/delete). From Postgres 18
-# pgoutput skips a publication that a decoded change predates; before, it fails the peek. So on
-# 15-17 a slot reads it only for batches starting at or after an LSN recorded in its comment
-# (:func:`admit`), once every change the slot can still decode comes after the publication:
-# the slot's restart point is past the LSN recorded at creation, or (a publication created by
-# hand) the publication is older than the slot's catalog_xmin.
+# <publication>_all as pg_cdc needs it (all tables, never update/delete), and the slot's
+# positions. Whether a slot reads it is recorded in its comment as switches, "; slot <slot>
+# from LSN <lsn>" and "; slot <slot> until LSN <lsn>", appended in LSN order by :func:`admit`;
+# a batch reads it when the last switch at or before its start says "from". From Postgres 18
+# pgoutput skips a publication that a decoded change predates, and a slot with no switch reads
+# it (as every slot did before switches were recorded there); before 18 it fails the peek, so
+# a "from" is recorded only once every change the slot can still decode comes after the
+# publication: the slot's restart point is past the LSN recorded at creation, or (a
+# publication created by hand) the publication is older than the slot's catalog_xmin.
 _ALL_STATE = """
 SELECT p.puballtables AND NOT p.pubupdate AND NOT p.pubdelete,
        current_setting('server_version_num')::int >= 180000,
@@ -160,7 +171,7 @@ class AllState(NamedTuple):
     def decodable(self) -> bool:
         """Whether every change the slot can still decode comes after the publication."""
         created = _CREATED_BEFORE.search(self.comment)
-        return self.older_than_slot or (
+        return self.skips_older or self.older_than_slot or (
             created is not None and self.restart is not None
             and self.restart >= parse_lsn(created[1])
         )
@@ -171,32 +182,58 @@ def all_state(conn: Conn, options: CdcOptions) -> AllState | None:
     return None if row is None else AllState(*row)
 
 
-def reads_from(comment: str, slot: str) -> int | None:
-    """The LSN from which batches of ``slot`` read ``<publication>_all``, if recorded."""
-    match = re.search(rf"; slot {re.escape(slot)} from LSN ([0-9A-F]+/[0-9A-F]+)", comment)
-    return None if match is None else parse_lsn(match[1])
+def switches(comment: str, slot: str) -> list[tuple[bool, int]]:
+    """The switches recorded for ``slot``: (reads from there on, LSN), in LSN order."""
+    return [(kind == "from", parse_lsn(lsn)) for kind, lsn in re.findall(
+        rf"; slot {re.escape(slot)} (from|until) LSN ([0-9A-F]+/[0-9A-F]+)", comment)]
+
+
+def reads_all(state: AllState | None, slot: str, start: int) -> bool:
+    """Whether a batch of ``slot`` from ``start`` reads ``<publication>_all``."""
+    if state is None or not state.fit:
+        return False
+    reads = state.skips_older  # 18: a slot without switches reads it, as it always did
+    for on, lsn in switches(state.comment, slot):
+        if lsn <= start:
+            reads = on
+    return reads
 
 
 def admit(conn: Conn, options: CdcOptions, *, new_slot: bool = False) -> None:
-    """On the driver, at start and planning (Postgres 15-17): once the slot can decode with
-    ``<publication>_all``, record that its batches starting *after* the slot's position read
-    it. Every batch read so far, or planned and maybe about to be replayed, starts at or before
-    that position, so it is read again exactly as it was. A slot just created (``new_slot``)
-    has had no batch yet: its batches read it from its position on."""
+    """On the driver, at start and planning: record that the slot's batches starting *after*
+    its position read ``<publication>_all`` (``all_tables_publication``, once the slot can
+    decode with it) or no longer read it (the default). Every batch read so far, or planned
+    and maybe about to be replayed, starts at or before that position, so it is read again
+    exactly as it was. A slot just created (``new_slot``) has had no batch yet: the switch
+    applies from its position on."""
     state = all_state(conn, options)
-    if (state is None or not state.fit or state.skips_older or state.confirmed is None
-            or reads_from(state.comment, options.slot) is not None or not state.decodable):
+    if state is None or not state.fit or state.confirmed is None:
+        return
+    at = state.confirmed + (0 if new_slot else 1)
+    wanted = options.all_tables_publication
+    if reads_all(state, options.slot, at) == wanted or (wanted and not state.decodable):
         return
     name = all_name(options.publication)
+    switch = "from" if wanted else "until"
     comment = (state.comment if state.comment.startswith(MARKER) else MARKER) + (
-        f"; slot {options.slot} from LSN {format_lsn(state.confirmed + (0 if new_slot else 1))}")
+        f"; slot {options.slot} {switch} LSN {format_lsn(at)}")
     try:
         conn.execute(sql.SQL("COMMENT ON PUBLICATION {} IS {}").format(
             sql.Identifier(name), sql.Literal(comment)))
-        log.info("replication slot %s reads publication %s after %s", options.slot, name,
-                 format_lsn(state.confirmed))
     except pgerrors.InsufficientPrivilege as exc:
-        log.warning("pg_cdc: cannot record in publication %s's comment that slot %s reads it "
-                    "(%s); it is not read: make the role its owner", name, options.slot,
-                    exc.diag.message_primary)
-
+        log.warning("pg_cdc: cannot record in publication %s's comment that slot %s %s it "
+                    "(%s); %s: make the role its owner", name, options.slot,
+                    "reads" if wanted else "no longer reads", exc.diag.message_primary,
+                    "it is not read" if wanted else "it is still read")
+        return
+    if wanted:
+        log.info("replication slot %s reads publication %s from %s", options.slot, name,
+                 format_lsn(at))
+    else:
+        log.warning(
+            "pg_cdc: replication slot %s no longer reads publication %s from %s on "
+            "(all_tables_publication=false): only the captured tables' changes are sent; "
+            "rows a CREATE TABLE AS or SELECT INTO writes arrive through the event trigger "
+            "instead. Drop the publication once no query reads it, or set "
+            "all_tables_publication=true to keep reading it", options.slot, name,
+            format_lsn(at))

@@ -21,7 +21,7 @@ from postgres_cdc_source.replication.publication import (
     all_state,
     inserts_name,
     managed_oids,
-    reads_from,
+    reads_all,
 )
 from postgres_cdc_source.replication.publication_sync import Table, listed, sync
 
@@ -33,8 +33,8 @@ Conn = psycopg.Connection[Any]
 
 def ensure(conn: Conn, options: CdcOptions) -> None:
     """Check the publication exists, creating the managed pair if allowed; for a managed pair,
-    also ``<publication>_all`` and :data:`~.identity_guard.GUARD` where the role may (warning
-    where not); then sync it."""
+    also :data:`~.identity_guard.GUARD` (and with ``all_tables_publication``
+    ``<publication>_all``) where the role may, warning where not; then sync it."""
     name = options.publication
     exists = conn.execute("SELECT 1 FROM pg_publication WHERE pubname = %s", (name,)).fetchone()
     if exists is None:
@@ -47,8 +47,9 @@ def ensure(conn: Conn, options: CdcOptions) -> None:
     if managed_oids(conn, name) is None:
         _warn_if_unsafe(conn, name)
         return
-    _ensure_all(conn, options)
-    ensure_guard(conn)
+    if options.all_tables_publication:
+        _ensure_all(conn, options)
+    ensure_guard(conn, name)
     sync(conn, options)
 
 
@@ -84,12 +85,12 @@ def _create(conn: Conn, options: CdcOptions) -> None:
 
 
 def _ensure_all(conn: Conn, options: CdcOptions) -> None:
-    """Create ``<publication>_all`` if missing and allowed; say what its absence costs."""
+    """Create ``<publication>_all`` if missing and allowed; say why it is not read."""
     name = all_name(options.publication)
     if all_state(conn, options) is None:
         if len(name.encode()) > 63:
-            _warn_new_tables_gap(name, "the name is longer than Postgres's 63 bytes: set a "
-                                 "shorter publication option")
+            _warn_all_unused(name, "the name is longer than Postgres's 63 bytes: set a "
+                             "shorter publication option")
             return
         try:
             with conn.transaction():
@@ -109,33 +110,29 @@ def _ensure_all(conn: Conn, options: CdcOptions) -> None:
         except pgerrors.DuplicateObject:
             pass  # another query created it at the same moment
         except pgerrors.InsufficientPrivilege as exc:
-            _warn_new_tables_gap(name, exc.diag.message_primary or "permission denied")
+            _warn_all_unused(name, exc.diag.message_primary or "permission denied")
             return
     state = all_state(conn, options)
     if state is None:
         return
     if not state.fit:
-        _warn_new_tables_gap(name, "it exists but is not FOR ALL TABLES with publish = "
-                             "'insert, truncate', so it is not used")
-    elif not (state.skips_older or state.decodable or state.confirmed is None  # no slot yet
-              or reads_from(state.comment, options.slot) is not None):
+        _warn_all_unused(name, "it exists but is not FOR ALL TABLES with publish = "
+                         "'insert, truncate', so it is not used")
+    elif not (state.decodable or state.confirmed is None  # no slot yet
+              or reads_all(state, options.slot, state.confirmed + 1)):
         log.warning(
             "pg_cdc: publication %s is newer than replication slot %s's restart point: the "
             "slot reads it once it moves past it (usually within a few batches); until then "
-            "rows written to a table before a planning adds it are not captured", name,
-            options.slot,
+            "only the captured tables' rows are read", name, options.slot,
         )
 
 
-def _warn_new_tables_gap(name: str, why: str) -> None:
+def _warn_all_unused(name: str, why: str) -> None:
     log.warning(
-        "pg_cdc: no publication %s (%s): rows written to a new (or dropped and re-created) "
-        "table before the next batch is planned are not captured; a superuser can create it: "
-        "CREATE PUBLICATION %s FOR ALL TABLES WITH (publish = 'insert, truncate') (docs: "
-        "pg_cdc, Publications), or use plugin=test_decoding",
-        name, why, name,
+        "pg_cdc: no publication %s (%s): all_tables_publication=true is ignored; a superuser "
+        "can create it: CREATE PUBLICATION %s FOR ALL TABLES WITH (publish = 'insert, "
+        "truncate') (docs: pg_cdc, Publications)", name, why, name,
     )
-
 
 
 def _warn_if_unsafe(conn: Conn, publication: str) -> None:
