@@ -12,8 +12,8 @@ tables. The sink's ledger, read back from the query's control topic, ends at the
 committed batch and counts every change once. The same topics read with
 ``payload_format=pg_cdc`` give back the change rows themselves.
 
-The 4.1.4 version tier runs it on the Iggy 0.10 line too: the end-to-end test of that line's routed delivery,
-effectively-once across a kill, control topic and ``iggy`` source.
+The 4.1.4 version tier runs it on the Iggy 0.10 line too: the end-to-end test of that line's
+routed delivery, effectively-once across a kill, control topic and ``iggy`` source.
 """
 
 from __future__ import annotations
