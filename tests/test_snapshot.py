@@ -215,8 +215,10 @@ def test_resumed_snapshot_completes_unchanged_toast_values_from_the_table(
     assert model == read_tables(pg.dsn, name, [_DOCS])
 
 
-@pytest.mark.contrib  # a test_decoding slot
-def test_table_without_primary_key_is_read_in_page_ranges(pg: LocalPostgres, name: str) -> None:
+@pytest.mark.parametrize("plugin", PLUGINS)
+def test_table_without_primary_key_is_read_in_page_ranges(
+    pg: LocalPostgres, name: str, plugin: str
+) -> None:
     with psycopg.connect(pg.dsn, autocommit=True) as conn:
         conn.execute(sql.SQL("CREATE SCHEMA {}").format(sql.Identifier(name)))
         table = sql.Identifier(name, "log")
@@ -224,7 +226,7 @@ def test_table_without_primary_key_is_read_in_page_ranges(pg: LocalPostgres, nam
         conn.execute(sql.SQL("INSERT INTO {} SELECT g % 50, repeat('x', 200) FROM "
                              "generate_series(1, 600) g").format(table))
         conn.execute(sql.SQL("ANALYZE {}").format(table))
-    query = InProcessQuery(_options(pg, name, "test_decoding", snapshot_chunk_rows="100",
+    query = InProcessQuery(_options(pg, name, plugin, snapshot_chunk_rows="100",
                                     snapshot_max_rows_per_trigger="1000000"))
     try:
         reads = query.run_snapshot()

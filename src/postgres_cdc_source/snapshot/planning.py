@@ -13,6 +13,7 @@ from psycopg import sql
 
 from postgres_cdc_source.catalog import table_info
 from postgres_cdc_source.options import CdcOptions
+from postgres_cdc_source.replication import publication
 from postgres_cdc_source.snapshot.offsets import Key, PlannedChunk, Position
 from postgres_cdc_source.sql_names import Name
 
@@ -50,7 +51,7 @@ _TABLES_PGOUTPUT = """\
 SELECT n.nspname, c.relname FROM pg_catalog.pg_publication_tables AS p
 JOIN pg_catalog.pg_namespace AS n ON n.nspname = p.schemaname
 JOIN pg_catalog.pg_class AS c ON c.relnamespace = n.oid AND c.relname = p.tablename
-WHERE p.pubname = %s AND c.relkind = 'r'"""
+WHERE p.pubname = ANY (%s) AND c.relkind = 'r'"""
 _TABLES_ALL = """\
 SELECT n.nspname, c.relname FROM pg_catalog.pg_class AS c
 JOIN pg_catalog.pg_namespace AS n ON n.oid = c.relnamespace
@@ -69,9 +70,14 @@ FROM pg_catalog.pg_class AS c WHERE c.oid = %s::regclass"""
 
 def captured_tables(conn: Conn, options: CdcOptions) -> list[tuple[str, str]]:
     """The tables a snapshot reads, sorted: regular, logged tables the slot's changes can come
-    from (the publication's, for pgoutput), filtered by include/exclude_tables."""
+    from (for pgoutput the publication's, and its insert-only sibling's when ``pg_cdc``
+    manages the pair: tables without a replica identity are there), filtered by
+    include/exclude_tables."""
     if options.plugin == "pgoutput":
-        rows = conn.execute(_TABLES_PGOUTPUT, (options.publication,)).fetchall()
+        names = [options.publication]
+        if publication.managed_oids(conn, options.publication) is not None:
+            names.append(publication.inserts_name(options.publication))
+        rows = conn.execute(_TABLES_PGOUTPUT, (names,)).fetchall()
     else:
         rows = conn.execute(_TABLES_ALL).fetchall()
     return sorted((str(s), str(t)) for s, t in rows if options.keeps(str(s), str(t)))
