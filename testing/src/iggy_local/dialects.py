@@ -20,7 +20,10 @@ SERVER_ENV = "IGGY_LOCAL_SERVER"
 
 
 def pack_version(major: int, minor: int, patch: int) -> int:
-    """A protocol version as the wire carries it: ``major << 20 | minor << 10 | patch``."""
+    """A protocol version as the wire carries it: ``major << 20 | minor << 10 | patch``.
+
+    ``iggy_spark.sdk`` packs versions too: the broker shares no code with the clients it
+    validates, so a mistake on one side cannot hide on the other."""
     return major << 20 | minor << 10 | patch
 
 
