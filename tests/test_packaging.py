@@ -117,3 +117,19 @@ def test_a_missing_client_library_fails_at_load_naming_the_package_and_the_extra
     assert result.returncode == 0, result.stderr
     assert "format 'pg_cdc' needs the Python package 'psycopg'" in result.stdout
     assert "pip install 'iggy-spark[cdc]'" in result.stdout
+
+
+def test_a_missing_iggy_sdk_names_the_extra_of_each_iggy_line() -> None:
+    result = _run(_blocking("apache_iggy") + (
+        "from connector_common.dependencies import MissingDependencyError\n"
+        "from pyspark_iggy_routed import DefaultSource\n"
+        "from pyspark.sql.types import StructType\n"
+        "try:\n"
+        "    DefaultSource({}).streamWriter(StructType([]), False)\n"
+        "except MissingDependencyError as exc:\n"
+        "    print(exc)\n"
+    ))
+    assert result.returncode == 0, result.stderr
+    assert "format 'iggy_routed' needs the Python package 'apache_iggy'" in result.stdout
+    assert ('pip install "iggy-spark[iggy]" for an Iggy 0.9 server; '
+            'pip install "iggy-spark[iggy-0-10]" for an Iggy 0.10 server') in result.stdout

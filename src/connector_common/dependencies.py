@@ -17,17 +17,22 @@ __all__ = ["MissingDependencyError", "require"]
 class MissingDependencyError(ImportError):
     """A connector was used where its client library is not installed."""
 
-    def __init__(self, format_name: str, module: str, extra: str) -> None:
+    def __init__(
+        self, format_name: str, module: str, extra: str, install: str | None = None
+    ) -> None:
         super().__init__(format_name, module, extra)
         self.format_name = format_name
         self.module = module
         self.extra = extra
+        self.install = install or f"pip install 'iggy-spark[{extra}]'"
+        """The command that installs it, or the commands, when which one depends on the
+        user's servers (the Iggy formats: one extra per Iggy server line)."""
 
     def __str__(self) -> str:
         return (
             f"format '{self.format_name}' needs the Python package '{self.module}', which is not "
-            f"installed for {_interpreter()}: pip install 'iggy-spark[{self.extra}]' (on the "
-            "driver and on every executor)"
+            f"installed for {_interpreter()}: {self.install} (on the driver and on every "
+            "executor)"
         )
 
 
@@ -37,8 +42,9 @@ def _interpreter() -> str:
     return sys.executable or "this interpreter"
 
 
-def require(format_name: str, extra: str, *modules: str) -> None:
-    """Raise :class:`MissingDependencyError` for the first of ``modules`` that cannot be found."""
+def require(format_name: str, extra: str, *modules: str, install: str | None = None) -> None:
+    """Raise :class:`MissingDependencyError` for the first of ``modules`` that cannot be found;
+    ``install`` replaces the message's ``pip install`` of ``extra``."""
     for module in modules:
         if importlib.util.find_spec(module) is None:
-            raise MissingDependencyError(format_name, module, extra)
+            raise MissingDependencyError(format_name, module, extra, install)

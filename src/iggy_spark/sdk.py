@@ -23,8 +23,8 @@ from dataclasses import dataclass
 from functools import lru_cache
 
 __all__ = [
-    "ALREADY_EXISTS", "DISCONNECTED", "INCOMPATIBLE_PROTOCOL", "LINES", "SDK_0_9", "SDK_0_10",
-    "SdkLine", "error_code", "installed", "is_sdk_error", "line_of", "protocol_text",
+    "ALREADY_EXISTS", "DISCONNECTED", "INCOMPATIBLE_PROTOCOL", "INSTALL_ANY", "LINES", "SDK_0_9",
+    "SDK_0_10", "SdkLine", "error_code", "installed", "is_sdk_error", "line_of", "protocol_text",
 ]
 
 
@@ -60,6 +60,8 @@ class SdkLine:
 SDK_0_9 = SdkLine("0.9", _pack(0, 11, 0), 'pip install "iggy-spark[iggy]"', 16)
 SDK_0_10 = SdkLine("0.10", _pack(0, 12, 0), 'pip install "iggy-spark[iggy-0-10]"', 40)
 LINES = (SDK_0_9, SDK_0_10)
+INSTALL_ANY = "; ".join(f"{line.install} for an Iggy {line.server} server" for line in LINES)
+"""What to install when no SDK is: the command of each line, for the user to pick theirs."""
 
 _SDK_0_10_PRERELEASE = "0.9.1.dev5"
 """The one pre-release of the 0.10 line supported, the one checked against protocol 0.12.0 (the

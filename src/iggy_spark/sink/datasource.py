@@ -8,6 +8,7 @@ from pyspark.sql.datasource import DataSource, DataSourceStreamWriter
 from pyspark.sql.types import StructType
 
 from connector_common.dependencies import require
+from iggy_spark.sdk import INSTALL_ANY
 
 __all__ = ["IggyRoutedDataSource", "session_checkpoint_warning"]
 
@@ -49,7 +50,7 @@ class IggyRoutedDataSource(DataSource):
     def streamWriter(self, schema: StructType, overwrite: bool) -> DataSourceStreamWriter:
         # Imported here, not at module level: Spark imports this module to discover formats,
         # and must not fail there where the sink's client libraries are not installed.
-        require("iggy_routed", "iggy", "apache_iggy", "xxhash")
+        require("iggy_routed", "iggy", "apache_iggy", "xxhash", install=INSTALL_ANY)
         from iggy_spark.sink.columns import check_columns
         from iggy_spark.sink.logs import warn
         from iggy_spark.sink.migration import migrate_once

@@ -8,6 +8,7 @@ from pyspark.sql.datasource import DataSource, DataSourceReader, DataSourceStrea
 from pyspark.sql.types import StructType
 
 from connector_common.dependencies import require
+from iggy_spark.sdk import INSTALL_ANY
 
 if TYPE_CHECKING:
     import pyarrow as pa
@@ -42,13 +43,13 @@ class IggyDataSource(DataSource):
     def reader(self, schema: StructType) -> DataSourceReader:
         # Imported here, not at module level: Spark imports this module to discover formats,
         # and must not fail there where the client library is not installed.
-        require("iggy", "iggy", "apache_iggy")
+        require("iggy", "iggy", "apache_iggy", install=INSTALL_ANY)
         from iggy_spark.source.reader import IggyBatchReader
 
         return IggyBatchReader(*self._plan(schema))
 
     def streamReader(self, schema: StructType) -> DataSourceStreamReader:
-        require("iggy", "iggy", "apache_iggy")
+        require("iggy", "iggy", "apache_iggy", install=INSTALL_ANY)
         from iggy_spark.errors import ConfigError
         from iggy_spark.source.reader import IggyStreamReader
 
