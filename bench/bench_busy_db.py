@@ -37,9 +37,9 @@ from typing import Any
 import psycopg
 
 from bench import cdc, common
+from connector_common.lsn import format_lsn, parse_lsn
 from iggy_spark_testing.harness import postgres
 from postgres_cdc_source.decoding.factory import plugin_options
-from postgres_cdc_source.lsn import format_lsn, parse_lsn
 from postgres_cdc_source.options import CdcOptions
 from postgres_cdc_source.replication import peeking
 from postgres_cdc_source.stream.reader import CdcPartition, PgCdcStreamReader

@@ -32,8 +32,8 @@ import psycopg
 from pyspark.sql.datasource import ReadAllAvailable
 
 from bench import common
+from connector_common.lsn import parse_lsn
 from iggy_spark_testing.harness import LocalPostgres
-from postgres_cdc_source.lsn import parse_lsn
 from postgres_cdc_source.options import CdcOptions
 from postgres_cdc_source.replication import diagnostics, peeking
 from postgres_cdc_source.stream.reader import CdcPartition, PgCdcStreamReader

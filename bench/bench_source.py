@@ -60,7 +60,7 @@ def check_same_json(conn: psycopg.Connection[Any], workload: cdc.CdcWorkload, pl
                     transactions: int = 3) -> int:
     """Assert the hand-written loop's key/before/after equal ``pg_cdc``'s for the first
     ``transactions`` transactions (read with the project's reader, outside Spark)."""
-    from postgres_cdc_source.lsn import parse_lsn
+    from connector_common.lsn import parse_lsn
     from postgres_cdc_source.options import CdcOptions
     from postgres_cdc_source.stream.reader import CdcPartition, PgCdcStreamReader
 

@@ -14,11 +14,11 @@ import pytest
 from pyspark.sql import SparkSession
 from support.broker_fixtures import poll_all
 
+from connector_common.lsn import parse_lsn
 from iggy_local import LocalIggy
 from iggy_spark_testing.harness import LocalPostgres
 from iggy_spark_testing.s3 import SeaweedS3
 from postgres_cdc_source.abandon import RECORD_FILE, abandon_batch, main
-from postgres_cdc_source.lsn import parse_lsn
 from postgres_cdc_source.options import CdcOptions
 from postgres_cdc_source.stream.reader import PgCdcStreamReader
 

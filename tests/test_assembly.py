@@ -15,6 +15,7 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 
 from connector_common.change_rows import ARROW_SCHEMA, LONE_MESSAGE_SEQ, READ_SEQ, position
+from connector_common.lsn import format_lsn, parse_lsn
 from postgres_cdc_source.assembly import record_batches, transactions
 from postgres_cdc_source.decoding import (
     Begin,
@@ -25,7 +26,6 @@ from postgres_cdc_source.decoding import (
     message_change,
 )
 from postgres_cdc_source.errors import DecodeError
-from postgres_cdc_source.lsn import format_lsn, parse_lsn
 
 _EPOCH = datetime(1970, 1, 1, tzinfo=UTC)
 _GIB4 = 1 << 32

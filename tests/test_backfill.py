@@ -13,6 +13,7 @@ from typing import Any
 import pytest
 from psycopg import sql
 
+from connector_common.lsn import parse_lsn
 from connector_common.spark_versions import ReadAllAvailable
 from iggy_spark_testing.harness import LocalPostgres
 from postgres_cdc_source import snapshot
@@ -21,7 +22,6 @@ from postgres_cdc_source.backfill.progress import ChunkPlan, TableProgress
 from postgres_cdc_source.backfill.requests import main as backfill_command
 from postgres_cdc_source.backfill.splice import ChunkRead
 from postgres_cdc_source.errors import BackfillRefused, SourceError
-from postgres_cdc_source.lsn import parse_lsn
 from postgres_cdc_source.options import MARKER_PREFIX, CdcOptions
 from postgres_cdc_source.stream.reader import CdcPartition, PgCdcStreamReader
 

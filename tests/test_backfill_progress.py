@@ -8,9 +8,9 @@ import json
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
+from connector_common.lsn import parse_lsn
 from postgres_cdc_source.backfill.progress import Backfills, ChunkPlan, Request
 from postgres_cdc_source.backfill.requests import parse_request
-from postgres_cdc_source.lsn import parse_lsn
 from postgres_cdc_source.stream.offset import StreamOffset
 
 _TABLES = [("s", "a"), ("s", "b"), ('S"q', "c d")]

@@ -8,10 +8,10 @@ from __future__ import annotations
 
 import pytest
 
+from connector_common.lsn import parse_lsn
 from connector_common.spark_versions import ReadAllAvailable
 from iggy_spark_testing.harness import LocalPostgres
 from postgres_cdc_source.errors import ConfigError
-from postgres_cdc_source.lsn import parse_lsn
 from postgres_cdc_source.options import CdcOptions
 from postgres_cdc_source.stream.reader import CdcPartition, PgCdcStreamReader
 

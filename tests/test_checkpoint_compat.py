@@ -38,6 +38,7 @@ import pytest
 from psycopg import sql
 from support.sink_state import ledger_of
 
+from connector_common.lsn import parse_lsn
 from iggy_local import LocalIggy
 from iggy_spark.sink import topic_request
 from iggy_spark.sink.encoding import message_id
@@ -53,7 +54,6 @@ from iggy_spark_testing.harness import LocalPostgres
 from iggy_spark_testing.job import PipelineJob
 from iggy_spark_testing.oracle import check, read_back, read_tables
 from iggy_spark_testing.records import Change, Column, Row, TableSpec, Transaction
-from postgres_cdc_source.lsn import parse_lsn
 
 pytestmark = pytest.mark.e2e
 

@@ -25,6 +25,7 @@ from hypothesis import strategies as st
 from psycopg import sql
 from support.decoding import changes, loads
 
+from connector_common.lsn import format_lsn, parse_lsn
 from iggy_spark_testing.harness import LocalPostgres
 from postgres_cdc_source.catalog import CATALOG_QUERY, TableInfo, table_info_from_rows
 from postgres_cdc_source.decoding import (
@@ -36,7 +37,6 @@ from postgres_cdc_source.decoding import (
 )
 from postgres_cdc_source.decoding.pgoutput import PgOutputDecoder, pgoutput_options
 from postgres_cdc_source.decoding.text_format import TEST_DECODING_OPTIONS, TextFormatDecoder
-from postgres_cdc_source.lsn import format_lsn, parse_lsn
 from postgres_cdc_source.values import SESSION_SETTINGS
 
 pytestmark = pytest.mark.contrib  # every real-server test compares the two plugins

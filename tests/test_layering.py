@@ -14,7 +14,7 @@ ROOT = Path(__file__).resolve().parent.parent / "src"
 PACKAGE = "postgres_cdc_source"
 
 LAYERS: tuple[frozenset[str], ...] = (
-    frozenset({"lsn", "errors", "options", "option_docs", "connections", "sql_names", "sql_json",
+    frozenset({"errors", "options", "option_docs", "connections", "sql_names", "sql_json",
                "values", "catalog", "health"}),
     frozenset({"decoding", "replication", "destination_columns", "assembly"}),
     frozenset({"snapshot", "backfill", "polling"}),

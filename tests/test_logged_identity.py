@@ -12,8 +12,8 @@ import logging
 import pytest
 from test_publication import batch, reader
 
+from connector_common.lsn import parse_lsn
 from iggy_spark_testing.harness import LocalPostgres
-from postgres_cdc_source.lsn import parse_lsn
 
 pytestmark = pytest.mark.services
 

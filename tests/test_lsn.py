@@ -6,7 +6,7 @@ import pytest
 from hypothesis import given
 from hypothesis import strategies as st
 
-from postgres_cdc_source.lsn import MAX_LSN, format_lsn, parse_lsn
+from connector_common.lsn import MAX_LSN, format_lsn, parse_lsn
 
 lsns = st.integers(min_value=0, max_value=MAX_LSN)
 

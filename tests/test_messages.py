@@ -11,13 +11,13 @@ from typing import Any
 
 import pytest
 
+from connector_common.lsn import parse_lsn
 from connector_common.spark_versions import ReadAllAvailable
 from iggy_spark_testing.harness import LocalPostgres
 from postgres_cdc_source.decoding import Begin, Change, Commit, LoneMessage
 from postgres_cdc_source.decoding.pgoutput import PgOutputDecoder
 from postgres_cdc_source.decoding.text_format import TextFormatDecoder
 from postgres_cdc_source.errors import ConfigError, DecodeError
-from postgres_cdc_source.lsn import parse_lsn
 from postgres_cdc_source.options import CdcOptions
 from postgres_cdc_source.stream.reader import CdcPartition, PgCdcStreamReader
 

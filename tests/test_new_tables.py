@@ -16,10 +16,10 @@ from typing import Any
 
 import pytest
 
+from connector_common.lsn import parse_lsn
 from connector_common.spark_versions import ReadAllAvailable
 from iggy_spark_testing.harness import LocalPostgres
 from postgres_cdc_source.decoding.pgoutput import pgoutput_options
-from postgres_cdc_source.lsn import parse_lsn
 from postgres_cdc_source.options import CdcOptions
 from postgres_cdc_source.replication import peeking
 from postgres_cdc_source.replication.publication import all_name

@@ -15,9 +15,9 @@ import pyarrow as pa
 import pytest
 
 from connector_common.change_rows import ARROW_SCHEMA
+from connector_common.lsn import format_lsn, parse_lsn
 from iggy_spark_testing.chaos import wait_until
 from iggy_spark_testing.harness import LocalPostgres
-from postgres_cdc_source.lsn import format_lsn, parse_lsn
 from postgres_cdc_source.options import CdcOptions
 from postgres_cdc_source.stream.reader import CdcPartition, PgCdcStreamReader
 

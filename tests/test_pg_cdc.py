@@ -17,9 +17,9 @@ from pyspark.sql import DataFrame, SparkSession
 from support.streaming import rows_of, run_available_now
 
 from connector_common.change_rows import SPARK_SCHEMA
+from connector_common.lsn import format_lsn, parse_lsn
 from connector_common.spark_versions import READ_LIMITS
 from iggy_spark_testing.harness import LocalPostgres
-from postgres_cdc_source.lsn import format_lsn, parse_lsn
 from postgres_cdc_source.options import CdcOptions
 from postgres_cdc_source.stream.reader import CdcPartition, PgCdcStreamReader
 

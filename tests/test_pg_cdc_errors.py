@@ -16,10 +16,10 @@ from typing import Any
 import psycopg
 import pytest
 
+from connector_common.lsn import format_lsn, parse_lsn
 from iggy_spark_testing.harness import LocalPostgres, free_port
 from postgres_cdc_source.connections import connect_with_retry
 from postgres_cdc_source.errors import ConfigError, SlotError, SourceError
-from postgres_cdc_source.lsn import format_lsn, parse_lsn
 from postgres_cdc_source.options import CdcOptions
 from postgres_cdc_source.replication import lifecycle
 from postgres_cdc_source.stream.reader import CdcPartition, PgCdcStreamReader

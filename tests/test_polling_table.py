@@ -122,7 +122,7 @@ def test_a_read_row_is_the_decoders_insert_of_the_same_row(
 
 
 def _lsn(offset: dict[str, str]) -> int:
-    from postgres_cdc_source.lsn import parse_lsn
+    from connector_common.lsn import parse_lsn
 
     return parse_lsn(offset["lsn"])
 

@@ -14,9 +14,9 @@ from typing import Any
 import psycopg
 import pytest
 
+from connector_common.lsn import format_lsn, parse_lsn
 from connector_common.spark_versions import ReadAllAvailable
 from iggy_spark_testing.harness import LocalPostgres
-from postgres_cdc_source.lsn import format_lsn, parse_lsn
 from postgres_cdc_source.options import CdcOptions
 from postgres_cdc_source.replication import peeking, publication, slots
 from postgres_cdc_source.replication.publication import MARKER, all_name

@@ -34,6 +34,7 @@ from pyspark.sql import SparkSession
 from pyspark.sql.streaming import StreamingQuery
 from support.faulty_sources import POINTS, fired_at, register, start_faulty_pipeline
 
+from connector_common.lsn import format_lsn
 from iggy_local import LocalIggy
 from iggy_spark.sink.encoding import message_id
 from iggy_spark_testing.chaos import (
@@ -48,7 +49,6 @@ from iggy_spark_testing.oracle import ChangeMessage, OracleReport, check, read_t
 from iggy_spark_testing.records import Change, RunStats
 from iggy_spark_testing.workload import Workload
 from pg_to_iggy.pipeline import start_pipeline
-from postgres_cdc_source.lsn import format_lsn
 
 SINK = {"topic_defaults.partitions_count": "3"}
 """Three partitions per table topic, so per-row order is a real property, not a given."""

@@ -15,10 +15,10 @@ from typing import Any
 import psycopg
 import pytest
 
+from connector_common.lsn import parse_lsn
 from connector_common.spark_versions import ReadAllAvailable
 from iggy_spark_testing.harness import LocalPostgres
 from postgres_cdc_source.errors import ConfigError, SlotError, SlotLostError
-from postgres_cdc_source.lsn import parse_lsn
 from postgres_cdc_source.options import CdcOptions
 from postgres_cdc_source.replication import diagnostics
 from postgres_cdc_source.stream.reader import CdcPartition, PgCdcStreamReader

@@ -9,9 +9,9 @@ from __future__ import annotations
 import pytest
 from test_pg_cdc import slot_position
 
+from connector_common.lsn import format_lsn, parse_lsn
 from connector_common.spark_versions import ReadAllAvailable
 from iggy_spark_testing.harness import LocalPostgres
-from postgres_cdc_source.lsn import format_lsn, parse_lsn
 from postgres_cdc_source.options import CdcOptions
 from postgres_cdc_source.stream.reader import CdcPartition, PgCdcStreamReader
 

@@ -19,13 +19,13 @@ from psycopg import sql
 from support.snapshot_support import InProcessQuery, in_snapshot, replay
 
 from connector_common.change_rows import READ_SEQ
+from connector_common.lsn import format_lsn, parse_lsn
 from iggy_spark_testing.chaos import flush_lsn
 from iggy_spark_testing.harness import LocalPostgres
 from iggy_spark_testing.oracle import read_tables
 from iggy_spark_testing.records import Column, TableSpec
 from iggy_spark_testing.workload import Workload
 from postgres_cdc_source import snapshot
-from postgres_cdc_source.lsn import format_lsn, parse_lsn
 from postgres_cdc_source.snapshot import reading as snapshot_reading
 
 pytestmark = pytest.mark.services

@@ -24,6 +24,7 @@ from psycopg import sql
 from pyspark.sql import SparkSession
 from support.snapshot_support import replay
 
+from connector_common.lsn import parse_lsn
 from iggy_local import LocalIggy
 from iggy_spark_testing.chaos import (
     committed_end,
@@ -39,7 +40,6 @@ from iggy_spark_testing.oracle import read_back, read_tables
 from iggy_spark_testing.readback import messages_in
 from iggy_spark_testing.workload import Workload
 from pg_to_iggy.pipeline import start_pipeline
-from postgres_cdc_source.lsn import parse_lsn
 
 pytestmark = pytest.mark.e2e
 

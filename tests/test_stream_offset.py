@@ -10,8 +10,8 @@ from typing import Any
 from hypothesis import given
 from hypothesis import strategies as st
 
+from connector_common.lsn import MAX_LSN, format_lsn, parse_lsn
 from postgres_cdc_source.backfill.progress import Backfills, ChunkPlan, Request
-from postgres_cdc_source.lsn import MAX_LSN, format_lsn, parse_lsn
 from postgres_cdc_source.snapshot import Position
 from postgres_cdc_source.stream.offset import PENDING, StreamOffset
 

@@ -32,6 +32,8 @@ from pyspark.sql.types import (
     TimestampType,
 )
 
+from connector_common.lsn import format_lsn, parse_lsn
+
 __all__ = [
     "ARROW_SCHEMA",
     "COLUMNS",
@@ -172,8 +174,8 @@ def position_lsn(lsn: int) -> int:
     """``lsn`` as ``position.commit_lsn``; :class:`ValueError` from 2^63 on, which a Spark
     long cannot hold (Postgres would have written 8 EiB of WAL)."""
     if not 0 <= lsn <= MAX_POSITION_LSN:
-        raise ValueError(f"LSN {lsn >> 32:X}/{lsn & 0xFFFF_FFFF:X} is beyond the largest the "
-                         "position column holds (7FFFFFFF/FFFFFFFF: a Spark long is signed)")
+        raise ValueError(f"LSN {format_lsn(lsn)} is beyond the largest the position column "
+                         f"holds ({format_lsn(MAX_POSITION_LSN)}: a Spark long is signed)")
     return lsn
 
 
@@ -183,10 +185,7 @@ def position(commit_lsn: str | None, seq: int | None, op: str | None) -> dict[st
     such as the ``iggy`` source reading payloads."""
     if commit_lsn is None:
         return None
-    high, sep, low = commit_lsn.partition("/")
-    if not sep:
-        raise ValueError(f"bad commit LSN {commit_lsn!r}: expected two hex numbers like 0/16B3748")
-    lsn = position_lsn((int(high, 16) << 32) | int(low, 16))
+    lsn = position_lsn(parse_lsn(commit_lsn))
     if seq is None:
         seq = READ_SEQ if op == "read" else LONE_MESSAGE_SEQ
     return {"commit_lsn": lsn, "seq": seq}

@@ -44,9 +44,9 @@ from typing import TYPE_CHECKING
 from urllib.parse import urlsplit
 
 from connector_common.checkpoints import local_checkpoint
+from connector_common.lsn import format_lsn
 from connector_common.options import option_pair
 from postgres_cdc_source import connections
-from postgres_cdc_source.lsn import format_lsn
 from postgres_cdc_source.options import CdcOptions
 from postgres_cdc_source.replication import positions, slots
 from postgres_cdc_source.stream.offset import StreamOffset

@@ -26,10 +26,10 @@ from connector_common.change_rows import (
     POSITION_TYPE,
     position_lsn,
 )
+from connector_common.lsn import format_lsn
 from postgres_cdc_source.decoding import Begin, Change, Commit, LoneMessage
 from postgres_cdc_source.destination_columns import Router
 from postgres_cdc_source.errors import DecodeError
-from postgres_cdc_source.lsn import format_lsn
 
 __all__ = ["Spill", "record_batches", "transactions"]
 

@@ -22,7 +22,7 @@ from __future__ import annotations
 from dataclasses import dataclass, replace
 from typing import Any
 
-from postgres_cdc_source.lsn import format_lsn, parse_lsn
+from connector_common.lsn import format_lsn, parse_lsn
 
 __all__ = ["Backfills", "ChunkPlan", "Request", "TableProgress"]
 

@@ -41,8 +41,8 @@ from typing import Any, Final, NamedTuple, Protocol
 
 import orjson
 
+from connector_common.lsn import format_lsn
 from postgres_cdc_source.errors import DecodeError
-from postgres_cdc_source.lsn import format_lsn
 from postgres_cdc_source.values import Converter
 
 __all__ = [

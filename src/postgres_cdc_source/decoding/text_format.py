@@ -41,6 +41,7 @@ from datetime import UTC, datetime
 
 import orjson
 
+from connector_common.lsn import format_lsn
 from postgres_cdc_source.catalog import CatalogLookup
 from postgres_cdc_source.decoding.changes import (
     DELETE,
@@ -73,7 +74,6 @@ from postgres_cdc_source.decoding.text_lines import (
 )
 from postgres_cdc_source.decoding.text_tables import TextTable, align, catalog_tuple, new_tuple
 from postgres_cdc_source.errors import DecodeError
-from postgres_cdc_source.lsn import format_lsn
 
 __all__ = ["TEST_DECODING_OPTIONS", "TextFormatDecoder"]
 

@@ -11,9 +11,9 @@ import psycopg
 from psycopg import errors as pgerrors
 from psycopg import sql
 
+from connector_common.lsn import parse_lsn
 from postgres_cdc_source.connections import connect, connect_with_retry
 from postgres_cdc_source.errors import SlotError
-from postgres_cdc_source.lsn import parse_lsn
 from postgres_cdc_source.options import CdcOptions
 from postgres_cdc_source.replication import publication, publication_setup
 from postgres_cdc_source.replication.lifecycle import check_failover_supported

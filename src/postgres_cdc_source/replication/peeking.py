@@ -12,8 +12,8 @@ import psycopg
 from psycopg import errors as pgerrors
 from psycopg import sql
 
+from connector_common.lsn import format_lsn
 from postgres_cdc_source.decoding.factory import plugin_options
-from postgres_cdc_source.lsn import format_lsn
 from postgres_cdc_source.options import CdcOptions
 from postgres_cdc_source.replication import publication
 from postgres_cdc_source.replication.positions import bring_to, temporary_copy

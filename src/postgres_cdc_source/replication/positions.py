@@ -15,8 +15,8 @@ from typing import Any
 import psycopg
 from psycopg import errors as pgerrors
 
+from connector_common.lsn import format_lsn
 from postgres_cdc_source.errors import SlotError, SlotLostError
-from postgres_cdc_source.lsn import format_lsn
 from postgres_cdc_source.options import CdcOptions
 from postgres_cdc_source.replication.slots import (
     check_not_lost,

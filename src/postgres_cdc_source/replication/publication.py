@@ -66,7 +66,7 @@ import psycopg
 from psycopg import errors as pgerrors
 from psycopg import sql
 
-from postgres_cdc_source.lsn import format_lsn, parse_lsn
+from connector_common.lsn import format_lsn, parse_lsn
 from postgres_cdc_source.options import CdcOptions
 
 __all__ = [

@@ -10,8 +10,8 @@ import psycopg
 from psycopg import errors as pgerrors
 from psycopg import sql
 
+from connector_common.lsn import format_lsn
 from postgres_cdc_source.errors import SlotError
-from postgres_cdc_source.lsn import format_lsn
 from postgres_cdc_source.options import CdcOptions
 from postgres_cdc_source.replication.identity_guard import ensure_guard
 from postgres_cdc_source.replication.publication import (

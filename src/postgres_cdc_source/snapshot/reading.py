@@ -20,10 +20,10 @@ from psycopg.types.string import StrDumperUnknown, TextLoader
 from pyspark.sql.datasource import InputPartition
 
 from connector_common.change_rows import ARROW_SCHEMA, POSITION_TYPE, READ_SEQ, position_lsn
+from connector_common.lsn import format_lsn
 from postgres_cdc_source import connections
 from postgres_cdc_source.decoding import INSERT, Change, RowShape, build_change
 from postgres_cdc_source.destination_columns import Router
-from postgres_cdc_source.lsn import format_lsn
 from postgres_cdc_source.options import CdcOptions
 from postgres_cdc_source.snapshot.offsets import Key
 from postgres_cdc_source.snapshot.planning import SnapshotTable, key_range

@@ -27,13 +27,13 @@ from typing import Any, TypeVar
 
 import psycopg
 
+from connector_common.lsn import format_lsn
 from postgres_cdc_source import snapshot
 from postgres_cdc_source.backfill.planning import BackfillPlanner
 from postgres_cdc_source.backfill.progress import ChunkPlan
 from postgres_cdc_source.backfill.splice import ChunkRead
 from postgres_cdc_source.connections import DriverConnection, waiting_out_restarts
 from postgres_cdc_source.errors import SlotLostError
-from postgres_cdc_source.lsn import format_lsn
 from postgres_cdc_source.options import CdcOptions
 from postgres_cdc_source.replication import exported, lifecycle, positions, slots
 from postgres_cdc_source.stream.offset import PENDING, StreamOffset

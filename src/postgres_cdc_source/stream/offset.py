@@ -25,8 +25,8 @@ from collections.abc import Mapping
 from dataclasses import dataclass
 from typing import Any, Final, Literal
 
+from connector_common.lsn import format_lsn, parse_lsn
 from postgres_cdc_source.backfill.progress import Backfills
-from postgres_cdc_source.lsn import format_lsn, parse_lsn
 from postgres_cdc_source.snapshot.offsets import (
     PlannedChunk,
     Position,

@@ -38,6 +38,7 @@ import psycopg
 import pyarrow as pa
 from pyspark.sql.datasource import DataSourceStreamReader, InputPartition
 
+from connector_common.lsn import format_lsn
 from connector_common.spark_versions import (
     BatchStarts,
     ReadAllAvailable,
@@ -52,7 +53,6 @@ from postgres_cdc_source.connections import connect_with_retry, riding_out_resta
 from postgres_cdc_source.decoding.factory import make_decoder
 from postgres_cdc_source.destination_columns import Router
 from postgres_cdc_source.health import SourceHealth, TableBackfill
-from postgres_cdc_source.lsn import format_lsn
 from postgres_cdc_source.options import CdcOptions
 from postgres_cdc_source.replication import diagnostics, peeking, positions
 from postgres_cdc_source.stream import reselect, splitting

@@ -33,8 +33,8 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
+from connector_common.lsn import format_lsn, parse_lsn
 from iggy_spark_testing.workload import BackgroundRun, Workload
-from postgres_cdc_source.lsn import format_lsn, parse_lsn
 from postgres_cdc_source.stream.offset import StreamOffset
 
 if TYPE_CHECKING:

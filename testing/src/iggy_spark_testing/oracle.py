@@ -27,11 +27,11 @@ from typing import Any
 
 import orjson
 
+from connector_common.lsn import parse_lsn
 from iggy_spark.sink.encoding import message_id
 from iggy_spark_testing import readback
 from iggy_spark_testing.records import Change, Key, Row, TableSpec, Transaction
 from iggy_spark_testing.workload import Workload
-from postgres_cdc_source.lsn import parse_lsn
 
 __all__ = [
     "ChangeMessage",

@@ -13,8 +13,8 @@ from typing import Any
 
 import orjson
 
+from connector_common.lsn import parse_lsn
 from iggy_spark_testing.records import Key, Row, TableSpec
-from postgres_cdc_source.lsn import parse_lsn
 
 __all__ = ["Message", "in_stream_order", "ordered", "replay"]
 

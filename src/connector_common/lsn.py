@@ -1,6 +1,8 @@
 """Log sequence numbers: Postgres's ``X/Y`` text form and integers.
 
-Inside ``pg_cdc`` an LSN is always a plain ``int`` (the 64-bit WAL byte position), because ints
+Shared by ``pg_cdc`` and by the ``iggy`` source, which rebuilds a change's ``position`` from
+its ``commit_lsn`` text (:mod:`connector_common.change_rows`). Inside ``pg_cdc`` an LSN is
+always a plain ``int`` (the 64-bit WAL byte position), because ints
 compare and subtract correctly while the text form does not (``'0/A' > '0/10'``). Text appears
 only at the edges: SQL parameters, offsets in Spark's checkpoint
 (:class:`~postgres_cdc_source.stream.offset.StreamOffset`), and log messages.
