@@ -131,5 +131,5 @@ def test_a_missing_iggy_sdk_names_the_extra_of_each_iggy_line() -> None:
     ))
     assert result.returncode == 0, result.stderr
     assert "format 'iggy_routed' needs the Python package 'apache_iggy'" in result.stdout
-    assert ('pip install "iggy-spark[iggy]" for an Iggy 0.9 server; '
-            'pip install "iggy-spark[iggy-0-10]" for an Iggy 0.10 server') in result.stdout
+    assert ('Iggy 0.9: pip install "iggy-spark[iggy]"; '
+            'Iggy 0.10: pip install "iggy-spark[iggy-0-10]"') in result.stdout

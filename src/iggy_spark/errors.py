@@ -160,8 +160,8 @@ class IncompatibleServer(ServerError):
             f", which speaks Iggy {ours.server}'s protocol {sdk.protocol_text(ours.protocol)}")
         refused = f"refuses the installed apache-iggy {self.sdk_version}{sdk_speaks}"
         if self.server_protocol is None:
-            return f"the server {refused}; install the apache-iggy of the server's Iggy line: " + (
-                "; ".join(f"Iggy {line.server}: {line.install}" for line in sdk.LINES))
+            return (f"the server {refused}; install the apache-iggy of the server's Iggy line: "
+                    f"{sdk.INSTALL_ANY}")
         theirs = next((line for line in sdk.LINES if line.speaks(self.server_protocol)), None)
         protocol = sdk.protocol_text(self.server_protocol)
         if theirs is None:
@@ -169,9 +169,6 @@ class IncompatibleServer(ServerError):
                     f"iggy-spark supports speaks, and {refused}")
         return (f"it is an Iggy {theirs.server} server (binary protocol {protocol}) and "
                 f"{refused}; install the SDK of its line: {theirs.install}")
-
-    def _message(self) -> str:
-        return f"cannot use the Iggy server at {self.address}: {self.detail}"
 
 
 class UnsupportedSdk(IggySparkError):
@@ -182,9 +179,8 @@ class UnsupportedSdk(IggySparkError):
         self.version = version
 
     def _message(self) -> str:
-        lines = "; ".join(f"Iggy {line.server}: {line.install}" for line in sdk.LINES)
         return (f"apache-iggy {self.version} is not an SDK iggy-spark supports; install the one "
-                f"of your Iggy server's line: {lines}")
+                f"of your Iggy server's line: {sdk.INSTALL_ANY}")
 
 
 class StateError(IggySparkError):

@@ -60,8 +60,9 @@ class SdkLine:
 SDK_0_9 = SdkLine("0.9", _pack(0, 11, 0), 'pip install "iggy-spark[iggy]"', 16)
 SDK_0_10 = SdkLine("0.10", _pack(0, 12, 0), 'pip install "iggy-spark[iggy-0-10]"', 40)
 LINES = (SDK_0_9, SDK_0_10)
-INSTALL_ANY = "; ".join(f"{line.install} for an Iggy {line.server} server" for line in LINES)
-"""What to install when no SDK is: the command of each line, for the user to pick theirs."""
+INSTALL_ANY = "; ".join(f"Iggy {line.server}: {line.install}" for line in LINES)
+"""What to install when the SDK that fits is not known: the command of each line, for the user
+to pick their server's."""
 
 _SDK_0_10_PRERELEASE = "0.9.1.dev5"
 """The one pre-release of the 0.10 line supported, the one checked against protocol 0.12.0 (the
