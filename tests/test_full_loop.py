@@ -73,7 +73,12 @@ def test_pg_cdc_to_iggy_and_back_through_spark_with_a_killed_driver(
     assert watch.samples, "the slot was never sampled"
     assert not watch.violations, watch.describe(watch.violations[0])
     ledger = read_ledger(broker.url, checkpoint)
-    assert ledger.last_batch == max(b.id for b in read_checkpoint(checkpoint) if b.committed_at)
+    batches = read_checkpoint(checkpoint)
+    committed = max(b.id for b in batches if b.committed_at)
+    # The SIGTERM may land after the sink recorded a batch and before Spark logged its commit:
+    # the ledger is then at the batch planned after the last commit, which a restart skips.
+    assert ledger.last_batch in (committed, batches[-1].id)
+    assert batches[-1].id <= committed + 1
     assert sum(d["messages"] for d in ledger.rows()) == work.changes
 
     out = tmp_path / "table"
