@@ -11,6 +11,7 @@ from hypothesis import strategies as st
 from connector_common.lsn import parse_lsn
 from postgres_cdc_source.backfill.progress import Backfills, ChunkPlan, Request
 from postgres_cdc_source.backfill.requests import parse_request
+from postgres_cdc_source.snapshot.offsets import Creation
 from postgres_cdc_source.stream.offset import StreamOffset
 
 _TABLES = [("s", "a"), ("s", "b"), ('S"q', "c d")]
@@ -87,7 +88,7 @@ def test_the_event_triggers_request_names_exactly_the_rows_a_new_table_was_not_s
                           "cid": "2"}).encode()
     request = parse_request(content, "slot", "p")
     assert request == Request("created s.t in transaction 731", (("s", "t"),),
-                              "xmin = '731'::xid AND cmin::text::int8 < 2", created=True)
+                              created=Creation(731, 2))
     assert parse_request(content, "slot", "other") is None  # another query's pair
     assert parse_request(content, "slot", None) is None  # test_decoding, or <pub>_all read
     bad = json.dumps({"created": ["s", "t"], "publication": "p", "xmin": "1; DROP TABLE x",
@@ -95,3 +96,5 @@ def test_the_event_triggers_request_names_exactly_the_rows_a_new_table_was_not_s
     assert parse_request(bad, "slot", "p") is None
     assert Request.from_json(json.loads(json.dumps(request.to_json()))) == request
     assert "created" not in Request("r1", (("s", "a"),)).to_json()  # older offsets unchanged
+    plan = ChunkPlan("r1", "n", ("s", "t"), None, ("9",), None, Creation(731, 2))
+    assert ChunkPlan.from_json(json.loads(json.dumps(plan.to_json()))) == plan

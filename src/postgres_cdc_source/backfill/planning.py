@@ -137,8 +137,8 @@ class BackfillPlanner:
             if prefix != REQUEST_PREFIX:
                 continue
             request = parse_request(content, self.options.slot, created_for)
-            if isinstance(request, Request) and request.created and not self.options.keeps(
-                    *request.tables[0]):
+            if (isinstance(request, Request) and request.created is not None
+                    and not self.options.keeps(*request.tables[0])):
                 continue
             if isinstance(request, str):
                 cancels.add(request)
@@ -156,11 +156,11 @@ class BackfillPlanner:
         table = snapshot.describe(conn, *name)
         if table is None:
             log.warning("pg_cdc backfill %s: table %s is gone; skipped", head.id, where)
-        elif not (head.created or name in snapshot.captured_tables(conn, self.options)):
+        elif not (head.created is not None or name in snapshot.captured_tables(conn, self.options)):
             log.warning("pg_cdc backfill %s: table %s is not captured by this query "
                         "(include_tables/exclude_tables, or not in the publication); skipped",
                         head.id, where)
-        elif table.chunk_key == ("ctid",) and not head.created:
+        elif table.chunk_key == ("ctid",) and head.created is None:
             log.warning("pg_cdc backfill %s: table %s has no primary key; skipped", head.id,
                         where)
         else:
@@ -183,7 +183,8 @@ class BackfillPlanner:
             conn.execute("SET LOCAL synchronous_commit = remote_apply")
             conn.execute("SELECT pg_catalog.pg_logical_emit_message(true, %s, %s)",
                          (MARKER_PREFIX, nonce))
-        chunk = ChunkPlan(head.id, nonce, head.tables[0], head.after, hi, head.where)
+        chunk = ChunkPlan(head.id, nonce, head.tables[0], head.after, hi, head.where,
+                          head.created)
         started = self._started.setdefault(head.id, time.monotonic())
         name = ".".join(chunk.table)
         rows = self.options.backfill_chunk_rows if hi is not None else _rows_after(

@@ -23,44 +23,34 @@ from dataclasses import dataclass, replace
 from typing import Any
 
 from connector_common.lsn import format_lsn, parse_lsn
+from postgres_cdc_source.snapshot.offsets import Creation, Key, key_from_json, key_json
 
 __all__ = ["Backfills", "ChunkPlan", "Request", "TableProgress"]
-
-Key = tuple[str, ...]
-
-
-def _key(value: Any) -> Key | None:
-    return None if value is None else tuple(str(v) for v in value)
-
-
-def _key_json(key: Key | None) -> list[str] | None:
-    return None if key is None else list(key)
-
 
 @dataclass(frozen=True)
 class Request:
     """A backfill request: ``tables`` still to read (the first is being read), the rows of the
-    first one with a key up to ``after`` delivered. ``created``: the rows a table's creating
-    transaction wrote before the publications held it (the event trigger's request), which
-    nobody changed since, so a table without a primary key is read too, in ``ctid`` ranges."""
+    first one with a key up to ``after`` delivered. ``created``: the event trigger's request
+    for a table's first rows (:class:`Creation`); as nobody changed them since, a table without
+    a primary key is read too, in ``ctid`` ranges."""
 
     id: str
     tables: tuple[tuple[str, str], ...]
     where: str | None = None
     after: Key | None = None
     chunks: int = 0
-    created: bool = False
+    created: Creation | None = None
 
     def to_json(self) -> dict[str, Any]:
         data = {"id": self.id, "tables": [list(t) for t in self.tables], "where": self.where,
-                "after": _key_json(self.after), "chunks": self.chunks}
-        return {**data, "created": True} if self.created else data
+                "after": key_json(self.after), "chunks": self.chunks}
+        return data if self.created is None else {**data, "created": self.created.to_json()}
 
     @classmethod
     def from_json(cls, data: dict[str, Any]) -> Request:
         return cls(str(data["id"]), tuple((str(s), str(t)) for s, t in data["tables"]),
-                   data.get("where"), _key(data.get("after")), int(data.get("chunks", 0)),
-                   bool(data.get("created", False)))
+                   data.get("where"), key_from_json(data.get("after")), int(data.get("chunks", 0)),
+                   Creation.from_json(data.get("created")))
 
 
 @dataclass(frozen=True)
@@ -74,16 +64,19 @@ class ChunkPlan:
     lo: Key | None
     hi: Key | None
     where: str | None
+    created: Creation | None = None
 
     def to_json(self) -> dict[str, Any]:
-        return {"id": self.id, "nonce": self.nonce, "table": list(self.table),
-                "lo": _key_json(self.lo), "hi": _key_json(self.hi), "where": self.where}
+        data = {"id": self.id, "nonce": self.nonce, "table": list(self.table),
+                "lo": key_json(self.lo), "hi": key_json(self.hi), "where": self.where}
+        return data if self.created is None else {**data, "created": self.created.to_json()}
 
     @classmethod
     def from_json(cls, data: dict[str, Any]) -> ChunkPlan:
         schema, table = data["table"]
         return cls(str(data["id"]), str(data["nonce"]), (str(schema), str(table)),
-                   _key(data.get("lo")), _key(data.get("hi")), data.get("where"))
+                   key_from_json(data.get("lo")), key_from_json(data.get("hi")), data.get("where"),
+                   Creation.from_json(data.get("created")))
 
 
 @dataclass(frozen=True)

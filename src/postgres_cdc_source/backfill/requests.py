@@ -29,6 +29,7 @@ from psycopg import sql
 from postgres_cdc_source.backfill.progress import Request
 from postgres_cdc_source.errors import BackfillRefused
 from postgres_cdc_source.options import BACKFILL_CHANNEL, MARKER_PREFIX, REQUEST_PREFIX
+from postgres_cdc_source.snapshot.offsets import Creation
 
 __all__ = [
     "BACKFILL_CHANNEL",
@@ -143,7 +144,7 @@ def _created(data: dict[str, Any], publication: str) -> Request | None:
     except (KeyError, TypeError, ValueError):
         return None
     return Request(f"created {schema}.{table} in transaction {xmin}", ((schema, table),),
-                   f"xmin = '{xmin}'::xid AND cmin::text::int8 < {cid}", created=True)
+                   created=Creation(xmin, cid))
 
 
 def main(argv: Sequence[str] | None = None) -> int:

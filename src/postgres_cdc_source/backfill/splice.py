@@ -64,7 +64,8 @@ def spliced(
         plan = chunk.plan
         wait_until_visible(options, before, ".".join(plan.table))
         yield from read_chunk(options, SnapshotPartition(
-            chunk.table, plan.lo, plan.hi, None, found[0], where=plan.where or "true"))
+            chunk.table, plan.lo, plan.hi, None, found[0], where=plan.where or "true",
+            created=plan.created))
     yield from record_batches(rest, router, options.batch_rows)
 
 

@@ -7,7 +7,8 @@ from __future__ import annotations
 from dataclasses import dataclass
 from typing import Any
 
-__all__ = ["Key", "PlannedChunk", "Position", "chunk_from_json", "chunk_json"]
+__all__ = ["Creation", "Key", "PlannedChunk", "Position", "chunk_from_json", "chunk_json",
+           "key_from_json", "key_json"]
 
 Key = tuple[str, ...]
 """A chunk bound: the chunk key's values as their output text (``ctid`` as ``(block,0)``)."""
@@ -16,12 +17,31 @@ PlannedChunk = tuple[tuple[str, str], Key | None, Key | None]
 """A chunk as an offset pins it: ``((schema, table), lo, hi)``."""
 
 
-def _key_json(key: Key | None) -> list[str] | None:
+def key_json(key: Key | None) -> list[str] | None:
+    """``key`` as offsets write it."""
     return None if key is None else list(key)
 
 
-def _key(value: Any) -> Key | None:
+def key_from_json(value: Any) -> Key | None:
+    """A key as :func:`key_json` wrote it."""
     return None if value is None else tuple(str(v) for v in value)
+
+
+@dataclass(frozen=True)
+class Creation:
+    """The rows a table's creating transaction ``xmin`` wrote before its command ``cid`` added
+    the table to the publications (``CREATE TABLE AS``, ``SELECT INTO``): pgoutput never sent
+    them, and nobody changed them since. A read selects them with both numbers as parameters."""
+
+    xmin: int
+    cid: int
+
+    def to_json(self) -> dict[str, int]:
+        return {"xmin": self.xmin, "cid": self.cid}
+
+    @classmethod
+    def from_json(cls, data: dict[str, Any] | None) -> Creation | None:
+        return None if data is None else cls(int(data["xmin"]), int(data["cid"]))
 
 
 @dataclass(frozen=True)
@@ -34,7 +54,7 @@ class Position:
 
     def to_json(self) -> dict[str, Any]:
         return {
-            "after": _key_json(self.after),
+            "after": key_json(self.after),
             "chunks": self.chunks,
             "table": list(self.table) if self.table is not None else None,
         }
@@ -44,7 +64,7 @@ class Position:
         table, after = data.get("table"), data.get("after")
         return cls(
             (str(table[0]), str(table[1])) if table else None,
-            _key(after),
+            key_from_json(after),
             int(data.get("chunks", 0)),
         )
 
@@ -60,9 +80,9 @@ class Position:
 def chunk_json(chunk: PlannedChunk) -> list[Any]:
     """A pinned chunk as an offset writes it: ``[schema, table, lo, hi]``."""
     (schema, table), lo, hi = chunk
-    return [schema, table, _key_json(lo), _key_json(hi)]
+    return [schema, table, key_json(lo), key_json(hi)]
 
 
 def chunk_from_json(data: list[Any]) -> PlannedChunk:
     schema, name, lo, hi = data
-    return (str(schema), str(name)), _key(lo), _key(hi)
+    return (str(schema), str(name)), key_from_json(lo), key_from_json(hi)

@@ -25,7 +25,7 @@ from postgres_cdc_source import connections
 from postgres_cdc_source.decoding import INSERT, Change, RowShape, build_change
 from postgres_cdc_source.destination_columns import Router
 from postgres_cdc_source.options import CdcOptions
-from postgres_cdc_source.snapshot.offsets import Key
+from postgres_cdc_source.snapshot.offsets import Creation, Key
 from postgres_cdc_source.snapshot.planning import SnapshotTable, key_range
 from postgres_cdc_source.sql_json import row_json_sql, text_json_sql
 from postgres_cdc_source.sql_names import Name
@@ -49,6 +49,8 @@ class SnapshotPartition(InputPartition):
     consistent_point: int
     where: str | None = None
     """A backfill's condition: trusted SQL, read under :data:`GUARDS`."""
+    created: Creation | None = None
+    """Only the rows a table's creating transaction wrote before it joined the publications."""
 
 
 GUARDS = {"statement_timeout": "5min", "lock_timeout": "10s"}
@@ -92,12 +94,18 @@ def read_chunk(
         table = part.table
         router = Router(options)
         where, params = key_range(table, part.lo, part.hi)
+        params_in_range = bool(params)
+        conditions: list[sql.Composable] = []
         if part.where is not None:
             for setting, value in GUARDS.items():
                 conn.execute("SELECT pg_catalog.set_config(%s, %s, true)", (setting, value))
-            condition = sql.SQL("({})").format(sql.SQL(part.where.replace("%", "%%")))
-            where = (sql.SQL("{} AND {}") if params else sql.SQL("{} WHERE {}")).format(
-                where, condition)
+            conditions.append(sql.SQL("({})").format(sql.SQL(part.where.replace("%", "%%"))))
+        if part.created is not None:  # cmin has no integer cast of its own: through its text
+            conditions.append(sql.SQL("xmin = %s::xid AND cmin::text::int8 < %s"))
+            params = [*params, str(part.created.xmin), str(part.created.cid)]
+        if conditions:
+            where = (sql.SQL("{} AND {}") if params_in_range else sql.SQL("{} WHERE {}")
+                     ).format(where, sql.SQL(" AND ").join(conditions))
         name = Name(table.schema, table.table)
         in_sql = None if router.by_column else _json_columns(table, part.consistent_point)
         with conn.cursor(name="pg_cdc_snapshot") as cur:
