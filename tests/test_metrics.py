@@ -4,9 +4,11 @@ in, Prometheus text out."""
 from __future__ import annotations
 
 import json
+import urllib.request
 import uuid
 from collections import Counter
 from types import SimpleNamespace
+from typing import TYPE_CHECKING
 
 import pytest
 from prometheus_client import CollectorRegistry, generate_latest
@@ -14,17 +16,22 @@ from prometheus_client.parser import text_string_to_metric_families
 from support.sink_state import replace_ledger
 
 from connector_common.lsn import parse_lsn
+from connector_common.spark_versions import READ_LIMITS
 from iggy_local import LocalIggy
 from iggy_spark.iggy_url import IggyUrl
 from iggy_spark.sink.report import Ledger, TaskReport
 from iggy_spark_testing.harness import LocalPostgres
 from pg_to_iggy.metrics import _Collector, _require_classic, serve_metrics
+from postgres_cdc_source.backfill import request_backfill
 from postgres_cdc_source.backfill.progress import Backfills, ChunkPlan, Request
 from postgres_cdc_source.errors import ConfigError
 from postgres_cdc_source.health import SlotHealth, SourceHealth, TableBackfill
 from postgres_cdc_source.options import CdcOptions
 from postgres_cdc_source.stream.offset import StreamOffset
 from postgres_cdc_source.stream.reader import PgCdcStreamReader
+
+if TYPE_CHECKING:
+    from pyspark.sql import SparkSession
 
 
 def samples(collector: _Collector) -> dict[tuple[str, tuple[tuple[str, str], ...]], float]:
@@ -41,6 +48,20 @@ def progress(query_id: str, rows: int, latest: str | None = None,
     return SimpleNamespace(id=query_id, name="orders", numInputRows=rows, batchDuration=1500,
                            inputRowsPerSecond=10.0, processedRowsPerSecond=20.0,
                            sources=[SimpleNamespace(latestOffset=latest, endOffset=end)])
+
+
+def scrape(url: str, query: str) -> dict[str, float]:
+    """The endpoint's samples of one query over HTTP, as ``{"name{other labels}": value}``."""
+    with urllib.request.urlopen(url, timeout=30) as response:
+        text = response.read().decode()
+    found: dict[str, float] = {}
+    for family in text_string_to_metric_families(text):
+        for sample in family.samples:
+            labels = dict(sample.labels)
+            if labels.pop("query", None) == query:
+                extra = ",".join(f"{k}={v}" for k, v in sorted(labels.items()))
+                found[sample.name + (f"{{{extra}}}" if extra else "")] = sample.value
+    return found
 
 
 def end_offset(lsn: str, state: Backfills = Backfills()) -> str:
@@ -191,6 +212,48 @@ def test_serve_metrics_refuses_pg_cdc_options_without_a_slot_to_read() -> None:
     with pytest.raises(ConfigError, match=r"option 'mode'.*polling has none"):
         serve_metrics(spark, port=0, pg_cdc={"orders": {  # type: ignore[arg-type]
             "dsn": "host=db", "mode": "polling", "table": "public.t", "tracking_column": "id"}})
+
+
+@pytest.mark.oldest_spark
+def test_the_endpoint_serves_a_pg_cdc_querys_slot_lag_and_backfill_on_every_spark(
+    spark: SparkSession, pg: LocalPostgres, name: str, checkpoint: str
+) -> None:
+    """On 4.2+ from the reader's report, on 4.0/4.1 read by the collector itself (the slot) and
+    from the batches' end offsets (the backfill): the same metrics either way."""
+    with pg.connect() as conn:
+        conn.execute(f"CREATE TABLE {name} (id int PRIMARY KEY, pad text)")
+        conn.execute(f"INSERT INTO {name} SELECT g, 'old' FROM generate_series(1, 250) g")
+    options = {"dsn": pg.dsn, "slot": name, "include_tables": rf"public\.{name}",
+               "backfill_chunk_rows": "100"}
+    PgCdcStreamReader(CdcOptions.from_options(options)).initialOffset()  # after the 250 rows
+    metrics = serve_metrics(spark, port=0, pg_cdc={name: options})
+    query = (spark.readStream.format("pg_cdc").options(**options).load()
+             .writeStream.format("noop").queryName(name)
+             .option("checkpointLocation", checkpoint).start())
+    try:
+        request_backfill(pg.dsn, name, [name])
+        with pg.connect() as conn:
+            conn.execute(f"INSERT INTO {name} SELECT g, 'new' FROM generate_series(251, 300) g")
+        query.processAllAvailable()  # to the backfill's end
+        with pg.connect() as conn:  # one batch more: 4.2's report of its planning has it done
+            conn.execute(f"INSERT INTO {name} VALUES (301, 'new')")
+        query.processAllAvailable()
+        got = scrape(metrics.url, name)
+        assert got["pg_cdc_slot_lag_bytes"] >= 0
+        assert got["pg_cdc_retained_wal_bytes"] >= got["pg_cdc_slot_lag_bytes"]
+        assert got["pg_cdc_slot_at_risk"] == 0 and "pg_cdc_slot_active" in got
+        assert got["pg_cdc_backfill_requests"] == 0
+        assert got[f"pg_cdc_backfill_chunks_total{{table=public.{name}}}"] >= 3
+        assert ("pg_cdc_commit_failures" in got) == READ_LIMITS  # only the reader knows
+        query.stop()
+        with pg.connect() as conn:
+            conn.execute(f"UPDATE {name} SET pad = repeat('x', 200)")
+        if not READ_LIMITS:  # read at each scrape: a stopped query's lag grows
+            lag = scrape(metrics.url, name)["pg_cdc_slot_lag_bytes"]
+            assert lag > got["pg_cdc_slot_lag_bytes"] + 300 * 200
+    finally:
+        query.stop()
+        metrics.stop()
 
 
 @pytest.mark.iggy_line
