@@ -13,13 +13,16 @@ from typing import TYPE_CHECKING
 import pytest
 from prometheus_client import CollectorRegistry, generate_latest
 from prometheus_client.parser import text_string_to_metric_families
+from support.iggy_source_support import seed
 from support.sink_state import replace_ledger
 
 from connector_common.lsn import parse_lsn
 from connector_common.spark_versions import READ_LIMITS
 from iggy_local import LocalIggy
+from iggy_spark.errors import ConfigError as IggyConfigError
 from iggy_spark.iggy_url import IggyUrl
 from iggy_spark.sink.report import Ledger, TaskReport
+from iggy_spark.source.options import SourceOptions
 from iggy_spark_testing.harness import LocalPostgres
 from pg_to_iggy.metrics import _Collector, _require_classic, serve_metrics
 from postgres_cdc_source.backfill import request_backfill
@@ -205,13 +208,42 @@ def test_a_slot_that_cannot_be_read_leaves_its_figures_out_and_no_password_in_th
     assert "hunter2" not in caplog.text and "hunter2" not in repr(collector.pg_cdc)
 
 
-def test_serve_metrics_refuses_pg_cdc_options_without_a_slot_to_read() -> None:
+def test_serve_metrics_refuses_source_options_it_cannot_use() -> None:
     spark = SimpleNamespace()  # refused before the session is used
     with pytest.raises(ConfigError, match="option 'slot'"):
         serve_metrics(spark, port=0, pg_cdc={"orders": {"dsn": "host=db"}})  # type: ignore[arg-type]
     with pytest.raises(ConfigError, match=r"option 'mode'.*polling has none"):
         serve_metrics(spark, port=0, pg_cdc={"orders": {  # type: ignore[arg-type]
             "dsn": "host=db", "mode": "polling", "table": "public.t", "tracking_column": "id"}})
+    with pytest.raises(IggyConfigError, match="option 'stream'"):
+        serve_metrics(spark, port=0, iggy={"orders": {  # type: ignore[arg-type]
+            "url": "iggy://u:p@localhost:8090", "topics": "eu"}})
+
+
+def test_without_the_readers_report_an_iggy_sources_lag_is_its_end_against_the_server(
+    broker: LocalIggy, name: str, caplog: pytest.LogCaptureFixture
+) -> None:
+    """Spark 4.0/4.1: the progress shows the batch's end offsets; the collector asks the
+    source's server for the partitions' latest at scrape time."""
+    seed(broker.address, name, ["eu"], partitions=2, per_partition=50)
+    options = SourceOptions.from_options({"url": broker.url, "stream": name, "topics": "eu"})
+    collector = _Collector(None, iggy={"orders": options})
+    collector.started("id-9", "orders")
+    lag = {labels: value for (metric, labels), value in samples(collector).items()
+           if metric == "iggy_source_lag_messages"}
+    assert lag == {}  # no batch yet: no end to count from
+    end = '{"eu": {"0": 30, "1": 50}}'
+    collector.progress(progress("id-9", 1, end, end))
+    lag = {labels: value for (metric, labels), value in samples(collector).items()
+           if metric == "iggy_source_lag_messages"}
+    assert lag == {(("partition", "0"), ("query", "orders"), ("topic", "eu")): 20,
+                   (("partition", "1"), ("query", "orders"), ("topic", "eu")): 0}
+    gone = SourceOptions.from_options({"url": broker.url, "stream": name + "_gone",
+                                       "topics": "eu"})
+    collector = _Collector(None, iggy={"orders": gone})
+    collector.progress(progress("id-9", 1, end, end))
+    assert not any(metric == "iggy_source_lag_messages" for metric, _ in samples(collector))
+    assert f"cannot read the offsets of stream {name}_gone for query orders" in caplog.text
 
 
 @pytest.mark.oldest_spark

@@ -25,8 +25,9 @@ serves the Prometheus text format at ``http://<driver>:9108/metrics``. Where eac
   (:meth:`~postgres_cdc_source.backfill.progress.Backfills.from_progress`). The reader's own
   figures (consecutive failed commits, degraded, backfill rows and rate) are not served there.
 * **The ``iggy`` source's progress** likewise: each partition's lag, the messages past the
-  batch's end (:mod:`iggy_spark.source.progress`); not on 4.0/4.1 (the batch's end offsets name
-  neither the source's server nor its stream).
+  batch's end (:mod:`iggy_spark.source.progress`). On 4.0/4.1, for each query whose ``iggy``
+  options :func:`serve_metrics` was given, the last batch's ``endOffset`` is compared at scrape
+  time with the partitions' latest offsets, asked of the source's server.
 
 It spans both connectors, so it lives with the job that joins them.
 
@@ -55,7 +56,10 @@ from iggy_spark.iggy_url import IggyUrl
 from iggy_spark.sink import state
 from iggy_spark.sink.options import RoutedOptions
 from iggy_spark.sink.report import CREATE_BUCKETS
-from iggy_spark.source.progress import lag_from_progress
+from iggy_spark.source import catalog
+from iggy_spark.source.offsets import Position, behind, to_json
+from iggy_spark.source.options import SourceOptions
+from iggy_spark.source.progress import end_from_progress, lag_from_progress
 from postgres_cdc_source.backfill.progress import Backfills
 from postgres_cdc_source.errors import ConfigError
 from postgres_cdc_source.health import SlotHealth, SourceHealth
@@ -143,6 +147,8 @@ class _Query:
     """Backfill chunks delivered per table, counted from the batches' ``endOffset``."""
     iggy_lag: dict[str, dict[str, int]] = field(default_factory=dict)
     """The ``iggy`` sources' lag per topic and partition, from the last progress event."""
+    ends: dict[Position, int] = field(default_factory=dict)
+    """The sources' end offsets in the last progress event that carried no lag (4.0, 4.1)."""
 
 
 class _Collector:
@@ -151,12 +157,16 @@ class _Collector:
     def __init__(
         self, url: IggyUrl | None = None, state_stream: str = RoutedOptions.state_stream,
         pg_cdc: Mapping[str, CdcOptions] | None = None,
+        iggy: Mapping[str, SourceOptions] | None = None,
     ) -> None:
         self.url = url
         self.state_stream = state_stream
         self.pg_cdc = dict(pg_cdc or {})
         """The ``pg_cdc`` options of a query, by its label: its slot is read where the progress
         carries no report."""
+        self.iggy = dict(iggy or {})
+        """The ``iggy`` source options of a query, by its label: its partitions' latest offsets
+        are read where the progress carries no lag."""
         self.lock = threading.Lock()
         self.queries: dict[str, _Query] = {}
 
@@ -178,7 +188,7 @@ class _Collector:
                 _add_pg_cdc(families, q.label, q.source)
             else:
                 self._add_pg_cdc_alone(families, q)
-            _add_iggy_lag(families, q)
+            _add_iggy_lag(families, q.label, q.iggy_lag or self._iggy_lag(q))
         yield from families.values()
 
     def _ledger(self, query_id: str) -> dict[str, Any] | None:
@@ -208,6 +218,20 @@ class _Collector:
         for table, chunks in sorted(q.chunks.items()):
             families["pg_cdc_backfill_chunks"].add_metric([q.label, table], chunks)
 
+    def _iggy_lag(self, q: _Query) -> dict[str, dict[str, int]]:
+        """The ``iggy`` source's lag where its reader reports none: the last batch's end
+        offsets against the partitions' latest, asked now (empty before the first batch)."""
+        options = self.iggy.get(q.label)
+        if options is None or not q.ends:
+            return {}
+        try:
+            latest = catalog.latest(options)
+        except Exception as exc:  # a scrape goes on without the lag; the message is safe
+            log.warning("serve_metrics: cannot read the offsets of stream %s for query %s: %s",
+                        options.stream, q.label, exc)
+            return {}
+        return to_json(behind(q.ends, latest))
+
     def progress(self, progress: Any) -> None:
         """Fold one ``StreamingQueryProgress`` in (listener thread)."""
         query_id = str(progress.id)
@@ -219,15 +243,19 @@ class _Collector:
         q.input_rate = float(progress.inputRowsPerSecond or 0.0)
         q.processed_rate = float(progress.processedRowsPerSecond or 0.0)
         iggy_lag: dict[str, dict[str, int]] = {}
+        ends: dict[Position, int] = {}
         for source in progress.sources or ():
             health = SourceHealth.from_progress(source.latestOffset)
+            lag = lag_from_progress(source.latestOffset)
             if health is not None:
                 q.source = health
-            else:
+            elif lag is not None:
+                for topic, partitions in lag.items():
+                    iggy_lag.setdefault(topic, {}).update(partitions)
+            else:  # Spark 4.0/4.1: the batch's end offset alone
                 _fold_backfill(q, Backfills.from_progress(source.endOffset))
-            for topic, partitions in (lag_from_progress(source.latestOffset) or {}).items():
-                iggy_lag.setdefault(topic, {}).update(partitions)
-        q.iggy_lag = iggy_lag
+                ends.update(end_from_progress(source.endOffset) or {})
+        q.iggy_lag, q.ends = iggy_lag, ends
 
 
 def _fold_backfill(q: _Query, end: Backfills | None) -> None:
@@ -318,11 +346,11 @@ def _add_slot(families: dict[str, Any], query: str, slot: SlotHealth | None) -> 
                                                            and slot.slot_active))
 
 
-def _add_iggy_lag(families: dict[str, Any], q: _Query) -> None:
-    """The ``iggy`` sources' lag per topic and partition, from the progress."""
-    for topic, partitions in sorted(q.iggy_lag.items()):
-        for partition, behind in partitions.items():
-            families["iggy_source_lag_messages"].add_metric([q.label, topic, partition], behind)
+def _add_iggy_lag(families: dict[str, Any], query: str, lag: dict[str, dict[str, int]]) -> None:
+    """The ``iggy`` sources' lag per topic and partition."""
+    for topic, partitions in sorted(lag.items()):
+        for partition, messages in partitions.items():
+            families["iggy_source_lag_messages"].add_metric([query, topic, partition], messages)
 
 
 @dataclass
@@ -348,6 +376,7 @@ def serve_metrics(
     spark: SparkSession, port: int = 9108, addr: str = "0.0.0.0", *, url: str | None = None,
     state_stream: str = RoutedOptions.state_stream,
     pg_cdc: Mapping[str, Mapping[str, str]] | None = None,
+    iggy: Mapping[str, Mapping[str, str]] | None = None,
 ) -> MetricsServer:
     """Serve Prometheus metrics of every streaming query of ``spark`` on ``addr:port``.
 
@@ -362,6 +391,10 @@ def serve_metrics(
     Elsewhere the reader's report replaces it from the query's first batch on, so it is only
     needed on 4.0/4.1. Options that are not valid ``pg_cdc`` options (or ``mode=polling``,
     which has no slot) raise :class:`~postgres_cdc_source.errors.ConfigError` here.
+    ``iggy`` likewise maps a query's name to its ``iggy`` source options (``url``, ``stream``,
+    ``topics`` or ``topic_pattern``): on 4.0/4.1 its lag is the last batch's end offsets against
+    the partitions' latest, asked of that server at each scrape (invalid options raise
+    :class:`iggy_spark.ConfigError`).
 
     Call it once on the driver, before starting the queries to watch (a query shows up when
     it starts; one started earlier, with its first completed batch). ``port=0`` picks a free
@@ -375,7 +408,10 @@ def serve_metrics(
     slots = {query: CdcOptions.from_options(options) for query, options in (pg_cdc or {}).items()}
     if any(options.mode != "cdc" for options in slots.values()):
         raise ConfigError("mode", "serve_metrics reads a query's slot; mode=polling has none")
-    collector = _Collector(None if url is None else IggyUrl.parse(url), state_stream, slots)
+    sources = {query: SourceOptions.from_options(options)
+               for query, options in (iggy or {}).items()}
+    collector = _Collector(None if url is None else IggyUrl.parse(url), state_stream, slots,
+                           sources)
 
     class Listener(StreamingQueryListener):
         def onQueryStarted(self, event: Any) -> None:
