@@ -98,3 +98,17 @@ def test_the_event_triggers_request_names_exactly_the_rows_a_new_table_was_not_s
     assert "created" not in Request("r1", (("s", "a"),)).to_json()  # older offsets unchanged
     plan = ChunkPlan("r1", "n", ("s", "t"), None, ("9",), None, Creation(731, 2))
     assert ChunkPlan.from_json(json.loads(json.dumps(plan.to_json()))) == plan
+
+
+def test_a_progress_events_end_offset_gives_the_backfills_back() -> None:
+    """What a listener reads where the reader's own report never reaches the progress (Spark
+    4.0, 4.1): the end offset of a pg_cdc stream batch, and nothing from another offset."""
+    chunk = ChunkPlan("r1", "n1", ("s", "a"), None, ("41",), None)
+    state = Backfills((Request("r1", (("s", "a"), ("s", "b"))), Request("r2", (("s", "c"),))),
+                      chunk)
+    end = json.dumps(StreamOffset(parse_lsn("0/20"), backfill=state).to_json())
+    assert Backfills.from_progress(end) == state
+    assert Backfills.from_progress('{"lsn": "0/20"}') == Backfills()
+    for other in (None, "", "not json", "[1]", '{"frontier": 3, "tracking": null}',
+                  '{"lsn": {"0": 3}}', '{"lsn": "0/20", "backfill": {"queue": [{"id": 1}]}}'):
+        assert Backfills.from_progress(other) is None, other

@@ -3,8 +3,9 @@
 The table has a column per supported minor version. Each version tier runs this file on its own
 pyspark (it is marked ``spark_tier``), so every column is checked against the pyspark it
 describes: whether Spark passes read limits (and so runs ``Trigger.AvailableNow`` to the end and
-asks for the health report), what the sink is given, whether Declarative Pipelines exist, and
-the Hadoop client the wheel ships. The columns are also exactly the versions the package's pin
+asks for the health report; without it the metrics have only what the listener finds itself),
+what the sink is given, whether Declarative Pipelines exist, and the Hadoop client the wheel
+ships. The columns are also exactly the versions the package's pin
 admits, and each is tested: the venv's pyspark or one of ``./run``'s tiers.
 """
 
@@ -66,7 +67,7 @@ def test_the_installed_pysparks_column_says_what_it_does() -> None:
     assert available_now == ("runs to what existed at the start" if READ_LIMITS
                              else "one batch per run")
     health = _row("source health and lag")[column]
-    assert health == ("yes" if READ_LIMITS else "no")
+    assert health.startswith("yes" if READ_LIMITS else "partly")
     sink_input = _row("`iggy_routed`'s input")[column]
     arrow = ArrowStreamWriter.__name__ == "DataSourceStreamArrowWriter"
     assert sink_input.startswith("Arrow batches" if arrow else "Rows")

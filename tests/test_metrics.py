@@ -4,20 +4,37 @@ in, Prometheus text out."""
 from __future__ import annotations
 
 import json
+import urllib.request
 import uuid
 from collections import Counter
 from types import SimpleNamespace
+from typing import TYPE_CHECKING
 
 import pytest
 from prometheus_client import CollectorRegistry, generate_latest
 from prometheus_client.parser import text_string_to_metric_families
+from support.iggy_source_support import seed
 from support.sink_state import replace_ledger
 
+from connector_common.lsn import parse_lsn
+from connector_common.spark_versions import READ_LIMITS
 from iggy_local import LocalIggy
+from iggy_spark.errors import ConfigError as IggyConfigError
 from iggy_spark.iggy_url import IggyUrl
 from iggy_spark.sink.report import Ledger, TaskReport
-from pg_to_iggy.metrics import _Collector, _require_classic
+from iggy_spark.source.options import SourceOptions
+from iggy_spark_testing.harness import LocalPostgres
+from pg_to_iggy.metrics import _Collector, _require_classic, serve_metrics
+from postgres_cdc_source.backfill import request_backfill
+from postgres_cdc_source.backfill.progress import Backfills, ChunkPlan, Request
+from postgres_cdc_source.errors import ConfigError
 from postgres_cdc_source.health import SlotHealth, SourceHealth, TableBackfill
+from postgres_cdc_source.options import CdcOptions
+from postgres_cdc_source.stream.offset import StreamOffset
+from postgres_cdc_source.stream.reader import PgCdcStreamReader
+
+if TYPE_CHECKING:
+    from pyspark.sql import SparkSession
 
 
 def samples(collector: _Collector) -> dict[tuple[str, tuple[tuple[str, str], ...]], float]:
@@ -28,10 +45,30 @@ def samples(collector: _Collector) -> dict[tuple[str, tuple[tuple[str, str], ...
             for f in text_string_to_metric_families(text) for s in f.samples}
 
 
-def progress(query_id: str, rows: int, latest: str | None = None) -> SimpleNamespace:
+def progress(query_id: str, rows: int, latest: str | None = None,
+             end: str | None = None) -> SimpleNamespace:
+    """A progress event; on Spark 4.0/4.1 a source's ``latestOffset`` is its ``endOffset``."""
     return SimpleNamespace(id=query_id, name="orders", numInputRows=rows, batchDuration=1500,
                            inputRowsPerSecond=10.0, processedRowsPerSecond=20.0,
-                           sources=[SimpleNamespace(latestOffset=latest)])
+                           sources=[SimpleNamespace(latestOffset=latest, endOffset=end)])
+
+
+def scrape(url: str, query: str) -> dict[str, float]:
+    """The endpoint's samples of one query over HTTP, as ``{"name{other labels}": value}``."""
+    with urllib.request.urlopen(url, timeout=30) as response:
+        text = response.read().decode()
+    found: dict[str, float] = {}
+    for family in text_string_to_metric_families(text):
+        for sample in family.samples:
+            labels = dict(sample.labels)
+            if labels.pop("query", None) == query:
+                extra = ",".join(f"{k}={v}" for k, v in sorted(labels.items()))
+                found[sample.name + (f"{{{extra}}}" if extra else "")] = sample.value
+    return found
+
+
+def end_offset(lsn: str, state: Backfills = Backfills()) -> str:
+    return json.dumps(StreamOffset(parse_lsn(lsn), backfill=state).to_json())
 
 
 def test_progress_and_slot_health_become_per_query_metrics() -> None:
@@ -104,6 +141,151 @@ def test_a_slot_safe_from_loss_is_not_at_risk_and_unlimited_has_no_safe_size() -
     q = (("query", "orders"),)
     assert got[("pg_cdc_slot_at_risk", q)] == 0
     assert ("pg_cdc_slot_safe_wal_bytes", q) not in got
+
+
+def test_without_the_readers_report_backfills_come_from_the_batches_end_offsets() -> None:
+    """Spark 4.0/4.1: the progress shows each batch's end offset where 4.2 shows the report;
+    each batch carrying a chunk delivered it, the queue left pending is the requests'."""
+    collector = _Collector(None)
+    collector.started("id-6", "orders")
+    a, b = ("public", "a"), ("s", "b")
+    queue = (Request("r1", (a, b)), Request("r2", (b,)))
+    chunk = ChunkPlan("r1", "n1", a, None, ("41",), None)
+    ends = [end_offset("0/10", Backfills(queue)),
+            end_offset("0/20", Backfills(queue, chunk)),
+            end_offset("0/30", Backfills(queue, ChunkPlan("r1", "n2", a, ("41",), None, None))),
+            end_offset("0/40", Backfills((Request("r1", (b,)), queue[1]),
+                                         ChunkPlan("r1", "n3", b, None, None, None)))]
+    for end in ends:
+        collector.progress(progress("id-6", 1, end, end))
+    got = samples(collector)
+    q = (("query", "orders"),)
+    assert got[("pg_cdc_backfill_requests", q)] == 1  # r1 done with the last batch's chunk
+    assert got[("pg_cdc_backfill_chunks_total", (("query", "orders"), ("table", "public.a")))] == 2
+    assert got[("pg_cdc_backfill_chunks_total", (("query", "orders"), ("table", "s.b")))] == 1
+    # what only the reader knows is left out, not served as zero
+    assert not {name for name, _ in got} & {
+        "pg_cdc_commit_failures", "iggy_spark_degraded", "pg_cdc_backfill_rows_total",
+        "pg_cdc_backfill_rows_per_second", "pg_cdc_slot_lag_bytes", "pg_cdc_slot_active"}
+    collector.progress(progress("id-6", 1, end_offset("0/50"), end_offset("0/50")))
+    assert samples(collector)[("pg_cdc_backfill_requests", q)] == 0
+
+
+def test_without_the_readers_report_the_slot_is_read_at_scrape_time(
+    pg: LocalPostgres, name: str
+) -> None:
+    options = CdcOptions.from_options({"dsn": pg.dsn, "slot": name})
+    PgCdcStreamReader(options).initialOffset()  # the slot
+    with pg.connect() as conn:
+        conn.execute(f"CREATE TABLE {name} (id int PRIMARY KEY, pad text)")
+        conn.execute(f"INSERT INTO {name} SELECT g, repeat('x', 100)"
+                     " FROM generate_series(1, 500) g")
+    collector = _Collector(None, pg_cdc={"orders": options})
+    collector.started("id-7", "orders")  # no batch yet: read all the same
+    got = samples(collector)
+    q = (("query", "orders"),)
+    assert got[("pg_cdc_slot_lag_bytes", q)] > 500 * 100
+    assert got[("pg_cdc_retained_wal_bytes", q)] >= got[("pg_cdc_slot_lag_bytes", q)]
+    assert got[("pg_cdc_slot_active", q)] == 0 and got[("pg_cdc_slot_at_risk", q)] == 0
+    assert ("pg_cdc_commit_failures", q) not in got
+    # the reader's report wins where the progress carries one (Spark 4.2+)
+    reported = SourceHealth(SlotHealth(True, 7, 8), 0, False)
+    collector.progress(progress("id-7", 1, json.dumps(reported.as_progress())))
+    assert samples(collector)[("pg_cdc_slot_lag_bytes", q)] == 7
+
+
+def test_a_slot_that_cannot_be_read_leaves_its_figures_out_and_no_password_in_the_log(
+    caplog: pytest.LogCaptureFixture,
+) -> None:
+    dsn = "host=127.0.0.1 port=1 dbname=app user=cdc password=hunter2"
+    collector = _Collector(None, pg_cdc={"orders": CdcOptions.from_options(
+        {"dsn": dsn, "slot": "orders_slot"})})
+    collector.started("id-8", "orders")
+    got = samples(collector)
+    assert got[("iggy_spark_batches_total", (("query", "orders"),))] == 0
+    assert not any(name.startswith("pg_cdc_") for name, _ in got)
+    assert "cannot read slot orders_slot of query orders" in caplog.text
+    assert "hunter2" not in caplog.text and "hunter2" not in repr(collector.pg_cdc)
+
+
+def test_serve_metrics_refuses_source_options_it_cannot_use() -> None:
+    spark = SimpleNamespace()  # refused before the session is used
+    with pytest.raises(ConfigError, match="option 'slot'"):
+        serve_metrics(spark, port=0, pg_cdc={"orders": {"dsn": "host=db"}})  # type: ignore[arg-type]
+    with pytest.raises(ConfigError, match=r"option 'mode'.*polling has none"):
+        serve_metrics(spark, port=0, pg_cdc={"orders": {  # type: ignore[arg-type]
+            "dsn": "host=db", "mode": "polling", "table": "public.t", "tracking_column": "id"}})
+    with pytest.raises(IggyConfigError, match="option 'stream'"):
+        serve_metrics(spark, port=0, iggy={"orders": {  # type: ignore[arg-type]
+            "url": "iggy://u:p@localhost:8090", "topics": "eu"}})
+
+
+def test_without_the_readers_report_an_iggy_sources_lag_is_its_end_against_the_server(
+    broker: LocalIggy, name: str, caplog: pytest.LogCaptureFixture
+) -> None:
+    """Spark 4.0/4.1: the progress shows the batch's end offsets; the collector asks the
+    source's server for the partitions' latest at scrape time."""
+    seed(broker.address, name, ["eu"], partitions=2, per_partition=50)
+    options = SourceOptions.from_options({"url": broker.url, "stream": name, "topics": "eu"})
+    collector = _Collector(None, iggy={"orders": options})
+    collector.started("id-9", "orders")
+    lag = {labels: value for (metric, labels), value in samples(collector).items()
+           if metric == "iggy_source_lag_messages"}
+    assert lag == {}  # no batch yet: no end to count from
+    end = '{"eu": {"0": 30, "1": 50}}'
+    collector.progress(progress("id-9", 1, end, end))
+    lag = {labels: value for (metric, labels), value in samples(collector).items()
+           if metric == "iggy_source_lag_messages"}
+    assert lag == {(("partition", "0"), ("query", "orders"), ("topic", "eu")): 20,
+                   (("partition", "1"), ("query", "orders"), ("topic", "eu")): 0}
+    gone = SourceOptions.from_options({"url": broker.url, "stream": name + "_gone",
+                                       "topics": "eu"})
+    collector = _Collector(None, iggy={"orders": gone})
+    collector.progress(progress("id-9", 1, end, end))
+    assert not any(metric == "iggy_source_lag_messages" for metric, _ in samples(collector))
+    assert f"cannot read the offsets of stream {name}_gone for query orders" in caplog.text
+
+
+@pytest.mark.oldest_spark
+def test_the_endpoint_serves_a_pg_cdc_querys_slot_lag_and_backfill_on_every_spark(
+    spark: SparkSession, pg: LocalPostgres, name: str, checkpoint: str
+) -> None:
+    """On 4.2+ from the reader's report, on 4.0/4.1 read by the collector itself (the slot) and
+    from the batches' end offsets (the backfill): the same metrics either way."""
+    with pg.connect() as conn:
+        conn.execute(f"CREATE TABLE {name} (id int PRIMARY KEY, pad text)")
+        conn.execute(f"INSERT INTO {name} SELECT g, 'old' FROM generate_series(1, 250) g")
+    options = {"dsn": pg.dsn, "slot": name, "include_tables": rf"public\.{name}",
+               "backfill_chunk_rows": "100"}
+    PgCdcStreamReader(CdcOptions.from_options(options)).initialOffset()  # after the 250 rows
+    metrics = serve_metrics(spark, port=0, pg_cdc={name: options})
+    query = (spark.readStream.format("pg_cdc").options(**options).load()
+             .writeStream.format("noop").queryName(name)
+             .option("checkpointLocation", checkpoint).start())
+    try:
+        request_backfill(pg.dsn, name, [name])
+        with pg.connect() as conn:
+            conn.execute(f"INSERT INTO {name} SELECT g, 'new' FROM generate_series(251, 300) g")
+        query.processAllAvailable()  # to the backfill's end
+        with pg.connect() as conn:  # one batch more: 4.2's report of its planning has it done
+            conn.execute(f"INSERT INTO {name} VALUES (301, 'new')")
+        query.processAllAvailable()
+        got = scrape(metrics.url, name)
+        assert got["pg_cdc_slot_lag_bytes"] >= 0
+        assert got["pg_cdc_retained_wal_bytes"] >= got["pg_cdc_slot_lag_bytes"]
+        assert got["pg_cdc_slot_at_risk"] == 0 and "pg_cdc_slot_active" in got
+        assert got["pg_cdc_backfill_requests"] == 0
+        assert got[f"pg_cdc_backfill_chunks_total{{table=public.{name}}}"] >= 3
+        assert ("pg_cdc_commit_failures" in got) == READ_LIMITS  # only the reader knows
+        query.stop()
+        with pg.connect() as conn:
+            conn.execute(f"UPDATE {name} SET pad = repeat('x', 200)")
+        if not READ_LIMITS:  # read at each scrape: a stopped query's lag grows
+            lag = scrape(metrics.url, name)["pg_cdc_slot_lag_bytes"]
+            assert lag > got["pg_cdc_slot_lag_bytes"] + 300 * 200
+    finally:
+        query.stop()
+        metrics.stop()
 
 
 @pytest.mark.iggy_line

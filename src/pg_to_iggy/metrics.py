@@ -17,8 +17,17 @@ serves the Prometheus text format at ``http://<driver>:9108/metrics``. Where eac
   backfills' progress per table through ``reportLatestOffset``, which Spark shows only in
   progress events (the :class:`~postgres_cdc_source.health.SourceHealth` contract). No extra
   connection to Postgres, no file.
+* **Where Spark never asks for that report** (4.0, 4.1: the progress carries none), the slot's
+  figures are read from ``pg_replication_slots`` at scrape time, on a connection of the
+  collector's own, for each query whose ``pg_cdc`` options :func:`serve_metrics` was given
+  (:func:`~postgres_cdc_source.replication.diagnostics.read_health`); the backfills' requests
+  pending and chunks delivered come from each batch's ``endOffset``
+  (:meth:`~postgres_cdc_source.backfill.progress.Backfills.from_progress`). The reader's own
+  figures (consecutive failed commits, degraded, backfill rows and rate) are not served there.
 * **The ``iggy`` source's progress** likewise: each partition's lag, the messages past the
-  batch's end (:mod:`iggy_spark.source.progress`).
+  batch's end (:mod:`iggy_spark.source.progress`). On 4.0/4.1, for each query whose ``iggy``
+  options :func:`serve_metrics` was given, the last batch's ``endOffset`` is compared at scrape
+  time with the partitions' latest offsets, asked of the source's server.
 
 It spans both connectors, so it lives with the job that joins them.
 
@@ -35,8 +44,10 @@ this process.
 
 from __future__ import annotations
 
+import logging
 import threading
-from collections.abc import Iterator
+from collections import Counter
+from collections.abc import Iterator, Mapping
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any
 
@@ -45,14 +56,23 @@ from iggy_spark.iggy_url import IggyUrl
 from iggy_spark.sink import state
 from iggy_spark.sink.options import RoutedOptions
 from iggy_spark.sink.report import CREATE_BUCKETS
-from iggy_spark.source.progress import lag_from_progress
-from postgres_cdc_source.health import SourceHealth
+from iggy_spark.source import catalog
+from iggy_spark.source.offsets import Position, behind, to_json
+from iggy_spark.source.options import SourceOptions
+from iggy_spark.source.progress import end_from_progress, lag_from_progress
+from postgres_cdc_source.backfill.progress import Backfills
+from postgres_cdc_source.errors import ConfigError
+from postgres_cdc_source.health import SlotHealth, SourceHealth
+from postgres_cdc_source.options import CdcOptions
+from postgres_cdc_source.replication.diagnostics import read_health
 
 if TYPE_CHECKING:
     from pyspark.sql import SparkSession
     from pyspark.sql.streaming.listener import StreamingQueryListener
 
 __all__ = ["MetricsServer", "serve_metrics"]
+
+log = logging.getLogger(__name__)
 
 _SINK_DEGRADED, _SOURCE_DEGRADED = "iggy_routed", "pg_cdc"
 _READ_TIMEOUT = 10.0
@@ -119,18 +139,34 @@ class _Query:
     input_rate: float = 0.0
     processed_rate: float = 0.0
     source: SourceHealth | None = None
+    """The ``pg_cdc`` reader's own report, from the last progress event that carried one."""
+    backfill: Backfills | None = None
+    """A ``pg_cdc`` source's backfills as the last batch's ``endOffset`` left them, where the
+    progress carries no report (Spark 4.0, 4.1)."""
+    chunks: Counter[str] = field(default_factory=Counter)
+    """Backfill chunks delivered per table, counted from the batches' ``endOffset``."""
     iggy_lag: dict[str, dict[str, int]] = field(default_factory=dict)
     """The ``iggy`` sources' lag per topic and partition, from the last progress event."""
+    ends: dict[Position, int] = field(default_factory=dict)
+    """The sources' end offsets in the last progress event that carried no lag (4.0, 4.1)."""
 
 
 class _Collector:
     """Turns the listener's state and the ledgers into metric families at scrape time."""
 
     def __init__(
-        self, url: IggyUrl | None = None, state_stream: str = RoutedOptions.state_stream
+        self, url: IggyUrl | None = None, state_stream: str = RoutedOptions.state_stream,
+        pg_cdc: Mapping[str, CdcOptions] | None = None,
+        iggy: Mapping[str, SourceOptions] | None = None,
     ) -> None:
         self.url = url
         self.state_stream = state_stream
+        self.pg_cdc = dict(pg_cdc or {})
+        """The ``pg_cdc`` options of a query, by its label: its slot is read where the progress
+        carries no report."""
+        self.iggy = dict(iggy or {})
+        """The ``iggy`` source options of a query, by its label: its partitions' latest offsets
+        are read where the progress carries no lag."""
         self.lock = threading.Lock()
         self.queries: dict[str, _Query] = {}
 
@@ -150,7 +186,9 @@ class _Collector:
                 _add_sink(families, q.label, ledger)
             if q.source is not None:
                 _add_pg_cdc(families, q.label, q.source)
-            _add_iggy_lag(families, q)
+            else:
+                self._add_pg_cdc_alone(families, q)
+            _add_iggy_lag(families, q.label, q.iggy_lag or self._iggy_lag(q))
         yield from families.values()
 
     def _ledger(self, query_id: str) -> dict[str, Any] | None:
@@ -163,6 +201,37 @@ class _Collector:
                                    timeout=_READ_TIMEOUT))
         return None if view is None else view.ledger
 
+    def _add_pg_cdc_alone(self, families: dict[str, Any], q: _Query) -> None:
+        """``pg_cdc``'s figures where its reader reports none: the slot read here, the
+        backfills from the batches' end offsets."""
+        options = self.pg_cdc.get(q.label)
+        if options is not None:
+            try:
+                slot = read_health(options)
+            except Exception as exc:  # a scrape goes on without the slot; the message is safe
+                log.warning("serve_metrics: cannot read slot %s of query %s: %s",
+                            options.slot, q.label, exc)
+            else:
+                _add_slot(families, q.label, slot)
+        if q.backfill is not None:
+            families["pg_cdc_backfill_requests"].add_metric([q.label], len(q.backfill.queue))
+        for table, chunks in sorted(q.chunks.items()):
+            families["pg_cdc_backfill_chunks"].add_metric([q.label, table], chunks)
+
+    def _iggy_lag(self, q: _Query) -> dict[str, dict[str, int]]:
+        """The ``iggy`` source's lag where its reader reports none: the last batch's end
+        offsets against the partitions' latest, asked now (empty before the first batch)."""
+        options = self.iggy.get(q.label)
+        if options is None or not q.ends:
+            return {}
+        try:
+            latest = catalog.latest(options)
+        except Exception as exc:  # a scrape goes on without the lag; the message is safe
+            log.warning("serve_metrics: cannot read the offsets of stream %s for query %s: %s",
+                        options.stream, q.label, exc)
+            return {}
+        return to_json(behind(q.ends, latest))
+
     def progress(self, progress: Any) -> None:
         """Fold one ``StreamingQueryProgress`` in (listener thread)."""
         query_id = str(progress.id)
@@ -174,13 +243,29 @@ class _Collector:
         q.input_rate = float(progress.inputRowsPerSecond or 0.0)
         q.processed_rate = float(progress.processedRowsPerSecond or 0.0)
         iggy_lag: dict[str, dict[str, int]] = {}
+        ends: dict[Position, int] = {}
         for source in progress.sources or ():
             health = SourceHealth.from_progress(source.latestOffset)
+            lag = lag_from_progress(source.latestOffset)
             if health is not None:
                 q.source = health
-            for topic, partitions in (lag_from_progress(source.latestOffset) or {}).items():
-                iggy_lag.setdefault(topic, {}).update(partitions)
-        q.iggy_lag = iggy_lag
+            elif lag is not None:
+                for topic, partitions in lag.items():
+                    iggy_lag.setdefault(topic, {}).update(partitions)
+            else:  # Spark 4.0/4.1: the batch's end offset alone
+                _fold_backfill(q, Backfills.from_progress(source.endOffset))
+                ends.update(end_from_progress(source.endOffset) or {})
+        q.iggy_lag, q.ends = iggy_lag, ends
+
+
+def _fold_backfill(q: _Query, end: Backfills | None) -> None:
+    """A ``pg_cdc`` batch's end offset, where its reader reports nothing: the chunk it
+    delivered counts, what is left pending replaces what was."""
+    if end is None:
+        return
+    if end.chunk is not None:
+        q.chunks[".".join(end.chunk.table)] += 1
+    q.backfill = end.delivered()
 
 
 def _families() -> dict[str, Any]:
@@ -236,16 +321,7 @@ def _add_sink(families: dict[str, Any], query: str, data: dict[str, Any]) -> Non
 def _add_pg_cdc(families: dict[str, Any], query: str, source: SourceHealth) -> None:
     """``pg_cdc``'s figures, from the health its reader reports in the progress."""
     label = [query]
-    slot = source.slot
-    if slot is not None:
-        families["pg_cdc_slot_lag_bytes"].add_metric(label, slot.slot_lag_bytes)
-        families["pg_cdc_retained_wal_bytes"].add_metric(label, slot.retained_wal_bytes)
-        families["pg_cdc_slot_at_risk"].add_metric(label, float(slot.at_risk))
-        families["pg_cdc_slot_reread_wal_bytes"].add_metric(label, slot.reread_wal_bytes)
-        if slot.safe_wal_bytes is not None:
-            families["pg_cdc_slot_safe_wal_bytes"].add_metric(label, slot.safe_wal_bytes)
-    families["pg_cdc_slot_active"].add_metric(label, float(slot is not None
-                                                           and slot.slot_active))
+    _add_slot(families, query, source.slot)
     families["pg_cdc_commit_failures"].add_metric(label, source.commit_failures)
     families["iggy_spark_degraded"].add_metric([query, _SOURCE_DEGRADED], float(source.degraded))
     families["pg_cdc_backfill_requests"].add_metric(label, source.backfill_requests)
@@ -256,11 +332,25 @@ def _add_pg_cdc(families: dict[str, Any], query: str, source: SourceHealth) -> N
                                                                backfill.rows_per_second)
 
 
-def _add_iggy_lag(families: dict[str, Any], q: _Query) -> None:
-    """The ``iggy`` sources' lag per topic and partition, from the progress."""
-    for topic, partitions in sorted(q.iggy_lag.items()):
-        for partition, behind in partitions.items():
-            families["iggy_source_lag_messages"].add_metric([q.label, topic, partition], behind)
+def _add_slot(families: dict[str, Any], query: str, slot: SlotHealth | None) -> None:
+    """The slot's figures (``None``: the slot cannot be found, only ``pg_cdc_slot_active``)."""
+    label = [query]
+    if slot is not None:
+        families["pg_cdc_slot_lag_bytes"].add_metric(label, slot.slot_lag_bytes)
+        families["pg_cdc_retained_wal_bytes"].add_metric(label, slot.retained_wal_bytes)
+        families["pg_cdc_slot_at_risk"].add_metric(label, float(slot.at_risk))
+        families["pg_cdc_slot_reread_wal_bytes"].add_metric(label, slot.reread_wal_bytes)
+        if slot.safe_wal_bytes is not None:
+            families["pg_cdc_slot_safe_wal_bytes"].add_metric(label, slot.safe_wal_bytes)
+    families["pg_cdc_slot_active"].add_metric(label, float(slot is not None
+                                                           and slot.slot_active))
+
+
+def _add_iggy_lag(families: dict[str, Any], query: str, lag: dict[str, dict[str, int]]) -> None:
+    """The ``iggy`` sources' lag per topic and partition."""
+    for topic, partitions in sorted(lag.items()):
+        for partition, messages in partitions.items():
+            families["iggy_source_lag_messages"].add_metric([query, topic, partition], messages)
 
 
 @dataclass
@@ -285,12 +375,26 @@ class MetricsServer:
 def serve_metrics(
     spark: SparkSession, port: int = 9108, addr: str = "0.0.0.0", *, url: str | None = None,
     state_stream: str = RoutedOptions.state_stream,
+    pg_cdc: Mapping[str, Mapping[str, str]] | None = None,
+    iggy: Mapping[str, Mapping[str, str]] | None = None,
 ) -> MetricsServer:
     """Serve Prometheus metrics of every streaming query of ``spark`` on ``addr:port``.
 
     ``url`` (the ``iggy_routed`` sink's ``url`` option; its user needs to poll the
     ``state_stream``) adds the sink's figures, read from each query's control topic at scrape
     time; without it only Spark's and ``pg_cdc``'s figures are served.
+
+    ``pg_cdc`` maps a query's name to its ``pg_cdc`` options (``dsn`` and ``slot`` at least;
+    the other connection options count too): on Spark 4.0 and 4.1, where the reader's report
+    never reaches a progress event, that query's slot is read from ``pg_replication_slots``
+    at each scrape (the DSN's role needs to see the view; it is never logged unredacted).
+    Elsewhere the reader's report replaces it from the query's first batch on, so it is only
+    needed on 4.0/4.1. Options that are not valid ``pg_cdc`` options (or ``mode=polling``,
+    which has no slot) raise :class:`~postgres_cdc_source.errors.ConfigError` here.
+    ``iggy`` likewise maps a query's name to its ``iggy`` source options (``url``, ``stream``,
+    ``topics`` or ``topic_pattern``): on 4.0/4.1 its lag is the last batch's end offsets against
+    the partitions' latest, asked of that server at each scrape (invalid options raise
+    :class:`iggy_spark.ConfigError`).
 
     Call it once on the driver, before starting the queries to watch (a query shows up when
     it starts; one started earlier, with its first completed batch). ``port=0`` picks a free
@@ -301,7 +405,13 @@ def serve_metrics(
     from prometheus_client import CollectorRegistry, start_http_server
     from pyspark.sql.streaming.listener import StreamingQueryListener
 
-    collector = _Collector(None if url is None else IggyUrl.parse(url), state_stream)
+    slots = {query: CdcOptions.from_options(options) for query, options in (pg_cdc or {}).items()}
+    if any(options.mode != "cdc" for options in slots.values()):
+        raise ConfigError("mode", "serve_metrics reads a query's slot; mode=polling has none")
+    sources = {query: SourceOptions.from_options(options)
+               for query, options in (iggy or {}).items()}
+    collector = _Collector(None if url is None else IggyUrl.parse(url), state_stream, slots,
+                           sources)
 
     class Listener(StreamingQueryListener):
         def onQueryStarted(self, event: Any) -> None:

@@ -9,6 +9,10 @@ carries a small document, recognised by ``"source": "iggy"``::
 
 ``lag`` is, per partition, the messages past the end of the batch being planned (latest offset
 minus the offset the batch reads to, which is the committed offset once it commits).
+
+Spark 4.0 and 4.1 never ask for this report; their progress shows the batch's ``endOffset``
+(:func:`end_from_progress`), which a listener that knows the source's options compares with the
+partitions' latest offsets itself.
 """
 
 from __future__ import annotations
@@ -19,7 +23,7 @@ from typing import Any
 
 from iggy_spark.source.offsets import Position, behind, from_json, to_json
 
-__all__ = ["lag_from_progress", "report"]
+__all__ = ["end_from_progress", "lag_from_progress", "report"]
 
 _KIND = "iggy"
 
@@ -41,5 +45,14 @@ def lag_from_progress(latest: str | Mapping[str, Any] | None) -> dict[str, dict[
         return None
     try:
         return to_json(from_json(data.get("lag")))
+    except ValueError:
+        return None
+
+
+def end_from_progress(end: str | None) -> dict[Position, int] | None:
+    """The offsets in a source's ``endOffset`` from a progress event, or ``None`` when it is not
+    an offset map (a ``pg_cdc`` offset, say)."""
+    try:
+        return from_json(json.loads(end)) if end else None
     except ValueError:
         return None

@@ -15,10 +15,15 @@ its first table with a key up to ``after`` are delivered (``chunks`` chunks). ``
 chunk the batch ending at this offset delivers (its marker lies in the batch's WAL range), so a
 replayed batch reads the same key range; the next planning counts it as delivered.
 ``scanned`` is how far the WAL was searched for requests.
+
+Spark 4.0 and 4.1 never ask the reader for its report (:mod:`postgres_cdc_source.health`), but
+every progress event shows the batch's ``endOffset``: :meth:`Backfills.from_progress` reads this
+state back from it, so a listener still sees the requests pending and each chunk delivered.
 """
 
 from __future__ import annotations
 
+import json
 from dataclasses import dataclass, replace
 from typing import Any
 
@@ -107,6 +112,19 @@ class Backfills:
         return cls(tuple(Request.from_json(r) for r in data.get("queue", ())),
                    ChunkPlan.from_json(chunk) if chunk else None,
                    parse_lsn(data["scanned"]) if data.get("scanned") else 0)
+
+    @classmethod
+    def from_progress(cls, end: str | None) -> Backfills | None:
+        """The state in a source's ``endOffset`` from a progress event (:attr:`chunk`: the chunk
+        that batch delivered), or ``None`` when it is not a ``pg_cdc`` stream offset."""
+        try:
+            data = json.loads(end) if end else None
+            if not isinstance(data, dict) or not isinstance(data.get("lsn"), str):
+                return None  # another source's offset, or a polling one
+            backfill = data.get("backfill")
+            return cls.from_json(backfill) if backfill else cls()
+        except (ValueError, KeyError, TypeError):
+            return None
 
     def delivered(self) -> Backfills:
         """The state once the batch carrying :attr:`chunk` is committed: the running request

@@ -3,15 +3,22 @@ transaction that holds its restart point back."""
 
 from __future__ import annotations
 
-from dataclasses import dataclass
+from contextlib import closing
+from dataclasses import dataclass, replace
 from typing import Any
 
 import psycopg
+from psycopg.conninfo import conninfo_to_dict, make_conninfo
 
+from postgres_cdc_source.connections import connect
 from postgres_cdc_source.health import SlotHealth
+from postgres_cdc_source.options import CdcOptions
 from postgres_cdc_source.replication.slots import SlotState
 
-__all__ = ["REREAD_WARN_BYTES", "RestartHolder", "describe_holder", "health", "restart_holder"]
+__all__ = [
+    "REREAD_WARN_BYTES", "RestartHolder", "describe_holder", "health", "read_health",
+    "restart_holder",
+]
 
 Conn = psycopg.Connection[Any]
 
@@ -35,6 +42,21 @@ def health(conn: Conn, slot: str) -> SlotHealth | None:
     active, lag, retained, wal_status, safe, reread = row
     return SlotHealth(bool(active), int(lag or 0), int(retained or 0), wal_status,
                       None if safe is None else int(safe), max(0, int(reread or 0)))
+
+
+def read_health(options: CdcOptions, connect_timeout: int = 5) -> SlotHealth | None:
+    """:func:`health` of ``options.slot``, on a connection of its own (closed after): for a
+    listener where Spark never asks the reader for its report (4.0, 4.1), at scrape time.
+
+    The connection gives up after ``connect_timeout`` seconds unless the DSN sets its own
+    ``connect_timeout``; no retry. A failure raises
+    :class:`~postgres_cdc_source.errors.SourceError`, whose message shows the DSN redacted.
+    """
+    if "connect_timeout" not in conninfo_to_dict(options.dsn):
+        options = replace(options, dsn=make_conninfo(options.dsn,
+                                                     connect_timeout=str(connect_timeout)))
+    with closing(connect(options)) as conn:
+        return health(conn, options.slot)
 
 
 REREAD_WARN_BYTES = 64 * 1024 * 1024
