@@ -15,7 +15,7 @@ PACKAGE = "postgres_cdc_source"
 
 LAYERS: tuple[frozenset[str], ...] = (
     frozenset({"errors", "options", "option_docs", "connections", "sql_names", "sql_json",
-               "values", "catalog", "health"}),
+               "values", "catalog", "health", "struct_types"}),
     frozenset({"decoding", "replication", "destination_columns", "assembly"}),
     frozenset({"snapshot", "backfill", "polling"}),
     frozenset({"stream"}),

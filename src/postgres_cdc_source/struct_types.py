@@ -1,0 +1,324 @@
+"""Postgres column types as Spark types, and column text as typed values (``row_format=struct``).
+
+A column's Spark type comes from the catalog (:func:`load_types` reads ``pg_type`` for the
+table's column types, the base types of domains and the element types of arrays; the rules are
+pure, in :func:`column_type`):
+
+================================  =============================================================
+Postgres                          Spark
+================================  =============================================================
+smallint, integer, bigint, oid    short, int, long, long
+numeric(p, s)                     decimal(p, s) (a negative scale: decimal(p - s, 0); a scale
+                                  above the precision: decimal(s, s)); above 38 digits: string
+numeric (unconstrained)           string, the exact text: no precision and scale fit every value
+real, double precision            float, double (``NaN``, ``Infinity`` as such)
+boolean                           boolean
+text, varchar, char(n), name      string
+bytea                             binary
+date                              date
+timestamp                         timestamp_ntz
+timestamptz                       timestamp
+json, jsonb                       string, Postgres's text of the value
+uuid, enums                       string
+a domain                          its base type's
+an array of the above             array of the element's type
+anything else                     string, Postgres's text: composite, range, interval, money,
+                                  geometric, network, time, bit strings, xml, ...
+================================  =============================================================
+
+Values are converted from the same output text the JSON mode's converters
+(:mod:`postgres_cdc_source.values`) read, in the same session settings, so a struct field holds
+what the JSON mode's value means: tests parse both and compare them type by type. A value the
+Spark type cannot hold fails with :class:`ValueError` naming it, never a silent null or a
+rounded number: ``NaN`` in a decimal column, a date or timestamp that is infinite, BC or after
+the year 9999, an array of more than one dimension.
+"""
+
+from __future__ import annotations
+
+import math
+from collections.abc import Callable, Iterable, Mapping, Sequence
+from datetime import date, datetime
+from decimal import Decimal
+from functools import partial
+from typing import Any, NamedTuple
+
+import psycopg
+import pyarrow as pa
+from pyspark.sql.types import (
+    ArrayType,
+    BinaryType,
+    BooleanType,
+    DataType,
+    DateType,
+    DecimalType,
+    DoubleType,
+    FloatType,
+    IntegerType,
+    LongType,
+    ShortType,
+    StringType,
+    StructField,
+    StructType,
+    TimestampNTZType,
+    TimestampType,
+)
+
+from postgres_cdc_source.values import parse_array
+
+__all__ = [
+    "COLUMNS_QUERY",
+    "TYPES_QUERY",
+    "PgColumn",
+    "PgType",
+    "TypedColumn",
+    "column_type",
+    "load_types",
+    "struct_schema",
+    "typed_columns",
+]
+
+COLUMNS_QUERY = """\
+SELECT a.attname, a.atttypid::int8, a.atttypmod
+FROM pg_catalog.pg_attribute AS a
+WHERE a.attrelid = pg_catalog.to_regclass(%s) AND a.attnum > 0 AND NOT a.attisdropped
+  AND a.attgenerated = ''
+ORDER BY a.attnum"""
+"""A table's columns as the decoders deliver them (generated ones are not sent): parameter the
+table's name as SQL reads it (:func:`postgres_cdc_source.sql_names` quotes it)."""
+
+TYPES_QUERY = """\
+SELECT t.oid::int8, t.typname::text, t.typtype::text, t.typbasetype::int8, t.typtypmod,
+       CASE WHEN t.typcategory = 'A' THEN t.typelem::int8 ELSE 0 END, t.typdelim::text
+FROM pg_catalog.pg_type AS t
+WHERE t.oid = ANY (%s)"""
+"""``pg_type`` rows of the OIDs given (an ``int8[]`` parameter), for :class:`PgType`."""
+
+
+class PgColumn(NamedTuple):
+    """One column of a table: its name, type OID and type modifier (-1: none)."""
+
+    name: str
+    type_oid: int
+    typmod: int
+
+
+class PgType(NamedTuple):
+    """What :func:`column_type` needs of a ``pg_type`` row."""
+
+    oid: int
+    name: str
+    kind: str  # typtype: b base, d domain, e enum, c composite, r range, m multirange, p pseudo
+    base: int  # a domain's base type, else 0
+    base_typmod: int  # a domain's modifier of its base type, else -1
+    element: int  # an array's element type, else 0
+    delimiter: str  # the element delimiter of this type's arrays
+
+
+class TypedColumn(NamedTuple):
+    """A column's Spark and Arrow types, and the converter of its output text."""
+
+    name: str
+    spark: DataType
+    arrow: pa.DataType
+    convert: Callable[[str], Any]
+
+
+# --- converters: output text -> the value Arrow stores for the Spark type -----------------------
+
+_FLOAT_WORDS = {"NaN": math.nan, "Infinity": math.inf, "-Infinity": -math.inf}
+
+
+def _float(text: str) -> float:
+    word = _FLOAT_WORDS.get(text)
+    return float(text) if word is None else word
+
+
+_BOOL = {"t": True, "f": False, "true": True, "false": False}
+
+
+def _bool(text: str) -> bool:
+    return _BOOL[text]
+
+
+def _bytea(text: str) -> bytes:
+    if not text.startswith("\\x"):
+        raise ValueError(f"bytea value {text[:20]!r} is not in hex format (set bytea_output=hex)")
+    return bytes.fromhex(text[2:])
+
+
+def _decimal(precision: int, scale: int, text: str) -> Decimal:
+    value = Decimal(text)
+    if not value.is_finite():
+        raise ValueError(f"{text!r} has no decimal({precision},{scale}) value")
+    _sign, digits, exponent = value.as_tuple()
+    assert isinstance(exponent, int)  # finite
+    extra = -exponent - scale  # decimal places beyond the scale: zeros only
+    if extra > 0 and any(digits[-extra:]):
+        raise ValueError(f"{text!r} has more than {scale} decimal places")
+    if value and value.adjusted() >= precision - scale:
+        raise ValueError(f"{text!r} has more than {precision - scale} digits before the point")
+    return value
+
+
+def _out_of_range(spark: str, text: str, exc: ValueError) -> ValueError:
+    return ValueError(f"{text!r} has no Spark {spark} value (Spark's range is the years 1 to "
+                      f"9999; infinity and BC are outside it): {exc}")
+
+
+def _date(text: str) -> date:
+    try:
+        return date.fromisoformat(text)
+    except ValueError as exc:
+        raise _out_of_range("DATE", text, exc) from exc
+
+
+def _timestamp(text: str) -> datetime:
+    try:
+        value = datetime.fromisoformat(text)
+    except ValueError as exc:
+        raise _out_of_range("TIMESTAMP_NTZ", text, exc) from exc
+    if value.tzinfo is not None:
+        raise ValueError(f"timestamp {text!r} has a time zone")
+    return value
+
+
+def _timestamptz(text: str) -> datetime:
+    try:
+        value = datetime.fromisoformat(text)
+    except ValueError as exc:
+        raise _out_of_range("TIMESTAMP", text, exc) from exc
+    if value.tzinfo is None:
+        raise ValueError(f"timestamptz {text!r} has no time zone")
+    return value
+
+
+def _array(element: Callable[[str], Any], text: str) -> list[Any]:
+    values = parse_array(text, element)
+    if any(isinstance(v, list) for v in values):
+        raise ValueError(f"array {text[:40]!r} has more than one dimension (a struct field "
+                         "holds one)")
+    return values
+
+
+# --- types ----------------------------------------------------------------------------------
+
+_Typed = tuple[DataType, pa.DataType, Callable[[str], Any]]
+
+_STRING: _Typed = (StringType(), pa.string(), str)
+_BY_OID: dict[int, _Typed] = {
+    16: (BooleanType(), pa.bool_(), _bool),
+    17: (BinaryType(), pa.binary(), _bytea),
+    18: _STRING,  # "char"
+    19: _STRING,  # name
+    20: (LongType(), pa.int64(), int),
+    21: (ShortType(), pa.int16(), int),
+    23: (IntegerType(), pa.int32(), int),
+    25: _STRING,  # text
+    26: (LongType(), pa.int64(), int),  # oid: unsigned 32-bit
+    114: _STRING,  # json: its text
+    700: (FloatType(), pa.float32(), _float),
+    701: (DoubleType(), pa.float64(), _float),
+    1042: _STRING,  # character(n)
+    1043: _STRING,  # character varying
+    1082: (DateType(), pa.date32(), _date),
+    1114: (TimestampNTZType(), pa.timestamp("us"), _timestamp),
+    1184: (TimestampType(), pa.timestamp("us", tz="UTC"), _timestamptz),
+    2950: _STRING,  # uuid
+    3802: _STRING,  # jsonb: its text
+}
+_NUMERIC = 1700
+_MAX_PRECISION = 38
+
+
+def _numeric(typmod: int) -> _Typed:
+    """numeric(p, s) as a decimal that holds every value the column can; the rest as text."""
+    if typmod < 4:  # unconstrained
+        return _STRING
+    precision = ((typmod - 4) >> 16) & 0xFFFF
+    scale = (typmod - 4) & 0x7FF
+    if scale > 0x3FF:  # Postgres 15+: an 11-bit signed scale, -1000 to 1000
+        scale -= 0x800
+    if scale < 0:  # numeric(3, -2) holds 99900: five digits, no fraction
+        precision, scale = precision - scale, 0
+    precision = max(precision, scale)  # numeric(2, 5) holds 0.00099
+    if precision > _MAX_PRECISION:
+        return _STRING
+    return (DecimalType(precision, scale), pa.decimal128(precision, scale),
+            partial(_decimal, precision, scale))
+
+
+def column_type(types: Mapping[int, PgType], type_oid: int, typmod: int = -1) -> _Typed:
+    """The Spark type, Arrow type and converter of a column of ``type_oid`` (``typmod`` its
+    modifier), following domains to their base types and arrays to their elements; ``types``
+    holds the ``pg_type`` rows :func:`load_types` read for them."""
+    pg = types[type_oid]
+    while pg.kind == "d":  # a domain: its base type, with the modifier the domain gave it
+        typmod = pg.base_typmod
+        pg = types[pg.base]
+    if pg.element:
+        element = types[pg.element]
+        if element.delimiter != ",":  # box[]: elements separated by ';'
+            return _STRING
+        spark, arrow, convert = column_type(types, element.oid, typmod)
+        return (ArrayType(spark), pa.list_(arrow), partial(_array, convert))
+    if pg.kind != "b":  # enum, composite, range, multirange: text
+        return _STRING
+    if pg.oid == _NUMERIC:
+        return _numeric(typmod)
+    return _BY_OID.get(pg.oid, _STRING)
+
+
+def load_types(conn: psycopg.Connection[Any], oids: Iterable[int]) -> dict[int, PgType]:
+    """The ``pg_type`` rows of ``oids`` and of every type they lead to (domains' base types,
+    arrays' elements), read with :data:`TYPES_QUERY`."""
+    types: dict[int, PgType] = {}
+    wanted = set(oids)
+    while wanted:
+        rows = conn.execute(TYPES_QUERY, (sorted(wanted),)).fetchall()
+        found = [PgType(int(oid), str(name), str(kind), int(base), int(base_typmod),
+                        int(element), str(delimiter))
+                 for oid, name, kind, base, base_typmod, element, delimiter in rows]
+        missing = wanted - {t.oid for t in found}
+        if missing:
+            raise ValueError(f"type OIDs {sorted(missing)} are not in pg_type")
+        types.update((t.oid, t) for t in found)
+        wanted = {o for t in found for o in (t.base, t.element) if o and o not in types}
+    return types
+
+
+def typed_columns(types: Mapping[int, PgType], columns: Sequence[PgColumn]
+                  ) -> tuple[TypedColumn, ...]:
+    """Each column with its Spark and Arrow types and converter (:func:`column_type`)."""
+    return tuple(TypedColumn(c.name, *column_type(types, c.type_oid, c.typmod))
+                 for c in columns)
+
+
+def struct_schema(tables: Mapping[str, Sequence[TypedColumn]]) -> StructType:
+    """The struct of ``before``/``after`` for the tables named (``schema.table``): their
+    columns, which must be the same names with the same Spark types in the same order.
+
+    Raises :class:`ValueError` naming two tables and their first difference otherwise.
+    """
+    if not tables:
+        raise ValueError("no table is captured: row_format=struct needs one (include_tables)")
+    (first, columns), *others = tables.items()
+    shape = [(c.name, c.spark) for c in columns]
+    for name, other in others:
+        theirs = [(c.name, c.spark) for c in other]
+        if theirs != shape:
+            raise ValueError(f"row_format=struct needs tables of one shape, but {first} and "
+                             f"{name} differ: {_difference(shape, theirs)}")
+    return StructType([StructField(n, t) for n, t in shape])
+
+
+def _difference(ours: list[tuple[str, DataType]], theirs: list[tuple[str, DataType]]) -> str:
+    for i, (a, b) in enumerate(zip(ours, theirs, strict=False)):
+        if a[0] != b[0]:
+            return f"column {i + 1} is {a[0]!r} in the first, {b[0]!r} in the second"
+        if a[1] != b[1]:
+            return (f"column {a[0]!r} is {a[1].simpleString()} in the first, "
+                    f"{b[1].simpleString()} in the second")
+    longer, extra = (ours, "first") if len(ours) > len(theirs) else (theirs, "second")
+    return (f"the {extra} has more columns: "
+            f"{', '.join(repr(n) for n, _ in longer[min(len(ours), len(theirs)):])}")
