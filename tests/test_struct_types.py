@@ -4,10 +4,8 @@ a Spark type cannot hold fail, naming them."""
 
 from __future__ import annotations
 
-import base64
 import math
 from datetime import UTC, date, datetime
-from decimal import Decimal
 from typing import Any
 
 import orjson
@@ -33,6 +31,7 @@ from pyspark.sql.types import (
     TimestampNTZType,
     TimestampType,
 )
+from support.struct_values import from_json, same
 
 from connector_common.spark_versions import arrow_schema
 from postgres_cdc_source.struct_types import (
@@ -42,7 +41,7 @@ from postgres_cdc_source.struct_types import (
     struct_schema,
     typed_columns,
 )
-from postgres_cdc_source.values import builtin_types, converter_for_oid, parse_array
+from postgres_cdc_source.values import builtin_types, converter_for_oid
 
 ENUM, INT_DOMAIN, MONEY_DOMAIN, COMPOSITE, DOMAIN_ARRAY = 90001, 90002, 90003, 90004, 90005
 
@@ -168,38 +167,6 @@ def _json_mode(type_oid: int, text: str) -> Any:
     return orjson.loads(orjson.dumps({"v": converter_for_oid(type_oid)(text)}))["v"]
 
 
-def _from_json(spark: DataType, value: Any) -> Any:
-    """What the JSON mode's value means as a value of ``spark``: ``from_json`` by hand."""
-    if value is None:
-        return None
-    if isinstance(spark, ArrayType):  # an array of a type not built in is its text there
-        items = parse_array(value) if isinstance(value, str) else value
-        return [_from_json(spark.elementType, v) for v in items]
-    if isinstance(spark, (ShortType, IntegerType, LongType)):
-        return int(value)
-    if isinstance(spark, DecimalType):
-        return Decimal(value)
-    if isinstance(spark, (FloatType, DoubleType)):
-        return {"NaN": math.nan, "Infinity": math.inf, "-Infinity": -math.inf}.get(value, value)
-    if isinstance(spark, BinaryType):
-        return base64.b64decode(value)
-    if isinstance(spark, DateType):
-        return date.fromisoformat(value)
-    if isinstance(spark, (TimestampType, TimestampNTZType)):
-        return datetime.fromisoformat(value)
-    if isinstance(spark, StringType) and not isinstance(value, str):
-        return orjson.dumps(value).decode()  # json/jsonb
-    return value
-
-
-def _same(a: Any, b: Any) -> bool:
-    if isinstance(a, list):
-        return isinstance(b, list) and len(a) == len(b) and all(map(_same, a, b))
-    if isinstance(a, float) and math.isnan(a):
-        return isinstance(b, float) and math.isnan(b)
-    return type(a) is type(b) and a == b
-
-
 @pytest.mark.parametrize(("name", "oid", "typmod", "texts", "spark"), CASES,
                          ids=[c[0] for c in CASES])
 @settings(max_examples=40, deadline=None)
@@ -219,7 +186,7 @@ def test_struct_values_equal_the_json_modes_type_by_type(
             {"v": converter_for_oid(oid)(text)})
         assert orjson.loads(typed) == json_mode
     else:
-        assert _same(typed, _from_json(spark, json_mode)), (text, typed, json_mode)
+        assert same(typed, from_json(spark, json_mode)), (text, typed, json_mode)
     pa.array([typed], arrow)  # Arrow takes it as the Spark type's Arrow type
 
 
