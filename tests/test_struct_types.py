@@ -34,9 +34,10 @@ from pyspark.sql.types import (
 from support.struct_values import from_json, same
 
 from connector_common.spark_versions import arrow_schema
+from postgres_cdc_source.catalog import ColumnInfo
 from postgres_cdc_source.struct_types import (
-    PgColumn,
     PgType,
+    TableStruct,
     column_type,
     struct_schema,
     typed_columns,
@@ -223,14 +224,16 @@ def test_timestamps_keep_their_instant() -> None:
     assert column_type(TYPES, 1114)[2]("2024-01-02 03:04:05") == datetime(2024, 1, 2, 3, 4, 5)
 
 
-def _table(*columns: tuple[str, int]) -> tuple[Any, ...]:
-    return typed_columns(TYPES, [PgColumn(n, oid, -1) for n, oid in columns])
+def _table(*columns: tuple[str, int], key: tuple[str, ...] = ("id",)) -> TableStruct:
+    return TableStruct(typed_columns(TYPES, [ColumnInfo(n, n, "", oid, n in key, False)
+                                             for n, oid in columns]), key)
 
 
 def test_tables_of_one_shape_share_a_struct() -> None:
-    schema = struct_schema({"public.a": _table(("id", 20), ("v", 25)),
-                            "public.b": _table(("id", 20), ("v", 1043))})  # both strings
-    assert schema == StructType([StructField("id", LongType()), StructField("v", StringType())])
+    row, key = struct_schema({"public.a": _table(("id", 20), ("v", 25)),
+                              "public.b": _table(("id", 20), ("v", 1043))})  # both strings
+    assert row == StructType([StructField("id", LongType()), StructField("v", StringType())])
+    assert key == StructType([StructField("id", LongType())])
 
 
 @pytest.mark.parametrize(("other", "message"), [
@@ -238,9 +241,12 @@ def test_tables_of_one_shape_share_a_struct() -> None:
     (_table(("key", 20), ("v", 25)), "column 1 is 'id' in the first, 'key' in the second"),
     (_table(("id", 20), ("v", 25), ("w", 16)), "the second has more columns: 'w'"),
     (_table(("id", 20)), "the first has more columns: 'v'"),
+    (_table(("id", 20), ("v", 25), key=("id", "v")),
+     r"the key is \('id'\) in the first, \('id', 'v'\) in the second"),
+    (_table(("id", 20), ("v", 25), key=()), r"the key is \('id'\) in the first, none"),
 ])
 def test_tables_of_other_shapes_are_refused_naming_both_and_the_difference(
-    other: tuple[Any, ...], message: str
+    other: TableStruct, message: str
 ) -> None:
     with pytest.raises(ValueError, match=f"public.a and public.b differ: {message}"):
         struct_schema({"public.a": _table(("id", 20), ("v", 25)), "public.b": other})
@@ -249,5 +255,3 @@ def test_tables_of_other_shapes_are_refused_naming_both_and_the_difference(
 def test_no_table_is_refused() -> None:
     with pytest.raises(ValueError, match="no table is captured"):
         struct_schema({})
-
-

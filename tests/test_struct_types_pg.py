@@ -36,12 +36,7 @@ from postgres_cdc_source.decoding import Change
 from postgres_cdc_source.decoding.pgoutput import PgOutputDecoder, pgoutput_options
 from postgres_cdc_source.decoding.text_format import TEST_DECODING_OPTIONS, TextFormatDecoder
 from postgres_cdc_source.lsn import parse_lsn
-from postgres_cdc_source.struct_types import (
-    COLUMNS_QUERY,
-    PgColumn,
-    load_types,
-    typed_columns,
-)
+from postgres_cdc_source.struct_types import struct_schema, table_struct
 from postgres_cdc_source.values import SESSION_SETTINGS
 
 pytestmark = [pytest.mark.services, pytest.mark.contrib]  # both decoders: test_decoding too
@@ -162,12 +157,16 @@ def test_every_listed_type_is_typed_and_equals_both_decoders_json(
     table: tuple[psycopg.Connection[Any], str],
 ) -> None:
     conn, schema = table
-    qualified = sql.Identifier(schema, "t").as_string(conn)
-    columns = [PgColumn(str(n), int(oid), int(typmod))
-               for n, oid, typmod in conn.execute(COLUMNS_QUERY, (qualified,)).fetchall()]
-    typed = typed_columns(load_types(conn, {c.type_oid for c in columns}), columns)
+    conn.execute(sql.SQL("ALTER TABLE {}.t ADD COLUMN g integer GENERATED ALWAYS AS (id + 1) "
+                         "STORED").format(sql.Identifier(schema)))  # not sent: not typed
+    found = table_struct(conn, schema, "t")
+    assert found is not None and found.key == ("id",)
+    typed = found.columns
     assert [(c.name, c.spark) for c in typed] == [("id", IntegerType())] + [
         (name, spark) for name, _, spark, _ in COLUMNS]
+    row, key = struct_schema({f"{schema}.t": found})
+    assert key.fieldNames() == ["id"] and row.fieldNames() == [c.name for c in typed]
+    assert table_struct(conn, schema, "gone") is None
 
     changes = _peek(conn, schema)
     texts = conn.execute(sql.SQL("SELECT {} FROM {}.t ORDER BY id").format(

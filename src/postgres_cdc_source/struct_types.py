@@ -1,7 +1,8 @@
 """Postgres column types as Spark types, and column text as typed values (``row_format=struct``).
 
-A column's Spark type comes from the catalog (:func:`load_types` reads ``pg_type`` for the
-table's column types, the base types of domains and the element types of arrays; the rules are
+A column's Spark type comes from the catalog (:func:`table_struct` reads the table's columns
+with :data:`~postgres_cdc_source.catalog.CATALOG_QUERY` and :func:`load_types` their
+``pg_type`` rows, the base types of domains and the element types of arrays; the rules are
 pure, in :func:`column_type`):
 
 ================================  =============================================================
@@ -64,28 +65,20 @@ from pyspark.sql.types import (
     TimestampType,
 )
 
+from postgres_cdc_source.catalog import ColumnInfo, table_info
 from postgres_cdc_source.values import parse_array
 
 __all__ = [
-    "COLUMNS_QUERY",
     "TYPES_QUERY",
-    "PgColumn",
     "PgType",
+    "TableStruct",
     "TypedColumn",
     "column_type",
     "load_types",
     "struct_schema",
+    "table_struct",
     "typed_columns",
 ]
-
-COLUMNS_QUERY = """\
-SELECT a.attname, a.atttypid::int8, a.atttypmod
-FROM pg_catalog.pg_attribute AS a
-WHERE a.attrelid = pg_catalog.to_regclass(%s) AND a.attnum > 0 AND NOT a.attisdropped
-  AND a.attgenerated = ''
-ORDER BY a.attnum"""
-"""A table's columns as the decoders deliver them (generated ones are not sent): parameter the
-table's name as SQL reads it (:func:`postgres_cdc_source.sql_names` quotes it)."""
 
 TYPES_QUERY = """\
 SELECT t.oid::int8, t.typname::text, t.typtype::text, t.typbasetype::int8, t.typtypmod,
@@ -93,14 +86,6 @@ SELECT t.oid::int8, t.typname::text, t.typtype::text, t.typbasetype::int8, t.typ
 FROM pg_catalog.pg_type AS t
 WHERE t.oid = ANY (%s)"""
 """``pg_type`` rows of the OIDs given (an ``int8[]`` parameter), for :class:`PgType`."""
-
-
-class PgColumn(NamedTuple):
-    """One column of a table: its name, type OID and type modifier (-1: none)."""
-
-    name: str
-    type_oid: int
-    typmod: int
 
 
 class PgType(NamedTuple):
@@ -122,6 +107,14 @@ class TypedColumn(NamedTuple):
     spark: DataType
     arrow: pa.DataType
     convert: Callable[[str], Any]
+
+
+class TableStruct(NamedTuple):
+    """A table's columns as the decoders deliver them (generated ones are not sent), typed,
+    and the names of its replica-identity columns (``key``), in column order."""
+
+    columns: tuple[TypedColumn, ...]
+    key: tuple[str, ...]
 
 
 # --- converters: output text -> the value Arrow stores for the Spark type -----------------------
@@ -287,29 +280,51 @@ def load_types(conn: psycopg.Connection[Any], oids: Iterable[int]) -> dict[int, 
     return types
 
 
-def typed_columns(types: Mapping[int, PgType], columns: Sequence[PgColumn]
+def typed_columns(types: Mapping[int, PgType], columns: Sequence[ColumnInfo]
                   ) -> tuple[TypedColumn, ...]:
     """Each column with its Spark and Arrow types and converter (:func:`column_type`)."""
     return tuple(TypedColumn(c.name, *column_type(types, c.type_oid, c.typmod))
                  for c in columns)
 
 
-def struct_schema(tables: Mapping[str, Sequence[TypedColumn]]) -> StructType:
-    """The struct of ``before``/``after`` for the tables named (``schema.table``): their
-    columns, which must be the same names with the same Spark types in the same order.
+def table_struct(conn: psycopg.Connection[Any], schema: str, table: str) -> TableStruct | None:
+    """The table's :class:`TableStruct` as the catalog describes it now (``None`` if it is
+    gone): run in a session with the peek sessions' settings."""
+    info = table_info(conn, schema, table)
+    if info is None:
+        return None
+    published = [c for c in info.columns if not c.generated]
+    types = load_types(conn, {c.type_oid for c in published})
+    return TableStruct(typed_columns(types, published),
+                       tuple(c.name for c in published if c.key))
+
+
+def struct_schema(tables: Mapping[str, TableStruct]) -> tuple[StructType, StructType]:
+    """The structs of ``before``/``after`` and of ``key`` for the tables named
+    (``schema.table``): their columns, which must be the same names with the same Spark types
+    in the same order, and the same key columns.
 
     Raises :class:`ValueError` naming two tables and their first difference otherwise.
     """
     if not tables:
         raise ValueError("no table is captured: row_format=struct needs one (include_tables)")
-    (first, columns), *others = tables.items()
-    shape = [(c.name, c.spark) for c in columns]
+    (first, ours), *others = tables.items()
+    shape = [(c.name, c.spark) for c in ours.columns]
     for name, other in others:
-        theirs = [(c.name, c.spark) for c in other]
+        theirs = [(c.name, c.spark) for c in other.columns]
         if theirs != shape:
             raise ValueError(f"row_format=struct needs tables of one shape, but {first} and "
                              f"{name} differ: {_difference(shape, theirs)}")
-    return StructType([StructField(n, t) for n, t in shape])
+        if other.key != ours.key:
+            raise ValueError(f"row_format=struct needs tables of one shape, but {first} and "
+                             f"{name} differ: the key is {_names(ours.key)} in the first, "
+                             f"{_names(other.key)} in the second")
+    row = StructType([StructField(n, t) for n, t in shape])
+    return row, StructType([row[n] for n in ours.key])
+
+
+def _names(names: Sequence[str]) -> str:
+    return f"({', '.join(map(repr, names))})" if names else "none"
 
 
 def _difference(ours: list[tuple[str, DataType]], theirs: list[tuple[str, DataType]]) -> str:
