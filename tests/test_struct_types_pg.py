@@ -30,12 +30,12 @@ from pyspark.sql.types import (
 )
 from support.struct_values import from_json, same
 
+from connector_common.lsn import parse_lsn
 from iggy_spark_testing.harness import LocalPostgres
 from postgres_cdc_source.catalog import CATALOG_QUERY, table_info_from_rows
 from postgres_cdc_source.decoding import Change
 from postgres_cdc_source.decoding.pgoutput import PgOutputDecoder, pgoutput_options
 from postgres_cdc_source.decoding.text_format import TEST_DECODING_OPTIONS, TextFormatDecoder
-from postgres_cdc_source.lsn import parse_lsn
 from postgres_cdc_source.struct_types import struct_schema, table_struct
 from postgres_cdc_source.values import SESSION_SETTINGS
 

@@ -10,12 +10,14 @@ detail that says what to fix.
 from __future__ import annotations
 
 from connector_common.errors import ConnectorError, OptionError
+from connector_common.lsn import format_lsn
 
 __all__ = [
     "BackfillRefused",
     "CdcError",
     "ConfigError",
     "DecodeError",
+    "SchemaChangedError",
     "SlotError",
     "SlotLostError",
     "SourceError",
@@ -129,3 +131,24 @@ class BackfillRefused(CdcError, ValueError):
 
     def _message(self) -> str:
         return self.message
+
+
+class SchemaChangedError(CdcError):
+    """A ``row_format=struct`` query met a change of a table whose columns are no longer the
+    ones its struct was fixed with when it started (``table``: ``schema.table``; ``difference``:
+    the columns added, dropped or of another type)."""
+
+    def __init__(self, table: str, difference: str, lsn: int | None = None) -> None:
+        super().__init__(table, difference, lsn)
+        self.table = table
+        self.difference = difference
+        self.lsn = lsn
+
+    def _message(self) -> str:
+        where = "" if self.lsn is None else f" at LSN {format_lsn(self.lsn)}"
+        return (f"pg_cdc row_format=struct: table {self.table} changed{where}: "
+                f"{self.difference}. The query stops: its before/after/key struct was fixed "
+                "from the catalog when it started (schema_evolution=fail). Restarting on the "
+                "same checkpoint fails here again; restart with a new checkpoint (the slot "
+                "resumes at the last committed batch, and the new query takes the table's "
+                "current columns) or use row_format=json, which carries any columns")

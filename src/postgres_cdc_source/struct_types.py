@@ -65,16 +65,21 @@ from pyspark.sql.types import (
     TimestampType,
 )
 
+from connector_common.change_rows import typed_schemas
 from postgres_cdc_source.catalog import ColumnInfo, table_info
+from postgres_cdc_source.decoding.changes import RowShape
+from postgres_cdc_source.errors import ConfigError, SchemaChangedError
 from postgres_cdc_source.values import parse_array
 
 __all__ = [
     "TYPES_QUERY",
     "PgType",
+    "StructRows",
     "TableStruct",
     "TypedColumn",
     "column_type",
     "load_types",
+    "struct_rows",
     "struct_schema",
     "table_struct",
     "typed_columns",
@@ -101,12 +106,15 @@ class PgType(NamedTuple):
 
 
 class TypedColumn(NamedTuple):
-    """A column's Spark and Arrow types, and the converter of its output text."""
+    """A column's Spark and Arrow types, the converter of its output text, and its Postgres
+    type as pgoutput (OID) and test_decoding (``format_type`` name) name it."""
 
     name: str
     spark: DataType
     arrow: pa.DataType
     convert: Callable[[str], Any]
+    type_oid: int = 0
+    type_name: str = ""
 
 
 class TableStruct(NamedTuple):
@@ -283,8 +291,8 @@ def load_types(conn: psycopg.Connection[Any], oids: Iterable[int]) -> dict[int, 
 def typed_columns(types: Mapping[int, PgType], columns: Sequence[ColumnInfo]
                   ) -> tuple[TypedColumn, ...]:
     """Each column with its Spark and Arrow types and converter (:func:`column_type`)."""
-    return tuple(TypedColumn(c.name, *column_type(types, c.type_oid, c.typmod))
-                 for c in columns)
+    return tuple(TypedColumn(c.name, *column_type(types, c.type_oid, c.typmod), c.type_oid,
+                             c.type_name) for c in columns)
 
 
 def table_struct(conn: psycopg.Connection[Any], schema: str, table: str) -> TableStruct | None:
@@ -337,3 +345,119 @@ def _difference(ours: list[tuple[str, DataType]], theirs: list[tuple[str, DataTy
     longer, extra = (ours, "first") if len(ours) > len(theirs) else (theirs, "second")
     return (f"the {extra} has more columns: "
             f"{', '.join(repr(n) for n, _ in longer[min(len(ours), len(theirs)):])}")
+
+
+# --- the query's structs ----------------------------------------------------------------------
+
+_TABLES = """\
+SELECT n.nspname::text, c.relname::text FROM pg_catalog.pg_class AS c
+JOIN pg_catalog.pg_namespace AS n ON n.oid = c.relnamespace
+WHERE c.relkind = 'r' AND c.relpersistence = 'p' AND n.nspname <> 'information_schema'
+  AND n.nspname !~ '^pg_'
+ORDER BY 1, 2"""
+
+
+def _as_is(image: dict[str, Any]) -> dict[str, Any]:
+    return image
+
+
+class StructRows(NamedTuple):
+    """What a ``row_format=struct`` query fixed when it started: its tables' typed columns
+    (``schema.table``), the struct of ``before``/``after`` and of ``key``, as Spark and Arrow
+    types. Picklable: the reader takes it to the executors."""
+
+    tables: Mapping[str, TableStruct]
+    row: StructType
+    key: StructType
+    row_arrow: pa.StructType
+    key_arrow: pa.StructType
+
+    @classmethod
+    def of(cls, tables: Mapping[str, TableStruct]) -> StructRows:
+        """The structs of ``tables`` (``schema.table``), which must be of one shape
+        (:func:`struct_schema`, whose :class:`ValueError` says how they differ)."""
+        row, key = struct_schema(tables)
+        arrow = {c.name: c.arrow for c in next(iter(tables.values())).columns}
+        return cls(dict(tables), row, key,
+                   pa.struct([pa.field(n, arrow[n]) for n in row.names]),
+                   pa.struct([pa.field(n, arrow[n]) for n in key.names]))
+
+    def schemas(self) -> tuple[StructType, pa.Schema]:
+        """The change rows' Spark and Arrow schemas with these structs."""
+        return typed_schemas(self.row, self.key, self.row_arrow, self.key_arrow)
+
+    def retyped(self, shape: RowShape, *, whole: bool = True,
+                types: Sequence[int | str] | None = None) -> RowShape:
+        """``shape`` (as a decoder or reader built it for the JSON mode) with the converters
+        of the columns this query started with, its row images dicts of typed values: the one
+        place a change's values become typed.
+
+        ``whole``: ``shape`` has every column of the table (not an old key's columns);
+        ``types``: the columns' type OIDs (pgoutput) or names (test_decoding), when known.
+        A table that is not the query's, or whose columns differ, gets a shape that raises
+        :class:`SchemaChangedError` at its first change, so the changes before it go out.
+        """
+        name = f"{shape.schema}.{shape.table}"
+        table = self.tables.get(name)
+        if table is None:
+            return _changed(shape, SchemaChangedError(
+                name, "the table was not captured when the query started (it is new, or "
+                "include_tables/exclude_tables now cover it)"))
+        columns = {c.name: c for c in table.columns}
+        difference = _column_difference(table, shape.names, whole, types)
+        if difference is not None:
+            return _changed(shape, SchemaChangedError(name, difference))
+        return RowShape(shape.schema, shape.table, shape.names,
+                        [columns[n].convert for n in shape.names], shape.key, shape.keep,
+                        _as_is)
+
+
+def _changed(shape: RowShape, error: SchemaChangedError) -> RowShape:
+    return RowShape(shape.schema, shape.table, shape.names, shape.converters, shape.key,
+                    shape.keep, _as_is, error)
+
+
+def _column_difference(table: TableStruct, names: Sequence[str], whole: bool,
+                       types: Sequence[int | str] | None) -> str | None:
+    """What differs between the columns a query started with and ``names`` (``types``),
+    ``None`` if nothing does."""
+    started = {c.name: c for c in table.columns}
+    added = [n for n in names if n not in started]
+    dropped = [c.name for c in table.columns if c.name not in names] if whole else []
+    changed = []
+    for i, n in enumerate(names):
+        column = started.get(n)
+        if column is None or types is None:
+            continue
+        now = types[i]
+        was = column.type_oid if isinstance(now, int) else column.type_name
+        if was and now != was:
+            changed.append(f"{n!r} ({was} when the query started, {now} now)")
+    parts = []
+    if added:
+        parts.append(f"column{'s' if len(added) > 1 else ''} added: "
+                     f"{', '.join(map(repr, added))}")
+    if dropped:
+        parts.append(f"column{'s' if len(dropped) > 1 else ''} dropped: "
+                     f"{', '.join(map(repr, dropped))}")
+    if changed:
+        parts.append(f"type changed: {', '.join(changed)}")
+    return "; ".join(parts) or None
+
+
+def struct_rows(conn: psycopg.Connection[Any], keeps: Callable[[str, str], bool]
+                ) -> StructRows:
+    """The :class:`StructRows` of the tables ``keeps`` (the include/exclude rules) covers, as
+    the catalog describes them now; :class:`ConfigError` (option ``row_format``) when there
+    are none or they differ (:func:`struct_schema`)."""
+    tables: dict[str, TableStruct] = {}
+    for schema, table in conn.execute(_TABLES).fetchall():
+        if keeps(schema, table):
+            typed = table_struct(conn, schema, table)
+            if typed is not None:
+                tables[f"{schema}.{table}"] = typed
+    try:
+        return StructRows.of(tables)
+    except ValueError as exc:
+        raise ConfigError("row_format", f"struct: {exc} (include_tables picks the tables)"
+                          ) from None

@@ -32,12 +32,13 @@ import logging
 from collections.abc import Generator, Iterator, Sequence
 from contextlib import contextmanager
 from dataclasses import dataclass
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 import psycopg
 import pyarrow as pa
 from pyspark.sql.datasource import DataSourceStreamReader, InputPartition
 
+from connector_common.change_rows import ARROW_SCHEMA
 from connector_common.lsn import format_lsn
 from connector_common.spark_versions import (
     BatchStarts,
@@ -59,6 +60,9 @@ from postgres_cdc_source.stream import reselect, splitting
 from postgres_cdc_source.stream.coordinator import Coordinator
 from postgres_cdc_source.stream.offset import PENDING, StreamOffset
 from postgres_cdc_source.stream.ranges import RangePlanner
+
+if TYPE_CHECKING:
+    from postgres_cdc_source.struct_types import StructRows
 
 __all__ = ["CdcPartition", "PgCdcStreamReader"]
 
@@ -84,12 +88,14 @@ class CdcPartition(InputPartition):
 
 
 class PgCdcStreamReader(DataSourceStreamReader, SupportsTriggerAvailableNow):
-    """Reads a logical replication slot as a stream of micro-batches bounded by LSNs."""
+    """Reads a logical replication slot as a stream of micro-batches bounded by LSNs; with
+    ``typed`` (``row_format=struct``, fixed when the query started) rows carry its structs."""
 
-    def __init__(self, options: CdcOptions) -> None:
+    def __init__(self, options: CdcOptions, typed: StructRows | None = None) -> None:
         self.options = options
+        self.typed = typed
         self._ranges = RangePlanner(options)
-        self._phases = Coordinator(options, self._ranges)
+        self._phases = Coordinator(options, self._ranges, typed)
         self._commit_failures = 0
         self._starts = BatchStarts()
 
@@ -209,34 +215,39 @@ class PgCdcStreamReader(DataSourceStreamReader, SupportsTriggerAvailableNow):
         (or read one snapshot chunk)."""
         if isinstance(partition, snapshot.SnapshotPartition):
             yield from riding_out_restarts(
-                lambda: snapshot.read_chunk(self.options, partition), self.options,
+                lambda: snapshot.read_chunk(self.options, partition, self.typed), self.options,
                 repeatable=False,
             )
             return
         assert isinstance(partition, CdcPartition)
         # a chunk's rows are read anew each time: not the same rows, so never skipped by count
         yield from riding_out_restarts(
-            lambda: _peeked(self.options, partition), self.options,
+            lambda: _peeked(self.options, partition, self.typed), self.options,
             repeatable=partition.backfill is None,
         )
 
 
-def _peeked(options: CdcOptions, partition: CdcPartition) -> Generator[pa.RecordBatch, None, None]:
+def _peeked(
+    options: CdcOptions, partition: CdcPartition, typed: StructRows | None = None
+) -> Generator[pa.RecordBatch, None, None]:
     """The batch's rows: the slot (or a temporary copy) put at the partition's start and
-    peeked to its end, which gives the same rows however often it is done."""
+    peeked to its end, which gives the same rows however often it is done. With ``typed``,
+    unchanged TOAST values are not reselected (the docs list it as not supported yet)."""
     conn = connect_with_retry(options, autocommit=False)
     try:
         rows = peeking.peek_range(conn, options, partition.start, partition.end,
                                   partition.copy_from)
-        decoder = make_decoder(options, conn, is_marker if partition.backfill else None)
+        decoder = make_decoder(options, conn, is_marker if partition.backfill else None, typed)
         events = decoder.events(rows)
-        txns = reselect.complete(transactions(events, options.spill_rows), options,
-                                 partition.reselect_until)
+        txns = transactions(events, options.spill_rows)
+        if typed is None:
+            txns = reselect.complete(txns, options, partition.reselect_until)
+        schema = ARROW_SCHEMA if typed is None else typed.schemas()[1]
         with _collector_paused():
             if partition.backfill is not None:
-                yield from spliced(txns, partition.backfill, options, Router(options))
+                yield from spliced(txns, partition.backfill, options, Router(options), typed)
             else:
-                yield from record_batches(txns, Router(options), options.batch_rows)
+                yield from record_batches(txns, Router(options), options.batch_rows, schema)
     finally:
         conn.close()
 
