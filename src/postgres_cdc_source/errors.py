@@ -147,8 +147,9 @@ class SchemaChangedError(CdcError):
     def _message(self) -> str:
         where = "" if self.lsn is None else f" at LSN {format_lsn(self.lsn)}"
         return (f"pg_cdc row_format=struct: table {self.table} changed{where}: "
-                f"{self.difference}. The query stops: its before/after/key struct was fixed "
-                "from the catalog when it started (schema_evolution=fail). Restarting on the "
-                "same checkpoint fails here again; restart with a new checkpoint (the slot "
-                "resumes at the last committed batch, and the new query takes the table's "
-                "current columns) or use row_format=json, which carries any columns")
+                f"{self.difference}. The query stops after every change committed before "
+                "this one: its before/after/key structs were fixed from the catalog when it "
+                "started. A restart (on this checkpoint, or on a new one with the same slot) "
+                "reads the table's columns anew and goes on with this change, nothing lost or "
+                "delivered twice, in rows of the new struct: make sure what consumes them "
+                "takes it (a table's schema, a MERGE). row_format=json carries any columns")
