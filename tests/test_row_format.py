@@ -22,7 +22,13 @@ from postgres_cdc_source.decoding.text_format import TextFormatDecoder
 from postgres_cdc_source.destination_columns import Router
 from postgres_cdc_source.errors import ConfigError, SchemaChangedError
 from postgres_cdc_source.options import CdcOptions
-from postgres_cdc_source.struct_types import PgType, StructRows, TableStruct, typed_columns
+from postgres_cdc_source.struct_types import (
+    PgType,
+    StructRows,
+    TableStruct,
+    checkpoint_difference,
+    typed_columns,
+)
 from postgres_cdc_source.values import builtin_types
 
 CDC = {"dsn": "dbname=x", "slot": "s"}
@@ -115,7 +121,7 @@ def test_a_changed_table_fails_at_its_first_change_after_the_changes_before_it()
     next(events)  # begin
     with pytest.raises(SchemaChangedError, match=r"table shop\.orders changed: column added: "
                        r"'extra'\. The query stops after every change committed before this one.*"
-                       "A restart") as failed:
+                       "Restart on a new checkpoint with the same slot") as failed:
         next(events)
     assert failed.value.table == "shop.orders"
 
@@ -163,3 +169,46 @@ def test_the_pipeline_takes_json_rows_only() -> None:
     with pytest.raises(ConfigError, match="option 'row_format': 'struct': the pipeline routes"):
         start_pipeline(object(), dsn="dbname=x", slot="s", url="iggy://x",  # type: ignore[arg-type]
                        checkpoint="/c", source={"ROW_FORMAT": "struct"})
+
+
+def test_schema_evolution_needs_struct() -> None:
+    assert CdcOptions.from_options({**CDC, "row_format": "struct"}).schema_evolution == "fail"
+    with pytest.raises(ConfigError, match="'schema_evolution': only applies with row_format"):
+        CdcOptions.from_options({**CDC, "schema_evolution": "add_columns"})
+
+
+def _widened(*columns: ColumnInfo) -> StructRows:
+    info = (*INFO.columns, *columns)
+    return StructRows.of({"shop.orders": TableStruct(typed_columns(TYPES, info), ("id",))})
+
+
+EXTRA = ColumnInfo("extra", "extra", "integer", INT4, False, False)
+
+
+def test_a_checkpoint_of_the_same_structs_goes_on() -> None:
+    assert checkpoint_difference(TYPED.stamp(), TYPED, "fail") is None
+    assert checkpoint_difference(None, None, "fail") is None  # the JSON mode's
+
+
+def test_fail_refuses_other_structs_naming_the_difference() -> None:
+    problem = checkpoint_difference(TYPED.stamp(), _widened(EXTRA), "fail")
+    assert problem is not None
+    assert problem.startswith("the tables' columns differ from the structs this checkpoint "
+                              "was written with: columns added: 'extra'. restart with "
+                              "schema_evolution=add_columns")
+
+
+def test_add_columns_takes_added_columns_only() -> None:
+    assert checkpoint_difference(TYPED.stamp(), _widened(EXTRA), "add_columns") is None
+    dropped = StructRows.of({"shop.orders": TableStruct(
+        typed_columns(TYPES, INFO.columns[:3]), ("id",))})
+    problem = checkpoint_difference(TYPED.stamp(), dropped, "add_columns")
+    assert problem is not None and "columns dropped: 'at'" in problem
+    assert "add_columns takes columns added at the end only" in problem
+
+
+def test_a_checkpoint_of_the_other_row_format_is_refused() -> None:
+    assert "row_format=json query, this one is row_format=struct" in str(
+        checkpoint_difference(None, TYPED, "add_columns"))
+    assert "row_format=struct query, this one is row_format=json" in str(
+        checkpoint_difference(TYPED.stamp(), None, "fail"))

@@ -149,7 +149,8 @@ class SchemaChangedError(CdcError):
         return (f"pg_cdc row_format=struct: table {self.table} changed{where}: "
                 f"{self.difference}. The query stops after every change committed before "
                 "this one: its before/after/key structs were fixed from the catalog when it "
-                "started. A restart (on this checkpoint, or on a new one with the same slot) "
-                "reads the table's columns anew and goes on with this change, nothing lost or "
-                "delivered twice, in rows of the new struct: make sure what consumes them "
-                "takes it (a table's schema, a MERGE). row_format=json carries any columns")
+                "started. Restart on a new checkpoint with the same slot: it goes on with this "
+                "change, nothing lost or delivered twice, in rows of the table's columns now "
+                "(make sure what consumes them takes them: a table's schema, a MERGE); on "
+                "this checkpoint, schema_evolution=add_columns takes added columns. "
+                "row_format=json carries any columns")

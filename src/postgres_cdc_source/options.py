@@ -29,6 +29,7 @@ __all__ = [
     "PLUGINS",
     "REQUEST_PREFIX",
     "ROW_FORMATS",
+    "SCHEMA_EVOLUTION",
     "SNAPSHOT_MODES",
     "CdcOptions",
     "PollingOptions",
@@ -42,6 +43,7 @@ MODES = ("cdc", "polling")
 SNAPSHOT_MODES = ("never", "initial")
 ON_SLOT_LOST = ("fail", "resnapshot")
 ROW_FORMATS = ("json", "struct", "variant")
+SCHEMA_EVOLUTION = ("fail", "add_columns")
 
 MARKER_PREFIX = "pg_cdc.backfill.chunk"
 """Prefix of the logical messages a query writes to place a backfill chunk in its stream; never
@@ -176,6 +178,9 @@ class CdcOptions:
     row_format: str = "json"
     """``json``: ``key``/``before``/``after`` as JSON text; ``struct``: as structs of the
     captured tables' columns (:mod:`postgres_cdc_source.struct_types`)."""
+    schema_evolution: str = "fail"
+    """``row_format=struct``: what a restart on a checkpoint written with other structs does
+    (:func:`postgres_cdc_source.struct_types.checkpoint_difference`)."""
 
     @property
     def safe_dsn(self) -> str:
@@ -267,6 +272,7 @@ class CdcOptions:
             backfill_chunk_rows=_parse(opts, "backfill_chunk_rows", _positive_int),
             all_tables_publication=_all_tables(opts, given, plugin),
             row_format=_row_format(opts, given),
+            schema_evolution=_schema_evolution(opts, given),
         )
 
 
@@ -297,6 +303,12 @@ def _row_format(opts: Options, given: Options) -> str:
             if option in given:
                 raise ConfigError(option, f"not supported with row_format=struct ({why})")
     return row_format
+
+
+def _schema_evolution(opts: Options, given: Options) -> str:
+    if "schema_evolution" in given and opts.get("row_format") != "struct":
+        raise ConfigError("schema_evolution", "only applies with row_format=struct")
+    return _parse(opts, "schema_evolution", _choice(SCHEMA_EVOLUTION))
 
 
 def _mode(given: Options) -> str:

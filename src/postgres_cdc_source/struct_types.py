@@ -77,6 +77,7 @@ __all__ = [
     "StructRows",
     "TableStruct",
     "TypedColumn",
+    "checkpoint_difference",
     "column_type",
     "load_types",
     "struct_rows",
@@ -410,6 +411,50 @@ class StructRows(NamedTuple):
         return RowShape(shape.schema, shape.table, shape.names,
                         [columns[n].convert for n in shape.names], shape.key, shape.keep,
                         _as_is)
+
+
+    def stamp(self) -> dict[str, Any]:
+        """The structs as JSON, for the query's offsets: :func:`checkpoint_difference` reads
+        them back when the query restarts."""
+        return {"row": self.row.jsonValue(), "key": self.key.jsonValue()}
+
+
+def checkpoint_difference(written: Mapping[str, Any] | None, typed: StructRows | None,
+                          evolution: str) -> str | None:
+    """Why a query restarted on a checkpoint whose offsets carry ``written``
+    (:meth:`StructRows.stamp`; ``None``: a ``row_format=json`` query's) cannot go on with
+    ``typed`` under ``schema_evolution=evolution``; ``None`` if it can."""
+    if written is None and typed is None:
+        return None
+    if written is None or typed is None:
+        was, now = ("json", "struct") if written is None else ("struct", "json")
+        return (f"the checkpoint was written by a row_format={was} query, this one is "
+                f"row_format={now}: start it on a new checkpoint")
+    row, key = StructType.fromJson(written["row"]), StructType.fromJson(written["key"])
+    if row == typed.row and key == typed.key:
+        return None
+    was_types = {f.name: f.dataType for f in row.fields}
+    now_types = {f.name: f.dataType for f in typed.row.fields}
+    added = [n for n in now_types if n not in was_types]
+    dropped = [n for n in was_types if n not in now_types]
+    retyped = [f"{n!r} ({t.simpleString()} in the checkpoint, "
+               f"{now_types[n].simpleString()} now)"
+               for n, t in was_types.items() if n in now_types and now_types[n] != t]
+    parts = ([f"columns added: {', '.join(map(repr, added))}"] if added else []) + (
+        [f"columns dropped: {', '.join(map(repr, dropped))}"] if dropped else []) + (
+        [f"type changed: {', '.join(retyped)}"] if retyped else []) + (
+        [f"the key is {key.simpleString()} in the checkpoint, {typed.key.simpleString()} now"]
+        if key != typed.key else [])
+    difference = "; ".join(parts) or "the columns are in another order"
+    if evolution == "add_columns" and row.fields == typed.row.fields[:len(row.fields)] and (
+            key == typed.key):
+        return None
+    fix = ("schema_evolution=add_columns takes columns added at the end only"
+           if evolution == "add_columns" else
+           "restart with schema_evolution=add_columns if columns were only added")
+    return (f"the tables' columns differ from the structs this checkpoint was written with: "
+            f"{difference}. {fix}, or on a new checkpoint with the same slot (it goes on from "
+            "the last delivered change with the columns as they are now)")
 
 
 def _changed(shape: RowShape, error: SchemaChangedError) -> RowShape:

@@ -53,6 +53,7 @@ from postgres_cdc_source.backfill.splice import ChunkRead, is_marker, spliced
 from postgres_cdc_source.connections import connect_with_retry, riding_out_restarts
 from postgres_cdc_source.decoding.factory import make_decoder
 from postgres_cdc_source.destination_columns import Router
+from postgres_cdc_source.errors import ConfigError
 from postgres_cdc_source.health import SourceHealth, TableBackfill
 from postgres_cdc_source.options import CdcOptions
 from postgres_cdc_source.replication import diagnostics, peeking, positions
@@ -60,6 +61,7 @@ from postgres_cdc_source.stream import reselect, splitting
 from postgres_cdc_source.stream.coordinator import Coordinator
 from postgres_cdc_source.stream.offset import PENDING, StreamOffset
 from postgres_cdc_source.stream.ranges import RangePlanner
+from postgres_cdc_source.struct_types import checkpoint_difference
 
 if TYPE_CHECKING:
     from postgres_cdc_source.struct_types import StructRows
@@ -104,7 +106,19 @@ class PgCdcStreamReader(DataSourceStreamReader, SupportsTriggerAvailableNow):
     def initialOffset(self) -> dict[str, Any]:
         """Where a new query starts: the slot's confirmed position (created if allowed), or with
         ``snapshot=initial`` the start of a snapshot of the tables at that position."""
-        return self._phases.initial().to_json()
+        return self._stamped(self._phases.initial().to_json())
+
+    def _stamped(self, offset: dict[str, Any]) -> dict[str, Any]:
+        """``offset`` with ``row_format=struct``'s structs (the JSON mode's as it is)."""
+        return offset if self.typed is None else {**offset, "struct": self.typed.stamp()}
+
+    def _check_structs(self, offset: dict[str, Any]) -> None:
+        """Refuse to go on from a checkpoint's offset written with other structs, unless
+        ``schema_evolution`` takes the difference."""
+        problem = checkpoint_difference(offset.get("struct"), self.typed,
+                                        self.options.schema_evolution)
+        if problem is not None:
+            raise ConfigError("schema_evolution", f"{self.options.schema_evolution}: {problem}")
 
     def getDefaultReadLimit(self) -> ReadLimit:
         if self.options.max_bytes_per_trigger is None:
@@ -146,12 +160,15 @@ class PgCdcStreamReader(DataSourceStreamReader, SupportsTriggerAvailableNow):
         """The end of the next batch. Spark 4.0/4.1 pass neither argument: the batch starts
         where the last one planned ended, and ``max_bytes_per_trigger`` caps it."""
         begin = self._starts.start(start, self.initialOffset)
+        self._check_structs(begin)
         limit = self.getDefaultReadLimit() if limit is None else limit
         max_bytes = limit.max_bytes if isinstance(limit, ReadMaxBytes) else None
-        return self._phases.next_end(StreamOffset.from_json(begin), max_bytes).to_json()
+        return self._stamped(
+            self._phases.next_end(StreamOffset.from_json(begin), max_bytes).to_json())
 
     def partitions(self, start: dict[str, Any], end: dict[str, Any]) -> Sequence[InputPartition]:
         self._starts.planned(end)
+        self._check_structs(start)
         if start == end:  # an empty range: Spark 4.0/4.1 ask for one when a query restarts
             return []
         return self._partitions(StreamOffset.from_json(start), StreamOffset.from_json(end))
