@@ -63,19 +63,6 @@ def table(pg: LocalPostgres, name: str) -> Iterator[sql.Composable]:
                          "WHERE slot_name = %s", (slot,))
 
 
-def _start(spark: SparkSession, pg: LocalPostgres, name: str, plugin: str, row_format: str,
-           tmp_path: Path) -> Any:
-    reader = spark.readStream.format("pg_cdc").options(
-        dsn=pg.dsn, slot=f"{name}_{row_format}", plugin=plugin, snapshot="initial",
-        include_tables=f"{name}\\.t", row_format=row_format)
-    return (reader.load().writeStream.format("memory").queryName(f"{name}_{row_format}")
-            .option("checkpointLocation", str(tmp_path / row_format)).start())
-
-
-def _rows(spark: SparkSession, query_name: str) -> list[Row]:
-    return spark.table(query_name).orderBy("position", "id").collect()
-
-
 def _equal(spark_type: DataType, typed: Any, json_value: Any) -> bool:
     """A struct field's value equals the JSON mode's, parsed, as that type."""
     if json_value is None or typed is None:
@@ -104,26 +91,50 @@ def _check_image(struct: StructType, typed: Row | None, text: str | None,
             field.name, values[field.name], parsed.get(field.name))
 
 
+def _collecting(spark: SparkSession, pg: LocalPostgres, name: str, plugin: str,
+               checkpoint: Path, into: list[Row], *, row_format: str = "struct",
+               large: list[Row] | None = None, **options: str) -> Any:
+    """A query whose batches are appended to ``into`` in stream order (``foreachBatch``, on
+    the driver; ``large``: those ``after.amount > 100`` picks), which survives restarts on its
+    checkpoint, unlike the memory sink's table."""
+    def append(batch: Any, _batch_id: int) -> None:
+        into.extend(batch.orderBy("position", "id").collect())
+        if large is not None:
+            large.extend(batch.where("after.amount > 100").collect())
+
+    reader = spark.readStream.format("pg_cdc").options(
+        dsn=pg.dsn, slot=f"{name}_{row_format}", plugin=plugin, snapshot="initial",
+        include_tables=f"{name}\\.t", row_format=row_format, **options)
+    return (reader.load().writeStream.foreachBatch(append)
+            .option("checkpointLocation", str(checkpoint)).start())
+
+
+def _run(query: Any) -> None:
+    try:
+        query.processAllAvailable()
+        assert query.exception() is None
+    finally:
+        query.stop()
+
+
 @pytest.mark.pg_versions(15, 16)
 @pytest.mark.parametrize("plugin", ["pgoutput", "test_decoding"])
 def test_struct_rows_are_typed_and_equal_the_json_modes(
     spark: SparkSession, pg: LocalPostgres, name: str, table: sql.Composable, plugin: str,
     tmp_path: Path,
 ) -> None:
-    queries = [_start(spark, pg, name, plugin, f, tmp_path) for f in ("struct", "json")]
-    try:
-        for query in queries:
-            query.processAllAvailable()  # the snapshot
-        with psycopg.connect(pg.dsn, autocommit=True) as conn:
-            _changes(conn, table)
-        for query in queries:
-            query.processAllAvailable()
-            assert query.exception() is None
-    finally:
-        for query in queries:
-            query.stop()
-    typed, json = _rows(spark, f"{name}_struct"), _rows(spark, f"{name}_json")
-    schema = spark.table(f"{name}_struct").schema
+    typed: list[Row] = []
+    json: list[Row] = []
+    large: list[Row] = []
+    for run in range(2):  # the snapshot, then the changes; one query at a time
+        if run:
+            with psycopg.connect(pg.dsn, autocommit=True) as conn:
+                _changes(conn, table)
+        _run(_collecting(spark, pg, name, plugin, tmp_path / "struct", typed, large=large))
+        _run(_collecting(spark, pg, name, plugin, tmp_path / "json", json, row_format="json"))
+    schema = spark.readStream.format("pg_cdc").options(  # load() reads the catalog
+        dsn=pg.dsn, slot=f"{name}_struct", plugin=plugin, include_tables=f"{name}\\.t",
+        row_format="struct").load().schema
     row_type = schema["after"].dataType
     assert isinstance(row_type, StructType)
     assert [f.name for f in row_type.fields] == [
@@ -132,6 +143,7 @@ def test_struct_rows_are_typed_and_equal_the_json_modes(
     assert row_type["amount"].dataType.simpleString() == "decimal(10,2)"
     assert [r.op for r in typed] == ["read"] * 3 + ["insert", "insert", "update", "update",
                                                     "delete"]
+
     def same_change(r: Row) -> tuple[Any, ...]:  # a snapshot row's id names its slot's point
         return (r.id if r.op != "read" else None, r.op, r.unchanged)
 
@@ -141,23 +153,8 @@ def test_struct_rows_are_typed_and_equal_the_json_modes(
         _check_image(row_type, s.after, j.after, s.unchanged)
         _check_image(row_type, s.before, j.before, s.unchanged)
         _check_image(schema["key"].dataType, s.key, j.key, [])
-    paid = spark.table(f"{name}_struct").where("after.amount > 100")
-    assert sorted((r.op, r.after.id) for r in paid.collect()) == [
+    assert sorted((r.op, r.after.id) for r in large) == [
         ("insert", 10), ("read", 1), ("read", 2), ("read", 3), ("update", 1), ("update", 2)]
-
-
-def _collecting(spark: SparkSession, pg: LocalPostgres, name: str, plugin: str,
-               checkpoint: Path, into: list[Row], **options: str) -> Any:
-    """A struct query whose batches are appended to ``into`` (``foreachBatch``, on the
-    driver): it survives a restart on its checkpoint, unlike the memory sink's table."""
-    def append(batch: Any, _batch_id: int) -> None:
-        into.extend(batch.orderBy("position").collect())
-
-    reader = spark.readStream.format("pg_cdc").options(
-        dsn=pg.dsn, slot=f"{name}_struct", plugin=plugin, snapshot="initial",
-        include_tables=f"{name}\\.t", row_format="struct", **options)
-    return (reader.load().writeStream.foreachBatch(append)
-            .option("checkpointLocation", str(checkpoint)).start())
 
 
 @pytest.mark.parametrize("plugin", ["pgoutput", "test_decoding"])

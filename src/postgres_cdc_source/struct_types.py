@@ -77,6 +77,7 @@ __all__ = [
     "StructRows",
     "TableStruct",
     "TypedColumn",
+    "captured_now",
     "checkpoint_difference",
     "column_type",
     "load_types",
@@ -490,17 +491,23 @@ def _column_difference(table: TableStruct, names: Sequence[str], whole: bool,
     return "; ".join(parts) or None
 
 
+def captured_now(conn: psycopg.Connection[Any], keeps: Callable[[str, str], bool]
+                 ) -> list[tuple[str, str]]:
+    """The tables ``keeps`` (the include/exclude rules) covers now, in name order."""
+    return [(str(schema), str(table)) for schema, table in conn.execute(_TABLES).fetchall()
+            if keeps(str(schema), str(table))]
+
+
 def struct_rows(conn: psycopg.Connection[Any], keeps: Callable[[str, str], bool]
                 ) -> StructRows:
     """The :class:`StructRows` of the tables ``keeps`` (the include/exclude rules) covers, as
     the catalog describes them now; :class:`ConfigError` (option ``row_format``) when there
     are none or they differ (:func:`struct_schema`)."""
     tables: dict[str, TableStruct] = {}
-    for schema, table in conn.execute(_TABLES).fetchall():
-        if keeps(schema, table):
-            typed = table_struct(conn, schema, table)
-            if typed is not None:
-                tables[f"{schema}.{table}"] = typed
+    for schema, table in captured_now(conn, keeps):
+        typed = table_struct(conn, schema, table)
+        if typed is not None:
+            tables[f"{schema}.{table}"] = typed
     try:
         return StructRows.of(tables)
     except ValueError as exc:

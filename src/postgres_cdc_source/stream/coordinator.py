@@ -160,7 +160,7 @@ class Coordinator:
             return self._resnapshot(lost)
         typed = self.typed
         if typed is not None and end_lsn > start.lsn and self.run(
-                lambda conn: catalog_changed(conn, typed)):
+                lambda conn: catalog_changed(conn, self.options, typed)):
             end_lsn = typed_end(self.options, typed, start.lsn, end_lsn)
         caught_up = self.ranges.caught_up(end_lsn)
         backfills, end_lsn = self.run(lambda conn: self.backfills.plan(

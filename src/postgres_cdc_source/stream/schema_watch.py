@@ -26,14 +26,17 @@ from postgres_cdc_source.decoding.factory import make_decoder
 from postgres_cdc_source.errors import SchemaChangedError
 from postgres_cdc_source.options import CdcOptions
 from postgres_cdc_source.replication import peeking
-from postgres_cdc_source.struct_types import StructRows
+from postgres_cdc_source.struct_types import StructRows, captured_now
 
 __all__ = ["catalog_changed", "typed_end"]
 
 
-def catalog_changed(conn: psycopg.Connection[Any], typed: StructRows) -> bool:
-    """Whether a captured table's published columns (names, types) or existence differ from
-    what the query started with."""
+def catalog_changed(conn: psycopg.Connection[Any], options: CdcOptions,
+                    typed: StructRows) -> bool:
+    """Whether a captured table's published columns (names, types) differ from what the query
+    started with, or the include rules cover other tables now (one created, one dropped)."""
+    if {f"{s}.{t}" for s, t in captured_now(conn, options.keeps)} != set(typed.tables):
+        return True
     for name, table in typed.tables.items():
         schema, _, relname = name.partition(".")
         info = table_info(conn, schema, relname)
