@@ -346,6 +346,18 @@ def _backfill_slot(page: Page) -> None:
     )
 
 
+def _payments_table(page: Page) -> None:
+    page.execute("CREATE TABLE payments (id bigint PRIMARY KEY, amount numeric(10,2) NOT NULL, "
+                 "paid_at timestamptz NOT NULL DEFAULT now(), note text)")
+
+
+PAYMENTS_CHANGES = (
+    "INSERT INTO payments (id, amount) SELECT g, g * 10.5 FROM generate_series(1, 20) g",
+    "UPDATE payments SET amount = amount + 100, note = 'late fee' WHERE id % 4 = 0",
+    "DELETE FROM payments WHERE id = 2",
+)
+
+
 def _outbox_table(page: Page) -> None:
     page.execute("CREATE TABLE outbox (id bigserial PRIMARY KEY, "
                  "created_at timestamptz NOT NULL DEFAULT now(), event_type text NOT NULL, "
@@ -358,6 +370,7 @@ GIVEN: dict[str, tuple[Callable[[Page], None], tuple[str, ...]]] = {
     "pg_cdc_parallel.md": (_shop, SHOP_CHANGES),
     "pg_cdc_backfill.md": (_backfill_slot, ()),
     "pg_cdc_polling.md": (_outbox_table, ()),
+    "pg_cdc_streaming.md": (_payments_table, PAYMENTS_CHANGES),
     "pipeline.md": (_shop, SHOP_CHANGES),
     "operations.md": (_stuck_batch, ()),
     "iggy_routed.md": (_events_table, ()),

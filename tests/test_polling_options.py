@@ -27,7 +27,8 @@ SAMPLE = {
     "max_rows_per_trigger": "5", "delete_after_read": "false", "processed_column": "done",
     "snapshot": "initial", "snapshot_chunk_rows": "5", "snapshot_max_rows_per_trigger": "5",
     "min_partitions": "4", "min_bytes_per_partition": "1MB", "on_slot_lost": "resnapshot",
-    "message_prefixes": "outbox", "backfill_chunk_rows": "100",
+    "message_prefixes": "outbox", "backfill_chunk_rows": "100", "row_format": "json",
+    "schema_evolution": "fail",
 }
 
 

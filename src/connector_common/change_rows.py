@@ -45,6 +45,7 @@ __all__ = [
     "SPARK_SCHEMA",
     "position",
     "position_lsn",
+    "typed_schemas",
 ]
 
 READ_SEQ = 1 << 31
@@ -168,6 +169,18 @@ _SPARK_TYPES: dict[str, DataType] = {
 }
 SPARK_SCHEMA = StructType([StructField(name, _SPARK_TYPES[ddl]) for name, ddl, _, _ in COLUMNS])
 ARROW_SCHEMA = pa.schema([pa.field(name, arrow) for name, _, arrow, _ in COLUMNS])
+
+
+def typed_schemas(row: StructType, key: StructType, row_arrow: pa.DataType,
+                  key_arrow: pa.DataType) -> tuple[StructType, pa.Schema]:
+    """:data:`SPARK_SCHEMA` and :data:`ARROW_SCHEMA` with ``before``/``after`` of the ``row``
+    struct and ``key`` of the ``key`` struct (``pg_cdc``'s ``row_format=struct``); every
+    other column as it is."""
+    spark = {"key": key, "before": row, "after": row}
+    arrow = {"key": key_arrow, "before": row_arrow, "after": row_arrow}
+    return (StructType([StructField(f.name, spark.get(f.name, f.dataType))
+                        for f in SPARK_SCHEMA.fields]),
+            pa.schema([pa.field(f.name, arrow.get(f.name, f.type)) for f in ARROW_SCHEMA]))
 
 
 def position_lsn(lsn: int) -> int:

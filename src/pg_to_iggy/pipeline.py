@@ -68,8 +68,16 @@ def start_pipeline(
     way to Iggy. It stays 1 unless asked for: on few cores more tasks do not pay for the
     copies and the order step (bench/results/source_partitions.json), and the order step holds
     each sink task's share of a batch in memory where one task streams it.
+
+    ``row_format`` other than ``json`` in ``source`` is refused (``ConfigError``): the payloads
+    are the JSON mode's.
     """
     options = {key.lower(): value for key, value in (source or {}).items()}
+    if options.get("row_format", "json") != "json":
+        from postgres_cdc_source.errors import ConfigError
+
+        raise ConfigError("row_format", f"{options['row_format']!r}: the pipeline routes "
+                          "pg_cdc's JSON rows into Iggy, so it takes row_format=json only")
     reader = spark.readStream.format("pg_cdc").option("dsn", dsn).option("slot", slot)
     for key, value in options.items():
         reader = reader.option(key, value)

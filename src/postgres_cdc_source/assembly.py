@@ -124,7 +124,8 @@ class _Columns:
     is on).
     """
 
-    def __init__(self) -> None:
+    def __init__(self, schema: pa.Schema) -> None:
+        self.schema = schema  # ARROW_SCHEMA, or row_format=struct's (typed_schemas)
         self.rows = 0
         self.parts: list[list[Change]] = []
         self.ends: list[int] = []  # the row each chunk ends at
@@ -154,6 +155,7 @@ class _Columns:
         lsn, seq, schema, table, op, key, before, after, unchanged, _values, _new_row = zip(
             *rows, strict=True)  # values and new_row are for the router and reselect only
         string = pa.string()
+        arrow = self.schema
         ends = self.ends
         commit_lsn = _repeated(ends, pa.array(self.commit_lsn, string))
         seq_array = pa.array(seq, pa.int32())
@@ -177,9 +179,9 @@ class _Columns:
                 pa.array(schema, string),
                 pa.array(table, string),
                 pa.array(op, string),
-                pa.array(key, string),
-                pa.array(before, string),
-                pa.array(after, string),
+                pa.array(key, arrow.field("key").type),
+                pa.array(before, arrow.field("before").type),
+                pa.array(after, arrow.field("after").type),
                 names,
                 _ids(commit_lsn, seq_array),
                 stream,
@@ -188,7 +190,7 @@ class _Columns:
                 _positions(_repeated(ends, pa.array(self.commit_lsn_number, pa.int64())),
                            seq_array),
             ],
-            schema=ARROW_SCHEMA,
+            schema=arrow,
         )
 
 
@@ -212,12 +214,15 @@ def _ids(commit_lsn: pa.Array, seq: pa.Array) -> pa.Array:
 
 
 def record_batches(
-    txns: Iterable[tuple[Commit, Iterator[list[Change]]]], router: Router, batch_rows: int
+    txns: Iterable[tuple[Commit, Iterator[list[Change]]]], router: Router, batch_rows: int,
+    schema: pa.Schema = ARROW_SCHEMA,
 ) -> Iterator[pa.RecordBatch]:
     """Rows in :data:`~connector_common.change_rows.ARROW_SCHEMA` order, ``batch_rows`` at a
-    time."""
+    time; with ``row_format=struct`` in ``schema``, whose ``key``/``before``/``after`` are the
+    structs the changes' dicts fill (a column a dict lacks, an unchanged TOAST value, is
+    null)."""
     route = router.route if router.active else None
-    columns = _Columns()
+    columns = _Columns(schema)
     for commit, chunks in txns:
         try:
             commit_lsn = (format_lsn(commit.end_lsn), position_lsn(commit.end_lsn))
@@ -234,6 +239,6 @@ def record_batches(
                 start += len(part)
                 if columns.rows >= batch_rows:
                     yield columns.batch()
-                    columns = _Columns()
+                    columns = _Columns(schema)
     if columns.rows:
         yield columns.batch()

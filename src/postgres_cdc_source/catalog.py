@@ -25,7 +25,7 @@ CATALOG_QUERY = """\
 SELECT a.attname, quote_ident(a.attname), format_type(a.atttypid, NULL), a.atttypid::int8,
        c.relreplident = 'f' OR coalesce(a.attnum = ANY (i.indkey), false),
        coalesce(a.attgenerated <> '', false),
-       c.relreplident::text
+       c.relreplident::text, a.atttypmod
 FROM pg_catalog.pg_class AS c
 JOIN pg_catalog.pg_namespace AS n ON n.oid = c.relnamespace
 LEFT JOIN pg_catalog.pg_attribute AS a
@@ -55,6 +55,7 @@ class ColumnInfo(NamedTuple):
     type_oid: int
     key: bool  # part of the replica identity
     generated: bool  # GENERATED ALWAYS column: printed by test_decoding, omitted by pgoutput
+    typmod: int = -1  # the type's modifier: numeric(p, s)'s precision and scale, -1 for none
 
 
 class TableInfo(NamedTuple):
@@ -77,8 +78,9 @@ def table_info_from_rows(
     if not rows:
         return None
     columns = tuple(
-        ColumnInfo(str(name), str(quoted), str(type_name), int(oid), bool(key), bool(generated))
-        for name, quoted, type_name, oid, key, generated, _ in rows
+        ColumnInfo(str(name), str(quoted), str(type_name), int(oid), bool(key), bool(generated),
+                   int(typmod))
+        for name, quoted, type_name, oid, key, generated, _, typmod in rows
         if name is not None  # a table without columns still yields one row, for relreplident
     )
     return TableInfo(schema, table, str(rows[0][6]), columns)

@@ -10,12 +10,14 @@ detail that says what to fix.
 from __future__ import annotations
 
 from connector_common.errors import ConnectorError, OptionError
+from connector_common.lsn import format_lsn
 
 __all__ = [
     "BackfillRefused",
     "CdcError",
     "ConfigError",
     "DecodeError",
+    "SchemaChangedError",
     "SlotError",
     "SlotLostError",
     "SourceError",
@@ -129,3 +131,26 @@ class BackfillRefused(CdcError, ValueError):
 
     def _message(self) -> str:
         return self.message
+
+
+class SchemaChangedError(CdcError):
+    """A ``row_format=struct`` query met a change of a table whose columns are no longer the
+    ones its struct was fixed with when it started (``table``: ``schema.table``; ``difference``:
+    the columns added, dropped or of another type)."""
+
+    def __init__(self, table: str, difference: str, lsn: int | None = None) -> None:
+        super().__init__(table, difference, lsn)
+        self.table = table
+        self.difference = difference
+        self.lsn = lsn
+
+    def _message(self) -> str:
+        where = "" if self.lsn is None else f" at LSN {format_lsn(self.lsn)}"
+        return (f"pg_cdc row_format=struct: table {self.table} changed{where}: "
+                f"{self.difference}. The query stops after every change committed before "
+                "this one: its before/after/key structs were fixed from the catalog when it "
+                "started. Restart on a new checkpoint with the same slot: it goes on with this "
+                "change, nothing lost or delivered twice, in rows of the table's columns now "
+                "(make sure what consumes them takes them: a table's schema, a MERGE); on "
+                "this checkpoint, schema_evolution=add_columns takes added columns. "
+                "row_format=json carries any columns")

@@ -120,6 +120,23 @@ OPTION_DOCS: tuple[OptionDoc, ...] = (
         "query start, planning and in tasks) before the query fails; `0s` fails at once; a "
         "refused login or a missing database is never retried",
     ),
+    OptionDoc(
+        "row_format",
+        "json",
+        "`json`: `key`, `before` and `after` as JSON text; `struct`: as structs with the "
+        "Spark types of the captured tables' columns, read from the catalog when the query "
+        "starts (the tables `include_tables` covers, all of one shape; see Typed rows); "
+        "`variant` is refused (not supported yet)",
+    ),
+    OptionDoc(
+        "schema_evolution",
+        "fail",
+        "`row_format=struct`: what a restart on a checkpoint written with other structs (a "
+        "captured table's columns changed) does: `fail` refuses it, naming the difference "
+        "(a new checkpoint with the same slot goes on from the last delivered change); "
+        "`add_columns` takes columns added at the end, and refuses dropped columns, other "
+        "types and another key",
+    ),
     OptionDoc("fetch_rows", "10000", "rows fetched from the server per round trip"),
     OptionDoc("batch_rows", "10000", "rows per Arrow batch handed to Spark"),
     OptionDoc(
@@ -190,7 +207,7 @@ CDC_ONLY = frozenset({
     "min_partitions",
     "min_bytes_per_partition", "fail_on_data_loss",
     "spill_rows", "snapshot", "snapshot_chunk_rows", "snapshot_max_rows_per_trigger",
-    "backfill_chunk_rows",
+    "backfill_chunk_rows", "row_format", "schema_evolution",
 })
 """Options that mean something only to ``mode=cdc``; refused with ``mode=polling``."""
 POLLING_ONLY = frozenset(

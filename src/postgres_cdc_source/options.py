@@ -28,6 +28,8 @@ __all__ = [
     "ON_SLOT_LOST",
     "PLUGINS",
     "REQUEST_PREFIX",
+    "ROW_FORMATS",
+    "SCHEMA_EVOLUTION",
     "SNAPSHOT_MODES",
     "CdcOptions",
     "PollingOptions",
@@ -40,6 +42,8 @@ PLUGINS = ("pgoutput", "test_decoding")
 MODES = ("cdc", "polling")
 SNAPSHOT_MODES = ("never", "initial")
 ON_SLOT_LOST = ("fail", "resnapshot")
+ROW_FORMATS = ("json", "struct", "variant")
+SCHEMA_EVOLUTION = ("fail", "add_columns")
 
 MARKER_PREFIX = "pg_cdc.backfill.chunk"
 """Prefix of the logical messages a query writes to place a backfill chunk in its stream; never
@@ -171,6 +175,12 @@ class CdcOptions:
     all_tables_publication: bool = False
     """Whether ``<publication>_all`` is created and read (see
     :mod:`~postgres_cdc_source.replication.publication`)."""
+    row_format: str = "json"
+    """``json``: ``key``/``before``/``after`` as JSON text; ``struct``: as structs of the
+    captured tables' columns (:mod:`postgres_cdc_source.struct_types`)."""
+    schema_evolution: str = "fail"
+    """``row_format=struct``: what a restart on a checkpoint written with other structs does
+    (:func:`postgres_cdc_source.struct_types.checkpoint_difference`)."""
 
     @property
     def safe_dsn(self) -> str:
@@ -261,6 +271,8 @@ class CdcOptions:
             message_prefixes=_prefixes(opts.get("message_prefixes")),
             backfill_chunk_rows=_parse(opts, "backfill_chunk_rows", _positive_int),
             all_tables_publication=_all_tables(opts, given, plugin),
+            row_format=_row_format(opts, given),
+            schema_evolution=_schema_evolution(opts, given),
         )
 
 
@@ -268,6 +280,35 @@ def _all_tables(opts: Options, given: Options, plugin: str) -> bool:
     if "all_tables_publication" in given and plugin != "pgoutput":
         raise ConfigError("all_tables_publication", "only applies to plugin pgoutput")
     return _parse(opts, "all_tables_publication", parse_bool)
+
+
+_NOT_WITH_STRUCT = {
+    "message_prefixes": "a logical message has no row of the captured tables' columns",
+    "topic_from": "routing is iggy_routed's, which takes row_format=json",
+    "stream_from": "routing is iggy_routed's, which takes row_format=json",
+    "partition_key_from": "routing is iggy_routed's, which takes row_format=json",
+}
+
+
+def _row_format(opts: Options, given: Options) -> str:
+    """``row_format``; ``variant`` is refused, and so are the options ``struct`` cannot
+    serve."""
+    row_format = _parse(opts, "row_format", _choice(ROW_FORMATS))
+    if row_format == "variant":
+        raise ConfigError("row_format", "variant is not supported yet: pg_cdc cannot build "
+                          "Spark's VARIANT binary encoding; use row_format=struct (typed "
+                          "columns) or json with parse_json(after)")
+    if row_format == "struct":
+        for option, why in _NOT_WITH_STRUCT.items():
+            if option in given:
+                raise ConfigError(option, f"not supported with row_format=struct ({why})")
+    return row_format
+
+
+def _schema_evolution(opts: Options, given: Options) -> str:
+    if "schema_evolution" in given and opts.get("row_format") != "struct":
+        raise ConfigError("schema_evolution", "only applies with row_format=struct")
+    return _parse(opts, "schema_evolution", _choice(SCHEMA_EVOLUTION))
 
 
 def _mode(given: Options) -> str:

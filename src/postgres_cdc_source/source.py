@@ -1,6 +1,8 @@
-"""The ``pg_cdc`` data source: option validation at ``load()``, the fixed schema, the reader."""
+"""The ``pg_cdc`` data source: option validation at ``load()``, the schema, the reader."""
 
 from __future__ import annotations
+
+from typing import TYPE_CHECKING
 
 from pyspark.sql.datasource import DataSource, DataSourceStreamReader
 from pyspark.sql.types import StructType
@@ -9,7 +11,22 @@ from connector_common.change_rows import SPARK_SCHEMA
 from connector_common.dependencies import require
 from postgres_cdc_source.errors import ConfigError
 
+if TYPE_CHECKING:
+    from postgres_cdc_source.options import CdcOptions
+    from postgres_cdc_source.struct_types import StructRows
+
 __all__ = ["PgCdcDataSource"]
+
+
+def _typed(options: CdcOptions) -> StructRows | None:
+    """``row_format=struct``'s structs, from the catalog now; ``None`` for ``json``."""
+    if options.row_format != "struct":
+        return None
+    from postgres_cdc_source.connections import connect_with_retry
+    from postgres_cdc_source.struct_types import struct_rows
+
+    with connect_with_retry(options, autocommit=True) as conn:
+        return struct_rows(conn, options.keeps)
 
 
 class PgCdcDataSource(DataSource):
@@ -17,7 +34,9 @@ class PgCdcDataSource(DataSource):
 
     Options are validated when Spark asks for the schema, which happens at ``load()`` on the
     driver, so a bad option fails before the query starts; with ``mode=polling`` that includes
-    the table and columns the options name (one catalog lookup).
+    the table and columns the options name (one catalog lookup). With ``row_format=struct``
+    the schema's ``before``/``after``/``key`` are the captured tables' structs, read from the
+    catalog there and again when the reader is made (they must agree).
     """
 
     @classmethod
@@ -33,22 +52,25 @@ class PgCdcDataSource(DataSource):
         options = CdcOptions.from_options(self.options)
         if options.polling is not None:
             check_table(options)
-        return SPARK_SCHEMA
+        typed = _typed(options)
+        return SPARK_SCHEMA if typed is None else typed.schemas()[0]
 
     def streamReader(self, schema: StructType) -> DataSourceStreamReader:
-        expected = SPARK_SCHEMA
-        if schema.simpleString() != expected.simpleString():
-            raise ConfigError(
-                "schema",
-                "pg_cdc has a fixed schema; do not pass .schema(...) "
-                f"(expected {expected.simpleString()})",
-            )
         require("pg_cdc", "cdc", "psycopg")
         from postgres_cdc_source.options import CdcOptions
         from postgres_cdc_source.polling.reader import PgPollingStreamReader
         from postgres_cdc_source.stream.reader import PgCdcStreamReader
 
         options = CdcOptions.from_options(self.options)
+        typed = _typed(options)
+        expected = SPARK_SCHEMA if typed is None else typed.schemas()[0]
+        if schema.simpleString() != expected.simpleString():
+            raise ConfigError(
+                "schema",
+                "pg_cdc's schema follows its options (and with row_format=struct the tables' "
+                "columns, which changed since load()); do not pass .schema(...) "
+                f"(expected {expected.simpleString()})",
+            )
         if options.polling is not None:
             return PgPollingStreamReader(options)
-        return PgCdcStreamReader(options)
+        return PgCdcStreamReader(options, typed)

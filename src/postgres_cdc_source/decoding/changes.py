@@ -61,11 +61,13 @@ __all__ = [
     "MessageFilter",
     "PeekRow",
     "RawValue",
+    "Retyping",
     "RowShape",
     "TableFilter",
     "build_change",
     "decode_error",
     "empty_change",
+    "json_text",
     "message_change",
     "message_event",
     "message_prefix",
@@ -88,7 +90,8 @@ class Begin(NamedTuple):
 
 
 class Change(NamedTuple):
-    """One changed row (or one truncated table); ``key``/``before``/``after`` are JSON text.
+    """One changed row (or one truncated table); ``key``/``before``/``after`` are JSON text,
+    or with ``row_format=struct`` dicts of typed values (:attr:`RowShape.encode`).
 
     ``seq`` is the change's 0-based position in its transaction, counted before any table
     filtering, so ``(commit_lsn, seq)`` identifies a change whatever the filter; ``None`` for a
@@ -101,9 +104,9 @@ class Change(NamedTuple):
     schema: str | None
     table: str | None
     op: str
-    key: str | None
-    before: str | None
-    after: str | None
+    key: Any
+    before: Any
+    after: Any
     unchanged: tuple[str, ...]
     values: dict[str, Any] | None = None
     """Decoded column values for routing by a column, kept only when the decoder is asked to
@@ -177,10 +180,14 @@ class RowShape:
     ``names`` and ``converters`` are aligned with the tuples the decoder parses (dropped and
     generated columns excluded, as pgoutput does); ``key`` holds the indexes of the replica
     identity columns; ``keep`` is the table filter's verdict, so filtered changes are skipped
-    before their tuples are parsed.
+    before their tuples are parsed. ``encode`` makes a row image of the converted values
+    (:func:`json_text`, or the dict itself for ``row_format=struct``, whose converters give
+    typed values); ``changed``, when set, is raised by :func:`build_change` instead of building
+    a change (the table no longer has the columns a ``row_format=struct`` query started with).
     """
 
-    __slots__ = ("converters", "keep", "key", "key_names", "names", "schema", "table")
+    __slots__ = ("changed", "converters", "encode", "keep", "key", "key_names", "names",
+                 "schema", "table")
 
     def __init__(
         self,
@@ -190,6 +197,8 @@ class RowShape:
         converters: Sequence[Converter],
         key: Sequence[int],
         keep: bool,
+        encode: Callable[[dict[str, Any]], Any] | None = None,
+        changed: Exception | None = None,
     ) -> None:
         if len(names) != len(converters):
             raise ValueError("RowShape needs one converter per column")
@@ -200,9 +209,23 @@ class RowShape:
         self.key = tuple(key)
         self.key_names = tuple(self.names[i] for i in self.key)
         self.keep = keep
+        self.encode = json_text if encode is None else encode
+        self.changed = changed
 
     def __repr__(self) -> str:
         return f"RowShape({self.schema!r}, {self.table!r}, {self.names!r}, key={self.key!r})"
+
+
+class Retyping(Protocol):
+    """What types a ``row_format=struct`` query's rows
+    (:class:`~postgres_cdc_source.struct_types.StructRows`): a decoder hands it each
+    :class:`RowShape` it builds for a kept table, with the JSON mode's converters, and uses
+    the shape it returns."""
+
+    def retyped(self, shape: RowShape, *, whole: bool = True,
+                types: Sequence[int | str] | None = None) -> RowShape:
+        """``shape`` with typed converters and dict images (see ``StructRows.retyped``)."""
+        ...
 
 
 def decode_error(plugin: str, lsn: int, what: str) -> DecodeError:
@@ -234,8 +257,9 @@ def _key(shape: RowShape, values: Sequence[Any]) -> dict[str, Any] | None:
     return _object(shape.key_names, [values[i] for i in indexes])
 
 
-def _json(obj: dict[str, Any] | None) -> str | None:
-    return None if obj is None else _dumps(obj).decode()
+def json_text(obj: dict[str, Any]) -> str:
+    """A row image as JSON text (``row_format=json``)."""
+    return _dumps(obj).decode()
 
 
 def route_values(
@@ -271,8 +295,11 @@ def build_change(
     ``keep_values`` fills :attr:`Change.values` for routing by a column.
     Raises :class:`DecodeError` naming the column whose text its converter rejects.
     """
+    if shape.changed is not None:
+        raise shape.changed
     names = shape.names
     converters = shape.converters
+    encode = shape.encode
     key = before = after = None
     unchanged: tuple[str, ...] = ()
     new_row = None
@@ -292,8 +319,9 @@ def build_change(
                 ]
                 after = dict(zip(names, new_values, strict=True))
             if op == INSERT:  # the key an insert creates, so routing by key sees every op
+                new_key = _key(shape, new_values)
                 return Change(lsn, seq, shape.schema, shape.table, op,
-                              _json(_key(shape, new_values)), None, _dumps(after).decode(),
+                              None if new_key is None else encode(new_key), None, encode(after),
                               unchanged, after if keep_values else None, new_row)
             if old is None:  # Postgres sent no old key: the key has not changed
                 key = _key(shape, new_values)
@@ -309,10 +337,11 @@ def build_change(
     values = None
     if keep_values:  # a new row without unchanged columns holds every column: no merging
         values = after if after is not None and not unchanged else route_values(key, before, after)
-    before_json = _json(before)
-    key_json = before_json if key is before else _json(key)  # FULL: the key is the old row
-    return Change(lsn, seq, shape.schema, shape.table, op, key_json, before_json,
-                  _json(after), unchanged, values, new_row)
+    before_image = None if before is None else encode(before)
+    key_image = (before_image if key is before  # FULL: the key is the old row
+                 else None if key is None else encode(key))
+    return Change(lsn, seq, shape.schema, shape.table, op, key_image, before_image,
+                  None if after is None else encode(after), unchanged, values, new_row)
 
 
 def row_json(

@@ -47,6 +47,7 @@ from postgres_cdc_source.decoding.changes import (
     MessageFilter,
     PeekRow,
     RawValue,
+    Retyping,
     RowShape,
     TableFilter,
     build_change,
@@ -188,14 +189,18 @@ class PgOutputDecoder:
     still advances ``seq``, but only its relation id is read (one set lookup per change).
     ``messages(prefix)`` picks the logical messages to deliver (peek with ``messages
     'true'``); every transactional message counts in ``seq``. Without it, messages are
-    skipped and not counted (as when pgoutput does not send them).
+    skipped and not counted (as when pgoutput does not send them). ``typed``
+    (``row_format=struct``) types the kept tables' rows
+    (:meth:`~postgres_cdc_source.struct_types.StructRows.retyped`); their changes then take
+    the general way, not the hot path.
     """
 
     def __init__(
         self, table_filter: TableFilter | None = None, *, keep_values: bool = False,
-        messages: MessageFilter | None = None,
+        messages: MessageFilter | None = None, typed: Retyping | None = None,
     ) -> None:
         self._filter = table_filter
+        self._typed = typed
         self._keep_values = keep_values
         self._messages = messages
         self._relations: dict[int, RowShape] = {}
@@ -310,9 +315,14 @@ class PgOutputDecoder:
         schema = schema or "pg_catalog"  # pgoutput sends '' for pg_catalog
         keep = self._filter is None or self._filter(schema, table)
         shape = RowShape(schema, table, names, [converter_for_oid(t) for t in types], key, keep)
+        if keep and self._typed is not None:
+            shape = self._typed.retyped(shape, types=types)
         self._relations[relid] = shape
         if keep:
-            self._fast[relid] = _FastShape.of(shape)
+            if self._typed is None:
+                self._fast[relid] = _FastShape.of(shape)
+            else:
+                self._fast.pop(relid, None)
             self._skipped.discard(relid)
         else:
             self._fast.pop(relid, None)

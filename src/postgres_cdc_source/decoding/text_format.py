@@ -54,6 +54,7 @@ from postgres_cdc_source.decoding.changes import (
     Event,
     MessageFilter,
     PeekRow,
+    Retyping,
     TableFilter,
     build_change,
     decode_error,
@@ -102,6 +103,9 @@ class TextFormatDecoder:
     first of each kind, a set lookup of the line's header is all they cost.
     ``messages(prefix)`` picks the logical messages to deliver; with it every transactional
     message counts in ``seq``, as with pgoutput; without it they are skipped and not counted.
+    ``typed`` (``row_format=struct``) types the kept tables' rows
+    (:meth:`~postgres_cdc_source.struct_types.StructRows.retyped`); their changes then take
+    the general way, not the hot path.
     """
 
     __test__ = False  # not a pytest test class, despite the name
@@ -113,8 +117,10 @@ class TextFormatDecoder:
         *,
         keep_values: bool = False,
         messages: MessageFilter | None = None,
+        typed: Retyping | None = None,
     ) -> None:
         self._catalog = catalog
+        self._typed = typed
         self._filter = table_filter
         self._keep_values = keep_values
         self._messages = messages
@@ -207,7 +213,7 @@ class TextFormatDecoder:
         if table is None:
             schema, name = unquote_ident(schema_ident), unquote_ident(table_ident)
             keep = self._filter is None or self._filter(schema, name)
-            table = self._tables[key] = TextTable(schema, name, keep)
+            table = self._tables[key] = TextTable(schema, name, keep, self._typed)
         return table
 
     def _change(self, header: re.Match[str], line: str, lsn: int, seq: int) -> Change | None:
@@ -220,7 +226,7 @@ class TextFormatDecoder:
             table.load(self._catalog(table.schema, table.table))
         op = _OPS[header[3]]
         pos = header.end()
-        if op != DELETE and table.fast is not None:
+        if op != DELETE and table.fast is not None and self._typed is None:
             self._headers[line[:pos]] = (table, op)
         if line.endswith(NO_TUPLE) and pos + len(NO_TUPLE) == len(line):
             return empty_change(lsn, seq, table.schema, table.table, op)
@@ -229,7 +235,8 @@ class TextFormatDecoder:
             if pos != len(line):
                 raise ValueError(f"cannot parse the old tuple at offset {pos}")
             old = None
-            if table.shape is not None and table.logged_as_catalog(table.shape, printed):
+            if (table.shape is not None and table.shape.changed is None
+                    and table.logged_as_catalog(table.shape, printed)):
                 old = align(table, table.shape, printed)
             if old is not None and table.shape is not None:
                 return build_change(table.shape, lsn, seq, DELETE, old, None,

@@ -7,7 +7,7 @@ import re
 from typing import Any
 
 from postgres_cdc_source.catalog import TableInfo
-from postgres_cdc_source.decoding.changes import UNCHANGED, RawValue, RowShape
+from postgres_cdc_source.decoding.changes import UNCHANGED, RawValue, Retyping, RowShape
 from postgres_cdc_source.decoding.text_lines import (
     BITS,
     BOOL,
@@ -39,13 +39,16 @@ class TextTable:
         "shape",
         "shapes",
         "table",
+        "typed",
         "warned",
     )
 
-    def __init__(self, schema: str, table: str, keep: bool) -> None:
+    def __init__(self, schema: str, table: str, keep: bool,
+                 typed: Retyping | None = None) -> None:
         self.schema = schema
         self.table = table
         self.keep = keep
+        self.typed = typed  # row_format=struct: shapes retyped to the query's columns
         self.loaded = False
         self.info: TableInfo | None = None
         self.shape: RowShape | None = None  # the catalog's published columns
@@ -74,6 +77,8 @@ class TextTable:
             [converter_for_oid(c.type_oid) for c in published],
             [i for i, c in enumerate(published) if c.key], True,
         )
+        if self.typed is not None:
+            self.shape = self.typed.retyped(self.shape, types=[c.type_name for c in published])
         self.index = {name: i for i, name in enumerate(self.shape.names)}
         self.fast = re.compile("".join(
             re.escape(f" {c.quoted_name}[{c.type_name}]:")
@@ -102,13 +107,16 @@ class TextTable:
         shape = RowShape(self.schema, self.table, [name for name, _, _ in columns],
                          [converter_for_type_name(t) for _, t, _ in columns],
                          range(len(columns)), True)
+        if self.typed is not None:
+            shape = self.typed.retyped(shape, whole=False, types=[t for _, t, _ in columns])
         return shape, [value for _, _, value in columns]
 
     def shape_with_key(self, shape: RowShape, key_names: list[str]) -> RowShape:
         """``shape`` with ``key_names`` as its key: the identity as logged, not as the catalog
         says now."""
         return RowShape(self.schema, self.table, shape.names, shape.converters,
-                        [i for i, n in enumerate(shape.names) if n in key_names], True)
+                        [i for i, n in enumerate(shape.names) if n in key_names], True,
+                        shape.encode, shape.changed)
 
     def shape_for(self, printed: tuple[tuple[str, str], ...]) -> RowShape:
         """The shape of a tuple printed with these ``(name, type)`` columns."""
@@ -122,6 +130,8 @@ class TextTable:
                 [converter_for_type_name(t) for _, t in columns],
                 [i for i, (n, _) in enumerate(columns) if n in self.key_names], True,
             )
+            if self.typed is not None:
+                shape = self.typed.retyped(shape, types=[t for _, t in columns])
             self.shapes[printed] = shape
         return shape
 

@@ -7,7 +7,7 @@ from __future__ import annotations
 import logging
 from collections.abc import Generator, Iterator
 from dataclasses import dataclass
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 import orjson
 import psycopg
@@ -30,6 +30,9 @@ from postgres_cdc_source.snapshot.planning import SnapshotTable, key_range
 from postgres_cdc_source.sql_json import row_json_sql, text_json_sql
 from postgres_cdc_source.sql_names import Name
 from postgres_cdc_source.values import converter_for_oid
+
+if TYPE_CHECKING:
+    from postgres_cdc_source.struct_types import StructRows
 
 __all__ = ["READ", "SnapshotPartition", "read_chunk"]
 
@@ -67,10 +70,11 @@ _TEXT_ONLY.register_dumper(int, IntDumper)  # the server-side cursor's FETCH cou
 
 
 def read_chunk(
-    options: CdcOptions, part: SnapshotPartition
+    options: CdcOptions, part: SnapshotPartition, typed: StructRows | None = None
 ) -> Generator[pa.RecordBatch, None, None]:
     """The chunk's rows as Arrow batches of ``batch_rows``, streamed through a server-side
-    cursor (``fetch_rows`` per round trip), so memory does not grow with the table.
+    cursor (``fetch_rows`` per round trip), so memory does not grow with the table; with
+    ``typed`` (``row_format=struct``) ``key`` and ``after`` are its structs.
 
     The transaction imports the exported snapshot when there is one. Once it is gone (its
     exporter, the driver, died), the chunk is read at the current state instead: that state
@@ -107,7 +111,8 @@ def read_chunk(
             where = (sql.SQL("{} AND {}") if params_in_range else sql.SQL("{} WHERE {}")
                      ).format(where, sql.SQL(" AND ").join(conditions))
         name = Name(table.schema, table.table)
-        in_sql = None if router.by_column else _json_columns(table, part.consistent_point)
+        in_sql = (None if router.by_column or typed is not None
+                  else _json_columns(table, part.consistent_point))
         with conn.cursor(name="pg_cdc_snapshot") as cur:
             if in_sql is not None:  # the JSON built by Postgres, the worker only moves it
                 cur.execute(sql.SQL("SELECT {} FROM ONLY {}{}").format(in_sql, name, where),
@@ -120,7 +125,7 @@ def read_chunk(
                     sql.SQL(", ").join(map(Name, table.columns)),
                     sql.SQL(", ").join(map(Name, table.chunk_key)), name, where),
                     params)
-                yield from _batches(cur, part, router, options.batch_rows)
+                yield from _batches(cur, part, router, options.batch_rows, typed)
         conn.rollback()
     finally:
         conn.close()
@@ -165,23 +170,30 @@ def _ready_batches(
 
 
 def _batches(
-    rows: Iterator[tuple[Any, ...]], part: SnapshotPartition, router: Router, batch_rows: int
+    rows: Iterator[tuple[Any, ...]], part: SnapshotPartition, router: Router, batch_rows: int,
+    typed: StructRows | None = None,
 ) -> Iterator[pa.RecordBatch]:
     """Rows -> Arrow batches. Each row is converted and serialized as pgoutput's decoder does an
-    insert (same converters, same ``orjson`` objects in column order), inlined here because it
-    is the snapshot's hot path; a value a converter rejects is reported by :func:`build_change`,
-    which names the column."""
+    insert (same converters, same ``orjson`` objects in column order, or with ``typed`` the
+    same typed dicts), inlined here because it is the snapshot's hot path; a value a converter
+    rejects is reported by :func:`build_change`, which names the column."""
     table = part.table
     shape = RowShape(table.schema, table.table, table.columns,
                      [converter_for_oid(oid) for oid in table.type_oids], table.identity, True)
-    names, converters, identity = shape.names, shape.converters, shape.key
+    schema = ARROW_SCHEMA
+    if typed is not None:
+        shape = typed.retyped(shape, types=list(table.type_oids))
+        if shape.changed is not None:
+            raise shape.changed
+        schema = typed.schemas()[1]
+    names, converters, identity, encode = shape.names, shape.converters, shape.key, shape.encode
     key_names = shape.key_names
     width = len(names)
     prefix = f"{format_lsn(part.consistent_point)}:{READ}:"
     route = router.route if router.active else None
     dumps = orjson.dumps
-    keys: list[str | None] = []
-    afters: list[str | None] = []
+    keys: list[Any] = []
+    afters: list[Any] = []
     ids: list[str] = []
     places: list[tuple[str | None, str | None, str | None]] = []
     for row in rows:
@@ -192,8 +204,8 @@ def _batches(
             build_change(shape, part.consistent_point, 0, INSERT, None, texts,
                          old_is_full=False, new_has_unchanged=False)  # raises, naming the column
             raise
-        after = dumps(dict(zip(names, values, strict=True))).decode()
-        key = (dumps(dict(zip(key_names, [values[i] for i in identity], strict=True))).decode()
+        after = encode(dict(zip(names, values, strict=True)))
+        key = (encode(dict(zip(key_names, [values[i] for i in identity], strict=True)))
                if identity else None)
         keys.append(key)
         afters.append(after)
@@ -203,16 +215,16 @@ def _batches(
             places.append(route(Change(part.consistent_point, 0, table.schema, table.table, READ,
                                        key, None, after, (), row_values)))
         if len(ids) >= batch_rows:
-            yield _batch(table, part.consistent_point, keys, afters, ids, places)
+            yield _batch(table, part.consistent_point, keys, afters, ids, places, schema)
             keys, afters, ids, places = [], [], [], []
     if ids:
-        yield _batch(table, part.consistent_point, keys, afters, ids, places)
+        yield _batch(table, part.consistent_point, keys, afters, ids, places, schema)
 
 
 def _batch(
-    table: SnapshotTable, consistent_point: int, keys: list[str | None],
-    afters: list[str | None],
+    table: SnapshotTable, consistent_point: int, keys: list[Any], afters: list[Any],
     ids: list[str], places: list[tuple[str | None, str | None, str | None]],
+    schema: pa.Schema = ARROW_SCHEMA,
 ) -> pa.RecordBatch:
     n = len(ids)
     string = pa.string()
@@ -235,9 +247,9 @@ def _batch(
             repeat(table.schema),
             repeat(table.table),
             repeat(READ),
-            pa.array(keys, string),
-            pa.nulls(n, string),
-            pa.array(afters, string),
+            pa.array(keys, schema.field("key").type),
+            pa.nulls(n, schema.field("before").type),
+            pa.array(afters, schema.field("after").type),
             pa.ListArray.from_arrays(pa.array([0] * (n + 1), pa.int32()), pa.array([], string)),
             pa.array(ids, string),
             stream,
@@ -247,5 +259,5 @@ def _batch(
             pa.repeat(pa.scalar({"commit_lsn": position_lsn(consistent_point),
                                  "seq": READ_SEQ}, POSITION_TYPE), n),
         ],
-        schema=ARROW_SCHEMA,
+        schema=schema,
     )

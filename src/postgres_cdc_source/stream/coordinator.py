@@ -23,7 +23,7 @@ from __future__ import annotations
 
 import logging
 from collections.abc import Callable
-from typing import Any, TypeVar
+from typing import TYPE_CHECKING, Any, TypeVar
 
 import psycopg
 
@@ -38,6 +38,10 @@ from postgres_cdc_source.options import CdcOptions
 from postgres_cdc_source.replication import exported, lifecycle, positions, slots
 from postgres_cdc_source.stream.offset import PENDING, StreamOffset
 from postgres_cdc_source.stream.ranges import RangePlanner
+from postgres_cdc_source.stream.schema_watch import catalog_changed, typed_end
+
+if TYPE_CHECKING:
+    from postgres_cdc_source.struct_types import StructRows
 
 __all__ = ["Coordinator"]
 
@@ -51,9 +55,13 @@ class Coordinator:
     """One query's phases, for its stream reader; a pickled copy (an executor's) carries no
     connection, exported snapshot or planned chunks."""
 
-    def __init__(self, options: CdcOptions, ranges: RangePlanner) -> None:
+    def __init__(self, options: CdcOptions, ranges: RangePlanner,
+                 typed: StructRows | None = None) -> None:
         self.options = options
         self.ranges = ranges
+        self.typed = typed
+        """``row_format=struct``'s structs: a batch ends before a change they cannot type
+        (:mod:`~postgres_cdc_source.stream.schema_watch`)."""
         self.backfills = BackfillPlanner(options)
         self.checked = False
         """Whether this process checked the slot (or created it): done once, before first use."""
@@ -150,6 +158,10 @@ class Coordinator:
             if not self._resnapshots:
                 raise
             return self._resnapshot(lost)
+        typed = self.typed
+        if typed is not None and end_lsn > start.lsn and self.run(
+                lambda conn: catalog_changed(conn, self.options, typed)):
+            end_lsn = typed_end(self.options, typed, start.lsn, end_lsn)
         caught_up = self.ranges.caught_up(end_lsn)
         backfills, end_lsn = self.run(lambda conn: self.backfills.plan(
             conn, start.backfill.delivered(), start.lsn, caught_up, end_lsn))

@@ -32,12 +32,13 @@ import logging
 from collections.abc import Generator, Iterator, Sequence
 from contextlib import contextmanager
 from dataclasses import dataclass
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 import psycopg
 import pyarrow as pa
 from pyspark.sql.datasource import DataSourceStreamReader, InputPartition
 
+from connector_common.change_rows import ARROW_SCHEMA
 from connector_common.lsn import format_lsn
 from connector_common.spark_versions import (
     BatchStarts,
@@ -52,6 +53,7 @@ from postgres_cdc_source.backfill.splice import ChunkRead, is_marker, spliced
 from postgres_cdc_source.connections import connect_with_retry, riding_out_restarts
 from postgres_cdc_source.decoding.factory import make_decoder
 from postgres_cdc_source.destination_columns import Router
+from postgres_cdc_source.errors import ConfigError
 from postgres_cdc_source.health import SourceHealth, TableBackfill
 from postgres_cdc_source.options import CdcOptions
 from postgres_cdc_source.replication import diagnostics, peeking, positions
@@ -59,6 +61,10 @@ from postgres_cdc_source.stream import reselect, splitting
 from postgres_cdc_source.stream.coordinator import Coordinator
 from postgres_cdc_source.stream.offset import PENDING, StreamOffset
 from postgres_cdc_source.stream.ranges import RangePlanner
+from postgres_cdc_source.struct_types import checkpoint_difference
+
+if TYPE_CHECKING:
+    from postgres_cdc_source.struct_types import StructRows
 
 __all__ = ["CdcPartition", "PgCdcStreamReader"]
 
@@ -84,12 +90,14 @@ class CdcPartition(InputPartition):
 
 
 class PgCdcStreamReader(DataSourceStreamReader, SupportsTriggerAvailableNow):
-    """Reads a logical replication slot as a stream of micro-batches bounded by LSNs."""
+    """Reads a logical replication slot as a stream of micro-batches bounded by LSNs; with
+    ``typed`` (``row_format=struct``, fixed when the query started) rows carry its structs."""
 
-    def __init__(self, options: CdcOptions) -> None:
+    def __init__(self, options: CdcOptions, typed: StructRows | None = None) -> None:
         self.options = options
+        self.typed = typed
         self._ranges = RangePlanner(options)
-        self._phases = Coordinator(options, self._ranges)
+        self._phases = Coordinator(options, self._ranges, typed)
         self._commit_failures = 0
         self._starts = BatchStarts()
 
@@ -98,7 +106,19 @@ class PgCdcStreamReader(DataSourceStreamReader, SupportsTriggerAvailableNow):
     def initialOffset(self) -> dict[str, Any]:
         """Where a new query starts: the slot's confirmed position (created if allowed), or with
         ``snapshot=initial`` the start of a snapshot of the tables at that position."""
-        return self._phases.initial().to_json()
+        return self._stamped(self._phases.initial().to_json())
+
+    def _stamped(self, offset: dict[str, Any]) -> dict[str, Any]:
+        """``offset`` with ``row_format=struct``'s structs (the JSON mode's as it is)."""
+        return offset if self.typed is None else {**offset, "struct": self.typed.stamp()}
+
+    def _check_structs(self, offset: dict[str, Any]) -> None:
+        """Refuse to go on from a checkpoint's offset written with other structs, unless
+        ``schema_evolution`` takes the difference."""
+        problem = checkpoint_difference(offset.get("struct"), self.typed,
+                                        self.options.schema_evolution)
+        if problem is not None:
+            raise ConfigError("schema_evolution", f"{self.options.schema_evolution}: {problem}")
 
     def getDefaultReadLimit(self) -> ReadLimit:
         if self.options.max_bytes_per_trigger is None:
@@ -140,12 +160,15 @@ class PgCdcStreamReader(DataSourceStreamReader, SupportsTriggerAvailableNow):
         """The end of the next batch. Spark 4.0/4.1 pass neither argument: the batch starts
         where the last one planned ended, and ``max_bytes_per_trigger`` caps it."""
         begin = self._starts.start(start, self.initialOffset)
+        self._check_structs(begin)
         limit = self.getDefaultReadLimit() if limit is None else limit
         max_bytes = limit.max_bytes if isinstance(limit, ReadMaxBytes) else None
-        return self._phases.next_end(StreamOffset.from_json(begin), max_bytes).to_json()
+        return self._stamped(
+            self._phases.next_end(StreamOffset.from_json(begin), max_bytes).to_json())
 
     def partitions(self, start: dict[str, Any], end: dict[str, Any]) -> Sequence[InputPartition]:
         self._starts.planned(end)
+        self._check_structs(start)
         if start == end:  # an empty range: Spark 4.0/4.1 ask for one when a query restarts
             return []
         return self._partitions(StreamOffset.from_json(start), StreamOffset.from_json(end))
@@ -209,34 +232,39 @@ class PgCdcStreamReader(DataSourceStreamReader, SupportsTriggerAvailableNow):
         (or read one snapshot chunk)."""
         if isinstance(partition, snapshot.SnapshotPartition):
             yield from riding_out_restarts(
-                lambda: snapshot.read_chunk(self.options, partition), self.options,
+                lambda: snapshot.read_chunk(self.options, partition, self.typed), self.options,
                 repeatable=False,
             )
             return
         assert isinstance(partition, CdcPartition)
         # a chunk's rows are read anew each time: not the same rows, so never skipped by count
         yield from riding_out_restarts(
-            lambda: _peeked(self.options, partition), self.options,
+            lambda: _peeked(self.options, partition, self.typed), self.options,
             repeatable=partition.backfill is None,
         )
 
 
-def _peeked(options: CdcOptions, partition: CdcPartition) -> Generator[pa.RecordBatch, None, None]:
+def _peeked(
+    options: CdcOptions, partition: CdcPartition, typed: StructRows | None = None
+) -> Generator[pa.RecordBatch, None, None]:
     """The batch's rows: the slot (or a temporary copy) put at the partition's start and
-    peeked to its end, which gives the same rows however often it is done."""
+    peeked to its end, which gives the same rows however often it is done. With ``typed``,
+    unchanged TOAST values are not reselected (the docs list it as not supported yet)."""
     conn = connect_with_retry(options, autocommit=False)
     try:
         rows = peeking.peek_range(conn, options, partition.start, partition.end,
                                   partition.copy_from)
-        decoder = make_decoder(options, conn, is_marker if partition.backfill else None)
+        decoder = make_decoder(options, conn, is_marker if partition.backfill else None, typed)
         events = decoder.events(rows)
-        txns = reselect.complete(transactions(events, options.spill_rows), options,
-                                 partition.reselect_until)
+        txns = transactions(events, options.spill_rows)
+        if typed is None:
+            txns = reselect.complete(txns, options, partition.reselect_until)
+        schema = ARROW_SCHEMA if typed is None else typed.schemas()[1]
         with _collector_paused():
             if partition.backfill is not None:
-                yield from spliced(txns, partition.backfill, options, Router(options))
+                yield from spliced(txns, partition.backfill, options, Router(options), typed)
             else:
-                yield from record_batches(txns, Router(options), options.batch_rows)
+                yield from record_batches(txns, Router(options), options.batch_rows, schema)
     finally:
         conn.close()
 

@@ -80,7 +80,7 @@ def _moves_key(change: Change) -> bool:
     row = change.new_row
     if any(row.get(name, UNCHANGED) is UNCHANGED for name in old):
         return False
-    return orjson.dumps({name: row[name] for name in old}).decode() != change.key
+    return bool(orjson.dumps({name: row[name] for name in old}).decode() != change.key)
 
 
 class _Table:

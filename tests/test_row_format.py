@@ -1,0 +1,214 @@
+"""``row_format``: the option, and ``struct``'s one conversion seam (``StructRows.retyped``)
+in both decoders and in the Arrow batches, without a server: rows become dicts of typed values,
+an unchanged TOAST value is left out and named, a table whose columns changed raises a
+:class:`SchemaChangedError` naming it and the difference at its first change only."""
+
+from __future__ import annotations
+
+from datetime import UTC, datetime
+from decimal import Decimal
+from typing import Any
+
+import pyarrow as pa
+import pytest
+from test_decoders_pgoutput import m_insert, m_relation, m_update, txn
+
+from connector_common.change_rows import ARROW_SCHEMA, SPARK_SCHEMA
+from postgres_cdc_source.assembly import record_batches, transactions
+from postgres_cdc_source.catalog import ColumnInfo, TableInfo
+from postgres_cdc_source.decoding import UNCHANGED, Change
+from postgres_cdc_source.decoding.pgoutput import PgOutputDecoder
+from postgres_cdc_source.decoding.text_format import TextFormatDecoder
+from postgres_cdc_source.destination_columns import Router
+from postgres_cdc_source.errors import ConfigError, SchemaChangedError
+from postgres_cdc_source.options import CdcOptions
+from postgres_cdc_source.struct_types import (
+    PgType,
+    StructRows,
+    TableStruct,
+    checkpoint_difference,
+    typed_columns,
+)
+from postgres_cdc_source.values import builtin_types
+
+CDC = {"dsn": "dbname=x", "slot": "s"}
+INT4, NUMERIC, TEXT, TSTZ = 23, 1700, 25, 1184
+AMOUNT_TYPMOD = ((10 << 16) | 2) + 4  # numeric(10,2)
+TYPES = {oid: PgType(oid, name, "b", 0, -1, 0, ",") for oid, _, name in builtin_types()}
+INFO = TableInfo("shop", "orders", "d", (
+    ColumnInfo("id", "id", "integer", INT4, True, False),
+    ColumnInfo("amount", "amount", "numeric", NUMERIC, False, False, AMOUNT_TYPMOD),
+    ColumnInfo("note", "note", "text", TEXT, False, False),
+    ColumnInfo("at", "at", "timestamp with time zone", TSTZ, False, False),
+))
+TYPED = StructRows.of({"shop.orders": TableStruct(typed_columns(TYPES, INFO.columns), ("id",))})
+ROW = ["7", "120.50", "x", "2024-01-02 03:04:05.5+00"]
+AT = datetime(2024, 1, 2, 3, 4, 5, 500000, UTC)
+
+
+def test_row_format_is_json_by_default_and_checked_by_name() -> None:
+    assert CdcOptions.from_options(CDC).row_format == "json"
+    assert CdcOptions.from_options({**CDC, "row_format": "struct"}).row_format == "struct"
+    with pytest.raises(ConfigError, match="option 'row_format': bad value: 'typed'"):
+        CdcOptions.from_options({**CDC, "row_format": "typed"})
+    with pytest.raises(ConfigError, match="option 'row_format': variant is not supported yet"):
+        CdcOptions.from_options({**CDC, "row_format": "variant"})
+
+
+@pytest.mark.parametrize("option", ["message_prefixes", "topic_from", "partition_key_from"])
+def test_struct_refuses_what_it_cannot_carry(option: str) -> None:
+    with pytest.raises(ConfigError, match=f"option '{option}': not supported with row_format"):
+        CdcOptions.from_options({**CDC, "row_format": "struct", option: "id",
+                                 "default_topic": "t"})
+
+
+def test_polling_has_no_row_format() -> None:
+    with pytest.raises(ConfigError, match="option 'row_format': only applies to mode=cdc"):
+        CdcOptions.from_options({"dsn": "dbname=x", "mode": "polling", "table": "t",
+                                 "tracking_column": "ts", "row_format": "json"})
+
+
+def test_typed_schemas_change_only_the_row_columns() -> None:
+    spark, arrow = TYPED.schemas()
+    assert spark["after"].dataType.simpleString() == (
+        "struct<id:int,amount:decimal(10,2),note:string,at:timestamp>")
+    assert spark["key"].dataType.simpleString() == "struct<id:int>"
+    assert [f for f in spark.fields if f.name not in ("key", "before", "after")] == [
+        f for f in SPARK_SCHEMA.fields if f.name not in ("key", "before", "after")]
+    assert arrow.field("before").type == TYPED.row_arrow
+    assert arrow.field("id") == ARROW_SCHEMA.field("id")
+
+
+def _relation(extra: bool = False) -> bytes:
+    columns = [(1, "id", INT4), (0, "amount", NUMERIC), (0, "note", TEXT), (0, "at", TSTZ)]
+    return m_relation(5, "shop", "orders", b"d", columns + ([(0, "extra", INT4)] if extra else []))
+
+
+def _insert(values: list[Any]) -> bytes:
+    return m_insert(5, values)
+
+
+def _pgoutput(rows: Any) -> list[Change]:
+    return [e for e in PgOutputDecoder(typed=TYPED).events(rows) if isinstance(e, Change)]
+
+
+def test_pgoutput_rows_are_typed_dicts_an_unchanged_value_left_out_and_named() -> None:
+    insert, update = _pgoutput(txn(_relation(), _insert(ROW),
+                                   m_update(5, ["7", "1", UNCHANGED, None])))
+    assert insert.after == {"id": 7, "amount": Decimal("120.50"), "note": "x", "at": AT}
+    assert insert.key == {"id": 7}
+    assert update.after == {"id": 7, "amount": Decimal("1"), "at": None}
+    assert update.unchanged == ("note",)
+
+
+def test_text_decoder_rows_are_the_same_typed_dicts() -> None:
+    line = ("table shop.orders: INSERT: id[integer]:7 amount[numeric]:120.50 note[text]:'x' "
+            "at[timestamp with time zone]:'2024-01-02 03:04:05.5+00'")
+    rows = [(0x10, 1, "BEGIN 1"), (0x18, 1, line), (0x20, 1, "COMMIT 1 (at 2024-01-02 "
+                                                     "03:04:05+00)")]
+    decoder = TextFormatDecoder(lambda schema, table: INFO, typed=TYPED)
+    (change,) = [e for e in decoder.events(rows) if isinstance(e, Change)]
+    assert change.after == {"id": 7, "amount": Decimal("120.50"), "note": "x", "at": AT}
+    assert change.key == {"id": 7}
+
+
+def test_a_changed_table_fails_at_its_first_change_after_the_changes_before_it() -> None:
+    events = PgOutputDecoder(typed=TYPED).events(
+        txn(_relation(), _insert(ROW)) + txn(_relation(extra=True), _insert([*ROW, "1"]),
+                                             start=0x200))
+    first = [next(events) for _ in range(3)]  # begin, the insert, commit
+    assert isinstance(first[1], Change) and first[1].after["id"] == 7
+    next(events)  # begin
+    with pytest.raises(SchemaChangedError, match=r"table shop\.orders changed: column added: "
+                       r"'extra'\. The query stops after every change committed before this one.*"
+                       "Restart on a new checkpoint with the same slot") as failed:
+        next(events)
+    assert failed.value.table == "shop.orders"
+
+
+def test_a_dropped_column_and_another_type_are_named() -> None:
+    relation = m_relation(5, "shop", "orders", b"d", [(1, "id", 20), (0, "amount", NUMERIC),
+                                                        (0, "at", TSTZ)])
+    with pytest.raises(SchemaChangedError, match="column dropped: 'note'; type changed: 'id' "
+                       r"\(23 when the query started, 20 now\)"):
+        _pgoutput(txn(relation, _insert(["7", "1", None])))
+
+
+def test_a_table_the_query_did_not_start_with_is_named() -> None:
+    other = m_relation(6, "shop", "refunds", b"d", [(1, "id", INT4)])
+    with pytest.raises(SchemaChangedError, match=r"shop\.refunds changed: the table was "
+                       "not captured when the query started"):
+        _pgoutput(txn(other, m_insert(6, ["1"])))
+
+
+def test_record_batches_carry_the_structs() -> None:
+    events = PgOutputDecoder(typed=TYPED).events(
+        txn(_relation(), _insert(ROW), m_update(5, ["7", "1", UNCHANGED, None])))
+    (batch,) = record_batches(transactions(events, 100), Router(CdcOptions.from_options(CDC)),
+                              100, TYPED.schemas()[1])
+    assert batch.schema == TYPED.schemas()[1]
+    assert batch.column("after").to_pylist() == [
+        {"id": 7, "amount": Decimal("120.50"), "note": "x", "at": AT},
+        {"id": 7, "amount": Decimal("1.00"), "note": None, "at": None},
+    ]
+    assert batch.column("before").to_pylist() == [None, None]
+    assert batch.column("key").type == pa.struct([pa.field("id", pa.int32())])
+    assert batch.column("unchanged").to_pylist() == [[], ["note"]]
+
+
+def test_json_rows_are_unchanged_by_the_seam() -> None:
+    events = PgOutputDecoder().events(txn(_relation(), _insert(ROW)))
+    (change,) = [e for e in events if isinstance(e, Change)]
+    assert change.after == ('{"id":7,"amount":"120.50","note":"x",'
+                            '"at":"2024-01-02T03:04:05.5+00:00"}')
+
+
+def test_the_pipeline_takes_json_rows_only() -> None:
+    from pg_to_iggy.pipeline import start_pipeline
+
+    with pytest.raises(ConfigError, match="option 'row_format': 'struct': the pipeline routes"):
+        start_pipeline(object(), dsn="dbname=x", slot="s", url="iggy://x",  # type: ignore[arg-type]
+                       checkpoint="/c", source={"ROW_FORMAT": "struct"})
+
+
+def test_schema_evolution_needs_struct() -> None:
+    assert CdcOptions.from_options({**CDC, "row_format": "struct"}).schema_evolution == "fail"
+    with pytest.raises(ConfigError, match="'schema_evolution': only applies with row_format"):
+        CdcOptions.from_options({**CDC, "schema_evolution": "add_columns"})
+
+
+def _widened(*columns: ColumnInfo) -> StructRows:
+    info = (*INFO.columns, *columns)
+    return StructRows.of({"shop.orders": TableStruct(typed_columns(TYPES, info), ("id",))})
+
+
+EXTRA = ColumnInfo("extra", "extra", "integer", INT4, False, False)
+
+
+def test_a_checkpoint_of_the_same_structs_goes_on() -> None:
+    assert checkpoint_difference(TYPED.stamp(), TYPED, "fail") is None
+    assert checkpoint_difference(None, None, "fail") is None  # the JSON mode's
+
+
+def test_fail_refuses_other_structs_naming_the_difference() -> None:
+    problem = checkpoint_difference(TYPED.stamp(), _widened(EXTRA), "fail")
+    assert problem is not None
+    assert problem.startswith("the tables' columns differ from the structs this checkpoint "
+                              "was written with: columns added: 'extra'. restart with "
+                              "schema_evolution=add_columns")
+
+
+def test_add_columns_takes_added_columns_only() -> None:
+    assert checkpoint_difference(TYPED.stamp(), _widened(EXTRA), "add_columns") is None
+    dropped = StructRows.of({"shop.orders": TableStruct(
+        typed_columns(TYPES, INFO.columns[:3]), ("id",))})
+    problem = checkpoint_difference(TYPED.stamp(), dropped, "add_columns")
+    assert problem is not None and "columns dropped: 'at'" in problem
+    assert "add_columns takes columns added at the end only" in problem
+
+
+def test_a_checkpoint_of_the_other_row_format_is_refused() -> None:
+    assert "row_format=json query, this one is row_format=struct" in str(
+        checkpoint_difference(None, TYPED, "add_columns"))
+    assert "row_format=struct query, this one is row_format=json" in str(
+        checkpoint_difference(TYPED.stamp(), None, "fail"))

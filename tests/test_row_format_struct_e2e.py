@@ -1,0 +1,204 @@
+"""``row_format=struct`` end to end: real Spark, real Postgres, both decoders.
+
+A table of the usual types (a TOASTed text among them) is read by two queries, one per row
+format: the snapshot, then inserts, an update that leaves the TOASTed value alone, an update
+of it, and a delete. ``before``/``after``/``key`` of the struct query are structs a filter like
+``after.amount > 100`` reads, and their values equal the JSON query's, parsed, field by field.
+"""
+
+from __future__ import annotations
+
+import base64
+from collections.abc import Iterator
+from decimal import Decimal
+from pathlib import Path
+from typing import Any
+
+import orjson
+import psycopg
+import pytest
+from psycopg import sql
+from pyspark.sql import Row, SparkSession
+from pyspark.sql.types import BinaryType, DataType, StringType, StructType, TimestampType
+from support.struct_values import from_json, same
+
+from iggy_spark_testing.harness import LocalPostgres
+
+pytestmark = pytest.mark.e2e
+
+COLUMNS = """\
+id int PRIMARY KEY, amount numeric(10,2), note text, paid boolean, at timestamptz, doc jsonb,
+raw bytea, tags int[], big text"""
+BIG = "(SELECT string_agg(md5(g::text || %s), '') FROM generate_series(1, 300) g)"
+"""An incompressible 9,600-character text: stored out of line (TOAST)."""
+
+
+def _changes(conn: psycopg.Connection[Any], table: sql.Composable) -> None:
+    run = conn.execute
+    run(sql.SQL("INSERT INTO {} VALUES (10, 250.50, 'new', true, '2024-05-06 07:08:09.5+02', "
+                "'{{\"k\": [1, 2.50]}}', '\\x00ff', '{{4,NULL}}', " + BIG + ")").format(table),
+        ("ten",))
+    run(sql.SQL("INSERT INTO {} (id, amount) VALUES (11, 99.99)").format(table))
+    run(sql.SQL("UPDATE {} SET amount = 120, note = 'more' WHERE id = 1").format(table))  # big
+    run(sql.SQL("UPDATE {} SET big = " + BIG + " WHERE id = 2").format(table), ("two",))
+    run(sql.SQL("DELETE FROM {} WHERE id = 3").format(table))
+
+
+@pytest.fixture
+def table(pg: LocalPostgres, name: str) -> Iterator[sql.Composable]:
+    table = sql.Identifier(name, "t")
+    with psycopg.connect(pg.dsn, autocommit=True) as conn:
+        conn.execute(sql.SQL("CREATE SCHEMA {}").format(sql.Identifier(name)))
+        conn.execute(sql.SQL("CREATE TABLE {} (" + COLUMNS + ")").format(table))
+        for i in (1, 2, 3):
+            conn.execute(sql.SQL("INSERT INTO {} VALUES (%s, %s, %s, %s, %s, %s, %s, %s, "
+                                 + BIG + ")").format(table),
+                         (i, Decimal(i * 100) + Decimal("0.25"), f"row {i}", i % 2 == 0,
+                          f"2024-01-0{i} 00:00:00+00", f'{{"i": {i}}}', bytes([i]),
+                          [i, i + 1], str(i)))
+    yield table
+    with psycopg.connect(pg.dsn, autocommit=True) as conn:
+        for slot in (f"{name}_json", f"{name}_struct"):
+            conn.execute("SELECT pg_drop_replication_slot(slot_name) FROM pg_replication_slots "
+                         "WHERE slot_name = %s", (slot,))
+
+
+def _equal(spark_type: DataType, typed: Any, json_value: Any) -> bool:
+    """A struct field's value equals the JSON mode's, parsed, as that type."""
+    if json_value is None or typed is None:
+        return typed is None and json_value is None
+    if isinstance(spark_type, BinaryType):
+        return bytes(typed) == base64.b64decode(json_value)
+    if isinstance(spark_type, TimestampType):  # collected as local time, without a zone
+        return bool(typed == from_json(spark_type, json_value).astimezone().replace(tzinfo=None))
+    if isinstance(spark_type, StringType) and not isinstance(json_value, str):
+        return bool(orjson.loads(typed) == json_value)  # jsonb: Postgres's text of the value
+    return same(from_json(spark_type, json_value), typed)
+
+
+def _check_image(struct: StructType, typed: Row | None, text: str | None,
+                 unchanged: list[str]) -> None:
+    assert (typed is None) == (text is None)
+    if typed is None or text is None:
+        return
+    parsed = orjson.loads(text)
+    values = typed.asDict()
+    for field in struct.fields:
+        if field.name in unchanged:
+            assert values[field.name] is None and field.name not in parsed
+            continue
+        assert _equal(field.dataType, values[field.name], parsed.get(field.name)), (
+            field.name, values[field.name], parsed.get(field.name))
+
+
+def _collecting(spark: SparkSession, pg: LocalPostgres, name: str, plugin: str,
+               checkpoint: Path, into: list[Row], *, row_format: str = "struct",
+               large: list[Row] | None = None, **options: str) -> Any:
+    """A query whose batches are appended to ``into`` in stream order (``foreachBatch``, on
+    the driver; ``large``: those ``after.amount > 100`` picks), which survives restarts on its
+    checkpoint, unlike the memory sink's table."""
+    def append(batch: Any, _batch_id: int) -> None:
+        into.extend(batch.orderBy("position", "id").collect())
+        if large is not None:
+            large.extend(batch.where("after.amount > 100").collect())
+
+    reader = spark.readStream.format("pg_cdc").options(
+        dsn=pg.dsn, slot=f"{name}_{row_format}", plugin=plugin, snapshot="initial",
+        include_tables=f"{name}\\.t", row_format=row_format, **options)
+    return (reader.load().writeStream.foreachBatch(append)
+            .option("checkpointLocation", str(checkpoint)).start())
+
+
+def _run(query: Any) -> None:
+    try:
+        query.processAllAvailable()
+        assert query.exception() is None
+    finally:
+        query.stop()
+
+
+@pytest.mark.pg_versions(15, 16)
+@pytest.mark.parametrize("plugin", ["pgoutput", "test_decoding"])
+def test_struct_rows_are_typed_and_equal_the_json_modes(
+    spark: SparkSession, pg: LocalPostgres, name: str, table: sql.Composable, plugin: str,
+    tmp_path: Path,
+) -> None:
+    typed: list[Row] = []
+    json: list[Row] = []
+    large: list[Row] = []
+    for run in range(2):  # the snapshot, then the changes; one query at a time
+        if run:
+            with psycopg.connect(pg.dsn, autocommit=True) as conn:
+                _changes(conn, table)
+        _run(_collecting(spark, pg, name, plugin, tmp_path / "struct", typed, large=large))
+        _run(_collecting(spark, pg, name, plugin, tmp_path / "json", json, row_format="json"))
+    schema = spark.readStream.format("pg_cdc").options(  # load() reads the catalog
+        dsn=pg.dsn, slot=f"{name}_struct", plugin=plugin, include_tables=f"{name}\\.t",
+        row_format="struct").load().schema
+    row_type = schema["after"].dataType
+    assert isinstance(row_type, StructType)
+    assert [f.name for f in row_type.fields] == [
+        "id", "amount", "note", "paid", "at", "doc", "raw", "tags", "big"]
+    assert schema["key"].dataType.simpleString() == "struct<id:int>"
+    assert row_type["amount"].dataType.simpleString() == "decimal(10,2)"
+    assert [r.op for r in typed] == ["read"] * 3 + ["insert", "insert", "update", "update",
+                                                    "delete"]
+
+    def same_change(r: Row) -> tuple[Any, ...]:  # a snapshot row's id names its slot's point
+        return (r.id if r.op != "read" else None, r.op, r.unchanged)
+
+    assert list(map(same_change, typed)) == list(map(same_change, json))
+    assert typed[5].unchanged == ["big"] and typed[5].after.big is None  # left out, named
+    for s, j in zip(typed, json, strict=True):
+        _check_image(row_type, s.after, j.after, s.unchanged)
+        _check_image(row_type, s.before, j.before, s.unchanged)
+        _check_image(schema["key"].dataType, s.key, j.key, [])
+    assert sorted((r.op, r.after.id) for r in large) == [
+        ("insert", 10), ("read", 1), ("read", 2), ("read", 3), ("update", 1), ("update", 2)]
+
+
+@pytest.mark.parametrize("plugin", ["pgoutput", "test_decoding"])
+def test_a_column_added_mid_stream_stops_the_query_after_the_changes_before_it(
+    spark: SparkSession, pg: LocalPostgres, name: str, table: sql.Composable, plugin: str,
+    tmp_path: Path,
+) -> None:
+    """The changes before the DDL arrive, the query fails naming the table and the column; a
+    restart on the same checkpoint is refused naming the difference, unless
+    ``schema_evolution=add_columns``: then it goes on with the new column, nothing lost,
+    nothing twice."""
+    rows: list[Row] = []
+    query = _collecting(spark, pg, name, plugin, tmp_path / "chk", rows)
+    try:
+        query.processAllAvailable()  # the snapshot
+        with psycopg.connect(pg.dsn, autocommit=True) as conn:
+            conn.execute(sql.SQL("INSERT INTO {} (id, amount) VALUES (20, 1)").format(table))
+            conn.execute(sql.SQL("UPDATE {} SET note = 'before' WHERE id = 1").format(table))
+            conn.execute(sql.SQL("ALTER TABLE {} ADD COLUMN extra int").format(table))
+            conn.execute(sql.SQL("INSERT INTO {} (id, extra) VALUES (21, 7)").format(table))
+        with pytest.raises(Exception, match="row_format=struct") as failed:
+            query.processAllAvailable()
+    finally:
+        query.stop()
+    message = str(failed.value)
+    assert f"table {name}.t changed: column added: 'extra'" in message, message
+    assert "Restart on a new checkpoint with the same slot" in message
+    delivered = [(r.op, r.after.id) for r in rows]
+    assert delivered == [("read", 1), ("read", 2), ("read", 3), ("insert", 20), ("update", 1)]
+    query = _collecting(spark, pg, name, plugin, tmp_path / "chk", rows)
+    try:
+        with pytest.raises(Exception, match="schema_evolution") as refused:
+            query.processAllAvailable()
+    finally:
+        query.stop()
+    assert ("option 'schema_evolution': fail: the tables' columns differ from the structs "
+            "this checkpoint was written with: columns added: 'extra'") in str(refused.value)
+    assert [(r.op, r.after.id) for r in rows] == delivered
+    query = _collecting(spark, pg, name, plugin, tmp_path / "chk", rows,
+                        schema_evolution="add_columns")
+    try:
+        query.processAllAvailable()
+        assert query.exception() is None
+    finally:
+        query.stop()
+    assert [(r.op, r.after.id) for r in rows] == [*delivered, ("insert", 21)]
+    assert rows[-1].after.extra == 7

@@ -1,0 +1,257 @@
+"""``row_format=struct``'s types and values: every listed Postgres type's output text, typed,
+equals the JSON mode's value of the same text, parsed, type by type; the catalog rules; values
+a Spark type cannot hold fail, naming them."""
+
+from __future__ import annotations
+
+import math
+from datetime import UTC, date, datetime
+from typing import Any
+
+import orjson
+import pyarrow as pa
+import pytest
+from hypothesis import given, settings
+from hypothesis import strategies as st
+from pyspark.sql.types import (
+    ArrayType,
+    BinaryType,
+    BooleanType,
+    DataType,
+    DateType,
+    DecimalType,
+    DoubleType,
+    FloatType,
+    IntegerType,
+    LongType,
+    ShortType,
+    StringType,
+    StructField,
+    StructType,
+    TimestampNTZType,
+    TimestampType,
+)
+from support.struct_values import from_json, same
+
+from connector_common.spark_versions import arrow_schema
+from postgres_cdc_source.catalog import ColumnInfo
+from postgres_cdc_source.struct_types import (
+    PgType,
+    TableStruct,
+    column_type,
+    struct_schema,
+    typed_columns,
+)
+from postgres_cdc_source.values import builtin_types, converter_for_oid
+
+ENUM, INT_DOMAIN, MONEY_DOMAIN, COMPOSITE, DOMAIN_ARRAY = 90001, 90002, 90003, 90004, 90005
+
+
+def _typmod(precision: int, scale: int) -> int:
+    return ((precision << 16) | (scale & 0x7FF)) + 4
+
+
+def _types() -> dict[int, PgType]:
+    types: dict[int, PgType] = {}
+    for oid, array_oid, name in builtin_types():
+        types[oid] = PgType(oid, name, "b", 0, -1, 0, ",")
+        types[array_oid] = PgType(array_oid, "_" + name, "b", 0, -1, oid, ",")
+    types[603] = PgType(603, "box", "b", 0, -1, 0, ";")
+    types[1020] = PgType(1020, "_box", "b", 0, -1, 603, ",")
+    types[ENUM] = PgType(ENUM, "mood", "e", 0, -1, 0, ",")
+    types[INT_DOMAIN] = PgType(INT_DOMAIN, "positive", "d", 23, -1, 0, ",")
+    types[MONEY_DOMAIN] = PgType(MONEY_DOMAIN, "price", "d", 1700, _typmod(6, 2), 0, ",")
+    types[COMPOSITE] = PgType(COMPOSITE, "pair", "c", 0, -1, 0, ",")
+    types[DOMAIN_ARRAY] = PgType(DOMAIN_ARRAY, "_positive", "b", 0, -1, INT_DOMAIN, ",")
+    return types
+
+
+TYPES = _types()
+
+
+# --- Postgres output text, as the peek sessions' settings print it -----------------------------
+
+def _pg_timestamp(value: datetime) -> str:
+    text = f"{value.year:04d}" + value.strftime("-%m-%d %H:%M:%S")
+    if value.microsecond:
+        text += f".{value.microsecond:06d}".rstrip("0")
+    return text
+
+
+def _pg_float(value: float) -> str:
+    if math.isnan(value):
+        return "NaN"
+    if math.isinf(value):
+        return "Infinity" if value > 0 else "-Infinity"
+    return repr(value)
+
+
+def _array_text(items: list[str | None]) -> str:
+    """array_out's text: NULL bare, elements with special characters quoted and escaped."""
+    def one(item: str | None) -> str:
+        if item is None:
+            return "NULL"
+        if item == "" or item.upper() == "NULL" or any(c in item for c in '{},"\\ \t\n\r\v\f'):
+            return '"' + item.replace("\\", "\\\\").replace('"', '\\"') + '"'
+        return item
+    return "{" + ",".join(map(one, items)) + "}"
+
+
+_text = st.text(st.characters(blacklist_categories=["Cs"], blacklist_characters="\0"),
+                max_size=20)
+_dates = st.dates(date(1, 1, 1), date(9999, 12, 31))
+_stamps = st.datetimes(datetime(1, 1, 2), datetime(9999, 12, 30))
+_json_values = st.recursive(
+    st.none() | st.booleans() | st.integers(-2**53, 2**53) | _text,
+    lambda inner: st.lists(inner, max_size=3) | st.dictionaries(_text, inner, max_size=3),
+    max_leaves=6)
+
+# (type OID, typmod, strategy of output text, the Spark type)
+CASES: list[tuple[str, int, int, st.SearchStrategy[str], DataType]] = [
+    ("smallint", 21, -1, st.integers(-2**15, 2**15 - 1).map(str), ShortType()),
+    ("integer", 23, -1, st.integers(-2**31, 2**31 - 1).map(str), IntegerType()),
+    ("bigint", 20, -1, st.integers(-2**63, 2**63 - 1).map(str), LongType()),
+    ("oid", 26, -1, st.integers(0, 2**32 - 1).map(str), LongType()),
+    ("numeric(10,2)", 1700, _typmod(10, 2),
+     st.decimals(-10**8 + 1, 10**8 - 1, places=2).map(lambda d: f"{d:.2f}"),
+     DecimalType(10, 2)),
+    ("numeric(38,0)", 1700, _typmod(38, 0),
+     st.integers(-10**38 + 1, 10**38 - 1).map(str), DecimalType(38, 0)),
+    ("numeric", 1700, -1,
+     st.decimals(allow_nan=False, allow_infinity=False).map(lambda d: format(d, "f"))
+     | st.just("NaN"), StringType()),
+    ("real", 700, -1, st.floats(width=32).map(_pg_float), FloatType()),
+    ("double precision", 701, -1, st.floats().map(_pg_float), DoubleType()),
+    ("boolean", 16, -1, st.sampled_from(["t", "f"]), BooleanType()),
+    ("text", 25, -1, _text, StringType()),
+    ("varchar", 1043, -1, _text, StringType()),
+    ("char(4)", 1042, -1, _text.map(lambda t: t[:4].ljust(4)), StringType()),
+    ("bytea", 17, -1, st.binary(max_size=20).map(lambda b: "\\x" + b.hex()), BinaryType()),
+    ("date", 1082, -1, _dates.map(date.isoformat), DateType()),
+    ("timestamp", 1114, -1, _stamps.map(_pg_timestamp), TimestampNTZType()),
+    ("timestamptz", 1184, -1, _stamps.map(lambda d: _pg_timestamp(d) + "+00"), TimestampType()),
+    ("json", 114, -1, _json_values.map(lambda v: orjson.dumps(v).decode().replace(",", ", ")),
+     StringType()),
+    ("jsonb", 3802, -1, _json_values.map(lambda v: orjson.dumps(v).decode()), StringType()),
+    ("uuid", 2950, -1, st.uuids().map(str), StringType()),
+    ("enum", ENUM, -1, st.sampled_from(["happy", "sad", "a b"]), StringType()),
+    ("domain of integer", INT_DOMAIN, -1, st.integers(1, 2**31 - 1).map(str), IntegerType()),
+    ("domain of numeric(6,2)", MONEY_DOMAIN, -1,
+     st.decimals(-9999, 9999, places=2).map(lambda d: f"{d:.2f}"), DecimalType(6, 2)),
+    ("interval", 1186, -1, st.sampled_from(["P1DT2H", "PT0S", "P-3Y"]), StringType()),
+    ("money", 790, -1, st.sampled_from(["$12.34", "-$0.01"]), StringType()),
+    ("point", 600, -1, st.sampled_from(["(1,2)", "(-1.5,0)"]), StringType()),
+    ("composite", COMPOSITE, -1, st.sampled_from(['(1,"a b")', "(,)"]), StringType()),
+    ("int4range", 3904, -1, st.sampled_from(["[1,5)", "empty"]), StringType()),
+    ("integer[]", 1007, -1,
+     st.lists(st.none() | st.integers(-2**31, 2**31 - 1).map(str)).map(_array_text),
+     ArrayType(IntegerType())),
+    ("text[]", 1009, -1, st.lists(st.none() | _text).map(_array_text), ArrayType(StringType())),
+    ("numeric(5,1)[]", 1231, _typmod(5, 1),
+     st.lists(st.decimals(-9999, 9999, places=1).map(lambda d: f"{d:.1f}")).map(_array_text),
+     ArrayType(DecimalType(5, 1))),
+    ("timestamptz[]", 1185, -1,
+     st.lists(_stamps.map(lambda d: _pg_timestamp(d) + "+00")).map(_array_text),
+     ArrayType(TimestampType())),
+    ("bytea[]", 1001, -1,
+     st.lists(st.binary(max_size=5).map(lambda b: "\\x" + b.hex())).map(_array_text),
+     ArrayType(BinaryType())),
+    ("domain[]", DOMAIN_ARRAY, -1, st.lists(st.integers(1, 99).map(str)).map(_array_text),
+     ArrayType(IntegerType())),
+    ("box[]", 1020, -1, st.just("{(1,1),(0,0);(2,2),(1,1)}"), StringType()),
+]
+TYPES[3904] = PgType(3904, "int4range", "r", 0, -1, 0, ",")
+
+
+def _json_mode(type_oid: int, text: str) -> Any:
+    """The JSON mode's value of ``text``: its converter, orjson's JSON, parsed back."""
+    return orjson.loads(orjson.dumps({"v": converter_for_oid(type_oid)(text)}))["v"]
+
+
+@pytest.mark.parametrize(("name", "oid", "typmod", "texts", "spark"), CASES,
+                         ids=[c[0] for c in CASES])
+@settings(max_examples=40, deadline=None)
+@given(data=st.data())
+def test_struct_values_equal_the_json_modes_type_by_type(
+    name: str, oid: int, typmod: int, texts: st.SearchStrategy[str], spark: DataType,
+    data: st.DataObject,
+) -> None:
+    typed_spark, arrow, convert = column_type(TYPES, oid, typmod)
+    assert typed_spark == spark
+    assert arrow_schema(StructType([StructField("v", spark)])).field("v").type == arrow
+    text = data.draw(texts)
+    typed = convert(text)
+    json_mode = _json_mode(oid, text)
+    if oid in (114, 3802):  # json/jsonb: the text itself, which the JSON mode embeds as is
+        assert orjson.dumps({"v": orjson.Fragment(typed)}) == orjson.dumps(
+            {"v": converter_for_oid(oid)(text)})
+        assert orjson.loads(typed) == json_mode
+    else:
+        assert same(typed, from_json(spark, json_mode)), (text, typed, json_mode)
+    pa.array([typed], arrow)  # Arrow takes it as the Spark type's Arrow type
+
+
+@pytest.mark.parametrize(("oid", "typmod", "spark"), [
+    (1700, _typmod(3, -2), DecimalType(5, 0)),  # numeric(3,-2) holds 99900
+    (1700, _typmod(2, 5), DecimalType(5, 5)),  # numeric(2,5) holds 0.00099
+    (1700, _typmod(39, 2), StringType()),  # beyond Spark's 38 digits
+    (1700, -1, StringType()),  # unconstrained: text, exact
+    (1083, -1, StringType()),  # time
+    (869, -1, StringType()),  # inet
+])
+def test_catalog_rules(oid: int, typmod: int, spark: DataType) -> None:
+    assert column_type(TYPES, oid, typmod)[0] == spark
+
+
+@pytest.mark.parametrize(("oid", "typmod", "text", "message"), [
+    (1700, _typmod(6, 2), "NaN", "'NaN' has no decimal.6,2. value"),
+    (1700, _typmod(4, 2), "100.00", "more than 2 digits before the point"),
+    (1082, -1, "infinity", "'infinity' has no Spark DATE value"),
+    (1114, -1, "0044-03-15 12:00:00 BC", "no Spark TIMESTAMP_NTZ value"),
+    (1184, -1, "12345-06-01 00:00:00.25+00", "no Spark TIMESTAMP value"),
+    (1007, -1, "{{1,2},{3,4}}", "more than one dimension"),
+])
+def test_a_value_the_spark_type_cannot_hold_fails_naming_it(
+    oid: int, typmod: int, text: str, message: str
+) -> None:
+    with pytest.raises(ValueError, match=message):
+        column_type(TYPES, oid, typmod)[2](text)
+
+
+def test_timestamps_keep_their_instant() -> None:
+    convert = column_type(TYPES, 1184)[2]
+    assert convert("2024-01-02 03:04:05.5+00") == datetime(2024, 1, 2, 3, 4, 5, 500000, UTC)
+    assert column_type(TYPES, 1114)[2]("2024-01-02 03:04:05") == datetime(2024, 1, 2, 3, 4, 5)
+
+
+def _table(*columns: tuple[str, int], key: tuple[str, ...] = ("id",)) -> TableStruct:
+    return TableStruct(typed_columns(TYPES, [ColumnInfo(n, n, "", oid, n in key, False)
+                                             for n, oid in columns]), key)
+
+
+def test_tables_of_one_shape_share_a_struct() -> None:
+    row, key = struct_schema({"public.a": _table(("id", 20), ("v", 25)),
+                              "public.b": _table(("id", 20), ("v", 1043))})  # both strings
+    assert row == StructType([StructField("id", LongType()), StructField("v", StringType())])
+    assert key == StructType([StructField("id", LongType())])
+
+
+@pytest.mark.parametrize(("other", "message"), [
+    (_table(("id", 23), ("v", 25)), "column 'id' is bigint in the first, int in the second"),
+    (_table(("key", 20), ("v", 25)), "column 1 is 'id' in the first, 'key' in the second"),
+    (_table(("id", 20), ("v", 25), ("w", 16)), "the second has more columns: 'w'"),
+    (_table(("id", 20)), "the first has more columns: 'v'"),
+    (_table(("id", 20), ("v", 25), key=("id", "v")),
+     r"the key is \('id'\) in the first, \('id', 'v'\) in the second"),
+    (_table(("id", 20), ("v", 25), key=()), r"the key is \('id'\) in the first, none"),
+])
+def test_tables_of_other_shapes_are_refused_naming_both_and_the_difference(
+    other: TableStruct, message: str
+) -> None:
+    with pytest.raises(ValueError, match=f"public.a and public.b differ: {message}"):
+        struct_schema({"public.a": _table(("id", 20), ("v", 25)), "public.b": other})
+
+
+def test_no_table_is_refused() -> None:
+    with pytest.raises(ValueError, match="no table is captured"):
+        struct_schema({})
