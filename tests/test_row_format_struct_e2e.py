@@ -118,7 +118,9 @@ def _run(query: Any) -> None:
 
 
 @pytest.mark.pg_versions(15, 16)
-@pytest.mark.parametrize("plugin", ["pgoutput", "test_decoding"])
+@pytest.mark.parametrize("plugin", [
+    # the oldest Spark too: struct columns through its Arrow path
+    pytest.param("pgoutput", marks=pytest.mark.oldest_spark), "test_decoding"])
 def test_struct_rows_are_typed_and_equal_the_json_modes(
     spark: SparkSession, pg: LocalPostgres, name: str, table: sql.Composable, plugin: str,
     tmp_path: Path,
