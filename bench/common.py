@@ -253,6 +253,10 @@ def _has_data(progress: Mapping[str, Any]) -> bool:
         source.get("startOffset") != source.get("endOffset") for source in progress["sources"])
 
 
+PHASES = ("latestOffset", "queryPlanning", "addBatch", "triggerExecution")
+"""The phases of a micro-batch's ``durationMs`` a measure records per batch."""
+
+
 def streaming_measure(
     query: StreamingQuery, wall_seconds: float, timed: str, items: int | None = None
 ) -> Measure:
@@ -261,6 +265,9 @@ def streaming_measure(
     Timed: first data batch's trigger start to the last data batch's end (``triggerExecution``
     included); batches whose offsets did not move do not count. ``items``: how many rows the
     caller knows arrived (counted at the destination); by default Spark's ``numInputRows``.
+    ``extra["durations_ms"]`` holds, per phase of :data:`PHASES`, each data batch's
+    milliseconds: where a batch's time went (the source's planning is ``latestOffset``, its
+    read ``addBatch``).
     """
     error = query.exception()
     if error is not None:
@@ -276,6 +283,8 @@ def streaming_measure(
         "batches": len(batches),
         "wall_seconds": round(wall_seconds, 3),
         "first_batch_seconds": round(first["durationMs"]["triggerExecution"] / 1000, 3),
+        "durations_ms": {phase: [int(p["durationMs"].get(phase, 0)) for p in batches]
+                         for phase in PHASES},
     })
 
 
