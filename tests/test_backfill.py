@@ -14,7 +14,6 @@ import pytest
 from psycopg import sql
 
 from connector_common.lsn import parse_lsn
-from connector_common.spark_versions import ReadAllAvailable
 from iggy_spark_testing.harness import LocalPostgres
 from postgres_cdc_source import snapshot
 from postgres_cdc_source.backfill import cancel_backfill, request_backfill, visibility
@@ -37,7 +36,7 @@ class _Query:
     def batch(self, replayed: list[dict[str, Any]] | None = None) -> list[dict[str, Any]]:
         """One batch's rows; with ``replayed``, the batch is also read again, as a new driver
         process does after a crash, into that list."""
-        end = self.reader.latestOffset(self.offset, ReadAllAvailable())
+        end = self.reader.latestOffset(self.offset, self.reader.getDefaultReadLimit())
         rows = _rows(self.reader, self.offset, end)
         if replayed is not None:
             replayed += _rows(PgCdcStreamReader(self.reader.options), self.offset, end)
@@ -142,6 +141,36 @@ def test_a_table_the_query_does_not_capture_is_skipped_with_a_warning(
     assert [(r["op"], r["table"]) for r in rows] == [("read", f"{name}_in")]
     assert f"backfill {backfill}: table public.{name}_out is not captured" in caplog.text
     assert query.offset.get("backfill") is None
+
+
+@pytest.mark.parametrize("plugin", ["pgoutput", "test_decoding"])
+def test_a_request_in_a_backlog_read_in_capped_batches_is_found(
+    pg: LocalPostgres, name: str, plugin: str
+) -> None:
+    """A request written while no query listens, then a backlog the query reads in batches
+    capped by ``max_bytes_per_trigger``: each batch's range is searched before the slot passes
+    it (a search only once caught up found nothing: the slot was past the request by then)."""
+    with pg.connect() as conn:
+        conn.execute(f"CREATE TABLE {name} (id int PRIMARY KEY, v text)")
+        conn.execute(f"INSERT INTO {name} SELECT i, 'old' FROM generate_series(1, 50) AS i")
+    query = _Query(pg, {"slot": name, "plugin": plugin, "include_tables": rf"public\.{name}",
+                        "max_bytes_per_trigger": "64k"})
+    backfill = request_backfill(pg.dsn, name, [name])
+    with pg.connect() as conn:
+        for first in range(1_000, 21_000, 1_000):  # 20 transactions, well over 64k of WAL
+            conn.execute(f"INSERT INTO {name} SELECT i, 'new' FROM "
+                         "generate_series(%s::int, %s::int) AS i", (first, first + 999))
+    rows: list[dict[str, Any]] = []
+    for _ in range(60):
+        batch = query.batch()
+        rows += batch
+        if not batch and query.offset.get("backfill") is None:
+            break
+    assert len([o for o in query.offsets if o["lsn"] != query.offsets[0]["lsn"]]) > 2  # capped
+    read = sorted(json.loads(r["after"])["id"] for r in rows if r["op"] == "read")
+    assert read[:50] == list(range(1, 51)), f"backfill {backfill} never read the old rows"
+    inserted = [r for r in rows if r["op"] == "insert"]
+    assert len(inserted) == 20_000
 
 
 def _standby_names(pg: LocalPostgres, admin: Any, value: str) -> None:

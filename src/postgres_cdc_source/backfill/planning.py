@@ -20,6 +20,7 @@ from typing import Any
 import psycopg
 from psycopg import sql
 
+from connector_common.lsn import format_lsn
 from postgres_cdc_source import snapshot
 from postgres_cdc_source.backfill.progress import Backfills, ChunkPlan, Request, TableProgress
 from postgres_cdc_source.backfill.requests import parse_request
@@ -33,7 +34,10 @@ from postgres_cdc_source.sql_names import Name
 
 __all__ = ["BackfillPlanner"]
 
-SEARCH_TIMEOUT = "5s"
+SEARCH_TIMEOUT = 5.0
+"""Seconds a search may take at first (a failover slot's read waits for its standbys, which
+may be gone); doubled after each search that took longer, up to :data:`SEARCH_TIMEOUT_MAX`."""
+SEARCH_TIMEOUT_MAX = 300.0
 _STANDBY = object()
 """What the planner listens on when the query reads a standby: nothing (warned once)."""
 
@@ -45,14 +49,18 @@ class BackfillPlanner:
     """Keeps one query's backfills moving; lives in the driver beside the stream reader.
 
     The WAL is searched for requests when this process plans its first batch and whenever a
-    ``NOTIFY`` on :data:`~postgres_cdc_source.options.BACKFILL_CHANNEL` arrives; a chunk is
-    planned only when the stream has caught up (the batch ends at the flush position), so a
+    ``NOTIFY`` on :data:`~postgres_cdc_source.options.BACKFILL_CHANNEL` arrives. The slot
+    passes a batch's range once the batch commits, so until a search reaches the flush
+    position every batch's own range is searched as it is planned: a backlog read in several
+    batches after a start or a notification is decoded twice, steady state not at all. A chunk
+    is planned only when the stream has caught up (the batch ends at the flush position), so a
     backfill never holds the stream back.
     """
 
     def __init__(self, options: CdcOptions) -> None:
         self.options = options
         self._search = True
+        self._search_timeout = SEARCH_TIMEOUT
         self._listening: Conn | object | None = None
         self._started: dict[str, float] = {}
         self.tables: dict[str, TableProgress] = {}
@@ -94,10 +102,15 @@ class BackfillPlanner:
             self._search = True
         conn.execute("SELECT 1")  # delivers the notifications that arrived meanwhile
         flush = positions.flush_lsn(conn)
-        if not caught_up:  # the backlog first: requests are searched for once it is read
+        if self._search:  # in a backlog, the batch's own range: the next planning is past it
+            self._search = not caught_up  # before: a NOTIFY during the search sets it again
+            searched = self._requests(conn, state, start, flush if caught_up else end)
+            if searched is None:  # the slot must not pass WAL a due search has not read
+                self._search = True
+                return state, start
+            state = searched
+        if not caught_up:  # the backlog first: chunks are planned once it is read
             return state, end
-        if self._search:
-            state = self._requests(conn, state, start, flush)
         if not state.queue:
             return state, end
         while state.queue:
@@ -108,11 +121,13 @@ class BackfillPlanner:
             state = state.without_table(head.tables[0])
         return state, end
 
-    def _requests(self, conn: Conn, state: Backfills, start: int, flush: int) -> Backfills:
-        """``state`` with the requests and cancels written up to ``flush``. The search reads
-        the WAL from ``start``, as the batch will: it waits at most :data:`SEARCH_TIMEOUT`
-        (reads of a failover slot wait for standbys that may be gone) and is tried again at the
-        next planning."""
+    def _requests(
+        self, conn: Conn, state: Backfills, start: int, upto: int
+    ) -> Backfills | None:
+        """``state`` with the requests and cancels written up to ``upto`` (the flush position
+        ends the search; a batch's end, in a backlog, does not). The search reads the WAL from
+        ``start``, as the batch will, under a timeout (:data:`SEARCH_TIMEOUT`); ``None`` when
+        it took longer: the batch then waits for the next planning's try."""
         pubs = peeking.publications(conn, self.options, start)
         # a new table's first rows are missing from the stream only with the managed pair
         # alone; whoever reads <publication>_all from here on gets them in the stream
@@ -121,13 +136,15 @@ class BackfillPlanner:
         try:
             with conn.transaction():
                 conn.execute("SELECT pg_catalog.set_config('statement_timeout', %s, true)",
-                             (SEARCH_TIMEOUT,))
-                messages = peeking.peek_messages(conn, self.options, flush, pubs)
+                             (f"{int(self._search_timeout * 1000)}ms",))
+                messages = peeking.peek_messages(conn, self.options, upto, pubs)
         except psycopg.errors.QueryCanceled:
-            log.warning("pg_cdc backfill: searching the WAL for requests took over %s; tried "
-                        "again at the next planning", SEARCH_TIMEOUT)
-            return state
-        self._search = False
+            log.warning("pg_cdc backfill: searching the WAL up to %s for requests took over "
+                        "%.0f s; the stream waits for the next planning's try", format_lsn(upto),
+                        self._search_timeout)
+            self._search_timeout = min(self._search_timeout * 2, SEARCH_TIMEOUT_MAX)
+            return None
+        self._search_timeout = SEARCH_TIMEOUT
         found: list[Request] = []
         cancels: set[str] = set()
         for lsn, data in messages:
@@ -147,7 +164,7 @@ class BackfillPlanner:
                 found.append(request)
                 log.info("pg_cdc backfill %s: requested for %s", request.id,
                          ", ".join(".".join(t) for t in request.tables))
-        return state.requested(found, cancels, flush)
+        return state.requested(found, cancels, upto)
 
     def _table(self, conn: Conn, head: Request) -> snapshot.SnapshotTable | None:
         """The request's current table, if the query can backfill it (else a warning)."""
