@@ -129,6 +129,23 @@ def test_text_decoder_rows_are_the_same_typed_dicts() -> None:
     assert change.key == {"id": 7}
 
 
+def test_text_decoder_hot_path_types_like_the_general_way() -> None:
+    # the first line of a table goes the general way and opens the hot path to the next ones
+    line = ("table shop.orders: {}: id[integer]:7 amount[numeric]:{} note[text]:'x' "
+            "at[timestamp with time zone]:'2024-01-02 03:04:05.5+00'")
+    rows = [(0x10, 1, "BEGIN 1"), (0x18, 1, line.format("INSERT", "120.50")),
+            (0x20, 1, line.format("INSERT", "120.50")), (0x28, 1, line.format("UPDATE", "120.50")),
+            (0x30, 1, line.format("UPDATE", "123456789.5"))]
+    events = TextFormatDecoder(lambda schema, table: INFO, typed=TYPED).events(rows)
+    changes = [e for e in (next(events) for _ in range(4)) if isinstance(e, Change)]
+    assert [c.after for c in changes] == 3 * [
+        {"id": 7, "amount": Decimal("120.50"), "note": "x", "at": AT}]
+    assert [c.key for c in changes] == 3 * [{"id": 7}]
+    with pytest.raises(DecodeError, match=r"column 'amount' of shop\.orders: cannot convert "
+                       "'123456789.5'"):
+        next(events)
+
+
 def test_a_changed_table_fails_at_its_first_change_after_the_changes_before_it() -> None:
     events = PgOutputDecoder(typed=TYPED).events(
         txn(_relation(), _insert(ROW)) + txn(_relation(extra=True), _insert([*ROW, "1"]),
