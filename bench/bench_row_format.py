@@ -23,9 +23,10 @@ load before it. Every contender must deliver exactly the workload's changes.
 What ``struct`` converts is decided by the table's six columns (``bench.cdc``): ``id int8``
 (the key; long), ``name text`` (string, as in JSON), ``amount numeric(12,2)`` (decimal(12,2):
 a ``Decimal`` per value), ``at timestamptz`` (timestamp: a ``datetime`` parsed per value),
-``active bool`` (boolean) and ``score float8`` (double). Inserts carry ``after``; updates
-``after`` and ``key`` (the default replica identity: no ``before``). Text-heavy or
-numeric-free tables convert less; tables of timestamps and decimals more.
+``active bool`` (boolean) and ``score float8`` (double). Every change carries ``after`` and
+``key`` (the default replica identity: no ``before``). The decimal and the timestamp are the
+conversions JSON text does not make; text-heavy tables convert less, tables of timestamps and
+decimals more.
 
 Writes ``bench/results/row_format.json``; target (issue 35): ``struct`` at 0.9x ``json`` or
 better through Spark (pgoutput).
