@@ -44,6 +44,7 @@ BENCHMARKS: dict[str, tuple[list[str], list[str]]] = {
                          "--inject-minutes", "4"]),
     "remote_checkpoint": ([], ["--kills", "1", "--changes", "500"]),
     "busy_db": ([], ["--changes", "4000", "--rounds", "1"]),
+    "row_format": ([], ["--changes", "4000", "--rounds", "1"]),
     "held_back": ([], ["--batch", "10000", "--behind", "0,100000", "--rounds", "2"]),
     "snapshot_faults": ([], ["--rows", "3000", "--kills", "1", "--chunk-rows", "300",
                              "--max-rows-per-trigger", "300"]),

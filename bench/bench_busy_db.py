@@ -53,9 +53,8 @@ from iggy_spark_testing.harness import postgres
 from postgres_cdc_source.decoding.factory import plugin_options
 from postgres_cdc_source.options import CdcOptions
 from postgres_cdc_source.replication import peeking
-from postgres_cdc_source.stream.reader import CdcPartition, PgCdcStreamReader
+from postgres_cdc_source.stream.reader import PgCdcStreamReader
 
-TIMED = "PgCdcStreamReader.read of the whole workload as one batch: peek, decode, Arrow batches"
 TIMED_SPARK = ("pg_cdc -> noop, trigger(availableNow=True): first micro-batch start to last end")
 SPARK_CONTENDERS = {"spark_quiet": ("quiet", False), "spark_busy": ("busy", False),
                     "spark_quiet_bounded": ("quiet", True), "spark_busy_bounded": ("busy", True)}
@@ -152,13 +151,9 @@ def main(argv: list[str] | None = None) -> int:
             expected = captured[CONTENDERS[name][0]]
 
             def run(_: int) -> common.Measure:
-                with common.stopwatch() as elapsed:
-                    rows = sum(b.num_rows for b in reader.read(CdcPartition(start, end)))
-                    seconds = elapsed()
-                if rows != expected:
-                    raise AssertionError(f"{name}: read {rows} rows, not {expected}")
-                return common.Measure(rows, seconds, TIMED,
-                                      {"sent_rows": sent_rows(reader, start, end)})
+                measure = cdc.read_whole(reader, start, end, expected, name)
+                measure.extra["sent_rows"] = sent_rows(reader, start, end)
+                return measure
             return run
 
         spark = common.spark_session("bench-busy-db")

@@ -12,17 +12,24 @@ from __future__ import annotations
 from collections.abc import Iterator
 from contextlib import contextmanager, nullcontext
 from dataclasses import dataclass
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 import psycopg
+
+from bench import common
+
+if TYPE_CHECKING:
+    from postgres_cdc_source.stream.reader import PgCdcStreamReader
 
 __all__ = [
     "PLUGINS",
     "PUBLICATION",
+    "READ_TIMED",
     "TABLE",
     "CdcWorkload",
     "create_table",
     "insert_rows",
+    "read_whole",
     "slot_copy",
     "with_postgres",
     "write_workload",
@@ -120,6 +127,25 @@ def _snapshot_now_and_then(conn: psycopg.Connection[Any], number: int, txn_rows:
     batch of a byte-limited stream would then re-read the WAL from the very start)."""
     if txn_rows < changes and (number + 1) % max(1, 20_000 // txn_rows) == 0:
         conn.execute("CHECKPOINT")
+
+
+READ_TIMED = ("PgCdcStreamReader.read of the whole workload as one batch: peek, decode, "
+              "Arrow batches")
+
+
+def read_whole(reader: PgCdcStreamReader, start: int, end: int, expected: int,
+               what: str) -> common.Measure:
+    """The reader's own read of the slot's changes in ``(start, end]`` as one batch, outside
+    Spark, timed from the call to the last row; it must read exactly ``expected`` rows. A read
+    never moves the slot, so every round reads the same changes."""
+    from postgres_cdc_source.stream.reader import CdcPartition
+
+    with common.stopwatch() as elapsed:
+        rows = sum(batch.num_rows for batch in reader.read(CdcPartition(start, end)))
+        seconds = elapsed()
+    if rows != expected:
+        raise AssertionError(f"{what}: read {rows} rows, not {expected}")
+    return common.Measure(rows, seconds, READ_TIMED)
 
 
 @contextmanager

@@ -24,7 +24,7 @@ TARGETS = {"source_ratio": 1.0, "source_ratio_2_tasks": 1.0, "source_raw_ratio":
            "snapshot_ratio": 1.0, "polling_ratio": 1.0}
 """Aims from the issues: a ratio at or above its target is met."""
 _OTHERS = ("iggy_source_server", "iggy_source_server_varied", "iggy_source", "sink_state",
-           "remote_checkpoint", "held_back", "backfill", "busy_db")
+           "remote_checkpoint", "held_back", "backfill", "busy_db", "row_format")
 """Benchmarks listed by their summary line only."""
 RSS_TARGET = 1.3  # 1M-change transaction within 1.3x the peak RSS of a 100k one
 

@@ -20,7 +20,7 @@ from postgres_cdc_source.decoding import UNCHANGED, Change
 from postgres_cdc_source.decoding.pgoutput import PgOutputDecoder
 from postgres_cdc_source.decoding.text_format import TextFormatDecoder
 from postgres_cdc_source.destination_columns import Router
-from postgres_cdc_source.errors import ConfigError, SchemaChangedError
+from postgres_cdc_source.errors import ConfigError, DecodeError, SchemaChangedError
 from postgres_cdc_source.options import CdcOptions
 from postgres_cdc_source.struct_types import (
     PgType,
@@ -101,6 +101,23 @@ def test_pgoutput_rows_are_typed_dicts_an_unchanged_value_left_out_and_named() -
     assert update.unchanged == ("note",)
 
 
+def test_pgoutput_hot_path_types_like_the_general_way() -> None:
+    # an insert and an update sending only the new row take the hot path; an update that also
+    # sends its old key takes the general way: the same typed images
+    insert, update, keyed = _pgoutput(txn(_relation(), _insert(ROW), m_update(5, ROW),
+                                          m_update(5, ROW, old=["7", None, None, None])))
+    assert insert.after == update.after == keyed.after == {
+        "id": 7, "amount": Decimal("120.50"), "note": "x", "at": AT}
+    assert insert.key == update.key == keyed.key == {"id": 7}
+    assert (insert.op, update.op, keyed.op) == ("insert", "update", "update")
+
+
+def test_pgoutput_hot_path_leaves_a_value_the_type_rejects_to_the_general_way() -> None:
+    with pytest.raises(DecodeError, match=r"column 'amount' of shop\.orders: cannot convert "
+                       "'123456789.5'.*more than 8 digits before the point"):
+        _pgoutput(txn(_relation(), _insert(["7", "123456789.5", "x", None])))
+
+
 def test_text_decoder_rows_are_the_same_typed_dicts() -> None:
     line = ("table shop.orders: INSERT: id[integer]:7 amount[numeric]:120.50 note[text]:'x' "
             "at[timestamp with time zone]:'2024-01-02 03:04:05.5+00'")
@@ -110,6 +127,23 @@ def test_text_decoder_rows_are_the_same_typed_dicts() -> None:
     (change,) = [e for e in decoder.events(rows) if isinstance(e, Change)]
     assert change.after == {"id": 7, "amount": Decimal("120.50"), "note": "x", "at": AT}
     assert change.key == {"id": 7}
+
+
+def test_text_decoder_hot_path_types_like_the_general_way() -> None:
+    # the first line of a table goes the general way and opens the hot path to the next ones
+    line = ("table shop.orders: {}: id[integer]:7 amount[numeric]:{} note[text]:'x' "
+            "at[timestamp with time zone]:'2024-01-02 03:04:05.5+00'")
+    rows = [(0x10, 1, "BEGIN 1"), (0x18, 1, line.format("INSERT", "120.50")),
+            (0x20, 1, line.format("INSERT", "120.50")), (0x28, 1, line.format("UPDATE", "120.50")),
+            (0x30, 1, line.format("UPDATE", "123456789.5"))]
+    events = TextFormatDecoder(lambda schema, table: INFO, typed=TYPED).events(rows)
+    changes = [e for e in (next(events) for _ in range(4)) if isinstance(e, Change)]
+    assert [c.after for c in changes] == 3 * [
+        {"id": 7, "amount": Decimal("120.50"), "note": "x", "at": AT}]
+    assert [c.key for c in changes] == 3 * [{"id": 7}]
+    with pytest.raises(DecodeError, match=r"column 'amount' of shop\.orders: cannot convert "
+                       "'123456789.5'"):
+        next(events)
 
 
 def test_a_changed_table_fails_at_its_first_change_after_the_changes_before_it() -> None:

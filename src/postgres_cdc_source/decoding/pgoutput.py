@@ -171,12 +171,15 @@ class _FastShape(NamedTuple):
     key_names: tuple[str, ...]
     key_one: str | None
     """The key column's name when the key is exactly one column (the usual primary key)."""
+    typed: bool
+    """``row_format=struct``: the images stay dicts of typed values (no JSON text)."""
 
     @classmethod
-    def of(cls, shape: RowShape) -> _FastShape:
+    def of(cls, shape: RowShape, typed: bool) -> _FastShape:
         return cls(shape.schema, shape.table, tuple(zip(shape.names, shape.converters,
                                                         strict=True)),
-                   shape.key_names, shape.key_names[0] if len(shape.key_names) == 1 else None)
+                   shape.key_names, shape.key_names[0] if len(shape.key_names) == 1 else None,
+                   typed)
 
 
 _new = tuple.__new__  # builds a Change without NamedTuple.__new__'s Python frame
@@ -191,8 +194,8 @@ class PgOutputDecoder:
     'true'``); every transactional message counts in ``seq``. Without it, messages are
     skipped and not counted (as when pgoutput does not send them). ``typed``
     (``row_format=struct``) types the kept tables' rows
-    (:meth:`~postgres_cdc_source.struct_types.StructRows.retyped`); their changes then take
-    the general way, not the hot path.
+    (:meth:`~postgres_cdc_source.struct_types.StructRows.retyped`): the hot path then keeps
+    their images as dicts of typed values.
     """
 
     def __init__(
@@ -243,15 +246,21 @@ class PgOutputDecoder:
                         if row is not None:
                             one = shape.key_one
                             if one is not None:
-                                key: str | None = _dumps({one: row[one]}).decode()
+                                key_image: dict[str, Any] | None = {one: row[one]}
                             elif shape.key_names:
-                                key = _dumps({n: row[n] for n in shape.key_names}).decode()
+                                key_image = {n: row[n] for n in shape.key_names}
                             else:
-                                key = None
+                                key_image = None
+                            key: Any
+                            after: Any
+                            if shape.typed:
+                                key, after = key_image, row
+                            else:
+                                key = None if key_image is None else _dumps(key_image).decode()
+                                after = _dumps(row).decode()
                             yield _new(Change, (lsn, seq, shape.schema, shape.table,
                                                 INSERT if kind == 73 else UPDATE, key, None,
-                                                _dumps(row).decode(), (),
-                                                row if keep_values else None, None))
+                                                after, (), row if keep_values else None, None))
                             seq += 1
                             continue
                 if kind in _CHANGE_KINDS:
@@ -319,9 +328,9 @@ class PgOutputDecoder:
             shape = self._typed.retyped(shape, types=types)
         self._relations[relid] = shape
         if keep:
-            if self._typed is None:
-                self._fast[relid] = _FastShape.of(shape)
-            else:
+            if shape.changed is None:
+                self._fast[relid] = _FastShape.of(shape, self._typed is not None)
+            else:  # the general way raises its error at the table's first change
                 self._fast.pop(relid, None)
             self._skipped.discard(relid)
         else:

@@ -104,8 +104,8 @@ class TextFormatDecoder:
     ``messages(prefix)`` picks the logical messages to deliver; with it every transactional
     message counts in ``seq``, as with pgoutput; without it they are skipped and not counted.
     ``typed`` (``row_format=struct``) types the kept tables' rows
-    (:meth:`~postgres_cdc_source.struct_types.StructRows.retyped`); their changes then take
-    the general way, not the hot path.
+    (:meth:`~postgres_cdc_source.struct_types.StructRows.retyped`): the hot path then keeps
+    their images as dicts of typed values.
     """
 
     __test__ = False  # not a pytest test class, despite the name
@@ -226,7 +226,8 @@ class TextFormatDecoder:
             table.load(self._catalog(table.schema, table.table))
         op = _OPS[header[3]]
         pos = header.end()
-        if op != DELETE and table.fast is not None and self._typed is None:
+        if (op != DELETE and table.fast is not None and table.shape is not None
+                and table.shape.changed is None):
             self._headers[line[:pos]] = (table, op)
         if line.endswith(NO_TUPLE) and pos + len(NO_TUPLE) == len(line):
             return empty_change(lsn, seq, table.schema, table.table, op)
@@ -315,6 +316,10 @@ def _inline(
     except (ValueError, KeyError, TypeError):
         return None
     after = dict(zip(shape.names, values, strict=True))
-    key = _dumps({n: after[n] for n in shape.key_names}).decode() if shape.key else None
+    key_image = {n: after[n] for n in shape.key_names} if shape.key else None
+    if table.typed is not None:  # row_format=struct: the images stay dicts of typed values
+        return _new(Change, (lsn, seq, shape.schema, shape.table, op, key_image, None, after,
+                             (), after if keep_values else None, None))
+    key = None if key_image is None else _dumps(key_image).decode()
     return _new(Change, (lsn, seq, shape.schema, shape.table, op, key, None,
                          _dumps(after).decode(), (), after if keep_values else None, None))
