@@ -209,6 +209,7 @@ def test_a_column_added_mid_stream_stops_the_query_after_the_changes_before_it(
     assert rows[-1].after.extra == 7
 
 
+@pytest.mark.oldest_spark  # the struct fields' metadata through the oldest Spark's schema too
 @pytest.mark.parametrize("plugin", ["pgoutput"])
 def test_the_pipeline_writes_struct_rows_as_the_json_modes_payloads(
     spark: SparkSession, pg: LocalPostgres, broker: LocalIggy, name: str,
