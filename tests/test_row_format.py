@@ -218,6 +218,17 @@ def test_fail_refuses_other_structs_naming_the_difference() -> None:
                               "schema_evolution=add_columns")
 
 
+def test_a_postgres_type_changed_under_one_spark_type_is_named() -> None:
+    """text -> jsonb keeps a string field, but not the JSON pg-to-iggy writes from it."""
+    jsonb = (*INFO.columns[:2], INFO.columns[2]._replace(type_name="jsonb", type_oid=3802),
+             INFO.columns[3])
+    retyped = StructRows.of({"shop.orders": TableStruct(typed_columns(TYPES, jsonb), ("id",))})
+    for evolution in ("fail", "add_columns"):
+        problem = checkpoint_difference(TYPED.stamp(), retyped, evolution)
+        assert problem is not None
+        assert "type changed: 'note' (text in the checkpoint, jsonb now)" in problem
+
+
 def test_add_columns_takes_added_columns_only() -> None:
     assert checkpoint_difference(TYPED.stamp(), _widened(EXTRA), "add_columns") is None
     dropped = StructRows.of({"shop.orders": TableStruct(
