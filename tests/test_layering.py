@@ -16,7 +16,8 @@ PACKAGE = "postgres_cdc_source"
 LAYERS: tuple[frozenset[str], ...] = (
     frozenset({"errors", "options", "option_docs", "connections", "sql_names", "sql_json",
                "values", "catalog", "health"}),
-    frozenset({"decoding", "replication", "destination_columns", "assembly", "struct_types"}),
+    frozenset({"decoding", "replication", "destination_columns", "assembly", "struct_types",
+               "struct_json"}),
     frozenset({"snapshot", "backfill", "polling"}),
     frozenset({"stream"}),
     frozenset({"source", "abandon", PACKAGE}),

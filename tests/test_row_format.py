@@ -22,6 +22,7 @@ from postgres_cdc_source.decoding.text_format import TextFormatDecoder
 from postgres_cdc_source.destination_columns import Router
 from postgres_cdc_source.errors import ConfigError, DecodeError, SchemaChangedError
 from postgres_cdc_source.options import CdcOptions
+from postgres_cdc_source.struct_json import json_batches
 from postgres_cdc_source.struct_types import (
     PgType,
     StructRows,
@@ -197,12 +198,31 @@ def test_json_rows_are_unchanged_by_the_seam() -> None:
                             '"at":"2024-01-02T03:04:05.5+00:00"}')
 
 
-def test_the_pipeline_takes_json_rows_only() -> None:
+def test_struct_batches_become_the_json_modes_batches_byte_for_byte() -> None:
+    """What pg-to-iggy does with row_format=struct (json_rows' mapInArrow step): the same
+    changes, decoded in both modes, give the same key/before/after text."""
+    # numeric(10,2)'s text has its two places
+    changes = txn(_relation(), _insert(ROW), m_update(5, ["7", "1.00", UNCHANGED, None]))
+    router = Router(CdcOptions.from_options(CDC))
+    (json_mode,) = record_batches(transactions(PgOutputDecoder().events(changes), 100),
+                                  router, 100, ARROW_SCHEMA)
+    (typed,) = record_batches(transactions(PgOutputDecoder(typed=TYPED).events(changes), 100),
+                              router, 100, TYPED.schemas()[1])
+    spark_schema = TYPED.schemas()[0]
+    assert spark_schema["after"].dataType["amount"].metadata == {
+        "pg_type_oid": NUMERIC, "pg_type": "numeric"}
+    (rendered,) = json_batches(spark_schema)(iter([typed]))
+    assert rendered.schema == ARROW_SCHEMA
+    assert rendered.equals(json_mode)
+    assert rendered.column("after").to_pylist()[1] == '{"id":7,"amount":"1.00","at":null}'
+
+
+def test_the_pipeline_takes_json_and_struct_rows_only() -> None:
     from pg_to_iggy.pipeline import start_pipeline
 
-    with pytest.raises(ConfigError, match="option 'row_format': 'struct': the pipeline routes"):
+    with pytest.raises(ConfigError, match="option 'row_format': 'variant': the pipeline routes"):
         start_pipeline(object(), dsn="dbname=x", slot="s", url="iggy://x",  # type: ignore[arg-type]
-                       checkpoint="/c", source={"ROW_FORMAT": "struct"})
+                       checkpoint="/c", source={"ROW_FORMAT": "variant"})
 
 
 def test_schema_evolution_needs_struct() -> None:
@@ -230,6 +250,17 @@ def test_fail_refuses_other_structs_naming_the_difference() -> None:
     assert problem.startswith("the tables' columns differ from the structs this checkpoint "
                               "was written with: columns added: 'extra'. restart with "
                               "schema_evolution=add_columns")
+
+
+def test_a_postgres_type_changed_under_one_spark_type_is_named() -> None:
+    """text -> jsonb keeps a string field, but not the JSON pg-to-iggy writes from it."""
+    jsonb = (*INFO.columns[:2], INFO.columns[2]._replace(type_name="jsonb", type_oid=3802),
+             INFO.columns[3])
+    retyped = StructRows.of({"shop.orders": TableStruct(typed_columns(TYPES, jsonb), ("id",))})
+    for evolution in ("fail", "add_columns"):
+        problem = checkpoint_difference(TYPED.stamp(), retyped, evolution)
+        assert problem is not None
+        assert "type changed: 'note' (text in the checkpoint, jsonb now)" in problem
 
 
 def test_add_columns_takes_added_columns_only() -> None:

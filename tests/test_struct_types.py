@@ -7,7 +7,9 @@ from __future__ import annotations
 import math
 from datetime import UTC, date, datetime
 from typing import Any
+from zoneinfo import ZoneInfo
 
+import numpy as np
 import orjson
 import pyarrow as pa
 import pytest
@@ -35,6 +37,7 @@ from support.struct_values import from_json, same
 
 from connector_common.spark_versions import arrow_schema
 from postgres_cdc_source.catalog import ColumnInfo
+from postgres_cdc_source.struct_json import image_renderer, value_renderer
 from postgres_cdc_source.struct_types import (
     PgType,
     TableStruct,
@@ -45,6 +48,10 @@ from postgres_cdc_source.struct_types import (
 from postgres_cdc_source.values import builtin_types, converter_for_oid
 
 ENUM, INT_DOMAIN, MONEY_DOMAIN, COMPOSITE, DOMAIN_ARRAY = 90001, 90002, 90003, 90004, 90005
+# domains of types whose JSON is not their text (the JSON mode writes a domain's text), and an
+# array of an enum (not built in: its text)
+DOUBLE_DOMAIN, REAL_DOMAIN, BOOL_DOMAIN, BYTEA_DOMAIN = 90006, 90007, 90008, 90009
+STAMP_DOMAIN, STAMPTZ_DOMAIN, DATE_DOMAIN, ENUM_ARRAY = 90010, 90011, 90012, 90013
 
 
 def _typmod(precision: int, scale: int) -> int:
@@ -63,6 +70,11 @@ def _types() -> dict[int, PgType]:
     types[MONEY_DOMAIN] = PgType(MONEY_DOMAIN, "price", "d", 1700, _typmod(6, 2), 0, ",")
     types[COMPOSITE] = PgType(COMPOSITE, "pair", "c", 0, -1, 0, ",")
     types[DOMAIN_ARRAY] = PgType(DOMAIN_ARRAY, "_positive", "b", 0, -1, INT_DOMAIN, ",")
+    for oid, base in ((DOUBLE_DOMAIN, 701), (REAL_DOMAIN, 700), (BOOL_DOMAIN, 16),
+                      (BYTEA_DOMAIN, 17), (STAMP_DOMAIN, 1114), (STAMPTZ_DOMAIN, 1184),
+                      (DATE_DOMAIN, 1082)):
+        types[oid] = PgType(oid, f"d{base}", "d", base, -1, 0, ",")
+    types[ENUM_ARRAY] = PgType(ENUM_ARRAY, "_mood", "b", 0, -1, ENUM, ",")
     return types
 
 
@@ -84,6 +96,11 @@ def _pg_float(value: float) -> str:
     if math.isinf(value):
         return "Infinity" if value > 0 else "-Infinity"
     return repr(value)
+
+
+def _pg_float4(value: float) -> str:
+    """A float4's shortest digits, as float4out prints them (the notation may differ)."""
+    return _pg_float(value) if not math.isfinite(value) else str(np.float32(value))
 
 
 def _array_text(items: list[str | None]) -> str:
@@ -120,7 +137,7 @@ CASES: list[tuple[str, int, int, st.SearchStrategy[str], DataType]] = [
     ("numeric", 1700, -1,
      st.decimals(allow_nan=False, allow_infinity=False).map(lambda d: format(d, "f"))
      | st.just("NaN"), StringType()),
-    ("real", 700, -1, st.floats(width=32).map(_pg_float), FloatType()),
+    ("real", 700, -1, st.floats(width=32).map(_pg_float4), FloatType()),
     ("double precision", 701, -1, st.floats().map(_pg_float), DoubleType()),
     ("boolean", 16, -1, st.sampled_from(["t", "f"]), BooleanType()),
     ("text", 25, -1, _text, StringType()),
@@ -161,6 +178,32 @@ CASES: list[tuple[str, int, int, st.SearchStrategy[str], DataType]] = [
     ("box[]", 1020, -1, st.just("{(1,1),(0,0);(2,2),(1,1)}"), StringType()),
 ]
 TYPES[3904] = PgType(3904, "int4range", "r", 0, -1, 0, ",")
+# Postgres's own texts where the JSON mode writes the text (a domain's), so rendering must print
+# exactly what Postgres prints (float8out/float4out switch to an exponent at 1e15 and 1e6)
+RENDER_CASES = [*CASES, *[(name, oid, -1, texts, spark) for name, oid, texts, spark in [
+    ("domain of double", DOUBLE_DOMAIN, st.sampled_from([
+        "0", "-0", "0.1", "100", "0.0001", "1e-05", "1.5e-05", "123456789012345", "1e+15",
+        "1.2345678901234568e+17", "-2.5e+300", "5e-324", "NaN", "Infinity", "-Infinity"]),
+     DoubleType()),
+    ("domain of real", REAL_DOMAIN, st.sampled_from([
+        "0.1", "123456", "1e+06", "-1.5e+06", "3.4028235e+38", "1e-05", "1.1754944e-38",
+        "0.0001", "NaN", "-Infinity"]), FloatType()),
+    ("domain of boolean", BOOL_DOMAIN, st.sampled_from(["t", "f"]), BooleanType()),
+    ("domain of bytea", BYTEA_DOMAIN, st.binary(max_size=8).map(lambda b: "\\x" + b.hex()),
+     BinaryType()),
+    ("domain of timestamp", STAMP_DOMAIN, _stamps.map(_pg_timestamp), TimestampNTZType()),
+    ("domain of timestamptz", STAMPTZ_DOMAIN, _stamps.map(lambda d: _pg_timestamp(d) + "+00"),
+     TimestampType()),
+    ("domain of date", DATE_DOMAIN, _dates.map(date.isoformat), DateType()),
+    ("enum[]", ENUM_ARRAY, st.lists(st.none() | st.sampled_from(
+        ["happy", "a b", "NULL", "", 'q"\\', "{x}"])).map(_array_text), ArrayType(StringType())),
+    ("real[]", 1021, st.lists(st.none() | st.floats(width=32).map(_pg_float4)).map(_array_text),
+     ArrayType(FloatType())),
+    ("jsonb[]", 3807, st.lists(st.none() | _json_values.map(lambda v: orjson.dumps(v).decode())
+                               ).map(_array_text), ArrayType(StringType())),
+    ("boolean[]", 1000, st.lists(st.none() | st.sampled_from(["t", "f"])).map(_array_text),
+     ArrayType(BooleanType())),
+]]]
 
 
 def _json_mode(type_oid: int, text: str) -> Any:
@@ -225,15 +268,19 @@ def test_timestamps_keep_their_instant() -> None:
 
 
 def _table(*columns: tuple[str, int], key: tuple[str, ...] = ("id",)) -> TableStruct:
-    return TableStruct(typed_columns(TYPES, [ColumnInfo(n, n, "", oid, n in key, False)
+    return TableStruct(typed_columns(TYPES, [ColumnInfo(n, n, TYPES[oid].name, oid, n in key,
+                                                        False)
                                              for n, oid in columns]), key)
 
 
-def test_tables_of_one_shape_share_a_struct() -> None:
+def test_tables_of_one_shape_share_a_struct_whose_fields_name_their_postgres_types() -> None:
     row, key = struct_schema({"public.a": _table(("id", 20), ("v", 25)),
                               "public.b": _table(("id", 20), ("v", 1043))})  # both strings
-    assert row == StructType([StructField("id", LongType()), StructField("v", StringType())])
-    assert key == StructType([StructField("id", LongType())])
+    bigint = {"pg_type_oid": 20, "pg_type": "bigint"}
+    assert row == StructType([StructField("id", LongType(), metadata=bigint),
+                              StructField("v", StringType(),
+                                          metadata={"pg_type_oid": 25, "pg_type": "text"})])
+    assert key == StructType([StructField("id", LongType(), metadata=bigint)])
 
 
 @pytest.mark.parametrize(("other", "message"), [
@@ -241,6 +288,9 @@ def test_tables_of_one_shape_share_a_struct() -> None:
     (_table(("key", 20), ("v", 25)), "column 1 is 'id' in the first, 'key' in the second"),
     (_table(("id", 20), ("v", 25), ("w", 16)), "the second has more columns: 'w'"),
     (_table(("id", 20)), "the first has more columns: 'v'"),
+    (_table(("id", 20), ("v", 3802)),
+     r"column 'v' is text in the first, jsonb in the second \(one Spark type, but not the same "
+     r"JSON\)"),
     (_table(("id", 20), ("v", 25), key=("id", "v")),
      r"the key is \('id'\) in the first, \('id', 'v'\) in the second"),
     (_table(("id", 20), ("v", 25), key=()), r"the key is \('id'\) in the first, none"),
@@ -255,3 +305,49 @@ def test_tables_of_other_shapes_are_refused_naming_both_and_the_difference(
 def test_no_table_is_refused() -> None:
     with pytest.raises(ValueError, match="no table is captured"):
         struct_schema({})
+
+
+# --- typed values back to the JSON mode's text (pg-to-iggy's payloads) -------------------------
+
+@pytest.mark.parametrize(("name", "oid", "typmod", "texts", "spark"), RENDER_CASES,
+                         ids=[c[0] for c in RENDER_CASES])
+@settings(max_examples=40, deadline=None)
+@given(data=st.data())
+def test_a_typed_value_renders_as_the_json_modes_bytes(
+    name: str, oid: int, typmod: int, texts: st.SearchStrategy[str], spark: DataType,
+    data: st.DataObject,
+) -> None:
+    typed_spark, arrow, convert = column_type(TYPES, oid, typmod)
+    assert typed_spark == spark
+    text = data.draw(texts)
+    # through Arrow, as Spark hands it over: float4 narrowed, timestamps in a session's zone
+    typed = pa.array([convert(text)], arrow).to_pylist()[0]
+    if isinstance(spark, TimestampType):
+        typed = typed.astimezone(ZoneInfo("Asia/Kolkata"))
+    rendered = value_renderer(oid, spark)(typed)
+    assert orjson.dumps({"v": rendered}) == orjson.dumps({"v": converter_for_oid(oid)(text)}), (
+        text, typed)
+
+
+def test_a_row_image_renders_as_the_json_modes_text_nulls_and_unchanged_columns_included(
+) -> None:
+    columns = [("id", 20, "7"), ("doc", 3802, '{"a": [1, 2.50]}'), ("amount", 1700, "12.50"),
+               ("big", 1700, "1e-3"), ("at", 1184, "2024-01-02 03:04:05.5+00"),
+               ("raw", 17, "\\x00ff"), ("gone", 25, None), ("toast", 25, "x" * 9)]
+    typmods = {"amount": _typmod(10, 2)}  # decimal(10,2); "big" is unconstrained: text
+    typed = TableStruct(typed_columns(TYPES, [
+        ColumnInfo(n, n, TYPES[oid].name, oid, n == "id", False, typmods.get(n, -1))
+        for n, oid, _ in columns]), ("id",))
+    row, key = struct_schema({"public.t": typed})
+    image = {c.name: None if text is None else c.convert(text)
+             for c, (_, _, text) in zip(typed.columns, columns, strict=True)}
+    json_mode = {n: None if text is None else converter_for_oid(oid)(text)
+                 for n, oid, text in columns}
+    assert image_renderer(row)(image, ()) == orjson.dumps(json_mode).decode()
+    del json_mode["toast"]  # an unchanged TOAST value: the JSON mode leaves it out
+    assert image_renderer(row)({**image, "toast": None}, ("toast",)) == orjson.dumps(
+        json_mode).decode()
+    assert image_renderer(key)({"id": 7}, ()) == '{"id":7}'
+    assert image_renderer(row)(None, ()) is None
+    with pytest.raises(ValueError, match="'id' does not name its Postgres type"):
+        image_renderer(StructType([StructField("id", LongType())]))

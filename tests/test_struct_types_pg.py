@@ -5,11 +5,12 @@ what both decoders give in the JSON mode for the same insert."""
 from __future__ import annotations
 
 import uuid
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from typing import Any
 
 import orjson
 import psycopg
+import pyarrow as pa
 import pytest
 from psycopg import sql
 from pyspark.sql.types import (
@@ -36,7 +37,8 @@ from postgres_cdc_source.catalog import CATALOG_QUERY, table_info_from_rows
 from postgres_cdc_source.decoding import Change
 from postgres_cdc_source.decoding.pgoutput import PgOutputDecoder, pgoutput_options
 from postgres_cdc_source.decoding.text_format import TEST_DECODING_OPTIONS, TextFormatDecoder
-from postgres_cdc_source.struct_types import struct_schema, table_struct
+from postgres_cdc_source.struct_json import image_renderer
+from postgres_cdc_source.struct_types import StructRows, struct_schema, table_struct
 from postgres_cdc_source.values import SESSION_SETTINGS
 
 pytestmark = [pytest.mark.services, pytest.mark.contrib]  # both decoders: test_decoding too
@@ -110,15 +112,18 @@ def table(pg: LocalPostgres) -> Iterator[tuple[psycopg.Connection[Any], str]]:
         conn.execute(sql.SQL("DROP SCHEMA {} CASCADE").format(s))
 
 
-def _peek(conn: psycopg.Connection[Any], schema: str) -> dict[str, list[Change]]:
-    """The table's inserts as each decoder gives them (JSON mode)."""
+def _peek(conn: psycopg.Connection[Any], schema: str, typed: StructRows | None = None,
+          write: Callable[[psycopg.Connection[Any], str], int] | None = None,
+          ) -> dict[str, list[Change]]:
+    """The table's inserts (or the changes ``write`` makes) as each decoder gives them in the
+    JSON mode, and with ``typed`` also in the struct mode (``_po_struct``, ``_td_struct``)."""
     name = schema
     conn.execute(sql.SQL("CREATE PUBLICATION {} FOR TABLE {}.t").format(
         sql.Identifier(name), sql.Identifier(schema)))
     for suffix, plugin in (("_po", "pgoutput"), ("_td", "test_decoding")):
         conn.execute("SELECT pg_create_logical_replication_slot(%s, %s)", (name + suffix, plugin))
     try:
-        yield_rows = _insert_rows(conn, schema)
+        yield_rows = (write or _insert_rows)(conn, schema)
         got: dict[str, list[Change]] = {}
         for suffix, function, options in (
             ("_po", "pg_logical_slot_peek_binary_changes", pgoutput_options([name])),
@@ -129,12 +134,14 @@ def _peek(conn: psycopg.Connection[Any], schema: str) -> dict[str, list[Change]]
                         "VARIADIC %s::text[])").format(sql.Identifier(function)),
                 (name + suffix, [x for pair in options.items() for x in pair])).fetchall()
             peeked = [(parse_lsn(lsn), xid, data) for lsn, xid, data in rows]
-            if suffix == "_po":
-                events = PgOutputDecoder().events(peeked)
-            else:
-                events = TextFormatDecoder(lambda sc, t: table_info_from_rows(
-                    sc, t, conn.execute(CATALOG_QUERY, (sc, t)).fetchall())).events(peeked)
-            got[suffix] = [e for e in events if type(e) is Change]
+            for mode, retyping in (("", None), ("_struct", typed)) if typed else (("", None),):
+                if suffix == "_po":
+                    events = PgOutputDecoder(typed=retyping).events(peeked)
+                else:
+                    events = TextFormatDecoder(lambda sc, t: table_info_from_rows(
+                        sc, t, conn.execute(CATALOG_QUERY, (sc, t)).fetchall()),
+                        typed=retyping).events(peeked)
+                got[suffix + mode] = [e for e in events if type(e) is Change]
         assert yield_rows == len(got["_po"]) == len(got["_td"])
         return got
     finally:
@@ -187,3 +194,73 @@ def test_every_listed_type_is_typed_and_equals_both_decoders_json(
                     continue
                 expected = from_json(column.spark, after[column.name])
                 assert same(value, expected), (plugin, column.name, text, value, expected)
+
+
+# Domains of types whose JSON is not their text, and arrays: the JSON mode writes a domain's
+# Postgres text, so the struct's value must print exactly as Postgres prints it.
+# (column, its type, SQL literals of the three rows)
+EXTRA: list[tuple[str, str, list[str]]] = [
+    ("x_f8", "{schema}.df8", ["1e15", "'NaN'", "-0.000025"]),
+    ("x_f8_fixed", "{schema}.df8", ["123456789012345", "1e-4", "-0"]),
+    ("x_f4", "{schema}.df4", ["1e6", "0.1", "3.4028235e38"]),
+    ("x_f4_fixed", "{schema}.df4", ["123456", "1.5e-5", "'-Infinity'"]),
+    ("x_b", "{schema}.dbool", ["true", "false", "NULL"]),
+    ("x_bin", "{schema}.dbytea", ["'\\x00ff'", "''", "NULL"]),
+    ("x_tstz", "{schema}.dtstz", ["'2024-01-02 03:04:05.5+05:30'", "'0099-01-01 00:00:00+00'",
+                                  "'2024-01-02 03:04:05.000001+00'"]),
+    ("x_ts", "{schema}.dts", ["'2024-01-02 03:04:05.123'", "'1999-12-31 23:59:59'", "NULL"]),
+    ("x_d", "{schema}.ddate", ["'0099-03-04'", "'2024-02-29'", "NULL"]),
+    ("x_f8s", "{schema}.df8[]", ["'{1e15,NULL,0.5}'", "'{}'", "NULL"]),
+    ("x_bins", "{schema}.dbytea[]", ["ARRAY['\\x00'::bytea, NULL]", "'{}'", "NULL"]),
+    ("x_f4s", "real[]", ["'{0.1,1e6,NaN}'", "'{}'", "NULL"]),
+    ("x_jbs", "jsonb[]", ["ARRAY['{\"a\": [1, 2.50]}'::jsonb, NULL]", "'{}'", "NULL"]),
+    ("x_tss", "timestamp[]", ["ARRAY['2024-01-02 03:04:05.5'::timestamp]", "'{}'", "NULL"]),
+]
+DOMAINS = [("df8", "double precision"), ("df4", "real"), ("dbool", "boolean"),
+           ("dbytea", "bytea"), ("dtstz", "timestamptz"), ("dts", "timestamp"), ("ddate", "date")]
+
+
+def _changes_of_every_kind(conn: psycopg.Connection[Any], schema: str) -> int:
+    """The inserts, then an update of each row setting the extra columns, then a delete."""
+    rows = _insert_rows(conn, schema)
+    for i in range(rows):
+        conn.execute(sql.SQL("UPDATE {}.t SET {} WHERE id = {}").format(
+            sql.Identifier(schema), sql.SQL(", ").join(
+                sql.SQL("{} = {}").format(sql.Identifier(name), sql.SQL(values[i]))
+                for name, _, values in EXTRA), sql.Literal(i)))
+    conn.execute(sql.SQL("DELETE FROM {}.t WHERE id = 1").format(sql.Identifier(schema)))
+    return 2 * rows + 1
+
+
+@pytest.mark.parametrize("identity", ["DEFAULT", "FULL"])
+def test_struct_rows_render_as_both_decoders_json_byte_for_byte(
+    table: tuple[psycopg.Connection[Any], str], identity: str,
+) -> None:
+    """pg-to-iggy's payloads from row_format=struct: for the same inserts, updates and deletes,
+    each typed image (through Arrow, as Spark hands it over) renders as the JSON mode's text of
+    ``key``, ``before`` and ``after``, through both decoders."""
+    conn, schema = table
+    s = sql.Identifier(schema)
+    for name, base in DOMAINS:
+        conn.execute(sql.SQL("CREATE DOMAIN {}.{} AS {}").format(s, sql.Identifier(name),
+                                                                 sql.SQL(base)))
+    for name, pg_type, _ in EXTRA:
+        conn.execute(sql.SQL("ALTER TABLE {}.t ADD COLUMN {} {}").format(
+            s, sql.Identifier(name), sql.SQL(pg_type.format(schema=s.as_string(conn)))))
+    conn.execute(sql.SQL(f"ALTER TABLE {{}}.t REPLICA IDENTITY {identity}").format(s))
+    found = table_struct(conn, schema, "t")
+    assert found is not None
+    typed = StructRows.of({f"{schema}.t": found})
+    render_row, render_key = image_renderer(typed.row), image_renderer(typed.key)
+
+    changes = _peek(conn, schema, typed, _changes_of_every_kind)
+    for plugin in ("_po", "_td"):
+        for json_mode, struct in zip(changes[plugin], changes[plugin + "_struct"], strict=True):
+            assert json_mode.op == struct.op and json_mode.unchanged == struct.unchanged
+            for image, render, arrow in (("key", render_key, typed.key_arrow),
+                                         ("before", render_row, typed.row_arrow),
+                                         ("after", render_row, typed.row_arrow)):
+                value = pa.array([getattr(struct, image)], arrow).to_pylist()[0]
+                rendered = render(value, struct.unchanged if image == "after" else ())
+                assert rendered == getattr(json_mode, image), (plugin, json_mode.op, image)
+    assert any(c.before is not None for c in changes["_td"]) == (identity == "FULL")

@@ -69,19 +69,28 @@ def start_pipeline(
     copies and the order step (bench/results/source_partitions.json), and the order step holds
     each sink task's share of a batch in memory where one task streams it.
 
-    ``row_format`` other than ``json`` in ``source`` is refused (``ConfigError``): the payloads
-    are the JSON mode's.
+    The payloads are the JSON mode's: with ``row_format=struct`` in ``source`` (typed rows,
+    whose structs are fixed when the query starts and stop it when a table's columns change),
+    ``key``/``before``/``after`` are turned back into the JSON mode's text before the sink,
+    byte for byte (:func:`postgres_cdc_source.struct_json.json_rows`). Other row formats are
+    refused (``ConfigError``).
     """
     options = {key.lower(): value for key, value in (source or {}).items()}
-    if options.get("row_format", "json") != "json":
+    row_format = options.get("row_format", "json")
+    if row_format not in ("json", "struct"):
         from postgres_cdc_source.errors import ConfigError
 
-        raise ConfigError("row_format", f"{options['row_format']!r}: the pipeline routes "
-                          "pg_cdc's JSON rows into Iggy, so it takes row_format=json only")
+        raise ConfigError("row_format", f"{row_format!r}: the pipeline routes pg_cdc's rows "
+                          "into Iggy as the JSON mode's payloads, from row_format=json or "
+                          "struct")
     reader = spark.readStream.format("pg_cdc").option("dsn", dsn).option("slot", slot)
     for key, value in options.items():
         reader = reader.option(key, value)
     changes = reader.load()  # validates the options, min_partitions included
+    if row_format == "struct":
+        from postgres_cdc_source.struct_json import json_rows
+
+        changes = json_rows(changes)
     if int(options.get("min_partitions", "1")) > 1:  # a valid number: load() checked it
         changes = in_key_order(changes)
     writer = (

@@ -69,7 +69,8 @@ from connector_common.change_rows import typed_schemas
 from postgres_cdc_source.catalog import ColumnInfo, table_info
 from postgres_cdc_source.decoding.changes import RowShape
 from postgres_cdc_source.errors import ConfigError, SchemaChangedError
-from postgres_cdc_source.values import parse_array
+from postgres_cdc_source.struct_json import PG_TYPE, field_metadata
+from postgres_cdc_source.values import converter_for_oid, parse_array
 
 __all__ = [
     "TYPES_QUERY",
@@ -312,7 +313,10 @@ def table_struct(conn: psycopg.Connection[Any], schema: str, table: str) -> Tabl
 def struct_schema(tables: Mapping[str, TableStruct]) -> tuple[StructType, StructType]:
     """The structs of ``before``/``after`` and of ``key`` for the tables named
     (``schema.table``): their columns, which must be the same names with the same Spark types
-    in the same order, and the same key columns.
+    in the same order, of Postgres types the JSON mode writes alike, and the same key columns.
+    Each field's metadata names its column's Postgres type
+    (:func:`~postgres_cdc_source.struct_json.field_metadata`), from which
+    :mod:`~postgres_cdc_source.struct_json` renders the JSON mode's text again.
 
     Raises :class:`ValueError` naming two tables and their first difference otherwise.
     """
@@ -325,11 +329,19 @@ def struct_schema(tables: Mapping[str, TableStruct]) -> tuple[StructType, Struct
         if theirs != shape:
             raise ValueError(f"row_format=struct needs tables of one shape, but {first} and "
                              f"{name} differ: {_difference(shape, theirs)}")
+        for a, b in zip(ours.columns, other.columns, strict=True):
+            if converter_for_oid(a.type_oid) is not converter_for_oid(b.type_oid):
+                raise ValueError(
+                    f"row_format=struct needs tables of one shape, but {first} and {name} "
+                    f"differ: column {a.name!r} is {a.type_name} in the first, {b.type_name} "
+                    "in the second (one Spark type, but not the same JSON)")
         if other.key != ours.key:
             raise ValueError(f"row_format=struct needs tables of one shape, but {first} and "
                              f"{name} differ: the key is {_names(ours.key)} in the first, "
                              f"{_names(other.key)} in the second")
-    row = StructType([StructField(n, t) for n, t in shape])
+    row = StructType([StructField(c.name, c.spark, metadata=field_metadata(c.type_oid,
+                                                                           c.type_name))
+                      for c in ours.columns])
     return row, StructType([row[n] for n in ours.key])
 
 
@@ -436,11 +448,16 @@ def checkpoint_difference(written: Mapping[str, Any] | None, typed: StructRows |
         return None
     was_types = {f.name: f.dataType for f in row.fields}
     now_types = {f.name: f.dataType for f in typed.row.fields}
+    was_pg = {f.name: f.metadata.get(PG_TYPE) for f in row.fields}
+    now_pg = {f.name: f.metadata.get(PG_TYPE) for f in typed.row.fields}
     added = [n for n in now_types if n not in was_types]
     dropped = [n for n in was_types if n not in now_types]
     retyped = [f"{n!r} ({t.simpleString()} in the checkpoint, "
                f"{now_types[n].simpleString()} now)"
-               for n, t in was_types.items() if n in now_types and now_types[n] != t]
+               for n, t in was_types.items() if n in now_types and now_types[n] != t] + [
+        f"{n!r} ({t} in the checkpoint, {now_pg[n]} now)"
+        for n, t in was_pg.items() if n in now_pg and now_pg[n] != t
+        and now_types[n] == was_types[n]]
     parts = ([f"columns added: {', '.join(map(repr, added))}"] if added else []) + (
         [f"columns dropped: {', '.join(map(repr, dropped))}"] if dropped else []) + (
         [f"type changed: {', '.join(retyped)}"] if retyped else []) + (
