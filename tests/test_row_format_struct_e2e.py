@@ -209,7 +209,9 @@ def test_a_column_added_mid_stream_stops_the_query_after_the_changes_before_it(
     assert rows[-1].after.extra == 7
 
 
-@pytest.mark.oldest_spark  # the struct fields' metadata through the oldest Spark's schema too
+# Not in the 4.0.5 tier: there each AvailableNow run is one batch, so the snapshot ends in
+# another run than its exporter's, and struct mode does not read unchanged TOAST values back
+# from the table as the JSON mode then does (documented as not supported yet).
 @pytest.mark.parametrize("plugin", ["pgoutput"])
 def test_the_pipeline_writes_struct_rows_as_the_json_modes_payloads(
     spark: SparkSession, pg: LocalPostgres, broker: LocalIggy, name: str,
