@@ -7,11 +7,14 @@ process group of its own, so a ``kill -9`` takes its driver, JVM and Python work
 
 A workload writes the table before the query starts (the snapshot's rows) and while it runs
 (inserts, updates of the primary key too, deletes, in several-statement and interleaved
-transactions). The driver is killed in a streaming batch after its MERGE landed in Delta and
-before Spark committed the batch, so the restarted job (on the same checkpoint, until it has
-caught up) merges that batch a second time; the Delta table must then hold exactly the rows of
-the Postgres table. Delta Lake's jars exist for Spark 4.2 (not 4.3): the test runs in the
-pyspark 4.2.1 tier.
+transactions). Once the query has merged a streaming batch, a column is added to the table and
+rows are written with it: the job delivers every change before the ``ALTER TABLE`` and stops
+with ``SchemaChangedError``, the Delta table then equal to Postgres before the change.
+Restarted on the same checkpoint, as the page says, it goes on with the new column; its driver
+is killed in a streaming batch after the batch's MERGE landed in Delta and before Spark
+committed it, so the job restarted once more merges that batch a second time. The Delta table
+must then hold exactly the rows of the Postgres table, the new column too. Delta Lake's jars
+exist for Spark 4.2 (not 4.3): the test runs in the pyspark 4.2.1 tier.
 """
 
 from __future__ import annotations
@@ -36,6 +39,7 @@ from psycopg.rows import dict_row
 from support.streaming import freeze_mid_batch, logged
 from test_docs_examples import BLOCKS, Page, rewrite
 
+from iggy_spark_testing.chaos import wait_until
 from iggy_spark_testing.harness import LocalPostgres
 from iggy_spark_testing.jars import maven_jars
 from iggy_spark_testing.records import Column, Mix, TableSpec
@@ -105,11 +109,34 @@ def _merged_in_flight(table: Path, checkpoint: Path) -> bool:
         > max(planned, key=lambda f: int(f.name)).stat().st_mtime_ns)
 
 
-def _postgres_rows(dsn: str) -> dict[int, dict[str, Any]]:
-    with psycopg.connect(dsn) as conn, conn.cursor(row_factory=dict_row) as cur:
-        rows = cur.execute("SELECT id, status, region, total FROM public.orders").fetchall()
+ADDED = (
+    "INSERT INTO public.orders (id, status, region, total, note) "
+    "SELECT 1000000 + g, 'new', 'eu', g * 1.25, 'added ' || g FROM generate_series(1, 30) AS g",
+    "UPDATE public.orders SET note = 'checked ' || id WHERE id % 3 = 0",
+    "UPDATE public.orders SET status = 'audited' WHERE id > 1000000 AND id % 2 = 0",
+    "DELETE FROM public.orders WHERE id > 1000000 AND id % 7 = 0",
+)
+"""Rows written with the column :func:`_add_column` added, beside the workload's (whose
+rows it only gives a note: the workload checks what its statements change)."""
+
+
+def _postgres_rows(conn: psycopg.Connection[Any]) -> dict[int, dict[str, Any]]:
+    with conn.cursor(row_factory=dict_row) as cur:
+        rows = cur.execute("SELECT * FROM public.orders").fetchall()
     return {row["id"]: {**row, "total": None if row["total"] is None else str(row["total"])}
             for row in rows}
+
+
+def _add_column(dsn: str) -> dict[int, dict[str, Any]]:
+    """``note`` added to ``public.orders`` and written; the table's rows just before."""
+    with psycopg.connect(dsn) as conn:
+        with conn.transaction():  # the ALTER's lock: no change between it and the rows read
+            conn.execute("ALTER TABLE public.orders ADD COLUMN note text")
+            before = _postgres_rows(conn)
+        for statement in ADDED:
+            with conn.transaction():
+                conn.execute(statement)
+    return {key: {k: v for k, v in row.items() if k != "note"} for key, row in before.items()}
 
 
 def _delta_rows(out: Path) -> dict[int, dict[str, Any]]:
@@ -130,15 +157,28 @@ def test_a_killed_driver_leaves_the_delta_table_equal_to_postgres(
     stop = threading.Event()
     writes = work.start(stop=stop, rate=100)  # and the changes while the query runs
     try:
-        job = _job(str(running), log=log)
-        try:
-            # a streaming batch (the snapshot's is batch 0) whose MERGE landed, not committed
-            freeze_mid_batch(job.pid, checkpoint, 240, after=1, alive=lambda: job.poll() is None,
+        first = _job(str(running), str(table), str(out), log=log)
+        try:  # the snapshot's batch and a streaming one merged, then the ALTER TABLE
+            wait_until(lambda: logged(checkpoint, "commits") >= 2, 240, "two merged batches",
+                       alive=lambda: first.poll() is None)
+            before = _add_column(database)
+            assert first.wait(timeout=240) != 0, log.read_text()[-5000:]
+        finally:
+            with contextlib.suppress(ProcessLookupError):
+                os.killpg(first.pid, signal.SIGKILL)
+        assert "SchemaChangedError" in log.read_text()
+        assert "column added: 'note'" in log.read_text()
+        assert _delta_rows(out) == before
+
+        second = _job(str(running), log=log)  # restarted: goes on with the new column
+        try:  # until a streaming batch of its own merged, not committed
+            freeze_mid_batch(second.pid, checkpoint, 240, after=logged(checkpoint, "commits") + 1,
+                             alive=lambda: second.poll() is None,
                              written=lambda: _merged_in_flight(table, checkpoint))
         finally:
             with contextlib.suppress(ProcessLookupError):
-                os.killpg(job.pid, signal.SIGKILL)
-            job.wait()
+                os.killpg(second.pid, signal.SIGKILL)
+            second.wait()
     finally:
         stop.set()
         writes.join(60)
@@ -152,7 +192,8 @@ def test_a_killed_driver_leaves_the_delta_table_equal_to_postgres(
         with contextlib.suppress(ProcessLookupError):
             os.killpg(restarted.pid, signal.SIGKILL)
 
-    expected, found = _postgres_rows(database), _delta_rows(out)
-    assert len(expected) > 50
+    with psycopg.connect(database) as conn:
+        expected, found = _postgres_rows(conn), _delta_rows(out)
+    assert len(expected) > 50 and any(row["note"] for row in expected.values())
     assert sorted(found) == sorted(expected)
     assert [found[key] for key in sorted(found)] == [expected[key] for key in sorted(expected)]
