@@ -211,17 +211,17 @@ def _json_mode(type_oid: int, text: str) -> Any:
     return orjson.loads(orjson.dumps({"v": converter_for_oid(type_oid)(text)}))["v"]
 
 
-@pytest.mark.parametrize(("name", "oid", "typmod", "texts", "spark"), CASES,
+@pytest.mark.parametrize(("name", "oid", "typmod", "texts", "spark_type"), CASES,
                          ids=[c[0] for c in CASES])
 @settings(max_examples=40, deadline=None)
 @given(data=st.data())
 def test_struct_values_equal_the_json_modes_type_by_type(
-    name: str, oid: int, typmod: int, texts: st.SearchStrategy[str], spark: DataType,
+    name: str, oid: int, typmod: int, texts: st.SearchStrategy[str], spark_type: DataType,
     data: st.DataObject,
 ) -> None:
     typed_spark, arrow, convert = column_type(TYPES, oid, typmod)
-    assert typed_spark == spark
-    assert arrow_schema(StructType([StructField("v", spark)])).field("v").type == arrow
+    assert typed_spark == spark_type
+    assert arrow_schema(StructType([StructField("v", spark_type)])).field("v").type == arrow
     text = data.draw(texts)
     typed = convert(text)
     json_mode = _json_mode(oid, text)
@@ -230,11 +230,11 @@ def test_struct_values_equal_the_json_modes_type_by_type(
             {"v": converter_for_oid(oid)(text)})
         assert orjson.loads(typed) == json_mode
     else:
-        assert same(typed, from_json(spark, json_mode)), (text, typed, json_mode)
+        assert same(typed, from_json(spark_type, json_mode)), (text, typed, json_mode)
     pa.array([typed], arrow)  # Arrow takes it as the Spark type's Arrow type
 
 
-@pytest.mark.parametrize(("oid", "typmod", "spark"), [
+@pytest.mark.parametrize(("oid", "typmod", "spark_type"), [
     (1700, _typmod(3, -2), DecimalType(5, 0)),  # numeric(3,-2) holds 99900
     (1700, _typmod(2, 5), DecimalType(5, 5)),  # numeric(2,5) holds 0.00099
     (1700, _typmod(39, 2), StringType()),  # beyond Spark's 38 digits
@@ -242,8 +242,8 @@ def test_struct_values_equal_the_json_modes_type_by_type(
     (1083, -1, StringType()),  # time
     (869, -1, StringType()),  # inet
 ])
-def test_catalog_rules(oid: int, typmod: int, spark: DataType) -> None:
-    assert column_type(TYPES, oid, typmod)[0] == spark
+def test_catalog_rules(oid: int, typmod: int, spark_type: DataType) -> None:
+    assert column_type(TYPES, oid, typmod)[0] == spark_type
 
 
 @pytest.mark.parametrize(("oid", "typmod", "text", "message"), [
@@ -309,22 +309,22 @@ def test_no_table_is_refused() -> None:
 
 # --- typed values back to the JSON mode's text (pg-to-iggy's payloads) -------------------------
 
-@pytest.mark.parametrize(("name", "oid", "typmod", "texts", "spark"), RENDER_CASES,
+@pytest.mark.parametrize(("name", "oid", "typmod", "texts", "spark_type"), RENDER_CASES,
                          ids=[c[0] for c in RENDER_CASES])
 @settings(max_examples=40, deadline=None)
 @given(data=st.data())
 def test_a_typed_value_renders_as_the_json_modes_bytes(
-    name: str, oid: int, typmod: int, texts: st.SearchStrategy[str], spark: DataType,
+    name: str, oid: int, typmod: int, texts: st.SearchStrategy[str], spark_type: DataType,
     data: st.DataObject,
 ) -> None:
     typed_spark, arrow, convert = column_type(TYPES, oid, typmod)
-    assert typed_spark == spark
+    assert typed_spark == spark_type
     text = data.draw(texts)
     # through Arrow, as Spark hands it over: float4 narrowed, timestamps in a session's zone
     typed = pa.array([convert(text)], arrow).to_pylist()[0]
-    if isinstance(spark, TimestampType):
+    if isinstance(spark_type, TimestampType):
         typed = typed.astimezone(ZoneInfo("Asia/Kolkata"))
-    rendered = value_renderer(oid, spark)(typed)
+    rendered = value_renderer(oid, spark_type)(typed)
     assert orjson.dumps({"v": rendered}) == orjson.dumps({"v": converter_for_oid(oid)(text)}), (
         text, typed)
 
