@@ -23,6 +23,7 @@ from iggy_spark.errors import ConfigError as IggyConfigError
 from iggy_spark.iggy_url import IggyUrl
 from iggy_spark.sink.report import Ledger, TaskReport
 from iggy_spark.source.options import SourceOptions
+from iggy_spark_testing.chaos import wait_until
 from iggy_spark_testing.harness import LocalPostgres
 from pg_to_iggy.metrics import _Collector, _require_classic, serve_metrics
 from postgres_cdc_source.backfill import request_backfill
@@ -270,12 +271,18 @@ def test_the_endpoint_serves_a_pg_cdc_querys_slot_lag_and_backfill_on_every_spar
         with pg.connect() as conn:  # one batch more: 4.2's report of its planning has it done
             conn.execute(f"INSERT INTO {name} VALUES (301, 'new')")
         query.processAllAvailable()
-        got = scrape(metrics.url, name)
+        chunks = f"pg_cdc_backfill_chunks_total{{table=public.{name}}}"
+        seen: list[dict[str, float]] = []
+
+        def done() -> bool:  # a progress event reaches the listener after its batch returned
+            seen.append(scrape(metrics.url, name))
+            return seen[-1].get("pg_cdc_backfill_requests") == 0 and seen[-1].get(chunks, 0) >= 3
+
+        wait_until(done, 60, "the metrics of the backfill's end")
+        got = seen[-1]
         assert got["pg_cdc_slot_lag_bytes"] >= 0
         assert got["pg_cdc_retained_wal_bytes"] >= got["pg_cdc_slot_lag_bytes"]
         assert got["pg_cdc_slot_at_risk"] == 0 and "pg_cdc_slot_active" in got
-        assert got["pg_cdc_backfill_requests"] == 0
-        assert got[f"pg_cdc_backfill_chunks_total{{table=public.{name}}}"] >= 3
         assert ("pg_cdc_commit_failures" in got) == READ_LIMITS  # only the reader knows
         query.stop()
         with pg.connect() as conn:

@@ -33,6 +33,8 @@ def test_planning_on_an_idle_server_moves_the_slot_to_the_committed_batch_end(
     end = r.latestOffset(start, ReadAllAvailable())
     assert len(list(r.read(CdcPartition(parse_lsn(start["lsn"]), parse_lsn(end["lsn"]))))) == 1
     assert slot_position(pg, f"{name}_{plugin}") == parse_lsn(start["lsn"])
-    # the batch is committed; the server stays idle, so Spark never calls commit(end)
-    assert r.latestOffset(end, ReadAllAvailable()) == end
+    # the batch is committed; nothing of the slot's tables changes, so Spark never calls
+    # commit(end) (the server may still write WAL meanwhile: autovacuum of an earlier test's
+    # tables, so the next batch may end later)
+    assert parse_lsn(r.latestOffset(end, ReadAllAvailable())["lsn"]) >= parse_lsn(end["lsn"])
     assert format_lsn(slot_position(pg, f"{name}_{plugin}")) == end["lsn"]
