@@ -14,10 +14,14 @@ from postgres_cdc_source.decoding import UNCHANGED, Change
 from postgres_cdc_source.stream.reselect import _completed, _moves_key
 
 
-def _update(key: dict[str, Any], new_row: dict[str, Any], values: dict[str, Any] | None = None
-            ) -> Change:
+def _update(key: dict[str, Any], new_row: dict[str, Any], values: dict[str, Any] | None = None,
+            *, typed: bool = False) -> Change:
+    """An update as the decoders build it: images as JSON text, or with ``typed``
+    (``row_format=struct``) as dicts."""
     after = {n: v for n, v in new_row.items() if v is not UNCHANGED}
     unchanged = tuple(n for n, v in new_row.items() if v is UNCHANGED)
+    if typed:
+        return Change(0x10, 0, "s", "t", "update", key, None, after, unchanged, values, new_row)
     return Change(0x10, 0, "s", "t", "update", orjson.dumps(key).decode(), None,
                   orjson.dumps(after).decode(), unchanged, values, new_row)
 
@@ -32,10 +36,11 @@ def _update(key: dict[str, Any], new_row: dict[str, Any], values: dict[str, Any]
     ({"id": 1, "n": 1, "body": None}, {"id": 1, "n": 2, "body": UNCHANGED}, False),
     ({"id": 1, "n": 1}, {"id": 1, "n": 2, "body": UNCHANGED}, True),
 ])
+@pytest.mark.parametrize("typed", [False, True])
 def test_a_key_change_is_told_from_the_old_key_and_the_new_row(
-    key: dict[str, Any], new_row: dict[str, Any], moves: bool
+    key: dict[str, Any], new_row: dict[str, Any], moves: bool, typed: bool
 ) -> None:
-    assert _moves_key(_update(key, new_row)) is moves
+    assert _moves_key(_update(key, new_row, typed=typed)) is moves
 
 
 def test_inserts_and_deletes_never_count_as_key_changes() -> None:
@@ -61,6 +66,19 @@ def test_a_completed_change_holds_every_column_in_table_order(
     assert done.unchanged == () and done.new_row is None
     assert done.values == {"k": 1, **current}  # routing sees the completed columns too
     assert (done.lsn, done.key, done.op) == (change.lsn, change.key, change.op)
+
+
+@given(st.dictionaries(st.text(min_size=1), values, min_size=1), st.data())
+def test_a_completed_typed_change_holds_every_column_as_a_dict(
+    row: dict[str, Any], data: st.DataObject
+) -> None:
+    names = list(row)
+    missing = data.draw(st.sets(st.sampled_from(names), min_size=1))
+    new_row = {n: UNCHANGED if n in missing else v for n, v in row.items()}
+    change = _update({names[0]: "k"}, new_row, typed=True)
+    done = _completed(change, {n: row[n] for n in missing}, typed=True)
+    assert done.after == row and list(done.after) == names  # a struct's image, in table order
+    assert done.unchanged == () and done.new_row is None and done.key == change.key
 
 
 def test_a_change_is_left_as_sent_unless_every_unchanged_column_was_read() -> None:

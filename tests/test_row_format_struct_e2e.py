@@ -209,10 +209,9 @@ def test_a_column_added_mid_stream_stops_the_query_after_the_changes_before_it(
     assert rows[-1].after.extra == 7
 
 
-# Not in the 4.0.5 tier: there each AvailableNow run is one batch, so the snapshot ends in
-# another run than its exporter's, and struct mode does not read unchanged TOAST values back
-# from the table as the JSON mode then does (documented as not supported yet).
-@pytest.mark.parametrize("plugin", ["pgoutput"])
+# In the 4.0.5 tier: there each AvailableNow run is one batch, so the snapshot ends in another
+# run than its exporter's, and both modes read the unchanged TOAST value back from the table.
+@pytest.mark.parametrize("plugin", [pytest.param("pgoutput", marks=pytest.mark.oldest_spark)])
 def test_the_pipeline_writes_struct_rows_as_the_json_modes_payloads(
     spark: SparkSession, pg: LocalPostgres, broker: LocalIggy, name: str,
     table: sql.Composable, plugin: str, tmp_path: Path,
@@ -252,5 +251,9 @@ def test_the_pipeline_writes_struct_rows_as_the_json_modes_payloads(
               for row_format, found in payloads.items()}
     same_point = [p.replace(points["struct"], points["json"]) for p in payloads["struct"]]
     assert sorted(same_point) == sorted(payloads["json"])
+    # the update of row 1 left big alone: named unchanged, or (where the snapshot ended in
+    # another run than its exporter's: Spark 4.0 and 4.1) read back from the table
+    (row_1,) = [after for after in (orjson.loads(p)["after"] for p in payloads["struct"]
+                                    if b'"op":"update"' in p) if after["id"] == 1]
     toasted = [orjson.loads(p) for p in payloads["struct"] if b'"unchanged":["big"]' in p]
-    assert len(toasted) == 1 and "big" not in toasted[0]["after"]
+    assert (len(toasted) == 1 and "big" not in row_1) or (not toasted and len(row_1["big"]) > 9000)

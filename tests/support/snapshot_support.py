@@ -21,7 +21,7 @@ from typing import Any
 import pyarrow as pa
 
 from iggy_spark_testing.replay import Message, ordered, replay
-from postgres_cdc_source.options import CdcOptions
+from postgres_cdc_source.source import PgCdcDataSource
 from postgres_cdc_source.stream.offset import StreamOffset
 from postgres_cdc_source.stream.reader import PgCdcStreamReader
 
@@ -41,7 +41,10 @@ class InProcessQuery:
         self, options: Mapping[str, str], offset: dict[str, Any] | None = None, *,
         available_now: bool = False,
     ) -> None:
-        self.reader = PgCdcStreamReader(CdcOptions.from_options(dict(options)))
+        source = PgCdcDataSource(dict(options))  # as Spark builds it (row_format=struct too)
+        reader = source.streamReader(source.schema())
+        assert isinstance(reader, PgCdcStreamReader)
+        self.reader = reader
         if available_now:  # Spark calls it first, before initialOffset
             self.reader.prepareForTriggerAvailableNow()
         if offset is None:

@@ -248,8 +248,7 @@ def _peeked(
     options: CdcOptions, partition: CdcPartition, typed: StructRows | None = None
 ) -> Generator[pa.RecordBatch, None, None]:
     """The batch's rows: the slot (or a temporary copy) put at the partition's start and
-    peeked to its end, which gives the same rows however often it is done. With ``typed``,
-    unchanged TOAST values are not reselected (the docs list it as not supported yet)."""
+    peeked to its end, which gives the same rows however often it is done."""
     conn = connect_with_retry(options, autocommit=False)
     try:
         rows = peeking.peek_range(conn, options, partition.start, partition.end,
@@ -257,8 +256,7 @@ def _peeked(
         decoder = make_decoder(options, conn, is_marker if partition.backfill else None, typed)
         events = decoder.events(rows)
         txns = transactions(events, options.spill_rows)
-        if typed is None:
-            txns = reselect.complete(txns, options, partition.reselect_until)
+        txns = reselect.complete(txns, options, partition.reselect_until, typed)
         schema = ARROW_SCHEMA if typed is None else typed.schemas()[1]
         with _collector_paused():
             if partition.backfill is not None:

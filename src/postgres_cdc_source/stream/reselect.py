@@ -25,12 +25,17 @@ changes arrive. A row no longer under the change's key (deleted or moved since) 
 Postgres sent it: a later change of that key follows. Tables without a primary key, and keys of
 types whose JSON does not read back as the same value (``bytea``, floats, arrays), are left as
 sent.
+
+With ``row_format=struct`` the same rule holds: a value read is typed by the query's own
+converters, and a key is matched by its JSON mode's text
+(:func:`~postgres_cdc_source.struct_json.value_renderer`), so both modes complete the same
+changes with the same values.
 """
 
 from __future__ import annotations
 
 import logging
-from collections.abc import Iterable, Iterator, Sequence
+from collections.abc import Callable, Iterable, Iterator, Sequence
 from typing import Any
 
 import orjson
@@ -42,6 +47,8 @@ from postgres_cdc_source.decoding import UNCHANGED, UPDATE, Change, Commit
 from postgres_cdc_source.options import CdcOptions
 from postgres_cdc_source.sql_json import row_json_sql
 from postgres_cdc_source.sql_names import Name
+from postgres_cdc_source.struct_json import value_renderer
+from postgres_cdc_source.struct_types import StructRows
 from postgres_cdc_source.values import Converter, converter_for_oid
 
 __all__ = ["complete"]
@@ -55,14 +62,16 @@ Transactions = Iterable[tuple[Commit, Iterator[list[Change]]]]
 
 
 def complete(
-    txns: Transactions, options: CdcOptions, horizon: int | None
+    txns: Transactions, options: CdcOptions, horizon: int | None,
+    typed: StructRows | None = None,
 ) -> Iterator[tuple[Commit, Iterator[list[Change]]]]:
     """``txns`` with the changes the rule above names completed; as is when ``horizon`` is
-    ``None`` (the snapshot was exact, or there was none)."""
+    ``None`` (the snapshot was exact, or there was none). ``typed``: the changes are a
+    ``row_format=struct`` query's, their images dicts of typed values."""
     if horizon is None:
         yield from txns
         return
-    tables = _Tables(options)
+    tables = _Tables(options, typed)
     try:
         for commit, chunks in txns:
             every = commit.end_lsn <= horizon
@@ -76,21 +85,28 @@ def _moves_key(change: Change) -> bool:
     the new row's when it sent none) differs from the new row's key columns."""
     if change.op != UPDATE or change.key is None or change.new_row is None:
         return False
-    old = orjson.loads(change.key)
+    typed = isinstance(change.key, dict)  # row_format=struct: typed values, compared as such
+    old = change.key if typed else orjson.loads(change.key)
     row = change.new_row
     if any(row.get(name, UNCHANGED) is UNCHANGED for name in old):
         return False
+    if typed:
+        return bool({name: row[name] for name in old} != old)
     return bool(orjson.dumps({name: row[name] for name in old}).decode() != change.key)
 
 
 class _Table:
-    """How to look rows of one table up by primary key, and convert what comes back."""
+    """How to look rows of one table up by primary key, and convert what comes back.
 
-    def __init__(self, described: snapshot.SnapshotTable, key_json: sql.Composable) -> None:
+    ``converters``: each column's, as the query's decoders convert it; ``json_value``: a key
+    column's converted value -> its JSON mode's value (the same value for the JSON mode)."""
+
+    def __init__(self, described: snapshot.SnapshotTable, key_json: sql.Composable,
+                 converters: dict[str, Converter],
+                 json_value: dict[str, Callable[[Any], Any]]) -> None:
         self.key = described.chunk_key
-        self.converters: dict[str, Converter] = {
-            c: converter_for_oid(o)
-            for c, o in zip(described.columns, described.type_oids, strict=True)}
+        self.converters = converters
+        self.json_value = json_value
         self.name = Name(described.schema, described.table)
         self.label = f"{described.schema}.{described.table}"
         self.key_json = key_json  # the key's JSON as the decoders write it, built by Postgres
@@ -115,8 +131,9 @@ class _Tables:
     """The lookups of one partition's read: a connection opened on first need, tables described
     once."""
 
-    def __init__(self, options: CdcOptions) -> None:
+    def __init__(self, options: CdcOptions, typed: StructRows | None) -> None:
         self.options = options
+        self.typed = typed
         self._conn: psycopg.Connection[Any] | None = None
         self._tables: dict[tuple[str, str], _Table | None] = {}
 
@@ -132,7 +149,8 @@ class _Tables:
 
     def _table(self, schema: str, table: str) -> _Table | None:
         if (schema, table) not in self._tables:
-            self._tables[schema, table] = _lookup_table(self._connection(), schema, table)
+            self._tables[schema, table] = _lookup_table(self._connection(), schema, table,
+                                                        self.typed)
         return self._tables[schema, table]
 
     def complete(self, changes: list[Change], every: bool) -> list[Change]:
@@ -159,7 +177,7 @@ class _Tables:
             assert row is not None  # build_change keeps it for every change with unchanged
             if any(row.get(k, UNCHANGED) is UNCHANGED for k in table.key):
                 continue
-            key = orjson.dumps({k: row[k] for k in table.key}).decode()
+            key = orjson.dumps({k: table.json_value[k](row[k]) for k in table.key}).decode()
             keys.setdefault(key, []).append(i)
         if not keys:
             return
@@ -173,14 +191,15 @@ class _Tables:
                 for c, t in zip(columns, texts, strict=True)
             }
             for i in keys.pop(key, ()):
-                changes[i] = _completed(changes[i], current)
+                changes[i] = _completed(changes[i], current, self.typed is not None)
         if keys:
             log.info("pg_cdc reselect: %d changed rows of %s no longer under their key; "
                      "left as Postgres sent them", len(keys), table.label)
 
 
-def _completed(change: Change, current: dict[str, Any]) -> Change:
-    """``change`` with its unchanged columns filled from ``current``."""
+def _completed(change: Change, current: dict[str, Any], typed: bool = False) -> Change:
+    """``change`` with its unchanged columns filled from ``current``; ``typed``: its images
+    are ``row_format=struct``'s dicts, not JSON text."""
     row = change.new_row
     assert row is not None
     if any(c not in current for c in change.unchanged):
@@ -189,13 +208,15 @@ def _completed(change: Change, current: dict[str, Any]) -> Change:
     values = change.values
     if values is not None:
         values = {**values, **{c: current[c] for c in change.unchanged}}
-    return change._replace(after=orjson.dumps(after).decode(), unchanged=(), values=values,
-                           new_row=None)
+    return change._replace(after=after if typed else orjson.dumps(after).decode(),
+                           unchanged=(), values=values, new_row=None)
 
 
-def _lookup_table(conn: psycopg.Connection[Any], schema: str, table: str) -> _Table | None:
+def _lookup_table(conn: psycopg.Connection[Any], schema: str, table: str,
+                  typed: StructRows | None) -> _Table | None:
     """The table's lookup, or ``None`` when rows cannot be found by key: the table is gone, has
-    no primary key, or a key column's JSON would not read back as its value."""
+    no primary key, or a key column's JSON would not read back as its value; with ``typed``,
+    also when it is not one of the query's tables (its changes fail the batch anyway)."""
     described = snapshot.describe(conn, schema, table)
     if described is None or described.chunk_key == ("ctid",):
         return None
@@ -204,4 +225,21 @@ def _lookup_table(conn: psycopg.Connection[Any], schema: str, table: str) -> _Ta
     if any(k not in oids for k in key):
         return None
     key_json = row_json_sql(key, [oids[k] for k in key], [Name("t", k) for k in key])
-    return None if key_json is None else _Table(described, key_json)
+    if key_json is None:
+        return None
+    if typed is None:
+        return _Table(described, key_json, {c: converter_for_oid(o) for c, o in oids.items()},
+                      {k: _same for k in key})
+    struct = typed.tables.get(f"{schema}.{table}")
+    if struct is None:
+        return None
+    columns = {c.name: c for c in struct.columns}
+    if any(k not in columns for k in key):
+        return None
+    return _Table(described, key_json,
+                  {c: columns[c].convert for c in described.columns if c in columns},
+                  {k: value_renderer(columns[k].type_oid, columns[k].spark) for k in key})
+
+
+def _same(value: Any) -> Any:
+    return value
