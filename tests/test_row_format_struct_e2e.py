@@ -217,7 +217,8 @@ def test_the_pipeline_writes_struct_rows_as_the_json_modes_payloads(
     table: sql.Composable, plugin: str, tmp_path: Path,
 ) -> None:
     """pg-to-iggy with row_format=struct: the same snapshot and changes (a TOASTed value left
-    alone among them) reach Iggy as the same payload bytes as with row_format=json."""
+    alone among them), routed by ``topic_from``, reach Iggy as the same payload bytes as with
+    row_format=json."""
     from pg_to_iggy.pipeline import start_pipeline
 
     def run(row_format: str) -> None:
@@ -225,8 +226,8 @@ def test_the_pipeline_writes_struct_rows_as_the_json_modes_payloads(
             spark, dsn=pg.dsn, slot=f"{name}_{row_format}", url=broker.url,
             checkpoint=str(tmp_path / row_format),
             source={"plugin": plugin, "snapshot": "initial", "include_tables": f"{name}\\.t",
-                    "row_format": row_format},
-            sink={"default_stream": f"{name}_{row_format}", "default_topic": "t"},
+                    "row_format": row_format, "topic_from": "table"},  # routed in both formats
+            sink={"default_stream": f"{name}_{row_format}", "default_topic": "unrouted"},
             trigger={"availableNow": True})
         try:
             assert query.awaitTermination(300)

@@ -37,6 +37,8 @@ from postgres_cdc_source.catalog import CATALOG_QUERY, table_info_from_rows
 from postgres_cdc_source.decoding import Change
 from postgres_cdc_source.decoding.pgoutput import PgOutputDecoder, pgoutput_options
 from postgres_cdc_source.decoding.text_format import TEST_DECODING_OPTIONS, TextFormatDecoder
+from postgres_cdc_source.destination_columns import Router
+from postgres_cdc_source.options import CdcOptions
 from postgres_cdc_source.struct_json import image_renderer
 from postgres_cdc_source.struct_types import StructRows, struct_schema, table_struct
 from postgres_cdc_source.values import SESSION_SETTINGS
@@ -114,9 +116,10 @@ def table(pg: LocalPostgres) -> Iterator[tuple[psycopg.Connection[Any], str]]:
 
 def _peek(conn: psycopg.Connection[Any], schema: str, typed: StructRows | None = None,
           write: Callable[[psycopg.Connection[Any], str], int] | None = None,
-          ) -> dict[str, list[Change]]:
+          keep_values: bool = False) -> dict[str, list[Change]]:
     """The table's inserts (or the changes ``write`` makes) as each decoder gives them in the
-    JSON mode, and with ``typed`` also in the struct mode (``_po_struct``, ``_td_struct``)."""
+    JSON mode, and with ``typed`` also in the struct mode (``_po_struct``, ``_td_struct``);
+    ``keep_values``: with the values the routing options read."""
     name = schema
     conn.execute(sql.SQL("CREATE PUBLICATION {} FOR TABLE {}.t").format(
         sql.Identifier(name), sql.Identifier(schema)))
@@ -136,11 +139,12 @@ def _peek(conn: psycopg.Connection[Any], schema: str, typed: StructRows | None =
             peeked = [(parse_lsn(lsn), xid, data) for lsn, xid, data in rows]
             for mode, retyping in (("", None), ("_struct", typed)) if typed else (("", None),):
                 if suffix == "_po":
-                    events = PgOutputDecoder(typed=retyping).events(peeked)
+                    events = PgOutputDecoder(typed=retyping, keep_values=keep_values
+                                             ).events(peeked)
                 else:
                     events = TextFormatDecoder(lambda sc, t: table_info_from_rows(
                         sc, t, conn.execute(CATALOG_QUERY, (sc, t)).fetchall()),
-                        typed=retyping).events(peeked)
+                        typed=retyping, keep_values=keep_values).events(peeked)
                 got[suffix + mode] = [e for e in events if type(e) is Change]
         assert yield_rows == len(got["_po"]) == len(got["_td"])
         return got
@@ -252,8 +256,12 @@ def test_struct_rows_render_as_both_decoders_json_byte_for_byte(
     assert found is not None
     typed = StructRows.of({f"{schema}.t": found})
     render_row, render_key = image_renderer(typed.row), image_renderer(typed.key)
+    routes = [(Router(options), Router(options, typed)) for options in (
+        CdcOptions.from_options({"dsn": "dbname=x", "slot": "s", "topic_from": column,
+                                 "partition_key_from": "key", "default_topic": "none"})
+        for column in typed.row.names)]
 
-    changes = _peek(conn, schema, typed, _changes_of_every_kind)
+    changes = _peek(conn, schema, typed, _changes_of_every_kind, keep_values=True)
     for plugin in ("_po", "_td"):
         for json_mode, struct in zip(changes[plugin], changes[plugin + "_struct"], strict=True):
             assert json_mode.op == struct.op and json_mode.unchanged == struct.unchanged
@@ -263,4 +271,6 @@ def test_struct_rows_render_as_both_decoders_json_byte_for_byte(
                 value = pa.array([getattr(struct, image)], arrow).to_pylist()[0]
                 rendered = render(value, struct.unchanged if image == "after" else ())
                 assert rendered == getattr(json_mode, image), (plugin, json_mode.op, image)
+            for route in routes:  # the routing options send a row where the JSON mode does
+                assert route[0].route(json_mode) == route[1].route(struct), (plugin, route)
     assert any(c.before is not None for c in changes["_td"]) == (identity == "FULL")

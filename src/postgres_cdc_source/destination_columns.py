@@ -12,16 +12,23 @@ the options require alongside a column route.
 A logical message (op ``message``) has no schema or table: ``topic_from=table`` sends it to the
 topic named by its prefix, ``stream_from=schema`` to ``default_stream``, ``partition_key_from=
 key`` by its key ``{"prefix": ...}``; a column route reads its ``prefix``/``content`` fields.
+
+With ``row_format=struct`` the values and the key are typed; each is turned back into the JSON
+mode's value first (:mod:`postgres_cdc_source.struct_json`), so a row goes where the JSON mode
+sends it, whichever format the query reads.
 """
 
 from __future__ import annotations
 
 from collections.abc import Callable
+from typing import Any
 
 import orjson
 
 from postgres_cdc_source.decoding import MESSAGE, Change, message_prefix
 from postgres_cdc_source.options import CdcOptions
+from postgres_cdc_source.struct_json import PG_TYPE_OID, image_renderer, value_renderer
+from postgres_cdc_source.struct_types import StructRows
 
 __all__ = ["Router"]
 
@@ -37,17 +44,38 @@ def _as_text(value: object) -> str | None:
     return orjson.dumps(value).decode()
 
 
-def _picker(spec: str | None, builtin: str, attr: _Pick) -> _Pick | None:
+def _picker(spec: str | None, builtin: str, attr: _Pick, typed: StructRows | None) -> _Pick | None:
     if spec is None:
         return None
     if spec == builtin:
         return attr
+    as_json = _json_value(typed, spec)
 
     def column(change: Change) -> str | None:
         values = change.values
-        return _as_text(values.get(spec)) if values else None
+        if not values:
+            return None
+        value = values.get(spec)
+        return _as_text(value if value is None or as_json is None else as_json(value))
 
     return column
+
+
+def _json_value(typed: StructRows | None, name: str) -> Callable[[Any], Any] | None:
+    """A typed value of column ``name`` -> its JSON mode's value (``None``: the values are the
+    JSON mode's already, or the query has no such column)."""
+    if typed is None or name not in typed.row.names:
+        return None
+    field = typed.row[name]
+    return value_renderer(int(field.metadata[PG_TYPE_OID]), field.dataType)
+
+
+def _key_text(typed: StructRows | None) -> _Pick:
+    """A change's key as the JSON mode's text."""
+    if typed is None:
+        return lambda c: c.key
+    render = image_renderer(typed.key)
+    return lambda c: render(c.key, ())
 
 
 def _table_or_prefix(change: Change) -> str | None:
@@ -57,10 +85,10 @@ def _table_or_prefix(change: Change) -> str | None:
 class Router:
     """Compute a change's destination columns; built once per read from :class:`CdcOptions`."""
 
-    def __init__(self, options: CdcOptions) -> None:
-        self._stream = _picker(options.stream_from, "schema", lambda c: c.schema)
-        self._topic = _picker(options.topic_from, "table", _table_or_prefix)
-        self._key = _picker(options.partition_key_from, "key", lambda c: c.key)
+    def __init__(self, options: CdcOptions, typed: StructRows | None = None) -> None:
+        self._stream = _picker(options.stream_from, "schema", lambda c: c.schema, typed)
+        self._topic = _picker(options.topic_from, "table", _table_or_prefix, typed)
+        self._key = _picker(options.partition_key_from, "key", _key_text(typed), typed)
         self._default_stream = options.default_stream
         self._default_topic = options.default_topic
         self.by_column = any(

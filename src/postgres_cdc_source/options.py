@@ -284,9 +284,6 @@ def _all_tables(opts: Options, given: Options, plugin: str) -> bool:
 
 _NOT_WITH_STRUCT = {
     "message_prefixes": "a logical message has no row of the captured tables' columns",
-    "topic_from": "routing is iggy_routed's, which takes row_format=json",
-    "stream_from": "routing is iggy_routed's, which takes row_format=json",
-    "partition_key_from": "routing is iggy_routed's, which takes row_format=json",
 }
 
 

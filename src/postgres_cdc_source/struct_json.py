@@ -120,6 +120,7 @@ def _float4(value: float) -> str:
     special = _special(value)
     if special is not None:
         return special
+    value = _as_float4(value)  # as Arrow stores it (a decoder's value, for routing, is wider)
     for places in range(9):  # the shortest digits that read back to the same float4
         digits = f"{value:.{places}e}"
         if _as_float4(float(digits)) == value:

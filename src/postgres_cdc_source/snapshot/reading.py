@@ -96,7 +96,7 @@ def read_chunk(
                             "at the current state", part.snapshot, exc.diag.message_primary,
                             part.table.schema, part.table.table)
         table = part.table
-        router = Router(options)
+        router = Router(options, typed)
         where, params = key_range(table, part.lo, part.hi)
         params_in_range = bool(params)
         conditions: list[sql.Composable] = []

@@ -260,9 +260,9 @@ def _peeked(
         schema = ARROW_SCHEMA if typed is None else typed.schemas()[1]
         with _collector_paused():
             if partition.backfill is not None:
-                yield from spliced(txns, partition.backfill, options, Router(options), typed)
+                yield from spliced(txns, partition.backfill, options, Router(options, typed), typed)
             else:
-                yield from record_batches(txns, Router(options), options.batch_rows, schema)
+                yield from record_batches(txns, Router(options, typed), options.batch_rows, schema)
     finally:
         conn.close()
 
