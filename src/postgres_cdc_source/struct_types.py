@@ -462,7 +462,7 @@ class StructRows(NamedTuple):
                 name, "the table was not captured when the query started (it is new, or "
                 "include_tables/exclude_tables now cover it)"))
         if self.evolution == "add_columns":
-            difference = _untypable(self.row, shape.names, types)
+            difference = _untypable(self.row, table, shape.names, whole, types)
         else:
             difference = _column_difference(table, shape.names, whole, types)
         if difference is not None:
@@ -635,7 +635,7 @@ def _shape(struct: StructType) -> list[tuple[str, DataType]]:
     return [(f.name, f.dataType) for f in struct.fields]
 
 
-def _renames(written: Mapping[str, Any], typed: StructRows) -> dict[str, str]:
+def _renamed_since(written: Mapping[str, Any], typed: StructRows) -> dict[str, str]:
     """The columns renamed since ``written`` (old name -> new), told by their attnums; none
     when ``written`` has no attnums (then a rename looks like a drop and an add)."""
     attnums: Mapping[str, Mapping[str, int]] = written.get("attnums") or {}
@@ -654,7 +654,7 @@ def _checkpoint_kinds(written: Mapping[str, Any], typed: StructRows) -> str:
     row, key = StructType.fromJson(written["row"]), StructType.fromJson(written["key"])
     was = {f.name: f for f in row.fields}
     now = {f.name: f for f in typed.row.fields}
-    renamed = _renames(written, typed)
+    renamed = _renamed_since(written, typed)
     added = [n for n in now if n not in was and n not in renamed.values()]
     dropped = [n for n in was if n not in now and n not in renamed]
     retyped = [f"{n!r} ({_described(f)} in the checkpoint, {_described(now[n])} now)"
@@ -699,12 +699,26 @@ def _not_in_struct(unknown: Sequence[str], names: Sequence[str], known: Collecti
     return parts
 
 
-def _untypable(row: StructType, names: Sequence[str], types: Sequence[int | str] | None
-               ) -> str | None:
+def _renamed_in(table: TableStruct, names: Sequence[str], whole: bool, known: Collection[str]
+             ) -> dict[str, str]:
+    """The columns a change (``names``) has under another name than ``table`` had when the
+    query started (that name -> the change's), by place: as many columns, and at the place of
+    one the change lacks, one ``known`` lacks (a change carries no attnums)."""
+    if not whole or len(names) != len(table.columns):
+        return {}
+    return {c.name: n for c, n in zip(table.columns, names, strict=True)
+            if c.name != n and n not in known and c.name not in names}
+
+
+def _untypable(row: StructType, table: TableStruct, names: Sequence[str], whole: bool,
+               types: Sequence[int | str] | None) -> str | None:
     """Why a change of the columns ``names`` (``types``) cannot be typed by name with the
     fields of ``row`` (``schema_evolution=add_columns``), ``None`` if it can."""
     fields = {f.name: f for f in row.fields}
-    parts = _not_in_struct([n for n in names if n not in fields], names, fields)
+    renamed = _renamed_in(table, names, whole, fields)
+    parts = _not_in_struct([n for n in names if n not in fields and n not in renamed.values()],
+                           names, fields)
+    parts += [f"column renamed: {a!r} to {b!r}" for a, b in renamed.items()]
     if types is not None:
         parts += [f"column {n!r} type changed from {fields[n].metadata.get(PG_TYPE)} to "
                   f"{_type_text(t)}" for n, t in zip(names, types, strict=True)
@@ -715,13 +729,9 @@ def _untypable(row: StructType, names: Sequence[str], types: Sequence[int | str]
 def _column_difference(table: TableStruct, names: Sequence[str], whole: bool,
                        types: Sequence[int | str] | None) -> str | None:
     """What differs between the columns a query started with and ``names`` (``types``),
-    ``None`` if nothing does. A column of another name at the place of one the change lacks,
-    as many columns on both sides, is named a rename (a change carries no attnums)."""
+    ``None`` if nothing does."""
     started = {c.name: c for c in table.columns}
-    renamed = {}
-    if whole and len(names) == len(table.columns):
-        renamed = {c.name: n for c, n in zip(table.columns, names, strict=True)
-                   if c.name != n and n not in started and c.name not in names}
+    renamed = _renamed_in(table, names, whole, started)
     parts = _not_in_struct([n for n in names if n not in started
                             and n not in renamed.values()], names, started)
     dropped = [c.name for c in table.columns
