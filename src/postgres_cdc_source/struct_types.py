@@ -33,6 +33,13 @@ what the JSON mode's value means: tests parse both and compare them type by type
 Spark type cannot hold fails with :class:`ValueError` naming it, never a silent null or a
 rounded number: ``NaN`` in a decimal column, a date or timestamp that is infinite, BC or after
 the year 9999, an array of more than one dimension.
+
+A table's columns change under a query (``schema_evolution``): with ``fail`` a change must have
+the columns the query started with (:meth:`StructRows.retyped`), and a restart on the checkpoint
+is refused naming the difference (:func:`checkpoint_difference`); with ``add_columns`` changes
+are typed by column name and a restart evolves the structs to their union over time
+(:meth:`StructRows.evolved`, :func:`widens`), so that every row the query delivered fits the
+struct it delivers now.
 """
 
 from __future__ import annotations
