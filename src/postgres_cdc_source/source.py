@@ -39,7 +39,9 @@ class PgCdcDataSource(DataSource):
     driver, so a bad option fails before the query starts; with ``mode=polling`` that includes
     the table and columns the options name (one catalog lookup). With ``row_format=struct``
     the schema's ``before``/``after``/``key`` are the captured tables' structs, read from the
-    catalog there and again when the reader is made (they must agree).
+    catalog there and again when the reader is made (they must agree); with
+    ``schema_location``, evolved from the structs kept there, since Spark fixes the schema
+    here, before the query reads its checkpoint (:mod:`postgres_cdc_source.struct_history`).
     """
 
     @classmethod
