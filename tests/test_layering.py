@@ -17,7 +17,7 @@ LAYERS: tuple[frozenset[str], ...] = (
     frozenset({"errors", "options", "option_docs", "connections", "sql_names", "sql_json",
                "values", "catalog", "health"}),
     frozenset({"decoding", "replication", "destination_columns", "assembly", "struct_types",
-               "struct_json"}),
+               "struct_json", "struct_history"}),
     frozenset({"snapshot", "backfill", "polling"}),
     frozenset({"stream"}),
     frozenset({"source", "abandon", PACKAGE}),

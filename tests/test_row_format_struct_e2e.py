@@ -162,51 +162,77 @@ def test_struct_rows_are_typed_and_equal_the_json_modes(
         ("insert", 10), ("read", 1), ("read", 2), ("read", 3), ("update", 1), ("update", 2)]
 
 
-@pytest.mark.parametrize("plugin", ["pgoutput", "test_decoding"])
-def test_a_column_added_mid_stream_stops_the_query_after_the_changes_before_it(
-    spark: SparkSession, pg: LocalPostgres, name: str, table: sql.Composable, plugin: str,
-    tmp_path: Path,
+def _failing(query: Any) -> str:
+    """The message of the error ``query`` stops with (it is stopped either way)."""
+    try:
+        with pytest.raises(Exception, match=r"row_format=struct|schema_evolution") as failed:
+            query.processAllAvailable()
+    finally:
+        query.stop()
+    return str(failed.value)
+
+
+def test_add_columns_evolves_the_struct_through_add_drop_rename_and_widen(
+    spark: SparkSession, pg: LocalPostgres, name: str, table: sql.Composable, tmp_path: Path,
 ) -> None:
-    """The changes before the DDL arrive, the query fails naming the table and the column; a
-    restart on the same checkpoint is refused naming the difference, unless
-    ``schema_evolution=add_columns``: then it goes on with the new column, nothing lost,
-    nothing twice."""
+    """A query through each kind of ALTER TABLE, stopped and restarted on its checkpoint each
+    time: with ``fail`` the column added stops it after the changes before it and its restart
+    is refused naming the difference; with ``add_columns`` (its structs kept in the checkpoint
+    directory) the struct becomes the union over time: the dropped column's and the renamed
+    one's fields stay, null in the later rows, the new name and the added column are appended,
+    the widened column takes the wider type. Every change arrives once, none is missing."""
     rows: list[Row] = []
-    query = _collecting(spark, pg, name, plugin, tmp_path / "chk", rows)
-    try:
-        query.processAllAvailable()  # the snapshot
-        with psycopg.connect(pg.dsn, autocommit=True) as conn:
-            conn.execute(sql.SQL("INSERT INTO {} (id, amount) VALUES (20, 1)").format(table))
-            conn.execute(sql.SQL("UPDATE {} SET note = 'before' WHERE id = 1").format(table))
-            conn.execute(sql.SQL("ALTER TABLE {} ADD COLUMN extra int").format(table))
-            conn.execute(sql.SQL("INSERT INTO {} (id, extra) VALUES (21, 7)").format(table))
-        with pytest.raises(Exception, match="row_format=struct") as failed:
-            query.processAllAvailable()
-    finally:
-        query.stop()
-    message = str(failed.value)
-    assert f"table {name}.t changed: column added: 'extra'" in message, message
-    assert "Restart on a new checkpoint with the same slot" in message
-    delivered = [(r.op, r.after.id) for r in rows]
-    assert delivered == [("read", 1), ("read", 2), ("read", 3), ("insert", 20), ("update", 1)]
-    query = _collecting(spark, pg, name, plugin, tmp_path / "chk", rows)
-    try:
-        with pytest.raises(Exception, match="schema_evolution") as refused:
-            query.processAllAvailable()
-    finally:
-        query.stop()
-    assert ("option 'schema_evolution': fail: the tables' columns differ from the structs "
-            "this checkpoint was written with: columns added: 'extra'") in str(refused.value)
-    assert [(r.op, r.after.id) for r in rows] == delivered
-    query = _collecting(spark, pg, name, plugin, tmp_path / "chk", rows,
-                        schema_evolution="add_columns")
-    try:
+    checkpoint = tmp_path / "chk"
+    adding = {"schema_evolution": "add_columns", "schema_location": str(checkpoint)}
+
+    def run(*statements: str, **options: str) -> Any:
+        """A query on the checkpoint, once ``statements`` ran (while it runs, if it does)."""
+        query = _collecting(spark, pg, name, "pgoutput", checkpoint, rows, **options)
         query.processAllAvailable()
-        assert query.exception() is None
-    finally:
-        query.stop()
-    assert [(r.op, r.after.id) for r in rows] == [*delivered, ("insert", 21)]
-    assert rows[-1].after.extra == 7
+        with psycopg.connect(pg.dsn, autocommit=True) as conn:
+            for statement in statements:
+                conn.execute(sql.SQL(statement).format(table))
+        return query
+
+    query = run("INSERT INTO {} (id, amount) VALUES (20, 1)",
+                "UPDATE {} SET note = 'before' WHERE id = 1",
+                "ALTER TABLE {} ADD COLUMN extra int",
+                "INSERT INTO {} (id, extra) VALUES (21, 7)")
+    message = _failing(query)
+    assert f"table {name}.t changed: column added: 'extra'" in message, message
+    assert "A restart on this checkpoint with schema_evolution=fail" in message
+    assert [(r.op, r.after.id) for r in rows] == [
+        ("read", 1), ("read", 2), ("read", 3), ("insert", 20), ("update", 1)]
+    assert ("option 'schema_evolution': fail: the tables' columns differ from the structs "
+            "this checkpoint was written with: columns added: 'extra'") in _failing(
+                _collecting(spark, pg, name, "pgoutput", checkpoint, rows))
+    query = run("ALTER TABLE {} DROP COLUMN note", "INSERT INTO {} (id) VALUES (22)",
+                **adding)  # a drop does not stop add_columns: its rows are typed by name
+    _run(query)
+    query = run("ALTER TABLE {} RENAME COLUMN paid TO settled",
+                "INSERT INTO {} (id, settled) VALUES (23, true)", **adding)
+    assert "column renamed: 'paid' to 'settled'" in _failing(query)
+    query = run("ALTER TABLE {} ALTER COLUMN extra TYPE bigint",
+                "INSERT INTO {} (id, extra) VALUES (24, 5000000000)", **adding)
+    assert "column 'extra' type changed from integer to bigint" in _failing(query)
+    _run(run(**adding))
+    assert [(r.op, r.after.id) for r in rows] == [
+        ("read", 1), ("read", 2), ("read", 3), ("insert", 20), ("update", 1),
+        ("insert", 21), ("insert", 22), ("insert", 23), ("insert", 24)]
+    assert len({r.id for r in rows}) == len(rows)  # no change twice
+    by_id = {r.after.id: r.after for r in rows if r.op == "insert"}
+    assert by_id[21].extra == 7
+    assert by_id[22].asDict()["paid"] is None and "note" in by_id[22].asDict()
+    assert by_id[22].note is None and by_id[23].note is None  # dropped: null from then on
+    assert by_id[23].paid is None and by_id[23].settled is True  # renamed: the new name
+    assert by_id[24].extra == 5000000000
+    last = spark.readStream.format("pg_cdc").options(
+        dsn=pg.dsn, slot=f"{name}_struct", include_tables=f"{name}\\.t", row_format="struct",
+        **adding).load().schema["after"].dataType
+    assert isinstance(last, StructType)
+    assert [(f.name, f.dataType.simpleString()) for f in last.fields][8:] == [
+        ("big", "string"), ("extra", "bigint"), ("settled", "boolean")]
+    assert last.names[:4] == ["id", "amount", "note", "paid"]
 
 
 # In the 4.0.5 tier: there each AvailableNow run is one batch, so the snapshot ends in another

@@ -134,9 +134,11 @@ class BackfillRefused(CdcError, ValueError):
 
 
 class SchemaChangedError(CdcError):
-    """A ``row_format=struct`` query met a change of a table whose columns are no longer the
-    ones its struct was fixed with when it started (``table``: ``schema.table``; ``difference``:
-    the columns added, dropped or of another type)."""
+    """A ``row_format=struct`` query met a change its structs cannot type: a table whose
+    columns are no longer the ones its structs were fixed with when it started (``table``:
+    ``schema.table``; ``difference``: by kind, the columns added, dropped, renamed or of
+    another type). The message says what a restart does under each ``schema_evolution``, since
+    the way on is the user's choice of what consumes the rows."""
 
     def __init__(self, table: str, difference: str, lsn: int | None = None) -> None:
         super().__init__(table, difference, lsn)
@@ -148,9 +150,15 @@ class SchemaChangedError(CdcError):
         where = "" if self.lsn is None else f" at LSN {format_lsn(self.lsn)}"
         return (f"pg_cdc row_format=struct: table {self.table} changed{where}: "
                 f"{self.difference}. The query stops after every change committed before "
-                "this one: its before/after/key structs were fixed from the catalog when it "
-                "started. Restart on a new checkpoint with the same slot: it goes on with this "
-                "change, nothing lost or delivered twice, in rows of the table's columns now "
-                "(make sure what consumes them takes them: a table's schema, a MERGE); on "
-                "this checkpoint, schema_evolution=add_columns takes added columns. "
-                "row_format=json carries any columns")
+                "this one: its before/after/key structs were fixed when it started. A restart "
+                "on this checkpoint with schema_evolution=fail (the default) is refused; with "
+                "schema_evolution=add_columns it evolves the structs and goes on with this "
+                "change: a column added is appended, a column dropped or renamed keeps its "
+                "field, null from then on (with schema_location; the new name is appended), "
+                "a type widened (smallint to integer to bigint, real to double precision, a "
+                "larger numeric or varchar) takes the wider type, any other type change or "
+                "another key is refused. A restart on a new checkpoint with the same slot "
+                "goes on with this change in rows of the table's columns now. Either way "
+                "nothing is lost or delivered twice; make sure what consumes the rows takes "
+                "the new struct (a table's schema, a MERGE). row_format=json carries any "
+                "columns")

@@ -131,11 +131,23 @@ OPTION_DOCS: tuple[OptionDoc, ...] = (
     OptionDoc(
         "schema_evolution",
         "fail",
-        "`row_format=struct`: what a restart on a checkpoint written with other structs (a "
-        "captured table's columns changed) does: `fail` refuses it, naming the difference "
-        "(a new checkpoint with the same slot goes on from the last delivered change); "
-        "`add_columns` takes columns added at the end, and refuses dropped columns, other "
-        "types and another key",
+        "`row_format=struct`: what a captured table's column change does to the structs "
+        "(see Typed rows). `fail`: the query stops before the first change the structs cannot "
+        "type, and a restart on the same checkpoint is refused, naming the difference (a new "
+        "checkpoint with the same slot goes on from the last delivered change); "
+        "`add_columns`: changes are typed by column name, and a restart on the same "
+        "checkpoint evolves the structs: columns added are appended, types widened (smallint "
+        "to integer to bigint, real to double precision, a larger numeric or varchar), "
+        "dropped and renamed columns stay as null fields (with `schema_location`); any other "
+        "type change or another key is refused",
+    ),
+    OptionDoc(
+        "schema_location",
+        "(none)",
+        "`schema_evolution=add_columns`: a directory the driver reads and writes as files "
+        "(local, or mounted: `/dbfs`, `/Volumes`), e.g. the query's checkpointLocation, "
+        "where the query keeps its structs between runs, so that `load()` gives the fields "
+        "of dropped and renamed columns too",
     ),
     OptionDoc("fetch_rows", "10000", "rows fetched from the server per round trip"),
     OptionDoc("batch_rows", "10000", "rows per Arrow batch handed to Spark"),
@@ -207,7 +219,7 @@ CDC_ONLY = frozenset({
     "min_partitions",
     "min_bytes_per_partition", "fail_on_data_loss",
     "spill_rows", "snapshot", "snapshot_chunk_rows", "snapshot_max_rows_per_trigger",
-    "backfill_chunk_rows", "row_format", "schema_evolution",
+    "backfill_chunk_rows", "row_format", "schema_evolution", "schema_location",
 })
 """Options that mean something only to ``mode=cdc``; refused with ``mode=polling``."""
 POLLING_ONLY = frozenset(

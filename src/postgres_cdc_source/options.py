@@ -180,7 +180,11 @@ class CdcOptions:
     captured tables' columns (:mod:`postgres_cdc_source.struct_types`)."""
     schema_evolution: str = "fail"
     """``row_format=struct``: what a restart on a checkpoint written with other structs does
-    (:func:`postgres_cdc_source.struct_types.checkpoint_difference`)."""
+    (:func:`postgres_cdc_source.struct_types.checkpoint_difference`), and how a change is
+    typed (:meth:`postgres_cdc_source.struct_types.StructRows.retyped`)."""
+    schema_location: str | None = None
+    """``schema_evolution=add_columns``: the directory where the query keeps its structs
+    between runs (:mod:`postgres_cdc_source.struct_history`)."""
 
     @property
     def safe_dsn(self) -> str:
@@ -273,6 +277,7 @@ class CdcOptions:
             all_tables_publication=_all_tables(opts, given, plugin),
             row_format=_row_format(opts, given),
             schema_evolution=_schema_evolution(opts, given),
+            schema_location=_schema_location(opts, given),
         )
 
 
@@ -306,6 +311,13 @@ def _schema_evolution(opts: Options, given: Options) -> str:
     if "schema_evolution" in given and opts.get("row_format") != "struct":
         raise ConfigError("schema_evolution", "only applies with row_format=struct")
     return _parse(opts, "schema_evolution", _choice(SCHEMA_EVOLUTION))
+
+
+def _schema_location(opts: Options, given: Options) -> str | None:
+    if "schema_location" in given and opts.get("schema_evolution") != "add_columns":
+        raise ConfigError("schema_location", "only applies with schema_evolution=add_columns "
+                          "(the structs it keeps are the union add_columns evolves)")
+    return opts.get("schema_location") or None
 
 
 def _mode(given: Options) -> str:

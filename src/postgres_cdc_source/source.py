@@ -19,14 +19,17 @@ __all__ = ["PgCdcDataSource"]
 
 
 def _typed(options: CdcOptions) -> StructRows | None:
-    """``row_format=struct``'s structs, from the catalog now; ``None`` for ``json``."""
+    """``row_format=struct``'s structs, from the catalog now, evolved from those kept in
+    ``schema_location`` when set (the union over time); ``None`` for ``json``."""
     if options.row_format != "struct":
         return None
     from postgres_cdc_source.connections import connect_with_retry
+    from postgres_cdc_source.struct_history import evolve_kept
     from postgres_cdc_source.struct_types import struct_rows
 
     with connect_with_retry(options, autocommit=True) as conn:
-        return struct_rows(conn, options.keeps)
+        typed = struct_rows(conn, options.keeps, options.schema_evolution)
+    return typed if options.schema_location is None else evolve_kept(options, typed)
 
 
 class PgCdcDataSource(DataSource):
@@ -36,7 +39,9 @@ class PgCdcDataSource(DataSource):
     driver, so a bad option fails before the query starts; with ``mode=polling`` that includes
     the table and columns the options name (one catalog lookup). With ``row_format=struct``
     the schema's ``before``/``after``/``key`` are the captured tables' structs, read from the
-    catalog there and again when the reader is made (they must agree).
+    catalog there and again when the reader is made (they must agree); with
+    ``schema_location``, evolved from the structs kept there, since Spark fixes the schema
+    here, before the query reads its checkpoint (:mod:`postgres_cdc_source.struct_history`).
     """
 
     @classmethod

@@ -33,12 +33,19 @@ what the JSON mode's value means: tests parse both and compare them type by type
 Spark type cannot hold fails with :class:`ValueError` naming it, never a silent null or a
 rounded number: ``NaN`` in a decimal column, a date or timestamp that is infinite, BC or after
 the year 9999, an array of more than one dimension.
+
+A table's columns change under a query (``schema_evolution``): with ``fail`` a change must have
+the columns the query started with (:meth:`StructRows.retyped`), and a restart on the checkpoint
+is refused naming the difference (:func:`checkpoint_difference`); with ``add_columns`` changes
+are typed by column name and a restart evolves the structs to their union over time
+(:meth:`StructRows.evolved`, :func:`widens`), so that every row the query delivered fits the
+struct it delivers now.
 """
 
 from __future__ import annotations
 
 import math
-from collections.abc import Callable, Iterable, Mapping, Sequence
+from collections.abc import Callable, Collection, Iterable, Mapping, Sequence
 from datetime import date, datetime
 from decimal import Decimal
 from functools import partial
@@ -69,8 +76,8 @@ from connector_common.change_rows import typed_schemas
 from postgres_cdc_source.catalog import ColumnInfo, table_info
 from postgres_cdc_source.decoding.changes import RowShape
 from postgres_cdc_source.errors import ConfigError, SchemaChangedError
-from postgres_cdc_source.struct_json import PG_TYPE, field_metadata
-from postgres_cdc_source.values import converter_for_oid, parse_array
+from postgres_cdc_source.struct_json import PG_TYPE, PG_TYPE_OID, field_metadata
+from postgres_cdc_source.values import builtin_types, converter_for_oid, parse_array
 
 __all__ = [
     "TYPES_QUERY",
@@ -82,10 +89,12 @@ __all__ = [
     "checkpoint_difference",
     "column_type",
     "load_types",
+    "spark_typed",
     "struct_rows",
     "struct_schema",
     "table_struct",
     "typed_columns",
+    "widens",
 ]
 
 TYPES_QUERY = """\
@@ -122,10 +131,13 @@ class TypedColumn(NamedTuple):
 
 class TableStruct(NamedTuple):
     """A table's columns as the decoders deliver them (generated ones are not sent), typed,
-    and the names of its replica-identity columns (``key``), in column order."""
+    the names of its replica-identity columns (``key``), in column order, and each column's
+    ``pg_attribute.attnum`` (``attnums``, aligned with ``columns``; empty when not read), which
+    a rename keeps: how a restart tells a renamed column from a dropped one and an added one."""
 
     columns: tuple[TypedColumn, ...]
     key: tuple[str, ...]
+    attnums: tuple[int, ...] = ()
 
 
 # --- converters: output text -> the value Arrow stores for the Spark type -----------------------
@@ -233,6 +245,23 @@ _BY_OID: dict[int, _Typed] = {
 }
 _NUMERIC = 1700
 _MAX_PRECISION = 38
+_BY_SPARK: dict[DataType, _Typed] = {typed[0]: typed for typed in _BY_OID.values()}
+
+
+def spark_typed(spark: DataType) -> _Typed:
+    """The Arrow type and converter of a struct field of Spark type ``spark``, as
+    :func:`column_type` gives them for a column of that Spark type: the converter depends on
+    the Spark type alone, so a field a restart keeps for a dropped column (no longer in the
+    catalog) types the older changes that still carry it."""
+    if isinstance(spark, StringType):
+        return _STRING
+    if isinstance(spark, DecimalType):
+        return (spark, pa.decimal128(spark.precision, spark.scale),
+                partial(_decimal, spark.precision, spark.scale))
+    if isinstance(spark, ArrayType):
+        _, arrow, convert = spark_typed(spark.elementType)
+        return (spark, pa.list_(arrow), partial(_array, convert))
+    return _BY_SPARK[spark]
 
 
 def _numeric(typmod: int) -> _Typed:
@@ -306,8 +335,17 @@ def table_struct(conn: psycopg.Connection[Any], schema: str, table: str) -> Tabl
         return None
     published = [c for c in info.columns if not c.generated]
     types = load_types(conn, {c.type_oid for c in published})
+    attnums = dict(conn.execute(_ATTNUMS, (schema, table)).fetchall())
     return TableStruct(typed_columns(types, published),
-                       tuple(c.name for c in published if c.key))
+                       tuple(c.name for c in published if c.key),
+                       tuple(int(attnums[c.name]) for c in published))
+
+
+_ATTNUMS = """\
+SELECT a.attname::text, a.attnum::int FROM pg_catalog.pg_attribute AS a
+JOIN pg_catalog.pg_class AS c ON c.oid = a.attrelid
+JOIN pg_catalog.pg_namespace AS n ON n.oid = c.relnamespace
+WHERE n.nspname = %s AND c.relname = %s AND a.attnum > 0 AND NOT a.attisdropped"""
 
 
 def struct_schema(tables: Mapping[str, TableStruct]) -> tuple[StructType, StructType]:
@@ -377,24 +415,31 @@ def _as_is(image: dict[str, Any]) -> dict[str, Any]:
 
 class StructRows(NamedTuple):
     """What a ``row_format=struct`` query fixed when it started: its tables' typed columns
-    (``schema.table``), the struct of ``before``/``after`` and of ``key``, as Spark and Arrow
-    types. Picklable: the reader takes it to the executors."""
+    (``schema.table``, as the catalog described them then), the struct of ``before``/``after``
+    and of ``key``, as Spark and Arrow types, and ``schema_evolution`` (``evolution``), which
+    decides how a change is typed (:meth:`retyped`). With ``add_columns`` the row struct may
+    have more fields than the tables have columns: those a restart kept for columns dropped or
+    renamed since an earlier run (:meth:`evolved`). Picklable: the reader takes it to the
+    executors."""
 
     tables: Mapping[str, TableStruct]
     row: StructType
     key: StructType
     row_arrow: pa.StructType
     key_arrow: pa.StructType
+    evolution: str = "fail"
 
     @classmethod
-    def of(cls, tables: Mapping[str, TableStruct]) -> StructRows:
+    def of(cls, tables: Mapping[str, TableStruct], evolution: str = "fail") -> StructRows:
         """The structs of ``tables`` (``schema.table``), which must be of one shape
         (:func:`struct_schema`, whose :class:`ValueError` says how they differ)."""
         row, key = struct_schema(tables)
-        arrow = {c.name: c.arrow for c in next(iter(tables.values())).columns}
-        return cls(dict(tables), row, key,
-                   pa.struct([pa.field(n, arrow[n]) for n in row.names]),
-                   pa.struct([pa.field(n, arrow[n]) for n in key.names]))
+        return cls._made(tables, row, key, evolution)
+
+    @classmethod
+    def _made(cls, tables: Mapping[str, TableStruct], row: StructType, key: StructType,
+              evolution: str) -> StructRows:
+        return cls(dict(tables), row, key, _arrow_struct(row), _arrow_struct(key), evolution)
 
     def schemas(self) -> tuple[StructType, pa.Schema]:
         """The change rows' Spark and Arrow schemas with these structs."""
@@ -403,13 +448,19 @@ class StructRows(NamedTuple):
     def retyped(self, shape: RowShape, *, whole: bool = True,
                 types: Sequence[int | str] | None = None) -> RowShape:
         """``shape`` (as a decoder or reader built it for the JSON mode) with the converters
-        of the columns this query started with, its row images dicts of typed values: the one
-        place a change's values become typed.
+        of the row struct's fields, its row images dicts of typed values: the one place a
+        change's values become typed.
 
         ``whole``: ``shape`` has every column of the table (not an old key's columns);
         ``types``: the columns' type OIDs (pgoutput) or names (test_decoding), when known.
-        A table that is not the query's, or whose columns differ, gets a shape that raises
-        :class:`SchemaChangedError` at its first change, so the changes before it go out.
+        With ``schema_evolution=fail`` a change must have the columns (names and types) its
+        table had when the query started. With ``add_columns`` it is typed by column name:
+        its columns must be fields of the struct, each of the field's type or of one the
+        field's type widens (:func:`widens`: the changes written before a column was
+        widened), and the fields it lacks are null (the changes written before a column was
+        added, or after one was dropped or renamed). A table that is not the query's, or a
+        change that cannot be typed so, gets a shape that raises :class:`SchemaChangedError`
+        at its first change, so the changes before it go out.
         """
         name = f"{shape.schema}.{shape.table}"
         table = self.tables.get(name)
@@ -417,26 +468,136 @@ class StructRows(NamedTuple):
             return _changed(shape, SchemaChangedError(
                 name, "the table was not captured when the query started (it is new, or "
                 "include_tables/exclude_tables now cover it)"))
-        columns = {c.name: c for c in table.columns}
-        difference = _column_difference(table, shape.names, whole, types)
+        if self.evolution == "add_columns":
+            difference = _untypable(self.row, table, shape.names, whole, types)
+        else:
+            difference = _column_difference(table, shape.names, whole, types)
         if difference is not None:
             return _changed(shape, SchemaChangedError(name, difference))
+        fields = {f.name: f for f in self.row.fields}
         return RowShape(shape.schema, shape.table, shape.names,
-                        [columns[n].convert for n in shape.names], shape.key, shape.keep,
-                        _as_is)
-
+                        [spark_typed(fields[n].dataType)[2] for n in shape.names], shape.key,
+                        shape.keep, _as_is)
 
     def stamp(self) -> dict[str, Any]:
-        """The structs as JSON, for the query's offsets: :func:`checkpoint_difference` reads
-        them back when the query restarts."""
-        return {"row": self.row.jsonValue(), "key": self.key.jsonValue()}
+        """The structs as JSON, for the query's offsets (:func:`checkpoint_difference` reads
+        them back when the query restarts) and its ``schema_location``
+        (:mod:`postgres_cdc_source.struct_history`), with each table's columns' attnums, so
+        that a restart tells a rename from a drop and an add."""
+        return {"row": self.row.jsonValue(), "key": self.key.jsonValue(),
+                "attnums": {name: dict(zip([c.name for c in table.columns], table.attnums,
+                                           strict=True))
+                            for name, table in self.tables.items() if table.attnums}}
+
+    def evolved(self, written: Mapping[str, Any]) -> StructRows:
+        """These structs (the tables' columns now) as ``schema_evolution=add_columns`` makes
+        them from those an earlier run ``written`` (:meth:`stamp`): the union over time, so
+        that every row the query ever delivered fits the struct it delivers now. The earlier
+        fields keep their place: a column still there takes its type now, which must widen
+        the earlier one (:func:`widens`); a column dropped or renamed keeps its field, null
+        from then on. The columns the earlier struct lacks (added, or a rename's new name)
+        follow, in table order. The key must be the same columns.
+
+        Raises :class:`ValueError` naming the table, the column and both types, or both keys,
+        and the way out, otherwise.
+        """
+        was = StructType.fromJson(written["row"])
+        was_key = StructType.fromJson(written["key"])
+        table = next(iter(self.tables))  # tables of one shape: the first stands for all
+        now = {f.name: f for f in self.row.fields}
+        fields = []
+        for field in was.fields:
+            new = now.get(field.name)
+            if new is None:  # dropped or renamed: kept, null from now on
+                fields.append(field)
+                continue
+            if not widens(field, new):
+                raise ValueError(
+                    f"table {table}, column {field.name!r}: {_described(field)} in the "
+                    f"earlier structs cannot become {_described(new)}: schema_evolution="
+                    "add_columns takes only a type that keeps every value and its JSON "
+                    "(smallint to integer to bigint, real to double precision, a numeric "
+                    "with as many digits before and after the point, varchar to a longer "
+                    f"varchar or text); {_NEW_CHECKPOINT}")
+            fields.append(new)
+        fields += [f for f in self.row.fields if f.name not in set(was.names)]
+        if was_key.names != self.key.names:
+            raise ValueError(
+                f"table {table}: the key is {_names(was_key.names)} in the earlier structs, "
+                f"{_names(self.key.names)} now: schema_evolution=add_columns cannot change a "
+                f"key; {_NEW_CHECKPOINT}")
+        row = StructType(fields)
+        return self._made(self.tables, row, StructType([row[n] for n in self.key.names]),
+                          self.evolution)
+
+
+_NEW_CHECKPOINT = ("start the query on a new checkpoint with the same slot (it goes on from "
+                   "the last delivered change with the columns as they are now)")
+
+_INTEGERS: tuple[DataType, ...] = (ShortType(), IntegerType(), LongType())
+
+
+def widens(was: StructField, now: StructField) -> bool:
+    """Whether a struct field ``was`` may become ``now`` (their Postgres types in their
+    metadata, :func:`~postgres_cdc_source.struct_json.field_metadata`) with every value kept
+    and written as the same JSON: the JSON mode converts both types alike (the JSON that
+    ``struct_json`` renders follows the field's type, the wider one for older changes too),
+    and the Spark type is the same (``varchar`` to ``text``) or wider: ``smallint`` to
+    ``integer`` to ``bigint``, ``real`` to ``double precision``, a decimal with at least as
+    many digits before and after the point."""
+    if converter_for_oid(was.metadata.get(PG_TYPE_OID, 0)) is not converter_for_oid(
+            now.metadata.get(PG_TYPE_OID, 0)):
+        return False
+    a, b = was.dataType, now.dataType
+    if a == b:
+        return True
+    if a in _INTEGERS and b in _INTEGERS:
+        return _INTEGERS.index(a) <= _INTEGERS.index(b)
+    if isinstance(a, FloatType) and isinstance(b, DoubleType):
+        return True
+    if isinstance(a, DecimalType) and isinstance(b, DecimalType):
+        return b.scale >= a.scale and b.precision - b.scale >= a.precision - a.scale
+    return False
+
+
+def _described(field: StructField) -> str:
+    return f"{field.metadata.get(PG_TYPE, '?')} ({field.dataType.simpleString()})"
+
+
+def _arrow_struct(struct: StructType) -> pa.StructType:
+    return pa.struct([pa.field(f.name, spark_typed(f.dataType)[1]) for f in struct.fields])
+
+
+_OID_BY_NAME = {name: oid for oid, _, name in builtin_types()}
+_NAME_BY_OID = {oid: name for oid, _, name in builtin_types()}
+
+
+def _type_text(pg: int | str) -> str:
+    if isinstance(pg, str):
+        return pg
+    return _NAME_BY_OID.get(pg, f"type OID {pg}")
+
+
+def _takes(field: StructField, pg: int | str) -> bool:
+    """Whether ``field`` types a column of the Postgres type ``pg`` (an OID, or a
+    ``format_type`` name): its own, or a built-in type it widens (an older change's)."""
+    oid = pg if isinstance(pg, int) else _OID_BY_NAME.get(pg)
+    if oid == field.metadata.get(PG_TYPE_OID) or pg == field.metadata.get(PG_TYPE):
+        return True
+    typed = None if oid is None else _BY_OID.get(oid)  # built in: no catalog at hand here
+    return typed is not None and widens(
+        StructField(field.name, typed[0], metadata=field_metadata(oid or 0, _type_text(pg))),
+        field)
 
 
 def checkpoint_difference(written: Mapping[str, Any] | None, typed: StructRows | None,
-                          evolution: str) -> str | None:
+                          evolution: str, location: bool = False) -> str | None:
     """Why a query restarted on a checkpoint whose offsets carry ``written``
     (:meth:`StructRows.stamp`; ``None``: a ``row_format=json`` query's) cannot go on with
-    ``typed`` under ``schema_evolution=evolution``; ``None`` if it can."""
+    ``typed`` under ``schema_evolution=evolution``; ``None`` if it can: the same structs,
+    or with ``add_columns`` structs ``written`` evolves to (:meth:`StructRows.evolved`).
+    ``location``: ``schema_location`` is set (the reader then keeps the checkpoint's structs
+    there, so that the next ``load()`` gives their fields)."""
     if written is None and typed is None:
         return None
     if written is None or typed is None:
@@ -446,33 +607,74 @@ def checkpoint_difference(written: Mapping[str, Any] | None, typed: StructRows |
     row, key = StructType.fromJson(written["row"]), StructType.fromJson(written["key"])
     if row == typed.row and key == typed.key:
         return None
-    was_types = {f.name: f.dataType for f in row.fields}
-    now_types = {f.name: f.dataType for f in typed.row.fields}
-    was_pg = {f.name: f.metadata.get(PG_TYPE) for f in row.fields}
-    now_pg = {f.name: f.metadata.get(PG_TYPE) for f in typed.row.fields}
-    added = [n for n in now_types if n not in was_types]
-    dropped = [n for n in was_types if n not in now_types]
-    retyped = [f"{n!r} ({t.simpleString()} in the checkpoint, "
-               f"{now_types[n].simpleString()} now)"
-               for n, t in was_types.items() if n in now_types and now_types[n] != t] + [
-        f"{n!r} ({t} in the checkpoint, {now_pg[n]} now)"
-        for n, t in was_pg.items() if n in now_pg and now_pg[n] != t
-        and now_types[n] == was_types[n]]
+    difference = _checkpoint_kinds(written, typed)
+    if evolution != "add_columns":
+        return (f"the tables' columns differ from the structs this checkpoint was written "
+                f"with: {difference}. Restart with schema_evolution=add_columns to evolve the "
+                "structs (columns added are appended, types widened; columns dropped or "
+                "renamed stay as null fields with schema_location), or on a new checkpoint "
+                "with the same slot (it goes on from the last delivered change with the "
+                "columns as they are now)")
+    try:
+        evolved = typed.evolved(written)
+    except ValueError as exc:
+        return str(exc)
+    if _shape(evolved.row) == _shape(typed.row):
+        return None
+    kept = [n for n in evolved.row.names if n not in typed.row.names]
+    if kept:
+        return (f"the tables' columns differ from the structs this checkpoint was written "
+                f"with: {difference}. schema_evolution=add_columns keeps "
+                f"{', '.join(map(repr, kept))} as null fields only if load() gives them, "
+                "which it reads from schema_location (Spark fixes a source's schema at load(), "
+                "before the query reads its checkpoint): "
+                + ("this checkpoint's structs are written there now, restart the query on it"
+                   if location else "set it and restart twice (the first restart writes this "
+                   "checkpoint's structs there, the next takes them)")
+                + f"; or {_NEW_CHECKPOINT}")
+    return (f"the struct fields are in another order than in the checkpoint's structs "
+            f"({', '.join(map(repr, evolved.row.names))}, "
+            f"{', '.join(map(repr, typed.row.names))} now: schema_location holds another "
+            f"query's structs?); {_NEW_CHECKPOINT}")
+
+
+def _shape(struct: StructType) -> list[tuple[str, DataType]]:
+    return [(f.name, f.dataType) for f in struct.fields]
+
+
+def _renamed_since(written: Mapping[str, Any], typed: StructRows) -> dict[str, str]:
+    """The columns renamed since ``written`` (old name -> new), told by their attnums; none
+    when ``written`` has no attnums (then a rename looks like a drop and an add)."""
+    attnums: Mapping[str, Mapping[str, int]] = written.get("attnums") or {}
+    for name, table in typed.tables.items():
+        was = attnums.get(name)
+        if not was or not table.attnums:
+            continue
+        now = dict(zip(table.attnums, (c.name for c in table.columns), strict=True))
+        return {old: now[a] for old, a in was.items()
+                if a in now and now[a] != old and old not in now.values()}
+    return {}
+
+
+def _checkpoint_kinds(written: Mapping[str, Any], typed: StructRows) -> str:
+    """How the structs ``written`` differ from ``typed``, by kind of change."""
+    row, key = StructType.fromJson(written["row"]), StructType.fromJson(written["key"])
+    was = {f.name: f for f in row.fields}
+    now = {f.name: f for f in typed.row.fields}
+    renamed = _renamed_since(written, typed)
+    added = [n for n in now if n not in was and n not in renamed.values()]
+    dropped = [n for n in was if n not in now and n not in renamed]
+    retyped = [f"{n!r} ({_described(f)} in the checkpoint, {_described(now[n])} now)"
+               for n, f in was.items()
+               if n in now and (f.dataType, f.metadata.get(PG_TYPE)) != (
+                   now[n].dataType, now[n].metadata.get(PG_TYPE))]
     parts = ([f"columns added: {', '.join(map(repr, added))}"] if added else []) + (
-        [f"columns dropped: {', '.join(map(repr, dropped))}"] if dropped else []) + (
+        [f"columns dropped: {', '.join(map(repr, dropped))}"] if dropped else []) + [
+        f"column renamed: {a!r} to {b!r}" for a, b in renamed.items()] + (
         [f"type changed: {', '.join(retyped)}"] if retyped else []) + (
         [f"the key is {key.simpleString()} in the checkpoint, {typed.key.simpleString()} now"]
-        if key != typed.key else [])
-    difference = "; ".join(parts) or "the columns are in another order"
-    if evolution == "add_columns" and row.fields == typed.row.fields[:len(row.fields)] and (
-            key == typed.key):
-        return None
-    fix = ("schema_evolution=add_columns takes columns added at the end only"
-           if evolution == "add_columns" else
-           "restart with schema_evolution=add_columns if columns were only added")
-    return (f"the tables' columns differ from the structs this checkpoint was written with: "
-            f"{difference}. {fix}, or on a new checkpoint with the same slot (it goes on from "
-            "the last delivered change with the columns as they are now)")
+        if key.names != typed.key.names else [])
+    return "; ".join(parts) or "the columns are in another order"
 
 
 def _changed(shape: RowShape, error: SchemaChangedError) -> RowShape:
@@ -480,14 +682,71 @@ def _changed(shape: RowShape, error: SchemaChangedError) -> RowShape:
                     shape.keep, _as_is, error)
 
 
+def _not_in_struct(unknown: Sequence[str], names: Sequence[str], known: Collection[str]
+                   ) -> list[str]:
+    """The kinds of the columns ``unknown`` of a change (``names``) the struct lacks: added
+    (at the end, where ``ALTER TABLE ... ADD COLUMN`` puts a column), or before a column the
+    struct has, so written before a drop or rename the query had not read up to when it
+    started (its structs, read from the catalog then, lack the column)."""
+    last_known = max((i for i, n in enumerate(names) if n in known), default=-1)
+    older = [n for n in unknown if names.index(n) < last_known]
+    added = [n for n in unknown if n not in older]
+    parts = []
+    if added:
+        parts.append(f"column{'s' if len(added) > 1 else ''} added: "
+                     f"{', '.join(map(repr, added))}")
+    if older:
+        parts.append(
+            f"column{'s' if len(older) > 1 else ''} {', '.join(map(repr, older))} not in the "
+            "struct, before columns that are: this change was written before an ALTER TABLE "
+            "dropped or renamed it, which the query had not read up to when it started (it "
+            "read the table's columns from the catalog then); a query on a new checkpoint "
+            "cannot type the changes written before a drop it has not read: read them on "
+            "the checkpoint that has read up to them, or with row_format=json")
+    return parts
+
+
+def _renamed_in(table: TableStruct, names: Sequence[str], whole: bool, known: Collection[str]
+             ) -> dict[str, str]:
+    """The columns a change (``names``) has under another name than ``table`` had when the
+    query started (that name -> the change's), by place: as many columns, and at the place of
+    one the change lacks, one ``known`` lacks (a change carries no attnums)."""
+    if not whole or len(names) != len(table.columns):
+        return {}
+    return {c.name: n for c, n in zip(table.columns, names, strict=True)
+            if c.name != n and n not in known and c.name not in names}
+
+
+def _untypable(row: StructType, table: TableStruct, names: Sequence[str], whole: bool,
+               types: Sequence[int | str] | None) -> str | None:
+    """Why a change of the columns ``names`` (``types``) cannot be typed by name with the
+    fields of ``row`` (``schema_evolution=add_columns``), ``None`` if it can."""
+    fields = {f.name: f for f in row.fields}
+    renamed = _renamed_in(table, names, whole, fields)
+    parts = _not_in_struct([n for n in names if n not in fields and n not in renamed.values()],
+                           names, fields)
+    parts += [f"column renamed: {a!r} to {b!r}" for a, b in renamed.items()]
+    if types is not None:
+        parts += [f"column {n!r} type changed from {fields[n].metadata.get(PG_TYPE)} to "
+                  f"{_type_text(t)}" for n, t in zip(names, types, strict=True)
+                  if n in fields and not _takes(fields[n], t)]
+    return "; ".join(parts) or None
+
+
 def _column_difference(table: TableStruct, names: Sequence[str], whole: bool,
                        types: Sequence[int | str] | None) -> str | None:
     """What differs between the columns a query started with and ``names`` (``types``),
     ``None`` if nothing does."""
     started = {c.name: c for c in table.columns}
-    added = [n for n in names if n not in started]
-    dropped = [c.name for c in table.columns if c.name not in names] if whole else []
-    changed = []
+    renamed = _renamed_in(table, names, whole, started)
+    parts = _not_in_struct([n for n in names if n not in started
+                            and n not in renamed.values()], names, started)
+    dropped = [c.name for c in table.columns
+               if c.name not in names and c.name not in renamed] if whole else []
+    if dropped:
+        parts.append(f"column{'s' if len(dropped) > 1 else ''} dropped: "
+                     f"{', '.join(map(repr, dropped))}")
+    parts += [f"column renamed: {a!r} to {b!r}" for a, b in renamed.items()]
     for i, n in enumerate(names):
         column = started.get(n)
         if column is None or types is None:
@@ -495,16 +754,8 @@ def _column_difference(table: TableStruct, names: Sequence[str], whole: bool,
         now = types[i]
         was = column.type_oid if isinstance(now, int) else column.type_name
         if was and now != was:
-            changed.append(f"{n!r} ({was} when the query started, {now} now)")
-    parts = []
-    if added:
-        parts.append(f"column{'s' if len(added) > 1 else ''} added: "
-                     f"{', '.join(map(repr, added))}")
-    if dropped:
-        parts.append(f"column{'s' if len(dropped) > 1 else ''} dropped: "
-                     f"{', '.join(map(repr, dropped))}")
-    if changed:
-        parts.append(f"type changed: {', '.join(changed)}")
+            parts.append(f"column {n!r} type changed from {_type_text(was)} to "
+                         f"{_type_text(now)}")
     return "; ".join(parts) or None
 
 
@@ -515,18 +766,19 @@ def captured_now(conn: psycopg.Connection[Any], keeps: Callable[[str, str], bool
             if keeps(str(schema), str(table))]
 
 
-def struct_rows(conn: psycopg.Connection[Any], keeps: Callable[[str, str], bool]
-                ) -> StructRows:
+def struct_rows(conn: psycopg.Connection[Any], keeps: Callable[[str, str], bool],
+                evolution: str = "fail") -> StructRows:
     """The :class:`StructRows` of the tables ``keeps`` (the include/exclude rules) covers, as
-    the catalog describes them now; :class:`ConfigError` (option ``row_format``) when there
-    are none or they differ (:func:`struct_schema`)."""
+    the catalog describes them now, typing changes as ``schema_evolution=evolution`` does;
+    :class:`ConfigError` (option ``row_format``) when there are none or they differ
+    (:func:`struct_schema`)."""
     tables: dict[str, TableStruct] = {}
     for schema, table in captured_now(conn, keeps):
         typed = table_struct(conn, schema, table)
         if typed is not None:
             tables[f"{schema}.{table}"] = typed
     try:
-        return StructRows.of(tables)
+        return StructRows.of(tables, evolution)
     except ValueError as exc:
         raise ConfigError("row_format", f"struct: {exc} (include_tables picks the tables)"
                           ) from None

@@ -61,6 +61,7 @@ from postgres_cdc_source.stream import reselect, splitting
 from postgres_cdc_source.stream.coordinator import Coordinator
 from postgres_cdc_source.stream.offset import PENDING, StreamOffset
 from postgres_cdc_source.stream.ranges import RangePlanner
+from postgres_cdc_source.struct_history import keep
 from postgres_cdc_source.struct_types import checkpoint_difference
 
 if TYPE_CHECKING:
@@ -115,10 +116,20 @@ class PgCdcStreamReader(DataSourceStreamReader, SupportsTriggerAvailableNow):
     def _check_structs(self, offset: dict[str, Any]) -> None:
         """Refuse to go on from a checkpoint's offset written with other structs, unless
         ``schema_evolution`` takes the difference."""
-        problem = checkpoint_difference(offset.get("struct"), self.typed,
-                                        self.options.schema_evolution)
-        if problem is not None:
-            raise ConfigError("schema_evolution", f"{self.options.schema_evolution}: {problem}")
+        written = offset.get("struct")
+        location = self.options.schema_location is not None
+        problem = checkpoint_difference(written, self.typed, self.options.schema_evolution,
+                                        location)
+        if problem is None:
+            return
+        if location and written is not None and self.typed is not None:
+            try:  # fields of dropped or renamed columns the structs load() gave lack
+                evolved = self.typed.evolved(written)
+            except ValueError:
+                evolved = self.typed  # refused: the problem says why
+            if len(evolved.row) > len(self.typed.row):
+                keep(self.options, evolved)
+        raise ConfigError("schema_evolution", f"{self.options.schema_evolution}: {problem}")
 
     def getDefaultReadLimit(self) -> ReadLimit:
         if self.options.max_bytes_per_trigger is None:
