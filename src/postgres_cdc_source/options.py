@@ -181,6 +181,9 @@ class CdcOptions:
     schema_evolution: str = "fail"
     """``row_format=struct``: what a restart on a checkpoint written with other structs does
     (:func:`postgres_cdc_source.struct_types.checkpoint_difference`)."""
+    include_schema_changes: bool = False
+    """Whether a ``ddl`` row marks a captured table's change of columns
+    (:mod:`postgres_cdc_source.decoding.schema_changes`)."""
 
     @property
     def safe_dsn(self) -> str:
@@ -273,6 +276,7 @@ class CdcOptions:
             all_tables_publication=_all_tables(opts, given, plugin),
             row_format=_row_format(opts, given),
             schema_evolution=_schema_evolution(opts, given),
+            include_schema_changes=_schema_changes(opts),
         )
 
 
@@ -309,6 +313,15 @@ def _schema_evolution(opts: Options, given: Options) -> str:
     if "schema_evolution" in given and opts.get("row_format") != "struct":
         raise ConfigError("schema_evolution", "only applies with row_format=struct")
     return _parse(opts, "schema_evolution", _choice(SCHEMA_EVOLUTION))
+
+
+def _schema_changes(opts: Options) -> bool:
+    include = _parse(opts, "include_schema_changes", parse_bool)
+    if include and opts.get("row_format") != "json":
+        raise ConfigError("include_schema_changes", f"not supported with row_format="
+                          f"{opts.get('row_format')}: a ddl row's before and after are column "
+                          "lists, not rows of the table (use row_format=json)")
+    return include
 
 
 def _mode(given: Options) -> str:
