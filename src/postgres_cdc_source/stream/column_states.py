@@ -7,15 +7,16 @@ starts: a batch's start offset holds it, and its end offset the state after the 
 next one. The driver finds the end state, and the state at each split point when the batch is
 read in several partitions, by decoding the batch's range itself, sub-range by sub-range
 exactly as the partitions will read them (each continuing from the state the one before it
-left). The state depends only on the offset's state and the WAL, so a replayed batch, planned
-anew after a restart, gets the same states and the same rows.
+left; with pgoutput only its Relation messages leave the server). The state depends only on
+the offset's state and the WAL, so a replayed batch, planned anew after a restart, gets the
+same states and the same rows.
 
 Why not the catalog: it tells the columns now, not as of a WAL position. A batch cut by
 ``max_bytes_per_trigger`` ends before changes the catalog already shows; with asynchronous
 commit, or a commit waiting for a synchronous standby, the catalog and the flushed WAL disagree
 for a while; and a change and its undoing (a column added, then dropped) leave it as it was.
 Any of these would make a driver that trusted it skip a decode that a ``ddl`` row needed, and
-deliver the row twice or never. Decoding costs the driver a second read of each batch's WAL,
+deliver the row twice or never. Decoding costs the server a second read of each batch's WAL,
 only with the option on.
 """
 
@@ -41,11 +42,12 @@ def states(options: CdcOptions, start: int, end: int, count: int,
         ranges, copy_from = [(start, end)], None
     else:
         ranges, copy_from = splitting.sub_ranges(start, end, count), start
+    relations = options.plugin == "pgoutput"  # its Relation messages are all the state needs
     conn = connect_with_retry(options, autocommit=False)
     try:
         for lo, hi in ranges:
             tracker = ColumnTracker(found[-1])
-            rows = peeking.peek_range(conn, options, lo, hi, copy_from)
+            rows = peeking.peek_range(conn, options, lo, hi, copy_from, relations=relations)
             for _ in make_decoder(options, conn, columns=tracker).events(rows):
                 pass
             found.append(tracker.state())
