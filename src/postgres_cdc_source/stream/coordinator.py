@@ -170,9 +170,11 @@ class Coordinator:
         backfills, end_lsn = self.run(lambda conn: self.backfills.plan(
             conn, start.backfill.delivered(), start.lsn, caught_up, end_lsn))
         # reselect_until is kept in every later offset: key changes are completed too
+        if not self.options.include_schema_changes:  # a checkpoint's columns are dropped
+            return StreamOffset(end_lsn, backfill=backfills, reselect_until=horizon)
         end = StreamOffset(end_lsn, backfill=backfills, reselect_until=horizon,
                            columns=start.columns)
-        if self.options.include_schema_changes and end_lsn > start.lsn:
+        if end_lsn > start.lsn:
             found = column_states.states(self.options, start.lsn, end_lsn,
                                          self.partition_count(start, end), start.columns)
             end = dataclasses.replace(end, columns=found[-1])
