@@ -103,6 +103,10 @@ def test_each_column_change_is_one_row_before_the_first_change_written_with_it(
          f"ALTER TABLE {name}_t DROP COLUMN w",
          f"DELETE FROM {name}_t WHERE id = 2",
          f"INSERT INTO {name}_t VALUES (4, 'y')")
+    with pg.connect() as conn, conn.transaction():  # the ALTER between two changes of its own
+        conn.execute(f"INSERT INTO {name}_u VALUES (3, 4)")
+        conn.execute(f"ALTER TABLE {name}_u ADD COLUMN y text")
+        conn.execute(f"INSERT INTO {name}_u VALUES (4, 5, 'z')")
     _, second = _batch(r, middle)
     dropped = ("t", "ddl", (["id", "w", "n"], ["id", "n"]))
     expected = [
@@ -113,12 +117,16 @@ def test_each_column_change_is_one_row_before_the_first_change_written_with_it(
         ("t", "insert", {"id": 3, "w": "d", "n": "x"}),
         ("t", "delete", {"id": 2}),
         ("t", "insert", {"id": 4, "n": "y"}),
+        ("u", "insert", {"id": 3, "x": 4}),
+        ("u", "ddl", (["id", "x"], ["id", "x", "y"])),
+        ("u", "insert", {"id": 4, "x": 5, "y": "z"}),
     ]
     # pgoutput describes the table before the delete; test_decoding prints only its key there
     expected.insert(5 if plugin == "pgoutput" else 6, dropped)
     assert _seen(second) == expected
     retyped = second[3]
     assert [c["type"] for c in json.loads(retyped["after"])] == ["integer", "text", "text"]
+    assert [row["seq"] for row in second[-3:]] == [0, 1, 2]
     ids = [row["id"] for row in first + second]
     assert len(set(ids)) == len(ids)
     positions = [(row["position"]["commit_lsn"], row["position"]["seq"]) for row in first + second]
