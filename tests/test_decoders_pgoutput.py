@@ -21,6 +21,7 @@ from postgres_cdc_source.decoding import (
     RawValue,
 )
 from postgres_cdc_source.decoding.pgoutput import PgOutputDecoder
+from postgres_cdc_source.decoding.schema_changes import ColumnTracker
 from postgres_cdc_source.errors import DecodeError
 
 # === pgoutput, handmade messages ================================================================
@@ -240,3 +241,29 @@ def test_pgoutput_rejects_changes_outside_a_transaction_and_text_rows() -> None:
         decode_po([(1, 1, ITEMS), (2, 1, m_insert(16400, ["1", None, None, None, None]))])
     with pytest.raises(DecodeError, match="got text, expected bytes"):
         decode_po([(1, 1, "BEGIN 1")])
+
+
+def _names(old: Sequence[Sequence[Any]], new: Sequence[Sequence[Any]],
+           keys: frozenset[str]) -> tuple[str, str]:
+    return ",".join(c[0] for c in old), ",".join(c[0] for c in new)
+
+
+def test_pgoutput_a_relation_with_other_columns_puts_a_ddl_change_before_its_change() -> None:
+    """``include_schema_changes``: the first Relation of a table sets its columns, the same one
+    again is no change, other columns are: the ddl change takes the seq before the change."""
+    before = m_relation(5, "public", "t", b"d", [(1, "id", INT4)])
+    after = m_relation(5, "public", "t", b"d", [(1, "id", INT4), (0, "n", TEXT)])
+    tracker = ColumnTracker(describe=_names)
+    rows = txn(before, m_insert(5, ["1"]), before, m_insert(5, ["2"]), after,
+               m_insert(5, ["3", "x"]), m_delete(5, ["3", None]))
+    out = changes(PgOutputDecoder(columns=tracker).events(rows))
+    assert [(c.op, c.seq) for c in out] == [("insert", 0), ("insert", 1), ("ddl", 2),
+                                            ("insert", 3), ("delete", 4)]
+    assert (out[2].table, out[2].key, out[2].before, out[2].after) == ("t", None, "id", "id,n")
+    state = tracker.state()
+    assert state == (("public", "t", (("id", INT4, -1, True), ("n", TEXT, -1, False))),)
+    # a new peek session starting from a state: its first Relation is a change when it differs
+    again = ColumnTracker((("public", "t", (("id", INT4, -1, True),)),), _names)
+    out = changes(PgOutputDecoder(columns=again).events(txn(after, m_insert(5, ["4", "y"]))))
+    assert [(c.op, c.seq) for c in out] == [("ddl", 0), ("insert", 1)]
+    assert again.state() == state

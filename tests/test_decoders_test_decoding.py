@@ -19,6 +19,7 @@ from postgres_cdc_source.decoding import (
     Commit,
     PeekRow,
 )
+from postgres_cdc_source.decoding.schema_changes import ColumnTracker
 from postgres_cdc_source.decoding.text_format import TextFormatDecoder
 from postgres_cdc_source.errors import DecodeError
 
@@ -308,3 +309,28 @@ def test_test_decoding_rejects_bytes_and_missing_xids() -> None:
         decode_td([(1, 1, "BEGIN")])
     with pytest.raises(DecodeError, match="outside a transaction"):
         decode_td([(1, 1, "table public.t: INSERT: x[integer]:1")])
+
+
+def test_test_decoding_printed_columns_other_than_the_last_put_a_ddl_change_before_them() -> None:
+    """``include_schema_changes``: a column dropped then added again (the catalog's columns
+    once more), each a ddl change; the hot path, which takes the catalog's columns without the
+    tracker, leaves the table while its tracked columns are others."""
+    info = info_of("public", "t", "d", [("id", "id", "integer", 23, True),
+                                        ("n", "n", "text", 25, False)])
+    tracker = ColumnTracker(describe=lambda old, new, keys: (
+        ",".join(c[0] for c in old), ",".join(f"{c[0]}:{c[0] in keys}" for c in new)))
+    rows = td_rows(*(f"table public.t: INSERT: id[integer]:{i}" + (" n[text]:'x'" if n else "")
+                     for i, n in ((1, True), (2, False), (3, True), (4, True))),
+                   "table public.t: DELETE: id[integer]:4")
+    out = changes(TextFormatDecoder(lambda s, t: info, columns=tracker).events(rows))
+    assert [(c.op, c.seq, loads(c.after) if c.op != "ddl" else c.after) for c in out] == [
+        ("insert", 0, {"id": 1, "n": "x"}),
+        ("ddl", 1, "id:True"),
+        ("insert", 2, {"id": 2}),
+        ("ddl", 3, "id:True,n:False"),
+        ("insert", 4, {"id": 3, "n": "x"}),
+        ("insert", 5, {"id": 4, "n": "x"}),
+        ("delete", 6, None),
+    ]
+    assert out[1].before == "id,n"
+    assert tracker.state() == (("public", "t", (("id", "integer"), ("n", "text"))),)

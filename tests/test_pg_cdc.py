@@ -362,3 +362,33 @@ def test_rows_of_a_table_created_and_filled_while_the_query_was_stopped_arrive(
         (f"{name}_old", "insert", {"k": "x"}),
         *((f"{name}_copy", "read", {"n": n}) for n in (1, 2, 3)),
     ]
+
+
+def test_a_column_change_is_a_ddl_row_between_the_tables_changes_across_a_restart(
+    spark: SparkSession, pg: LocalPostgres, name: str, checkpoint: str
+) -> None:
+    """``include_schema_changes``: the ALTER is read by one run, the first change written with
+    the new column by the next one on the same checkpoint, which puts the ddl row before it."""
+    with pg.connect() as conn:
+        conn.execute(f"CREATE TABLE {name} (id int PRIMARY KEY, v text)")
+    options = make_slot(pg, name, include_tables=rf"public\.{name}",
+                        include_schema_changes="true")
+    with pg.connect() as conn:
+        conn.execute(f"INSERT INTO {name} VALUES (1, 'a')")
+        conn.execute(f"ALTER TABLE {name} ADD COLUMN n int")
+    first = rows_of(run_available_now(spark, checkpoint, options))
+    offsets = Path(checkpoint) / "offsets"
+    last = max((p for p in offsets.iterdir() if p.name.isdigit()), key=lambda p: int(p.name))
+    [[_, table, columns]] = json.loads(last.read_text().splitlines()[-1])["columns"]
+    assert (table, [c[0] for c in columns]) == (name, ["id", "v"])  # as of the last change
+    with pg.connect() as conn:
+        conn.execute(f"UPDATE {name} SET n = 2 WHERE id = 1")
+    second = rows_of(run_available_now(spark, checkpoint, options))
+    rows = first + second
+    assert [r.op for r in rows] == ["insert", "ddl", "update"]
+    ddl = rows[1]
+    assert [c["name"] for c in json.loads(ddl.before)] == ["id", "v"]
+    assert json.loads(ddl.after)[2] == {"name": "n", "type": "integer", "type_oid": 23,
+                                        "key": False}
+    assert (ddl.table, ddl.key, ddl.commit_lsn, ddl.seq) == (name, None, rows[2].commit_lsn, 0)
+    assert ddl.position < rows[2].position

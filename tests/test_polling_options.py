@@ -28,7 +28,7 @@ SAMPLE = {
     "snapshot": "initial", "snapshot_chunk_rows": "5", "snapshot_max_rows_per_trigger": "5",
     "min_partitions": "4", "min_bytes_per_partition": "1MB", "on_slot_lost": "resnapshot",
     "message_prefixes": "outbox", "backfill_chunk_rows": "100", "row_format": "json",
-    "schema_evolution": "fail", "schema_location": "/structs",
+    "schema_evolution": "fail", "schema_location": "/structs", "include_schema_changes": "true",
 }
 
 

@@ -65,6 +65,14 @@ def test_struct_refuses_what_it_cannot_carry() -> None:
     assert (routed.topic_from, routed.partition_key_from) == ("id", "key")
 
 
+def test_schema_changes_as_rows_are_json_only() -> None:
+    assert not CdcOptions.from_options(CDC).include_schema_changes
+    assert CdcOptions.from_options({**CDC, "include_schema_changes": "true"}).include_schema_changes
+    with pytest.raises(ConfigError, match="option 'include_schema_changes': not supported with "
+                       "row_format=struct"):
+        CdcOptions.from_options({**CDC, "row_format": "struct", "include_schema_changes": "true"})
+
+
 def test_polling_has_no_row_format() -> None:
     with pytest.raises(ConfigError, match="option 'row_format': only applies to mode=cdc"):
         CdcOptions.from_options({"dsn": "dbname=x", "mode": "polling", "table": "t",

@@ -34,6 +34,9 @@ offsets = st.builds(
     ),
     st.none() | st.just(PENDING) | lsns,
     st.lists(st.tuples(tables, keys, keys), max_size=3).map(tuple),
+    st.lists(st.tuples(names, names, st.lists(  # include_schema_changes: per plugin's columns
+        st.tuples(names, st.integers(0, 2**32 - 1), st.integers(-1, 2**31 - 1), st.booleans())
+        | st.tuples(names, names), max_size=3).map(tuple)), max_size=2).map(tuple),
 )
 
 

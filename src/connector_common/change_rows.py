@@ -93,27 +93,29 @@ COLUMNS: tuple[tuple[str, str, pa.DataType, str], ...] = (
         "string",
         pa.string(),
         "insert, update, delete or truncate; read for a row of the initial snapshot; message for "
-        "a logical message (`message_prefixes`)",
+        "a logical message (`message_prefixes`); ddl for a change of a table's columns "
+        "(`include_schema_changes`)",
     ),
     (
         "key",
         "string",
         pa.string(),
-        "JSON of the row's replica-identity key (null for truncate; `{\"prefix\": ...}` for a "
-        "message)",
+        "JSON of the row's replica-identity key (null for truncate and ddl; `{\"prefix\": ...}` "
+        "for a message)",
     ),
     (
         "before",
         "string",
         pa.string(),
-        "JSON of the old row, where Postgres sends it (REPLICA IDENTITY FULL)",
+        "JSON of the old row, where Postgres sends it (REPLICA IDENTITY FULL); for ddl the "
+        "table's columns before",
     ),
     (
         "after",
         "string",
         pa.string(),
         "JSON of the new row (insert, update); for a message `prefix`, `content` (text, null "
-        "if not UTF-8) and `content_base64`",
+        "if not UTF-8) and `content_base64`; for ddl the table's columns after",
     ),
     (
         "unchanged",

@@ -10,6 +10,7 @@ from __future__ import annotations
 from collections.abc import Callable, Sequence
 from typing import Any, NamedTuple
 
+import orjson
 import psycopg
 
 __all__ = [
@@ -17,6 +18,7 @@ __all__ = [
     "CatalogLookup",
     "ColumnInfo",
     "TableInfo",
+    "column_lists",
     "table_info",
     "table_info_from_rows",
 ]
@@ -90,3 +92,26 @@ def table_info(conn: psycopg.Connection[Any], schema: str, table: str) -> TableI
     """Run :data:`CATALOG_QUERY` for ``schema.table`` on ``conn``; ``None`` if it is gone."""
     return table_info_from_rows(schema, table, conn.execute(CATALOG_QUERY, (schema, table))
                                 .fetchall())
+
+
+def column_lists(conn: psycopg.Connection[Any], old: Sequence[Sequence[Any]],
+                 new: Sequence[Sequence[Any]], keys: frozenset[str]) -> tuple[str, str]:
+    """The JSON lists of a ``ddl`` change's ``before`` and ``after``: per column ``name``,
+    ``type`` (``format_type``'s text), ``type_oid`` and ``key``, from columns as pgoutput
+    reports them (``(name, type OID, modifier, key)``: the type's text looked up) or as
+    test_decoding prints them (``(name, type name)``: the OID looked up, ``null`` for a type
+    gone since; ``key`` from ``keys``, the catalog's)."""
+    both = [*old, *new]
+    if all(len(c) == 4 for c in both):
+        types = conn.execute(
+            "SELECT format_type(o, m) FROM unnest(%s::oid[], %s::int4[]) WITH ORDINALITY"
+            " AS u(o, m, i) ORDER BY i", ([c[1] for c in both], [c[2] for c in both])).fetchall()
+        items = [{"name": c[0], "type": t, "type_oid": c[1], "key": c[3]}
+                 for c, (t,) in zip(both, types, strict=True)]
+    else:
+        oids = conn.execute(
+            "SELECT to_regtype(t)::oid::int8 FROM unnest(%s::text[]) WITH ORDINALITY"
+            " AS u(t, i) ORDER BY i", ([c[1] for c in both],)).fetchall()
+        items = [{"name": c[0], "type": c[1], "type_oid": o, "key": c[0] in keys}
+                 for c, (o,) in zip(both, oids, strict=True)]
+    return (orjson.dumps(items[:len(old)]).decode(), orjson.dumps(items[len(old):]).decode())

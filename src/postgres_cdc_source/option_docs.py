@@ -71,6 +71,14 @@ OPTION_DOCS: tuple[OptionDoc, ...] = (
         "write to the WAL never reach your topics unasked (see Logical messages)",
     ),
     OptionDoc(
+        "include_schema_changes",
+        "false",
+        "`true` adds a row with `op` = `ddl` where a captured table's columns change (added, "
+        "dropped, renamed, of another type), with the old and new column lists, just before "
+        "the table's first change written with the new ones (see Schema changes as rows); "
+        "`row_format=json` only",
+    ),
+    OptionDoc(
         "max_bytes_per_trigger",
         "(unlimited)",
         "WAL bytes per micro-batch (`64MB` style); "
@@ -215,7 +223,8 @@ OPTION_DOCS: tuple[OptionDoc, ...] = (
 CDC_ONLY = frozenset({
     "slot", "plugin", "publication", "all_tables_publication", "create_slot", "failover",
     "on_slot_lost",
-    "include_tables", "exclude_tables", "message_prefixes", "max_bytes_per_trigger",
+    "include_tables", "exclude_tables", "message_prefixes", "include_schema_changes",
+    "max_bytes_per_trigger",
     "min_partitions",
     "min_bytes_per_partition", "fail_on_data_loss",
     "spill_rows", "snapshot", "snapshot_chunk_rows", "snapshot_max_rows_per_trigger",

@@ -185,6 +185,9 @@ class CdcOptions:
     schema_location: str | None = None
     """``schema_evolution=add_columns``: the directory where the query keeps its structs
     between runs (:mod:`postgres_cdc_source.struct_history`)."""
+    include_schema_changes: bool = False
+    """Whether a ``ddl`` row marks a captured table's change of columns
+    (:mod:`postgres_cdc_source.decoding.schema_changes`)."""
 
     @property
     def safe_dsn(self) -> str:
@@ -278,6 +281,7 @@ class CdcOptions:
             row_format=_row_format(opts, given),
             schema_evolution=_schema_evolution(opts, given),
             schema_location=_schema_location(opts, given),
+            include_schema_changes=_schema_changes(opts),
         )
 
 
@@ -318,6 +322,15 @@ def _schema_location(opts: Options, given: Options) -> str | None:
         raise ConfigError("schema_location", "only applies with schema_evolution=add_columns "
                           "(the structs it keeps are the union add_columns evolves)")
     return opts.get("schema_location") or None
+
+
+def _schema_changes(opts: Options) -> bool:
+    include = _parse(opts, "include_schema_changes", parse_bool)
+    if include and opts.get("row_format") != "json":
+        raise ConfigError("include_schema_changes", f"not supported with row_format="
+                          f"{opts.get('row_format')}: a ddl row's before and after are column "
+                          "lists, not rows of the table (use row_format=json)")
+    return include
 
 
 def _mode(given: Options) -> str:

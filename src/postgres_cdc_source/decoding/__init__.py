@@ -2,7 +2,8 @@
 events out, with no I/O. The event model and the row rules both decoders share are in
 :mod:`.changes`; :mod:`.pgoutput` and :mod:`.text_format` (test_decoding's output, its lines read
 by :mod:`.text_lines` against the tables of :mod:`.text_tables`) parse; :mod:`.factory` picks one
-for the configured plugin.
+for the configured plugin; :mod:`.schema_changes` follows the tables' columns for
+``include_schema_changes``.
 """
 
 from postgres_cdc_source.decoding.changes import (

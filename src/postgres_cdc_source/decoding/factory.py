@@ -10,6 +10,7 @@ import psycopg
 from postgres_cdc_source.catalog import TableInfo, table_info
 from postgres_cdc_source.decoding.changes import Decoder, MessageFilter, Retyping
 from postgres_cdc_source.decoding.pgoutput import PgOutputDecoder, pgoutput_options, read_message
+from postgres_cdc_source.decoding.schema_changes import ColumnTracker
 from postgres_cdc_source.decoding.text_format import TEST_DECODING_OPTIONS, TextFormatDecoder
 from postgres_cdc_source.decoding.text_lines import message_line
 from postgres_cdc_source.options import CdcOptions
@@ -29,11 +30,12 @@ def plugin_options(options: CdcOptions, publications: Sequence[str]) -> list[str
 
 def make_decoder(
     options: CdcOptions, conn: psycopg.Connection[Any], also: MessageFilter | None = None,
-    typed: Retyping | None = None,
+    typed: Retyping | None = None, columns: ColumnTracker | None = None,
 ) -> Decoder:
     """A fresh decoder for one peek session on ``conn``, delivering the logical messages
     ``message_prefixes`` asks for and those ``also`` picks (a backfill's markers), the rows
-    typed by ``typed`` with ``row_format=struct``.
+    typed by ``typed`` with ``row_format=struct``, ``ddl`` changes where ``columns`` finds a
+    table's columns changed (``include_schema_changes``).
 
     test_decoding prints type names but not the replica identity, so its decoder looks tables up
     in the catalog, on the peeking connection (same ``search_path`` as the output it parses).
@@ -45,13 +47,13 @@ def make_decoder(
 
     if options.plugin == "pgoutput":
         return PgOutputDecoder(table_filter, keep_values=keep_values, messages=messages,
-                               typed=typed)
+                               typed=typed, columns=columns)
 
     def catalog(schema: str, table: str) -> TableInfo | None:
         return table_info(conn, schema, table)
 
     return TextFormatDecoder(catalog, table_filter, keep_values=keep_values, messages=messages,
-                             typed=typed)
+                             typed=typed, columns=columns)
 
 
 def parse_message(plugin: str, data: bytes | str) -> tuple[bool, str, bytes]:

@@ -55,6 +55,7 @@ from postgres_cdc_source.decoding.changes import (
     empty_change,
     message_event,
 )
+from postgres_cdc_source.decoding.schema_changes import ColumnTracker
 from postgres_cdc_source.errors import DecodeError
 from postgres_cdc_source.values import Converter, converter_for_oid
 
@@ -195,15 +196,19 @@ class PgOutputDecoder:
     skipped and not counted (as when pgoutput does not send them). ``typed``
     (``row_format=struct``) types the kept tables' rows
     (:meth:`~postgres_cdc_source.struct_types.StructRows.retyped`): the hot path then keeps
-    their images as dicts of typed values.
+    their images as dicts of typed values. ``columns`` (``include_schema_changes``) is handed
+    each kept table's Relation message inside a transaction; a ``ddl`` change it makes comes
+    right there, before the change the message announces, and counts in ``seq``.
     """
 
     def __init__(
         self, table_filter: TableFilter | None = None, *, keep_values: bool = False,
         messages: MessageFilter | None = None, typed: Retyping | None = None,
+        columns: ColumnTracker | None = None,
     ) -> None:
         self._filter = table_filter
         self._typed = typed
+        self._columns = columns
         self._keep_values = keep_values
         self._messages = messages
         self._relations: dict[int, RowShape] = {}
@@ -286,7 +291,10 @@ class PgOutputDecoder:
                     yield Commit(xid, end_lsn, _timestamp(micros))
                     xid = -1
                 elif kind == 82:  # 'R'
-                    self._relation(data)
+                    ddl = self._relation(data, lsn, seq if xid >= 0 else None)
+                    if ddl is not None:
+                        yield ddl
+                        seq += 1
                 elif kind == 77 and self._messages is not None:  # 'M'
                     parsed = read_message(data)
                     event, seq = message_event(self._messages, lsn, xid, row_xid, seq, parsed,
@@ -301,7 +309,9 @@ class PgOutputDecoder:
             except (ValueError, IndexError, KeyError, struct.error) as exc:
                 raise decode_error(_PLUGIN, lsn, _describe(exc, data)) from exc
 
-    def _relation(self, data: bytes) -> None:
+    def _relation(self, data: bytes, lsn: int, seq: int | None) -> Change | None:
+        """Take a Relation message; the ``ddl`` change it makes at ``seq`` (``None``: outside a
+        transaction) when the tracker of ``columns`` finds the table's columns changed."""
         (relid,) = _u32(data, 1)
         schema, pos = _cstring(data, 5)
         table, pos = _cstring(data, pos)
@@ -309,14 +319,16 @@ class PgOutputDecoder:
         pos += 3
         names: list[str] = []
         types: list[int] = []
+        typmods: list[int] = []
         key: list[int] = []
         for index in range(natts):
             flags = data[pos]
             name, pos = _cstring(data, pos + 1)
-            type_oid, _typmod = _column(data, pos)
+            type_oid, typmod = _column(data, pos)
             pos += 8
             names.append(name)
             types.append(type_oid)
+            typmods.append(typmod)
             if flags & 1:
                 key.append(index)
         if pos != len(data):
@@ -336,6 +348,15 @@ class PgOutputDecoder:
         else:
             self._fast.pop(relid, None)
             self._skipped.add(relid)
+        if not keep or self._columns is None:
+            return None
+        keys = set(key)
+        columns = tuple((n, t, m, i in keys)
+                        for i, (n, t, m) in enumerate(zip(names, types, typmods, strict=True)))
+        old = self._columns.seen(schema, table, columns)
+        if old is None or seq is None:
+            return None
+        return self._columns.change(lsn, seq, schema, table, old, columns)
 
     def _shape(self, relid: int) -> RowShape:
         try:

@@ -61,6 +61,8 @@ from postgres_cdc_source.decoding.changes import (
     empty_change,
     message_event,
 )
+from postgres_cdc_source.decoding.schema_changes import Columns as Tracked
+from postgres_cdc_source.decoding.schema_changes import ColumnTracker
 from postgres_cdc_source.decoding.text_lines import (
     COMMIT_LINE,
     HEADER,
@@ -73,7 +75,13 @@ from postgres_cdc_source.decoding.text_lines import (
     parse_columns,
     unquote_ident,
 )
-from postgres_cdc_source.decoding.text_tables import TextTable, align, catalog_tuple, new_tuple
+from postgres_cdc_source.decoding.text_tables import (
+    Printed,
+    TextTable,
+    align,
+    catalog_tuple,
+    new_tuple,
+)
 from postgres_cdc_source.errors import DecodeError
 
 __all__ = ["TEST_DECODING_OPTIONS", "TextFormatDecoder"]
@@ -105,7 +113,10 @@ class TextFormatDecoder:
     message counts in ``seq``, as with pgoutput; without it they are skipped and not counted.
     ``typed`` (``row_format=struct``) types the kept tables' rows
     (:meth:`~postgres_cdc_source.struct_types.StructRows.retyped`): the hot path then keeps
-    their images as dicts of typed values.
+    their images as dicts of typed values. ``columns`` (``include_schema_changes``) is handed
+    the printed columns of each kept table's insert and update; a ``ddl`` change it makes comes
+    right before that change and counts in ``seq``. The hot path then takes only the tables
+    whose tracked columns are the catalog's, which its regex matches.
     """
 
     __test__ = False  # not a pytest test class, despite the name
@@ -118,9 +129,12 @@ class TextFormatDecoder:
         keep_values: bool = False,
         messages: MessageFilter | None = None,
         typed: Retyping | None = None,
+        columns: ColumnTracker | None = None,
     ) -> None:
         self._catalog = catalog
         self._typed = typed
+        self._columns = columns
+        self._ddl: Change | None = None  # the ddl change _change found before its change
         self._filter = table_filter
         self._keep_values = keep_values
         self._messages = messages
@@ -165,6 +179,10 @@ class TextFormatDecoder:
                     header = HEADER.match(line)
                     if header is not None:
                         change = self._change(header, line, lsn, seq)
+                        if self._ddl is not None:
+                            yield self._ddl
+                            self._ddl = None
+                            seq += 1
                         seq += 1
                         if change is not None:
                             yield change
@@ -226,8 +244,9 @@ class TextFormatDecoder:
             table.load(self._catalog(table.schema, table.table))
         op = _OPS[header[3]]
         pos = header.end()
-        if (op != DELETE and table.fast is not None and table.shape is not None
-                and table.shape.changed is None):
+        hot = (op != DELETE and table.fast is not None and table.shape is not None
+               and table.shape.changed is None)
+        if hot and self._columns is None:
             self._headers[line[:pos]] = (table, op)
         if line.endswith(NO_TUPLE) and pos + len(NO_TUPLE) == len(line):
             return empty_change(lsn, seq, table.schema, table.table, op)
@@ -252,7 +271,10 @@ class TextFormatDecoder:
             if not line.startswith(" new-tuple:", pos):
                 raise ValueError(f"cannot parse the old tuple at offset {pos}")
             pos += 11
-        shape, new, unchanged = new_tuple(table, line, pos)
+        shape, new, unchanged, shown = new_tuple(table, line, pos)
+        if self._columns is not None and self._track(
+                table, (header[0], op) if hot else None, shown, lsn, seq):
+            seq += 1
         old = None
         old_is_full = table.full
         if columns is not None:
@@ -268,6 +290,27 @@ class TextFormatDecoder:
             self._warn_key_unknown(table, lsn)
         return build_change(shape, lsn, seq, op, old, new, old_is_full=old_is_full,
                             new_has_unchanged=unchanged, keep_values=self._keep_values)
+
+    def _track(self, table: TextTable, hot: tuple[str, str] | None, printed: Printed, lsn: int,
+               seq: int) -> bool:
+        """Hand the tracker a change's printed columns; whether it made a ``ddl`` change (at
+        ``seq``, kept for :meth:`events`). The hot path, whose regex takes the catalog's columns
+        without asking the tracker, takes the table's ``hot`` header only while the tracked
+        columns are the catalog's."""
+        assert self._columns is not None
+        columns = _published(table, printed)
+        old = self._columns.seen(table.schema, table.table, columns)
+        if columns == _published(table, table.printed):
+            if hot is not None:
+                self._headers[hot[0]] = (table, hot[1])
+        else:
+            for gone in [h for h, t in self._headers.items() if t[0] is table]:
+                del self._headers[gone]  # in place: events() holds the dict
+        if old is None:
+            return False
+        self._ddl = self._columns.change(lsn, seq, table.schema, table.table, old, columns,
+                                         table.key_names)
+        return True
 
     def _warn_key_unknown(self, table: TextTable, lsn: int) -> None:
         """Say once per table and peek that rows go out without the key test_decoding did not
@@ -295,6 +338,11 @@ class TextFormatDecoder:
 
 
 _OPS = {"INSERT": INSERT, "UPDATE": UPDATE, "DELETE": DELETE}
+
+
+def _published(table: TextTable, printed: Printed) -> Tracked:
+    """Printed columns as the tracker holds them: generated ones left out, as in the rows."""
+    return tuple(c for c in printed if c[0] not in table.generated)
 
 
 _new = tuple.__new__  # builds a Change without NamedTuple.__new__'s Python frame

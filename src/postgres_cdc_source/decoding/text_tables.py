@@ -18,7 +18,7 @@ from postgres_cdc_source.decoding.text_lines import (
 )
 from postgres_cdc_source.values import converter_for_oid, converter_for_type_name
 
-__all__ = ["TextTable", "align", "catalog_tuple", "new_tuple"]
+__all__ = ["Printed", "TextTable", "align", "catalog_tuple", "new_tuple"]
 
 
 class TextTable:
@@ -153,8 +153,15 @@ def catalog_tuple(table: TextTable, line: str, pos: int) -> list[Any] | None:
     return raw
 
 
-def new_tuple(table: TextTable, line: str, pos: int) -> tuple[RowShape, list[RawValue], bool]:
-    """The new tuple from ``pos`` to the end: (its shape, raw values, any UNCHANGED).
+Printed = tuple[tuple[str, str], ...]
+"""``(name, type name)`` of each column as test_decoding printed them."""
+
+
+def new_tuple(
+    table: TextTable, line: str, pos: int
+) -> tuple[RowShape, list[RawValue], bool, Printed]:
+    """The new tuple from ``pos`` to the end: (its shape, raw values, any UNCHANGED, its
+    columns as printed).
 
     Fast path: one regex built from the catalog matches the whole tuple and captures the value
     texts directly. It is skipped when a TOAST value is unchanged (the catalog regex does not
@@ -164,13 +171,14 @@ def new_tuple(table: TextTable, line: str, pos: int) -> tuple[RowShape, list[Raw
     raw = catalog_tuple(table, line, pos)
     if raw is not None:
         assert table.shape is not None
-        return table.shape, raw, False
+        return table.shape, raw, False, table.printed
     columns, end = parse_columns(line, pos)
     if end != len(line):
         raise ValueError(f"cannot parse the new tuple at offset {end}")
-    shape = table.shape_for(tuple((name, type_name) for name, type_name, _ in columns))
+    printed = tuple((name, type_name) for name, type_name, _ in columns)
+    shape = table.shape_for(printed)
     values = [value for name, _, value in columns if name not in table.generated]
-    return shape, values, any(value is UNCHANGED for value in values)
+    return shape, values, any(value is UNCHANGED for value in values), printed
 
 
 def align(table: TextTable, shape: RowShape, columns: Columns) -> list[RawValue] | None:

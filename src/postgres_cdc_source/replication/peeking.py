@@ -32,12 +32,14 @@ def publications(conn: Conn, options: CdcOptions, start: int) -> list[str]:
 
 
 def peek_range(
-    conn: Conn, options: CdcOptions, start: int, end: int, copy_from: int | None = None
+    conn: Conn, options: CdcOptions, start: int, end: int, copy_from: int | None = None,
+    *, relations: bool = False,
 ) -> Iterator[Row]:
     """The rows of the WAL range ``(start, end]``: the query's slot put at ``start``, or with
     ``copy_from`` (the batch's start) a temporary copy of it (:func:`~.positions.temporary_copy`),
     then peeked up to ``end``. The slot is placed (and that committed) now; the rows are read as
-    the iterator is consumed. ``conn`` must not be in autocommit mode."""
+    the iterator is consumed. ``conn`` must not be in autocommit mode. ``relations`` keeps only
+    pgoutput's Relation messages, filtered by the server."""
     if copy_from is None:
         copy = None
         bring_to(conn, options, start)
@@ -45,7 +47,7 @@ def peek_range(
         copy = temporary_copy(conn, options, copy_from, start)
     pubs = publications(conn, options, start)
     conn.commit()
-    return peek(conn, options, end, pubs, copy)
+    return peek(conn, options, end, pubs, copy, relations=relations)
 
 
 def _peek_query(options: CdcOptions, pubs: list[str]) -> tuple[sql.Composed, list[str]]:
@@ -75,6 +77,8 @@ def peek(
     upto: int,
     pubs: list[str],
     slot: str | None = None,
+    *,
+    relations: bool = False,
 ) -> Iterator[Row]:
     """Stream ``(lsn, xid, data)`` rows up to ``upto`` without consuming them.
 
@@ -82,9 +86,12 @@ def peek(
     never sits whole in this process. The rows of each fetch are handed on from its list, not
     through the cursor's per-row ``__next__`` (a Python call per change, 2-3% of a read).
     ``conn`` must not be in autocommit mode. ``slot`` names a temporary copy to read instead of
-    the query's slot.
+    the query's slot; ``relations`` keeps only pgoutput's Relation messages.
     """
     query, plugin_options = _peek_query(options, pubs)
+    if relations:
+        query = sql.SQL("SELECT * FROM ({}) AS peeked(lsn, xid, data) "
+                        "WHERE get_byte(data, 0) = 82").format(query)
     name = slot or options.slot
     try:
         with conn.cursor(name="pg_cdc_peek", binary=True) as cur:

@@ -21,6 +21,7 @@ Where the query stands is its offset (:mod:`.offset`); the stream's own batch en
 
 from __future__ import annotations
 
+import dataclasses
 import logging
 from collections.abc import Callable
 from typing import TYPE_CHECKING, Any, TypeVar
@@ -33,9 +34,11 @@ from postgres_cdc_source.backfill.planning import BackfillPlanner
 from postgres_cdc_source.backfill.progress import ChunkPlan
 from postgres_cdc_source.backfill.splice import ChunkRead
 from postgres_cdc_source.connections import DriverConnection, waiting_out_restarts
+from postgres_cdc_source.decoding.schema_changes import ColumnState
 from postgres_cdc_source.errors import SlotLostError
 from postgres_cdc_source.options import CdcOptions
 from postgres_cdc_source.replication import exported, lifecycle, positions, slots
+from postgres_cdc_source.stream import column_states, splitting
 from postgres_cdc_source.stream.offset import PENDING, StreamOffset
 from postgres_cdc_source.stream.ranges import RangePlanner
 from postgres_cdc_source.stream.schema_watch import catalog_changed, typed_end
@@ -69,9 +72,10 @@ class Coordinator:
         self._exported: exported.ExportedSnapshot | None = None  # held while a snapshot runs
         self._planned: dict[tuple[StreamOffset, StreamOffset], list[snapshot.Chunk]] = {}
         self._initial: StreamOffset | None = None
+        self._column_starts: dict[tuple[StreamOffset, StreamOffset], list[ColumnState]] = {}
 
     def __getstate__(self) -> dict[str, Any]:
-        return {**self.__dict__, "_exported": None, "_planned": {}}
+        return {**self.__dict__, "_exported": None, "_planned": {}, "_column_starts": {}}
 
     def run(self, work: Callable[[Conn], T]) -> T:
         """Run ``work`` on the driver's connection, reconnecting once if the server went away."""
@@ -166,7 +170,38 @@ class Coordinator:
         backfills, end_lsn = self.run(lambda conn: self.backfills.plan(
             conn, start.backfill.delivered(), start.lsn, caught_up, end_lsn))
         # reselect_until is kept in every later offset: key changes are completed too
-        return StreamOffset(end_lsn, backfill=backfills, reselect_until=horizon)
+        if not self.options.include_schema_changes:  # a checkpoint's columns are dropped
+            return StreamOffset(end_lsn, backfill=backfills, reselect_until=horizon)
+        end = StreamOffset(end_lsn, backfill=backfills, reselect_until=horizon,
+                           columns=start.columns)
+        if end_lsn > start.lsn:
+            found = column_states.states(self.options, start.lsn, end_lsn,
+                                         self.partition_count(start, end), start.columns)
+            end = dataclasses.replace(end, columns=found[-1])
+            if len(found) > 2:  # several partitions: their states are kept for partitions()
+                self._column_starts[(start, end)] = found[:-1]
+        return end
+
+    def partition_count(self, start: StreamOffset, end: StreamOffset) -> int:
+        """How many partitions the stream batch ``(start, end]`` is read in: one when it
+        carries a backfill chunk (placed by one task where its marker is)."""
+        if end.backfill.chunk is not None:
+            return 1
+        return splitting.partition_count(start.lsn, end.lsn, self.options.min_partitions,
+                                         self.options.min_bytes_per_partition)
+
+    def column_starts(self, start: StreamOffset, end: StreamOffset) -> list[ColumnState]:
+        """``include_schema_changes``: the state each partition of the stream batch ``(start,
+        end]`` starts from (:mod:`.column_states`): kept from planning, or found again for a
+        batch this process did not plan (a replay after a restart)."""
+        count = self.partition_count(start, end)
+        if count == 1:
+            return [start.columns]
+        found = self._column_starts.pop((start, end), None)
+        if found is None:
+            found = column_states.states(self.options, start.lsn, end.lsn, count,
+                                         start.columns)[:-1]
+        return found
 
     def _reselect_horizon(self) -> int | None:
         """``None`` when every chunk read the exported snapshot (this process exported it and

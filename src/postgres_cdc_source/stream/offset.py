@@ -7,12 +7,15 @@ starts. What else it holds depends on what the query is doing::
     {"lsn": "0/1505AE0", "snapshot": {...}, "planned": [...]}     reading a snapshot
     {"lsn": "0/1505AE0", "reselect_until": "pending", "planned": [...]}   a snapshot just done
     {"lsn": "0/1A2B3C0", "backfill": {...}, "reselect_until": "0/16B3F28"}
+    {"lsn": "0/1A2B3C0", "columns": [["public", "t", [["id", 23, -1, true]]]]}
 
 ``snapshot`` and ``planned``: :mod:`postgres_cdc_source.snapshot`; ``backfill``:
 :mod:`postgres_cdc_source.backfill.progress`; ``reselect_until``: the LSN up to which the stream
 completes unchanged TOAST values after a snapshot that was not exact
 (:mod:`postgres_cdc_source.stream.reselect`), ``pending`` until the first planning after the
-snapshot decides.
+snapshot decides; ``columns``: with ``include_schema_changes``, each captured table's columns
+as of ``lsn`` (:mod:`postgres_cdc_source.decoding.schema_changes`), for the tables the stream
+has read a change of.
 
 Spark compares offsets as JSON text, so :meth:`StreamOffset.to_json` writes the keys in this
 one order and leaves out what is empty: an offset read from a checkpoint is written back as the
@@ -27,6 +30,7 @@ from typing import Any, Final, Literal
 
 from connector_common.lsn import format_lsn, parse_lsn
 from postgres_cdc_source.backfill.progress import Backfills
+from postgres_cdc_source.decoding.schema_changes import ColumnState, state_from_json, state_json
 from postgres_cdc_source.snapshot.offsets import (
     PlannedChunk,
     Position,
@@ -52,6 +56,9 @@ class StreamOffset:
     planned: tuple[PlannedChunk, ...] = ()
     """The chunks a snapshot batch ending here was planned with, in order (empty: none pinned,
     as in offsets written before offsets pinned their chunks)."""
+    columns: ColumnState = ()
+    """``include_schema_changes``: the captured tables' columns as of ``lsn`` (empty: none
+    known yet, or the option is off)."""
 
     def __post_init__(self) -> None:
         if not self.backfill.kept_at(self.lsn):  # says nothing here: one value for "nothing"
@@ -85,6 +92,8 @@ class StreamOffset:
             offset["reselect_until"] = self.reselect_until
         if self.planned:
             offset["planned"] = [chunk_json(chunk) for chunk in self.planned]
+        if self.columns:
+            offset["columns"] = state_json(self.columns)
         return offset
 
     @classmethod
@@ -97,4 +106,5 @@ class StreamOffset:
             Backfills.from_json(backfill) if backfill else Backfills(),
             PENDING if reselect == PENDING else None if reselect is None else parse_lsn(reselect),
             tuple(chunk_from_json(chunk) for chunk in offset.get("planned") or ()),
+            state_from_json(offset.get("columns") or ()),
         )

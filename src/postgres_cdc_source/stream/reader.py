@@ -50,8 +50,10 @@ from connector_common.spark_versions import (
 from postgres_cdc_source import snapshot
 from postgres_cdc_source.assembly import record_batches, transactions
 from postgres_cdc_source.backfill.splice import ChunkRead, is_marker, spliced
+from postgres_cdc_source.catalog import column_lists
 from postgres_cdc_source.connections import connect_with_retry, riding_out_restarts
 from postgres_cdc_source.decoding.factory import make_decoder
+from postgres_cdc_source.decoding.schema_changes import ColumnState, ColumnTracker
 from postgres_cdc_source.destination_columns import Router
 from postgres_cdc_source.errors import ConfigError
 from postgres_cdc_source.health import SourceHealth, TableBackfill
@@ -88,6 +90,9 @@ class CdcPartition(InputPartition):
     """Complete unchanged TOAST values up to here (:mod:`postgres_cdc_source.stream.reselect`)."""
     backfill: ChunkRead | None = None
     """The backfill chunk whose marker lies in the range (:mod:`postgres_cdc_source.backfill`)."""
+    columns: ColumnState = ()
+    """``include_schema_changes``: the captured tables' columns at ``start``
+    (:mod:`postgres_cdc_source.stream.column_states`)."""
 
 
 class PgCdcStreamReader(DataSourceStreamReader, SupportsTriggerAvailableNow):
@@ -193,18 +198,20 @@ class PgCdcStreamReader(DataSourceStreamReader, SupportsTriggerAvailableNow):
             return []
         until = end.reselect_until
         assert until != PENDING  # only a snapshot batch ends at a pending offset
+        count = self._phases.partition_count(start, end)
+        columns = ([()] * count if not self.options.include_schema_changes
+                   else self._phases.column_starts(start, end))
         chunk = end.backfill.chunk
         if chunk is not None:  # read whole: one task places the chunk where its marker is
             read = self._phases.chunk_read(chunk)
-            return [CdcPartition(start.lsn, end.lsn, reselect_until=until, backfill=read)]
-        count = splitting.partition_count(
-            start.lsn, end.lsn, self.options.min_partitions, self.options.min_bytes_per_partition
-        )
+            return [CdcPartition(start.lsn, end.lsn, reselect_until=until, backfill=read,
+                                 columns=columns[0])]
         if count == 1:
-            return [CdcPartition(start.lsn, end.lsn, reselect_until=until)]
+            return [CdcPartition(start.lsn, end.lsn, reselect_until=until, columns=columns[0])]
         return [
-            CdcPartition(lo, hi, copy_from=start.lsn, reselect_until=until)
-            for lo, hi in splitting.sub_ranges(start.lsn, end.lsn, count)
+            CdcPartition(lo, hi, copy_from=start.lsn, reselect_until=until, columns=state)
+            for (lo, hi), state in zip(splitting.sub_ranges(start.lsn, end.lsn, count), columns,
+                                       strict=True)
         ]
 
     def commit(self, end: dict[str, Any]) -> None:
@@ -264,7 +271,12 @@ def _peeked(
     try:
         rows = peeking.peek_range(conn, options, partition.start, partition.end,
                                   partition.copy_from)
-        decoder = make_decoder(options, conn, is_marker if partition.backfill else None, typed)
+        columns = None
+        if options.include_schema_changes:
+            columns = ColumnTracker(partition.columns,
+                                    lambda old, new, keys: column_lists(conn, old, new, keys))
+        decoder = make_decoder(options, conn, is_marker if partition.backfill else None, typed,
+                               columns)
         events = decoder.events(rows)
         txns = transactions(events, options.spill_rows)
         txns = reselect.complete(txns, options, partition.reselect_until, typed)
