@@ -19,6 +19,7 @@ from psycopg import sql
 
 from connector_common.lsn import parse_lsn
 from iggy_spark_testing.harness import LocalPostgres
+from iggy_spark_testing.s3 import SeaweedS3
 from postgres_cdc_source.assembly import record_batches, transactions
 from postgres_cdc_source.connections import connect_with_retry
 from postgres_cdc_source.decoding.changes import Change, Event
@@ -227,3 +228,42 @@ def _check_plugin(name: str, options: CdcOptions, ddl: Ddl, typed: StructRows,
     if ddl.running_add is not None:
         with pytest.raises(SchemaChangedError, match=re.escape(ddl.running_add)):
             typed_end(options, adding, stop, end)
+
+
+def test_the_structs_kept_in_an_object_store_give_a_restart_the_dropped_columns(
+    schema: tuple[psycopg.Connection[Any], str], monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    """``schema_location`` on S3 (a real S3 server, through pyarrow as a user's driver would
+    reach it, credentials from the environment): the structs written by the first ``load()``
+    are read back by the next, which keeps the dropped column's field; a location pyarrow
+    cannot open is a ConfigError naming the option, and a password in the URI is refused
+    without being repeated."""
+    conn, name = schema
+    monkeypatch.setenv("AWS_EC2_METADATA_DISABLED", "true")
+    with SeaweedS3() as s3:
+        monkeypatch.setenv("AWS_ACCESS_KEY_ID", s3.access_key)
+        monkeypatch.setenv("AWS_SECRET_ACCESS_KEY", s3.secret_key)
+        location = (s3.uri("checkpoints/q", scheme="s3") + f"?endpoint_override=127.0.0.1:"
+                    f"{s3.port}&scheme=http&region=us-east-1")
+        kept = CdcOptions.from_options({
+            "dsn": "dbname=x", "slot": name, "row_format": "struct",
+            "include_tables": re.escape(name) + r"\.a", "schema_evolution": "add_columns",
+            "schema_location": location})
+        first = evolve_kept(kept, struct_rows(conn, kept.keeps, "add_columns"))
+        conn.execute(sql.SQL("ALTER TABLE {} DROP COLUMN amount").format(
+            sql.Identifier(name, "a")))
+        again = evolve_kept(kept, struct_rows(conn, kept.keeps, "add_columns"))
+        assert again.row.names == first.row.names == ["id", "amount"]  # kept, null from now
+        assert s3.filesystem().get_file_info(  # type: ignore[attr-defined]
+            f"{s3.bucket}/checkpoints/q/pg_cdc_structs_{name}.json").size > 0
+    with pytest.raises(ConfigError, match="option 'schema_location': a URI with a user") as no:
+        CdcOptions.from_options({"dsn": "dbname=x", "slot": name, "row_format": "struct",
+                                 "schema_evolution": "add_columns",
+                                 "schema_location": "s3://key:hunter2@bucket/x"})
+    assert "hunter2" not in str(no.value)
+    gone = CdcOptions.from_options({"dsn": "dbname=x", "slot": name, "row_format": "struct",
+                                    "schema_evolution": "add_columns",
+                                    "schema_location": "nosuch://host/x"})
+    with pytest.raises(ConfigError, match="option 'schema_location': cannot open "
+                                          "'nosuch://host/x'"):
+        evolve_kept(gone, first)

@@ -152,10 +152,11 @@ OPTION_DOCS: tuple[OptionDoc, ...] = (
     OptionDoc(
         "schema_location",
         "(none)",
-        "`schema_evolution=add_columns`: a directory the driver reads and writes as files "
-        "(local, or mounted: `/dbfs`, `/Volumes`), e.g. the query's checkpointLocation, "
-        "where the query keeps its structs between runs, so that `load()` gives the fields "
-        "of dropped and renamed columns too",
+        "`schema_evolution=add_columns`: a directory (local or mounted: `/dbfs`, "
+        "`/Volumes`; or a URI pyarrow opens: `s3://`, `gs://`, `abfs://`, `hdfs://`, with "
+        "credentials from the environment, never in the URI), e.g. the query's "
+        "checkpointLocation, where the driver keeps the query's structs between runs, so "
+        "that `load()` gives the fields of dropped and renamed columns too",
     ),
     OptionDoc("fetch_rows", "10000", "rows fetched from the server per round trip"),
     OptionDoc("batch_rows", "10000", "rows per Arrow batch handed to Spark"),

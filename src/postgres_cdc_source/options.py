@@ -12,6 +12,7 @@ import re
 from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field
 from typing import TypeVar
+from urllib.parse import urlsplit
 
 import psycopg
 from psycopg.conninfo import conninfo_to_dict, make_conninfo
@@ -321,7 +322,12 @@ def _schema_location(opts: Options, given: Options) -> str | None:
     if "schema_location" in given and opts.get("schema_evolution") != "add_columns":
         raise ConfigError("schema_location", "only applies with schema_evolution=add_columns "
                           "(the structs it keeps are the union add_columns evolves)")
-    return opts.get("schema_location") or None
+    location = opts.get("schema_location") or None
+    if location is not None and "@" in urlsplit(location).netloc:
+        raise ConfigError("schema_location", "a URI with a user or password: give the "
+                          "credentials through the environment (as the file system's SDK "
+                          "finds them), never in the option")
+    return location
 
 
 def _schema_changes(opts: Options) -> bool:

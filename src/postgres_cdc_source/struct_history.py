@@ -11,17 +11,21 @@ least as wide as those of any offset the checkpoint has, which the reader checks
 (:func:`~postgres_cdc_source.struct_types.checkpoint_difference`). The union only grows, so a
 run that fails after writing it leaves nothing a later run cannot take.
 
-The file is read and written with plain file I/O on the driver: ``schema_location`` is a local
-directory, or one a file system mounts (``/dbfs``, ``/Volumes``), such as the checkpoint's.
+The file is read and written on the driver with pyarrow's file systems: ``schema_location`` is
+a local directory (or one a file system mounts: ``/dbfs``, ``/Volumes``), or a URI pyarrow
+opens (``s3://``, ``gs://``, ``abfs://``, ``hdfs://``; credentials from the environment, as its
+SDKs find them), such as the checkpoint's. An object store writes the file in one request, so a
+reader sees the old structs or the new, never part of them; a local file is written aside and
+renamed over the old one.
 """
 
 from __future__ import annotations
 
-import os
-from pathlib import Path
+import posixpath
 from typing import Any
 
 import orjson
+from pyarrow import ArrowException, fs
 
 from postgres_cdc_source.errors import ConfigError
 from postgres_cdc_source.options import CdcOptions
@@ -30,43 +34,60 @@ from postgres_cdc_source.struct_types import StructRows
 __all__ = ["evolve_kept", "keep", "structs_path"]
 
 
-def structs_path(options: CdcOptions) -> Path:
-    """The file of the query's structs: one per slot, so that queries may share a directory."""
-    assert options.schema_location is not None
-    return Path(options.schema_location) / f"pg_cdc_structs_{options.slot}.json"
-
-
-def _read(path: Path) -> dict[str, Any] | None:
+def structs_path(options: CdcOptions) -> tuple[fs.FileSystem, str]:
+    """The file system and path of the query's structs: one file per slot, so that queries
+    may share a directory."""
+    location = options.schema_location
+    assert location is not None
     try:
-        written: dict[str, Any] = orjson.loads(path.read_bytes())
+        filesystem, directory = (fs.FileSystem.from_uri(location) if "://" in location
+                                 else (fs.LocalFileSystem(), posixpath.abspath(location)))
+    except (ArrowException, OSError, ValueError) as exc:
+        raise ConfigError("schema_location", f"cannot open {location!r}: {exc}"
+                          ) from exc
+    return filesystem, posixpath.join(directory, f"pg_cdc_structs_{options.slot}.json")
+
+
+def _read(options: CdcOptions) -> dict[str, Any] | None:
+    filesystem, path = structs_path(options)
+    try:
+        with filesystem.open_input_stream(path) as stream:
+            written: dict[str, Any] = orjson.loads(stream.read())
     except FileNotFoundError:
         return None
-    except (OSError, orjson.JSONDecodeError) as exc:
-        raise ConfigError("schema_location", f"cannot read {str(path)!r}: {exc}") from exc
+    except (ArrowException, OSError, orjson.JSONDecodeError) as exc:
+        raise ConfigError("schema_location", f"cannot read the structs in "
+                          f"{options.schema_location!r}: {exc}") from exc
     return written
 
 
 def keep(options: CdcOptions, typed: StructRows) -> None:
-    """Write ``typed``'s structs to the query's file (atomically: a rename), unless it holds
-    them already."""
-    path = structs_path(options)
+    """Write ``typed``'s structs to the query's file (whole: see above), unless it holds them
+    already."""
     stamp = typed.stamp()
-    if _read(path) == stamp:
+    if _read(options) == stamp:
         return
+    filesystem, path = structs_path(options)
     try:
-        path.parent.mkdir(parents=True, exist_ok=True)
-        partial = path.with_name(path.name + ".partial")
-        partial.write_bytes(orjson.dumps(stamp))
-        os.replace(partial, path)
-    except OSError as exc:
-        raise ConfigError("schema_location", f"cannot write {str(path)!r}: {exc}") from exc
+        filesystem.create_dir(posixpath.dirname(path), recursive=True)
+        if isinstance(filesystem, fs.LocalFileSystem):
+            partial = path + ".partial"
+            with filesystem.open_output_stream(partial) as out:
+                out.write(orjson.dumps(stamp))
+            filesystem.move(partial, path)
+        else:
+            with filesystem.open_output_stream(path) as out:
+                out.write(orjson.dumps(stamp))
+    except (ArrowException, OSError) as exc:
+        raise ConfigError("schema_location", f"cannot write the structs to "
+                          f"{options.schema_location!r}: {exc}") from exc
 
 
 def evolve_kept(options: CdcOptions, typed: StructRows) -> StructRows:
     """``typed`` (the tables' columns now) evolved from the structs kept in
     ``schema_location`` (as they are when none are), kept there for the next run;
     :class:`ConfigError` (option ``schema_evolution``) naming what add_columns refuses."""
-    written = _read(structs_path(options))
+    written = _read(options)
     try:
         evolved = typed if written is None else typed.evolved(written)
     except ValueError as exc:
