@@ -52,14 +52,15 @@ def test_row_format_is_json_by_default_and_checked_by_name() -> None:
     assert CdcOptions.from_options({**CDC, "row_format": "struct"}).row_format == "struct"
     with pytest.raises(ConfigError, match="option 'row_format': bad value: 'typed'"):
         CdcOptions.from_options({**CDC, "row_format": "typed"})
-    with pytest.raises(ConfigError, match="option 'row_format': variant is not supported yet"):
-        CdcOptions.from_options({**CDC, "row_format": "variant"})
+    assert CdcOptions.from_options({**CDC, "row_format": "variant"}).row_format == "variant"
 
 
+@pytest.mark.parametrize("row_format", ["struct", "variant"])
 @pytest.mark.parametrize("option", ["message_prefixes", "topic_from", "partition_key_from"])
-def test_struct_refuses_what_it_cannot_carry(option: str) -> None:
-    with pytest.raises(ConfigError, match=f"option '{option}': not supported with row_format"):
-        CdcOptions.from_options({**CDC, "row_format": "struct", option: "id",
+def test_typed_rows_refuse_what_they_cannot_carry(row_format: str, option: str) -> None:
+    with pytest.raises(ConfigError, match=f"option '{option}': not supported with "
+                                          f"row_format={row_format}"):
+        CdcOptions.from_options({**CDC, "row_format": row_format, option: "id",
                                  "default_topic": "t"})
 
 

@@ -177,7 +177,8 @@ class CdcOptions:
     :mod:`~postgres_cdc_source.replication.publication`)."""
     row_format: str = "json"
     """``json``: ``key``/``before``/``after`` as JSON text; ``struct``: as structs of the
-    captured tables' columns (:mod:`postgres_cdc_source.struct_types`)."""
+    captured tables' columns (:mod:`postgres_cdc_source.struct_types`); ``variant``: as
+    VARIANT values (:mod:`postgres_cdc_source.variant_types`)."""
     schema_evolution: str = "fail"
     """``row_format=struct``: what a restart on a checkpoint written with other structs does
     (:func:`postgres_cdc_source.struct_types.checkpoint_difference`)."""
@@ -282,7 +283,7 @@ def _all_tables(opts: Options, given: Options, plugin: str) -> bool:
     return _parse(opts, "all_tables_publication", parse_bool)
 
 
-_NOT_WITH_STRUCT = {
+_NOT_TYPED = {
     "message_prefixes": "a logical message has no row of the captured tables' columns",
     "topic_from": "routing is iggy_routed's, which takes row_format=json",
     "stream_from": "routing is iggy_routed's, which takes row_format=json",
@@ -291,17 +292,12 @@ _NOT_WITH_STRUCT = {
 
 
 def _row_format(opts: Options, given: Options) -> str:
-    """``row_format``; ``variant`` is refused, and so are the options ``struct`` cannot
-    serve."""
+    """``row_format``, refusing the options ``struct`` and ``variant`` cannot serve."""
     row_format = _parse(opts, "row_format", _choice(ROW_FORMATS))
-    if row_format == "variant":
-        raise ConfigError("row_format", "variant is not supported yet: pg_cdc cannot build "
-                          "Spark's VARIANT binary encoding; use row_format=struct (typed "
-                          "columns) or json with parse_json(after)")
-    if row_format == "struct":
-        for option, why in _NOT_WITH_STRUCT.items():
+    if row_format != "json":
+        for option, why in _NOT_TYPED.items():
             if option in given:
-                raise ConfigError(option, f"not supported with row_format=struct ({why})")
+                raise ConfigError(option, f"not supported with row_format={row_format} ({why})")
     return row_format
 
 

@@ -14,12 +14,18 @@ from postgres_cdc_source.errors import ConfigError
 if TYPE_CHECKING:
     from postgres_cdc_source.options import CdcOptions
     from postgres_cdc_source.struct_types import StructRows
+    from postgres_cdc_source.variant_types import VariantRows
 
 __all__ = ["PgCdcDataSource"]
 
 
-def _typed(options: CdcOptions) -> StructRows | None:
-    """``row_format=struct``'s structs, from the catalog now; ``None`` for ``json``."""
+def _typed(options: CdcOptions) -> StructRows | VariantRows | None:
+    """``row_format=struct``'s structs, from the catalog now, or ``variant``'s rows; ``None``
+    for ``json``."""
+    if options.row_format == "variant":
+        from postgres_cdc_source.variant_types import VARIANT_ROWS
+
+        return VARIANT_ROWS
     if options.row_format != "struct":
         return None
     from postgres_cdc_source.connections import connect_with_retry
@@ -36,7 +42,8 @@ class PgCdcDataSource(DataSource):
     driver, so a bad option fails before the query starts; with ``mode=polling`` that includes
     the table and columns the options name (one catalog lookup). With ``row_format=struct``
     the schema's ``before``/``after``/``key`` are the captured tables' structs, read from the
-    catalog there and again when the reader is made (they must agree).
+    catalog there and again when the reader is made (they must agree); with ``variant``
+    they are VARIANT columns.
     """
 
     @classmethod
