@@ -221,7 +221,8 @@ def test_struct_batches_become_the_json_modes_batches_byte_for_byte() -> None:
 def test_the_pipeline_takes_json_and_struct_rows_only() -> None:
     from pg_to_iggy.pipeline import start_pipeline
 
-    with pytest.raises(ConfigError, match="option 'row_format': 'variant': the pipeline routes"):
+    with pytest.raises(ConfigError, match=r"option 'row_format': 'variant': the pipeline "
+                       r"routes .* use row_format=json or struct"):
         start_pipeline(object(), dsn="dbname=x", slot="s", url="iggy://x",  # type: ignore[arg-type]
                        checkpoint="/c", source={"ROW_FORMAT": "variant"})
 
