@@ -23,7 +23,10 @@ their own.
 
 from __future__ import annotations
 
-from collections.abc import Iterable, Sequence
+from collections.abc import Callable, Iterable, Sequence
+from functools import partial
+from itertools import accumulate
+from operator import itemgetter
 from struct import Struct
 from typing import Any, Final
 
@@ -40,6 +43,9 @@ __all__ = [
     "double",
     "encode",
     "float32",
+    "int16",
+    "int32",
+    "int64",
     "integer",
     "is_variant",
     "plain",
@@ -110,39 +116,36 @@ def decimal(unscaled: int, scale: int) -> bytes | None:
     return None
 
 
-def double(x: float) -> bytes:
-    return _DOUBLE.pack(_DOUBLE_HEADER, x)
+# The fixed-size primitives: a packer each, called once per value of a column of the type.
+int16: Final = partial(_INT16.pack, _INT_HEADERS[1])
+int32: Final = partial(_INT32.pack, _INT_HEADERS[2])
+int64: Final = partial(_INT64.pack, _INT_HEADERS[3])
+double: Final = partial(_DOUBLE.pack, _DOUBLE_HEADER)
+float32: Final = partial(_FLOAT.pack, _FLOAT_HEADER)
+"""A 4-byte float: the double given rounded to the nearest (the caller knows it is exact)."""
+date_days: Final = partial(_DAYS.pack, _DATE_HEADER)
+"""A date, as days since 1970-01-01."""
+timestamp: Final = partial(_MICROS.pack, _TIMESTAMP_HEADER)
+"""An instant (Spark's TIMESTAMP), as microseconds since 1970-01-01 00:00 UTC."""
+timestamp_ntz: Final = partial(_MICROS.pack, _TIMESTAMP_NTZ_HEADER)
+"""A local date and time (Spark's TIMESTAMP_NTZ), as microseconds since 1970-01-01 00:00."""
 
 
-def float32(x: float) -> bytes:
-    """A 4-byte float (``x`` rounded to the nearest, as the caller made sure is exact)."""
-    return _FLOAT.pack(_FLOAT_HEADER, x)
+_SHORT_HEADERS = tuple(bytes((_SHORT_STRING | n << 2,)) for n in range(_MAX_SHORT_STRING + 1))
 
 
 def string(s: str) -> bytes:
     data = s.encode()
-    if len(data) <= _MAX_SHORT_STRING:
-        return bytes((_SHORT_STRING | len(data) << 2,)) + data
-    return _SIZED.pack(_LONG_STRING_HEADER, len(data)) + data
+    n = len(data)
+    if n <= _MAX_SHORT_STRING:
+        return _SHORT_HEADERS[n] + data
+    return _SIZED.pack(_LONG_STRING_HEADER, n) + data
 
 
 def binary(data: bytes) -> bytes:
     return _SIZED.pack(_BINARY_HEADER, len(data)) + data
 
 
-def date_days(days: int) -> bytes:
-    """A date, as days since 1970-01-01."""
-    return _DAYS.pack(_DATE_HEADER, days)
-
-
-def timestamp(micros: int) -> bytes:
-    """An instant (Spark's TIMESTAMP), as microseconds since 1970-01-01 00:00 UTC."""
-    return _MICROS.pack(_TIMESTAMP_HEADER, micros)
-
-
-def timestamp_ntz(micros: int) -> bytes:
-    """A local date and time (Spark's TIMESTAMP_NTZ), as microseconds since 1970-01-01 00:00."""
-    return _MICROS.pack(_TIMESTAMP_NTZ_HEADER, micros)
 
 
 # --- objects and arrays ----------------------------------------------------------------------
@@ -198,16 +201,24 @@ def _metadata(keys: Sequence[str]) -> bytes:
 
 
 class _Keys:
-    """One set of object keys: the sorted dictionary's metadata, and the field ids and the
-    order of a flat object with exactly these keys (the usual row)."""
+    """One set of object keys: the sorted dictionary's metadata, and what a flat object with
+    exactly these keys (the usual row) needs: its values in key order (``values``), and per
+    width of its offsets the bytes before them (header, size, field ids) and their packer."""
 
-    __slots__ = ("ids", "metadata", "order")
+    __slots__ = ("heads", "metadata", "offsets", "values")
 
     def __init__(self, keys: tuple[str, ...]) -> None:
-        ordered = sorted(range(len(keys)), key=lambda i: _utf16(keys[i]))
-        self.order = ordered
-        self.metadata = _metadata([keys[i] for i in ordered])
-        self.ids = _uints(range(len(keys)), _width(len(keys) - 1)) if keys else b""
+        ordered = sorted(keys, key=_utf16)
+        n = len(ordered)
+        self.metadata = _metadata(ordered)
+        self.values: Callable[[dict[str, Any]], Sequence[Any]] = (
+            itemgetter(*ordered) if n > 1 else lambda obj: tuple(obj.values()))
+        id_width = _width(n - 1)
+        ids = _uints(range(n), id_width)
+        self.heads = {width: b"".join((bytes((_OBJECT | ((n > 0xFF) << 4 | (id_width - 1) << 2
+                                                         | (width - 1)) << 2,)), _count(n), ids))
+                      for width in (1, 2, 3, 4)}
+        self.offsets = {width: Struct(f"<{n + 1}{'BHxI'[width - 1]}").pack for width in (1, 2, 4)}
 
 
 _FLAT: dict[tuple[str, ...], _Keys] = {}
@@ -215,31 +226,31 @@ _MAX_FLAT = 4096  # sets of keys kept; a query has one or two per table
 
 
 def _flat(keys: tuple[str, ...]) -> _Keys:
-    found = _FLAT.get(keys)
-    if found is None:
-        if len(_FLAT) >= _MAX_FLAT:
-            _FLAT.clear()
-        found = _FLAT[keys] = _Keys(keys)
+    if len(_FLAT) >= _MAX_FLAT:
+        _FLAT.clear()
+    found = _FLAT[keys] = _Keys(keys)
     return found
 
 
 def encode(obj: Any) -> tuple[bytes, bytes]:
     """``obj`` (see the module docstring) as a variant's ``(value, metadata)``."""
-    if type(obj) is dict:
+    if type(obj) is dict:  # the hot path: a row of encoded values and nulls
         keys = tuple(obj)
-        flat = _flat(keys)
-        values = list(obj.values())
-        parts = []
-        for i in flat.order:
-            v = values[i]
-            if type(v) is bytes:
-                parts.append(v)
-            elif v is None:
-                parts.append(NULL)
-            else:
-                break
+        flat = _FLAT.get(keys) or _flat(keys)
+        parts = flat.values(obj)
+        if None in parts:
+            parts = [NULL if v is None else v for v in parts]
+        try:
+            data = b"".join(parts)
+        except TypeError:  # a JSON object or array: the general way
+            pass
         else:
-            return _container(parts, flat.ids, _width(len(keys) - 1)), flat.metadata
+            offsets = (0, *accumulate(map(len, parts)))
+            total = offsets[-1]
+            width = 1 if total <= 0xFF else 2 if total <= 0xFFFF else 3 if (
+                total <= 0xFFFFFF) else 4
+            packed = _uints(offsets, 3) if width == 3 else flat.offsets[width](*offsets)
+            return flat.heads[width] + packed + data, flat.metadata
     dictionary = sorted(set(_keys(obj)), key=_utf16)
     ids = {k: i for i, k in enumerate(dictionary)}
     return _value(obj, ids), _metadata(dictionary)

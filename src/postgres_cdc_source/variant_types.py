@@ -8,7 +8,7 @@ tables of any shape and a column change needs no restart. Each value is the JSON
 ================================  =============================================================
 Postgres                          variant value
 ================================  =============================================================
-smallint, integer, bigint, oid    the smallest of int8, int16, int32, int64
+smallint, integer, bigint, oid    int16, int32, int64, int64
 numeric                           decimal4/8/16 of the text's digits and scale (``120.50`` has
                                   scale 2); above 38 digits, and ``NaN``, ``Infinity``: string,
                                   the text
@@ -63,8 +63,16 @@ _FLOAT_WORDS = frozenset({"NaN", "Infinity", "-Infinity"})
 _DIGITS = 38  # the widest exact number of a variant, decimal16
 
 
-def _int(text: str) -> bytes:
-    return variant.integer(int(text))
+def _int2(text: str) -> bytes:
+    return variant.int16(int(text))
+
+
+def _int4(text: str) -> bytes:
+    return variant.int32(int(text))
+
+
+def _int8(text: str) -> bytes:
+    return variant.int64(int(text))
 
 
 def _numeric(text: str) -> bytes:
@@ -192,10 +200,10 @@ def _has_object(items: list[Any]) -> bool:
 _BY_OID: dict[int, Converter] = {
     16: _BOOL.__getitem__,
     17: _bytea,
-    20: _int,
-    21: _int,
-    23: _int,
-    26: _int,
+    20: _int8,
+    21: _int2,
+    23: _int4,
+    26: _int8,  # oid: unsigned 32-bit
     114: _json,
     700: _float4,
     701: _float8,
