@@ -215,10 +215,10 @@ class _Keys:
             itemgetter(*ordered) if n > 1 else lambda obj: tuple(obj.values()))
         id_width = _width(n - 1)
         ids = _uints(range(n), id_width)
-        self.heads = {width: b"".join((bytes((_OBJECT | ((n > 0xFF) << 4 | (id_width - 1) << 2
-                                                         | (width - 1)) << 2,)), _count(n), ids))
-                      for width in (1, 2, 3, 4)}
-        self.offsets = {width: Struct(f"<{n + 1}{'BHxI'[width - 1]}").pack for width in (1, 2, 4)}
+        self.heads = tuple(b"".join((bytes((_OBJECT | ((n > 0xFF) << 4 | (id_width - 1) << 2
+                                                    | (width - 1)) << 2,)), _count(n), ids))
+                           for width in (1, 2, 3, 4))
+        self.offsets = tuple(Struct(f"<{n + 1}{'BHxI'[width - 1]}").pack for width in (1, 2, 4))
 
 
 _FLAT: dict[tuple[str, ...], _Keys] = {}
@@ -247,10 +247,13 @@ def encode(obj: Any) -> tuple[bytes, bytes]:
         else:
             offsets = (0, *accumulate(map(len, parts)))
             total = offsets[-1]
-            width = 1 if total <= 0xFF else 2 if total <= 0xFFFF else 3 if (
-                total <= 0xFFFFFF) else 4
-            packed = _uints(offsets, 3) if width == 3 else flat.offsets[width](*offsets)
-            return flat.heads[width] + packed + data, flat.metadata
+            if total <= 0xFF:
+                return flat.heads[0] + flat.offsets[0](*offsets) + data, flat.metadata
+            if total <= 0xFFFF:
+                return flat.heads[1] + flat.offsets[1](*offsets) + data, flat.metadata
+            if total <= 0xFFFFFF:
+                return flat.heads[2] + _uints(offsets, 3) + data, flat.metadata
+            return flat.heads[3] + flat.offsets[2](*offsets) + data, flat.metadata
     dictionary = sorted(set(_keys(obj)), key=_utf16)
     ids = {k: i for i, k in enumerate(dictionary)}
     return _value(obj, ids), _metadata(dictionary)
@@ -307,22 +310,14 @@ def is_variant(arrow_type: pa.DataType) -> bool:
 
 def variant_array(objs: Sequence[Any]) -> pa.StructArray:
     """``objs`` (``None`` for a null) as an Arrow column of :data:`VARIANT_ARROW`."""
-    values: list[bytes] = []
-    metadata: list[bytes] = []
-    nulls: list[bool] = []
-    for obj in objs:
-        if obj is None:
-            values.append(NULL)
-            metadata.append(_EMPTY_METADATA)
-            nulls.append(True)
-        else:
-            value, meta = encode(obj)
-            values.append(value)
-            metadata.append(meta)
-            nulls.append(False)
+    if not objs:
+        return pa.array([], VARIANT_ARROW)
+    values, metadata = zip(*[_NULL_PAIR if obj is None else encode(obj) for obj in objs],
+                           strict=True)
+    mask = pa.array([obj is None for obj in objs], pa.bool_()) if None in objs else None
     return pa.StructArray.from_arrays(
         [pa.array(values, pa.binary()), pa.array(metadata, pa.binary())],
-        fields=list(VARIANT_ARROW), mask=pa.array(nulls, pa.bool_()) if any(nulls) else None)
+        fields=list(VARIANT_ARROW), mask=mask)
 
 
-_EMPTY_METADATA: Final = _metadata(())
+_NULL_PAIR: Final = (NULL, _metadata(()))  # under a null: a valid variant all the same
