@@ -110,6 +110,9 @@ def test_a_rows_pre_encoded_columns_and_nested_json_share_one_dictionary() -> No
     _, metadata = variant.encode(row)
     assert _metadata_keys(metadata) == (True, ["a", "j", "q", "z"])
     assert decoded({"b": variant.integer(2), "a": variant.TRUE}) == {"a": True, "b": 2}
+    wide = {f"c{i}": variant.string("x" * (i % 300)) for i in range(1600)}  # Postgres's most
+    assert decoded(wide) == {f"c{i}": "x" * (i % 300) for i in range(1600)}  # 3-byte offsets
+    assert decoded({"only": None}) == {"only": None} and decoded({}) == {}
 
 
 def test_keys_are_ordered_as_spark_compares_strings() -> None:
