@@ -193,6 +193,63 @@ def test_numeric_text_is_its_decimal_or_its_text(value: Decimal) -> None:
         assert got == text
 
 
+_JSON_NUMBERS = st.recursive(
+    st.none() | st.booleans() | st.integers() | st.text(st.characters(exclude_categories=("Cs",)))
+    | st.decimals(allow_nan=False, allow_infinity=False),
+    lambda inner: st.lists(inner, max_size=4) | st.dictionaries(_KEYS, inner, max_size=4),
+    max_leaves=20,
+)
+
+
+def _json_text(obj: Any) -> str:
+    """``obj`` as JSON text, its decimals written as they are (``1.50``, ``1E+5``)."""
+    if isinstance(obj, Decimal):
+        return str(obj)
+    if isinstance(obj, list):
+        return "[" + ", ".join(map(_json_text, obj)) + "]"
+    if isinstance(obj, dict):
+        return "{" + ", ".join(f"{json.dumps(k)}: {_json_text(v)}" for k, v in obj.items()) + "}"
+    return json.dumps(obj)
+
+
+def _exact(obj: Any) -> Any:
+    """What a JSON value's variant holds: an integer as such up to int64, other numbers as
+    decimals of their digits and scale (a negative exponent's zeros written out), their text
+    beyond 38 digits."""
+    if isinstance(obj, dict):
+        return {k: _exact(v) for k, v in obj.items()}
+    if isinstance(obj, list):
+        return [_exact(v) for v in obj]
+    if isinstance(obj, Decimal) and not any(c in str(obj) for c in ".eE"):
+        obj = int(str(obj))  # JSON reads 12 as an integer
+    if isinstance(obj, bool) or not isinstance(obj, (int, Decimal)) or (
+            isinstance(obj, int) and -2**63 <= obj < 2**63):
+        return obj
+    _sign, digits, exponent = Decimal(obj).as_tuple()
+    assert isinstance(exponent, int)
+    if len(digits) + max(exponent, 0) > 38 or -exponent > 38:
+        return str(obj)
+    return Decimal(int(obj)) if exponent > 0 else Decimal(obj)
+
+
+def _same(a: Any, b: Any) -> bool:
+    if isinstance(a, dict):
+        return isinstance(b, dict) and a.keys() == b.keys() and all(_same(a[k], b[k]) for k in a)
+    if isinstance(a, list):
+        return isinstance(b, list) and len(a) == len(b) and all(map(_same, a, b))
+    if isinstance(a, Decimal):
+        return isinstance(b, Decimal) and a == b and a.as_tuple().exponent == b.as_tuple(
+            ).exponent
+    return type(a) is type(b) and a == b
+
+
+@given(_JSON_NUMBERS)
+@example([Decimal("1E+30"), Decimal("-1.50E-3"), Decimal("1E+40"), Decimal("1E-39"), 2**64])
+def test_json_is_objects_and_arrays_with_exact_numbers(obj: Any) -> None:
+    got = column(3802, _json_text(obj))
+    assert _same(got, _exact(obj)), (got, _exact(obj))
+
+
 def _nearest_float32(text: str) -> float:
     """The float32 nearest the decimal ``text``, ties to even: exact, by fractions."""
     exact = Fraction(Decimal(text))
