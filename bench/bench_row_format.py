@@ -1,11 +1,13 @@
-"""Typed rows against JSON rows: what ``row_format=struct`` costs the stream.
+"""Typed rows against JSON rows: what ``row_format=struct`` and ``variant`` cost the stream.
 
     python -m bench.bench_row_format [--changes 100000] [--rounds 3]
                                      [--plugins pgoutput,test_decoding]
+                                     [--formats struct,variant] [--readers-only]
 
 One throwaway Postgres, one workload (``bench.cdc``: half inserts, half updates, 1,000 changes
-per transaction), read with ``row_format=json`` (the default) and ``row_format=struct``, per
-plugin, by two kinds of contender interleaved round by round after a discarded warm-up round:
+per transaction), read with ``row_format=json`` (the default) and each of ``--formats``, per
+plugin, by two kinds of contender interleaved round by round after a discarded warm-up round
+(``--readers-only``: the second kind only):
 
 * ``spark_json``, ``spark_struct``: ``spark.readStream.format("pg_cdc")`` into Spark's ``noop``
   sink with ``trigger(availableNow=True)``, on a fresh copy of the plugin's template slot per
@@ -28,8 +30,12 @@ a ``Decimal`` per value), ``at timestamptz`` (timestamp: a ``datetime`` parsed p
 conversions JSON text does not make; text-heavy tables convert less, tables of timestamps and
 decimals more.
 
-Writes ``bench/results/row_format.json``; target (issue 35): ``struct`` at 0.9x ``json`` or
-better through Spark (pgoutput).
+``variant`` encodes every value into the VARIANT binary format in Python (an int8, a decimal8
+of scale 2, a timestamp, a boolean, a double, a string) and each row's object around them.
+
+Writes ``bench/results/row_format.json`` (both formats), or ``row_format_<format>.json`` for
+one (``_readers`` added with ``--readers-only``); target (issue 35): ``struct`` at 0.9x
+``json`` or better through Spark (pgoutput).
 """
 
 from __future__ import annotations
@@ -45,7 +51,7 @@ from iggy_spark_testing.harness import postgres
 from postgres_cdc_source.source import PgCdcDataSource
 from postgres_cdc_source.stream.reader import PgCdcStreamReader
 
-FORMATS = ("json", "struct")
+TYPED = ("struct", "variant")
 TARGET = 0.9
 SPARK_TIMED = ("pg_cdc -> noop, trigger(availableNow=True): first micro-batch start to last "
                "end (Spark progress); JVM and query start-up excluded")
@@ -62,9 +68,10 @@ def suffix(plugin: str) -> str:
     return "" if plugin == "pgoutput" else f"_{plugin}"
 
 
-def contenders(spark: Any, conn: Any, workload: cdc.CdcWorkload, plugin: str, end: int
-               ) -> dict[str, common.Contender]:
-    """Spark and the reader alone, each in both row formats, on one plugin's slot."""
+def contenders(spark: Any, conn: Any, workload: cdc.CdcWorkload, plugin: str, end: int,
+               formats: tuple[str, ...]) -> dict[str, common.Contender]:
+    """Spark (unless ``spark`` is ``None``) and the reader alone, each in ``json`` and
+    ``formats``, on one plugin's slot."""
     template = workload.template[plugin]
 
     def through_spark(row_format: str) -> common.Contender:
@@ -86,8 +93,10 @@ def contenders(spark: Any, conn: Any, workload: cdc.CdcWorkload, plugin: str, en
         start = parse_lsn(reader.initialOffset()["lsn"])
         return lambda _: cdc.read_whole(reader, start, end, workload.changes, name)
 
-    return {**{f"spark_{f}{suffix(plugin)}": through_spark(f) for f in FORMATS},
-            **{f"reader_{f}{suffix(plugin)}": alone(f) for f in FORMATS}}
+    every = ("json", *formats)
+    return {**({f"spark_{f}{suffix(plugin)}": through_spark(f) for f in every}
+               if spark is not None else {}),
+            **{f"reader_{f}{suffix(plugin)}": alone(f) for f in every}}
 
 
 def main(argv: list[str] | None = None) -> int:
@@ -95,42 +104,54 @@ def main(argv: list[str] | None = None) -> int:
     p.add_argument("--changes", type=int, default=100_000)
     p.add_argument("--rounds", type=int, default=3)
     p.add_argument("--plugins", default=",".join(cdc.PLUGINS))
+    p.add_argument("--formats", default=",".join(TYPED))
+    p.add_argument("--readers-only", action="store_true")
     args = p.parse_args(argv)
     plugins = [plugin for plugin in args.plugins.split(",") if plugin]
+    formats = tuple(f for f in TYPED if f in args.formats.split(","))
+    kinds = ("reader",) if args.readers_only else ("spark", "reader")
     load = os.getloadavg()[0]
     with postgres() as pg, pg.connect() as conn:
         workload = cdc.write_workload(conn, pg.dsn, args.changes)
         (end,) = conn.execute("SELECT (pg_current_wal_flush_lsn() - '0/0')::int8"
                               ).fetchone() or (0,)
         common.log(f"workload: {workload.changes:,} changes")
-        spark = common.spark_session("bench-row-format")
-        cpu = common.CpuMeter(cdc.with_postgres(common.spark_groups(spark), pg))
+        spark = None if args.readers_only else common.spark_session("bench-row-format")
+        cpu = common.CpuMeter(cdc.with_postgres(
+            common.spark_groups(spark) if spark is not None else {}, pg))
         everyone: dict[str, common.Contender] = {}
         for plugin in plugins:
-            everyone.update(contenders(spark, conn, workload, plugin, int(end)))
+            everyone.update(contenders(spark, conn, workload, plugin, int(end), formats))
         runs = common.paired_rounds(everyone, args.rounds, "row_format", warm_up=True, cpu=cpu)
-        spark.stop()
+        if spark is not None:
+            spark.stop()
         version = pg.version
-    ratios = {f"{kind}{suffix(plugin)}": common.ratio(runs[f"{kind}_struct{suffix(plugin)}"],
-                                                      runs[f"{kind}_json{suffix(plugin)}"])
-              for plugin in plugins for kind in ("spark", "reader")}
     report: dict[str, Any] = {
-        "benchmark": "row_format=struct vs json: pg_cdc -> noop and the reader alone",
+        "benchmark": f"row_format={' and '.join(formats)} vs json: "
+                     + ("the reader alone" if args.readers_only
+                        else "pg_cdc -> noop and the reader alone"),
         "config": {"changes": workload.changes, "txn_rows": workload.txn_rows,
-                   "rounds": args.rounds, "plugins": plugins, "postgres": version,
-                   "load_1m_at_start": round(load, 2)},
+                   "rounds": args.rounds, "plugins": plugins, "formats": formats,
+                   "postgres": version, "load_1m_at_start": round(load, 2)},
         "contenders": {name: common.summarize(measures) for name, measures in runs.items()},
-        "ratio_struct_vs_json": ratios,
         "target": TARGET,
     }
-    report["summary"] = f"row_format, changes/s [{workload.changes:,} changes]: " + "; ".join(
-        f"{plugin}: through Spark struct "
-        f"{report['contenders'][f'spark_struct{suffix(plugin)}']['per_second']:,}/s vs json "
-        f"{report['contenders'][f'spark_json{suffix(plugin)}']['per_second']:,}/s = "
-        f"{ratios[f'spark{suffix(plugin)}']['median']}x, reader alone "
-        f"{ratios[f'reader{suffix(plugin)}']['median']}x"
-        for plugin in plugins) + f" (target {TARGET}x)"
-    return common.publish("row_format", report)
+    parts = []
+    for typed in formats:
+        ratios = {f"{kind}{suffix(plugin)}": common.ratio(
+            runs[f"{kind}_{typed}{suffix(plugin)}"], runs[f"{kind}_json{suffix(plugin)}"])
+            for plugin in plugins for kind in kinds}
+        report[f"ratio_{typed}_vs_json"] = ratios
+        parts += [f"{plugin} {typed}: " + ", ".join(
+            f"{'through Spark' if kind == 'spark' else 'reader alone'} "
+            f"{report['contenders'][f'{kind}_{typed}{suffix(plugin)}']['per_second']:,}/s vs "
+            f"json {report['contenders'][f'{kind}_json{suffix(plugin)}']['per_second']:,}/s "
+            f"= {ratios[f'{kind}{suffix(plugin)}']['median']}x" for kind in kinds)
+            for plugin in plugins]
+    report["summary"] = (f"row_format, changes/s [{workload.changes:,} changes]: "
+                         + "; ".join(parts) + f" (target {TARGET}x)")
+    name = "row_format" + ("" if formats == TYPED else f"_{formats[0]}")
+    return common.publish(name + ("_readers" if args.readers_only else ""), report)
 
 
 if __name__ == "__main__":

@@ -15,9 +15,9 @@ PACKAGE = "postgres_cdc_source"
 
 LAYERS: tuple[frozenset[str], ...] = (
     frozenset({"errors", "options", "option_docs", "connections", "sql_names", "sql_json",
-               "values", "catalog", "health"}),
+               "values", "catalog", "health", "variant"}),
     frozenset({"decoding", "replication", "destination_columns", "assembly", "struct_types",
-               "struct_json", "struct_history"}),
+               "struct_json", "struct_history", "variant_types"}),
     frozenset({"snapshot", "backfill", "polling"}),
     frozenset({"stream"}),
     frozenset({"source", "abandon", PACKAGE}),

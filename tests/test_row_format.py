@@ -52,17 +52,22 @@ def test_row_format_is_json_by_default_and_checked_by_name() -> None:
     assert CdcOptions.from_options({**CDC, "row_format": "struct"}).row_format == "struct"
     with pytest.raises(ConfigError, match="option 'row_format': bad value: 'typed'"):
         CdcOptions.from_options({**CDC, "row_format": "typed"})
-    with pytest.raises(ConfigError, match="option 'row_format': variant is not supported yet"):
-        CdcOptions.from_options({**CDC, "row_format": "variant"})
+    assert CdcOptions.from_options({**CDC, "row_format": "variant"}).row_format == "variant"
 
 
-def test_struct_refuses_what_it_cannot_carry() -> None:
-    with pytest.raises(ConfigError, match="option 'message_prefixes': not supported with "
-                                          "row_format=struct"):
-        CdcOptions.from_options({**CDC, "row_format": "struct", "message_prefixes": "id"})
-    routed = CdcOptions.from_options({**CDC, "row_format": "struct", "topic_from": "id",
-                                      "partition_key_from": "key", "default_topic": "t"})
-    assert (routed.topic_from, routed.partition_key_from) == ("id", "key")
+@pytest.mark.parametrize("row_format", ["struct", "variant"])
+def test_typed_rows_refuse_what_they_cannot_carry(row_format: str) -> None:
+    refused = ["message_prefixes"] + (
+        ["topic_from", "stream_from", "partition_key_from"] if row_format == "variant" else [])
+    for option in refused:
+        with pytest.raises(ConfigError, match=f"option '{option}': not supported with "
+                                              f"row_format={row_format}"):
+            CdcOptions.from_options({**CDC, "row_format": row_format, option: "id",
+                                     "default_topic": "t", "default_stream": "s"})
+    if row_format == "struct":  # routed as the JSON mode routes (test_struct_types_pg)
+        routed = CdcOptions.from_options({**CDC, "row_format": "struct", "topic_from": "id",
+                                          "partition_key_from": "key", "default_topic": "t"})
+        assert (routed.topic_from, routed.partition_key_from) == ("id", "key")
 
 
 def test_schema_changes_as_rows_are_json_only() -> None:
@@ -232,7 +237,8 @@ def test_struct_batches_become_the_json_modes_batches_byte_for_byte() -> None:
 def test_the_pipeline_takes_json_and_struct_rows_only() -> None:
     from pg_to_iggy.pipeline import start_pipeline
 
-    with pytest.raises(ConfigError, match="option 'row_format': 'variant': the pipeline routes"):
+    with pytest.raises(ConfigError, match=r"option 'row_format': 'variant': the pipeline "
+                       r"routes .* use row_format=json or struct"):
         start_pipeline(object(), dsn="dbname=x", slot="s", url="iggy://x",  # type: ignore[arg-type]
                        checkpoint="/c", source={"ROW_FORMAT": "variant"})
 

@@ -34,7 +34,7 @@ from support.struct_values import from_json, same
 from connector_common.lsn import parse_lsn
 from iggy_spark_testing.harness import LocalPostgres
 from postgres_cdc_source.catalog import CATALOG_QUERY, table_info_from_rows
-from postgres_cdc_source.decoding import Change
+from postgres_cdc_source.decoding import Change, Retyping
 from postgres_cdc_source.decoding.pgoutput import PgOutputDecoder, pgoutput_options
 from postgres_cdc_source.decoding.text_format import TEST_DECODING_OPTIONS, TextFormatDecoder
 from postgres_cdc_source.destination_columns import Router
@@ -114,12 +114,12 @@ def table(pg: LocalPostgres) -> Iterator[tuple[psycopg.Connection[Any], str]]:
         conn.execute(sql.SQL("DROP SCHEMA {} CASCADE").format(s))
 
 
-def _peek(conn: psycopg.Connection[Any], schema: str, typed: StructRows | None = None,
+def _peek(conn: psycopg.Connection[Any], schema: str, typed: Retyping | None = None,
           write: Callable[[psycopg.Connection[Any], str], int] | None = None,
           keep_values: bool = False) -> dict[str, list[Change]]:
     """The table's inserts (or the changes ``write`` makes) as each decoder gives them in the
-    JSON mode, and with ``typed`` also in the struct mode (``_po_struct``, ``_td_struct``);
-    ``keep_values``: with the values the routing options read."""
+    JSON mode, and with ``typed`` also typed by it (``_po_typed``, ``_td_typed``: the struct
+    or the variant mode); ``keep_values``: with the values the routing options read."""
     name = schema
     conn.execute(sql.SQL("CREATE PUBLICATION {} FOR TABLE {}.t").format(
         sql.Identifier(name), sql.Identifier(schema)))
@@ -137,7 +137,7 @@ def _peek(conn: psycopg.Connection[Any], schema: str, typed: StructRows | None =
                         "VARIADIC %s::text[])").format(sql.Identifier(function)),
                 (name + suffix, [x for pair in options.items() for x in pair])).fetchall()
             peeked = [(parse_lsn(lsn), xid, data) for lsn, xid, data in rows]
-            for mode, retyping in (("", None), ("_struct", typed)) if typed else (("", None),):
+            for mode, retyping in (("", None), ("_typed", typed)) if typed else (("", None),):
                 if suffix == "_po":
                     events = PgOutputDecoder(typed=retyping, keep_values=keep_values
                                              ).events(peeked)
@@ -263,7 +263,7 @@ def test_struct_rows_render_as_both_decoders_json_byte_for_byte(
 
     changes = _peek(conn, schema, typed, _changes_of_every_kind, keep_values=True)
     for plugin in ("_po", "_td"):
-        for json_mode, struct in zip(changes[plugin], changes[plugin + "_struct"], strict=True):
+        for json_mode, struct in zip(changes[plugin], changes[plugin + "_typed"], strict=True):
             assert json_mode.op == struct.op and json_mode.unchanged == struct.unchanged
             for image, render, arrow in (("key", render_key, typed.key_arrow),
                                          ("before", render_row, typed.row_arrow),

@@ -173,11 +173,11 @@ SPARK_SCHEMA = StructType([StructField(name, _SPARK_TYPES[ddl]) for name, ddl, _
 ARROW_SCHEMA = pa.schema([pa.field(name, arrow) for name, _, arrow, _ in COLUMNS])
 
 
-def typed_schemas(row: StructType, key: StructType, row_arrow: pa.DataType,
+def typed_schemas(row: DataType, key: DataType, row_arrow: pa.DataType,
                   key_arrow: pa.DataType) -> tuple[StructType, pa.Schema]:
     """:data:`SPARK_SCHEMA` and :data:`ARROW_SCHEMA` with ``before``/``after`` of the ``row``
-    struct and ``key`` of the ``key`` struct (``pg_cdc``'s ``row_format=struct``); every
-    other column as it is."""
+    type and ``key`` of the ``key`` type (``pg_cdc``'s ``row_format=struct``: structs;
+    ``variant``: variants); every other column as it is."""
     spark = {"key": key, "before": row, "after": row}
     arrow = {"key": key_arrow, "before": row_arrow, "after": row_arrow}
     return (StructType([StructField(f.name, spark.get(f.name, f.dataType))

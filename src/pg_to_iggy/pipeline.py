@@ -72,8 +72,10 @@ def start_pipeline(
     The payloads are the JSON mode's: with ``row_format=struct`` in ``source`` (typed rows,
     whose structs are fixed when the query starts and stop it when a table's columns change),
     ``key``/``before``/``after`` are turned back into the JSON mode's text before the sink,
-    byte for byte (:func:`postgres_cdc_source.struct_json.json_rows`). Other row formats are
-    refused (``ConfigError``).
+    byte for byte (:func:`postgres_cdc_source.struct_json.json_rows`). ``row_format=variant``
+    is refused (``ConfigError``): a variant object sorts its keys and keeps no Postgres type,
+    so its JSON is not the JSON mode's byte for byte (column order, ``json`` text, numbers
+    beyond 38 digits).
     """
     options = {key.lower(): value for key, value in (source or {}).items()}
     row_format = options.get("row_format", "json")
@@ -81,8 +83,9 @@ def start_pipeline(
         from postgres_cdc_source.errors import ConfigError
 
         raise ConfigError("row_format", f"{row_format!r}: the pipeline routes pg_cdc's rows "
-                          "into Iggy as the JSON mode's payloads, from row_format=json or "
-                          "struct")
+                          "into Iggy as the JSON mode's payloads byte for byte, which variant "
+                          "rows cannot give (their objects sort the columns' keys); use "
+                          "row_format=json or struct")
     reader = spark.readStream.format("pg_cdc").option("dsn", dsn).option("slot", slot)
     for key, value in options.items():
         reader = reader.option(key, value)

@@ -15,7 +15,7 @@ import tempfile
 from collections.abc import Callable, Iterable, Iterator, Sequence
 from datetime import UTC, datetime, timedelta
 from itertools import chain
-from typing import IO
+from typing import IO, Any
 
 import pyarrow as pa
 import pyarrow.compute as pc
@@ -30,8 +30,9 @@ from connector_common.lsn import format_lsn
 from postgres_cdc_source.decoding import Begin, Change, Commit, LoneMessage
 from postgres_cdc_source.destination_columns import Router
 from postgres_cdc_source.errors import DecodeError
+from postgres_cdc_source.variant import is_variant, variant_array
 
-__all__ = ["Spill", "record_batches", "transactions"]
+__all__ = ["Spill", "image_column", "record_batches", "transactions"]
 
 
 class Spill:
@@ -125,7 +126,7 @@ class _Columns:
     """
 
     def __init__(self, schema: pa.Schema) -> None:
-        self.schema = schema  # ARROW_SCHEMA, or row_format=struct's (typed_schemas)
+        self.schema = schema  # ARROW_SCHEMA, or row_format=struct's or variant's
         self.rows = 0
         self.parts: list[list[Change]] = []
         self.ends: list[int] = []  # the row each chunk ends at
@@ -179,9 +180,9 @@ class _Columns:
                 pa.array(schema, string),
                 pa.array(table, string),
                 pa.array(op, string),
-                pa.array(key, arrow.field("key").type),
-                pa.array(before, arrow.field("before").type),
-                pa.array(after, arrow.field("after").type),
+                image_column(key, arrow.field("key").type),
+                image_column(before, arrow.field("before").type),
+                image_column(after, arrow.field("after").type),
                 names,
                 _ids(commit_lsn, seq_array),
                 stream,
@@ -192,6 +193,15 @@ class _Columns:
             ],
             schema=arrow,
         )
+
+
+def image_column(images: Sequence[Any], arrow_type: pa.DataType) -> pa.Array:
+    """A ``key``/``before``/``after`` column of ``arrow_type`` from the changes' images: JSON
+    text, ``row_format=struct``'s dicts, or ``variant``'s dicts of encoded values, made
+    variants here (:func:`~postgres_cdc_source.variant.variant_array`)."""
+    if is_variant(arrow_type):
+        return variant_array(images)
+    return pa.array(images, arrow_type)
 
 
 def _positions(commit_lsn: pa.Array, seq: pa.Array) -> pa.Array:

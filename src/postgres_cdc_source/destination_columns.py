@@ -21,7 +21,7 @@ sends it, whichever format the query reads.
 from __future__ import annotations
 
 from collections.abc import Callable
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 import orjson
 
@@ -29,6 +29,9 @@ from postgres_cdc_source.decoding import MESSAGE, Change, message_prefix
 from postgres_cdc_source.options import CdcOptions
 from postgres_cdc_source.struct_json import PG_TYPE_OID, image_renderer, value_renderer
 from postgres_cdc_source.struct_types import StructRows
+
+if TYPE_CHECKING:
+    from postgres_cdc_source.variant_types import VariantRows
 
 __all__ = ["Router"]
 
@@ -85,7 +88,10 @@ def _table_or_prefix(change: Change) -> str | None:
 class Router:
     """Compute a change's destination columns; built once per read from :class:`CdcOptions`."""
 
-    def __init__(self, options: CdcOptions, typed: StructRows | None = None) -> None:
+    def __init__(self, options: CdcOptions, typed: StructRows | VariantRows | None = None
+                 ) -> None:
+        if not isinstance(typed, StructRows):  # variant: the routing options are refused
+            typed = None
         self._stream = _picker(options.stream_from, "schema", lambda c: c.schema, typed)
         self._topic = _picker(options.topic_from, "table", _table_or_prefix, typed)
         self._key = _picker(options.partition_key_from, "key", _key_text(typed), typed)

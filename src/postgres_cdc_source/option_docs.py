@@ -134,7 +134,7 @@ OPTION_DOCS: tuple[OptionDoc, ...] = (
         "`json`: `key`, `before` and `after` as JSON text; `struct`: as structs with the "
         "Spark types of the captured tables' columns, read from the catalog when the query "
         "starts (the tables `include_tables` covers, all of one shape; see Typed rows); "
-        "`variant` is refused (not supported yet)",
+        "`variant`: as VARIANT values, tables of any shape (see Variant rows)",
     ),
     OptionDoc(
         "schema_evolution",

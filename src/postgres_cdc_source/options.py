@@ -178,7 +178,8 @@ class CdcOptions:
     :mod:`~postgres_cdc_source.replication.publication`)."""
     row_format: str = "json"
     """``json``: ``key``/``before``/``after`` as JSON text; ``struct``: as structs of the
-    captured tables' columns (:mod:`postgres_cdc_source.struct_types`)."""
+    captured tables' columns (:mod:`postgres_cdc_source.struct_types`); ``variant``: as
+    VARIANT values (:mod:`postgres_cdc_source.variant_types`)."""
     schema_evolution: str = "fail"
     """``row_format=struct``: what a restart on a checkpoint written with other structs does
     (:func:`postgres_cdc_source.struct_types.checkpoint_difference`), and how a change is
@@ -292,23 +293,24 @@ def _all_tables(opts: Options, given: Options, plugin: str) -> bool:
     return _parse(opts, "all_tables_publication", parse_bool)
 
 
-_NOT_WITH_STRUCT = {
+_NOT_TYPED = {
     "message_prefixes": "a logical message has no row of the captured tables' columns",
 }
+_ROUTES = ("topic_from", "stream_from", "partition_key_from")
 
 
 def _row_format(opts: Options, given: Options) -> str:
-    """``row_format``; ``variant`` is refused, and so are the options ``struct`` cannot
-    serve."""
+    """``row_format``, refusing the options ``struct`` and ``variant`` cannot serve."""
     row_format = _parse(opts, "row_format", _choice(ROW_FORMATS))
-    if row_format == "variant":
-        raise ConfigError("row_format", "variant is not supported yet: pg_cdc cannot build "
-                          "Spark's VARIANT binary encoding; use row_format=struct (typed "
-                          "columns) or json with parse_json(after)")
-    if row_format == "struct":
-        for option, why in _NOT_WITH_STRUCT.items():
+    if row_format != "json":
+        for option, why in _NOT_TYPED.items():
             if option in given:
-                raise ConfigError(option, f"not supported with row_format=struct ({why})")
+                raise ConfigError(option, f"not supported with row_format={row_format} ({why})")
+    if row_format == "variant":
+        for option in _ROUTES:
+            if option in given:
+                raise ConfigError(option, "not supported with row_format=variant (its values "
+                                  "are encoded variants; route with row_format=json or struct)")
     return row_format
 
 

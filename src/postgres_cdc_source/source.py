@@ -14,13 +14,19 @@ from postgres_cdc_source.errors import ConfigError
 if TYPE_CHECKING:
     from postgres_cdc_source.options import CdcOptions
     from postgres_cdc_source.struct_types import StructRows
+    from postgres_cdc_source.variant_types import VariantRows
 
 __all__ = ["PgCdcDataSource"]
 
 
-def _typed(options: CdcOptions) -> StructRows | None:
+def _typed(options: CdcOptions) -> StructRows | VariantRows | None:
     """``row_format=struct``'s structs, from the catalog now, evolved from those kept in
-    ``schema_location`` when set (the union over time); ``None`` for ``json``."""
+    ``schema_location`` when set (the union over time); ``variant``'s rows; ``None`` for
+    ``json``."""
+    if options.row_format == "variant":
+        from postgres_cdc_source.variant_types import VARIANT_ROWS
+
+        return VARIANT_ROWS
     if options.row_format != "struct":
         return None
     from postgres_cdc_source.connections import connect_with_retry
@@ -41,7 +47,8 @@ class PgCdcDataSource(DataSource):
     the schema's ``before``/``after``/``key`` are the captured tables' structs, read from the
     catalog there and again when the reader is made (they must agree); with
     ``schema_location``, evolved from the structs kept there, since Spark fixes the schema
-    here, before the query reads its checkpoint (:mod:`postgres_cdc_source.struct_history`).
+    here, before the query reads its checkpoint (:mod:`postgres_cdc_source.struct_history`);
+    with ``variant`` they are VARIANT columns.
     """
 
     @classmethod

@@ -20,6 +20,7 @@ from postgres_cdc_source.snapshot import SnapshotPartition, SnapshotTable, read_
 
 if TYPE_CHECKING:
     from postgres_cdc_source.struct_types import StructRows
+    from postgres_cdc_source.variant_types import VariantRows
 
 __all__ = ["ChunkRead", "is_marker", "spliced"]
 
@@ -47,12 +48,13 @@ def _marker_nonce(change: Change) -> str | None:
 
 def spliced(
     units: Iterable[Unit], chunk: ChunkRead, options: CdcOptions, router: Router,
-    typed: StructRows | None = None,
+    typed: StructRows | VariantRows | None = None,
 ) -> Iterator[pa.RecordBatch]:
     """The stream's rows with the chunk's rows right after the transaction of its marker
     (markers themselves are left out). Without its marker in this range, no chunk rows. The
     chunk is read once the transactions before the marker are visible
-    (:mod:`~postgres_cdc_source.backfill.visibility`). ``typed``: ``row_format=struct``'s."""
+    (:mod:`~postgres_cdc_source.backfill.visibility`). ``typed``: ``row_format=struct``'s or
+    ``variant``'s."""
     schema = ARROW_SCHEMA if typed is None else typed.schemas()[1]
     rest = iter(units)
     found: list[int] = []

@@ -22,6 +22,7 @@ from pyspark.sql.datasource import InputPartition
 from connector_common.change_rows import ARROW_SCHEMA, POSITION_TYPE, READ_SEQ, position_lsn
 from connector_common.lsn import format_lsn
 from postgres_cdc_source import connections
+from postgres_cdc_source.assembly import image_column
 from postgres_cdc_source.decoding import INSERT, Change, RowShape, build_change
 from postgres_cdc_source.destination_columns import Router
 from postgres_cdc_source.options import CdcOptions
@@ -33,6 +34,7 @@ from postgres_cdc_source.values import converter_for_oid
 
 if TYPE_CHECKING:
     from postgres_cdc_source.struct_types import StructRows
+    from postgres_cdc_source.variant_types import VariantRows
 
 __all__ = ["READ", "SnapshotPartition", "read_chunk"]
 
@@ -70,11 +72,12 @@ _TEXT_ONLY.register_dumper(int, IntDumper)  # the server-side cursor's FETCH cou
 
 
 def read_chunk(
-    options: CdcOptions, part: SnapshotPartition, typed: StructRows | None = None
+    options: CdcOptions, part: SnapshotPartition, typed: StructRows | VariantRows | None = None
 ) -> Generator[pa.RecordBatch, None, None]:
     """The chunk's rows as Arrow batches of ``batch_rows``, streamed through a server-side
     cursor (``fetch_rows`` per round trip), so memory does not grow with the table; with
-    ``typed`` (``row_format=struct``) ``key`` and ``after`` are its structs.
+    ``typed`` (``row_format=struct`` or ``variant``) ``key`` and ``after`` are its structs or
+    variants.
 
     The transaction imports the exported snapshot when there is one. Once it is gone (its
     exporter, the driver, died), the chunk is read at the current state instead: that state
@@ -171,7 +174,7 @@ def _ready_batches(
 
 def _batches(
     rows: Iterator[tuple[Any, ...]], part: SnapshotPartition, router: Router, batch_rows: int,
-    typed: StructRows | None = None,
+    typed: StructRows | VariantRows | None = None,
 ) -> Iterator[pa.RecordBatch]:
     """Rows -> Arrow batches. Each row is converted and serialized as pgoutput's decoder does an
     insert (same converters, same ``orjson`` objects in column order, or with ``typed`` the
@@ -247,9 +250,9 @@ def _batch(
             repeat(table.schema),
             repeat(table.table),
             repeat(READ),
-            pa.array(keys, schema.field("key").type),
+            image_column(keys, schema.field("key").type),
             pa.nulls(n, schema.field("before").type),
-            pa.array(afters, schema.field("after").type),
+            image_column(afters, schema.field("after").type),
             pa.ListArray.from_arrays(pa.array([0] * (n + 1), pa.int32()), pa.array([], string)),
             pa.array(ids, string),
             stream,

@@ -64,10 +64,10 @@ from postgres_cdc_source.stream.coordinator import Coordinator
 from postgres_cdc_source.stream.offset import PENDING, StreamOffset
 from postgres_cdc_source.stream.ranges import RangePlanner
 from postgres_cdc_source.struct_history import keep
-from postgres_cdc_source.struct_types import checkpoint_difference
+from postgres_cdc_source.struct_types import StructRows, checkpoint_difference
 
 if TYPE_CHECKING:
-    from postgres_cdc_source.struct_types import StructRows
+    from postgres_cdc_source.variant_types import VariantRows
 
 __all__ = ["CdcPartition", "PgCdcStreamReader"]
 
@@ -97,13 +97,16 @@ class CdcPartition(InputPartition):
 
 class PgCdcStreamReader(DataSourceStreamReader, SupportsTriggerAvailableNow):
     """Reads a logical replication slot as a stream of micro-batches bounded by LSNs; with
-    ``typed`` (``row_format=struct``, fixed when the query started) rows carry its structs."""
+    ``typed`` (``row_format=struct``, fixed when the query started) rows carry its structs;
+    with ``variant``'s, variants."""
 
-    def __init__(self, options: CdcOptions, typed: StructRows | None = None) -> None:
+    def __init__(self, options: CdcOptions,
+                 typed: StructRows | VariantRows | None = None) -> None:
         self.options = options
         self.typed = typed
+        self.structs = typed if isinstance(typed, StructRows) else None
         self._ranges = RangePlanner(options)
-        self._phases = Coordinator(options, self._ranges, typed)
+        self._phases = Coordinator(options, self._ranges, self.structs)
         self._commit_failures = 0
         self._starts = BatchStarts()
 
@@ -116,23 +119,23 @@ class PgCdcStreamReader(DataSourceStreamReader, SupportsTriggerAvailableNow):
 
     def _stamped(self, offset: dict[str, Any]) -> dict[str, Any]:
         """``offset`` with ``row_format=struct``'s structs (the JSON mode's as it is)."""
-        return offset if self.typed is None else {**offset, "struct": self.typed.stamp()}
+        return offset if self.structs is None else {**offset, "struct": self.structs.stamp()}
 
     def _check_structs(self, offset: dict[str, Any]) -> None:
         """Refuse to go on from a checkpoint's offset written with other structs, unless
         ``schema_evolution`` takes the difference."""
         written = offset.get("struct")
         location = self.options.schema_location is not None
-        problem = checkpoint_difference(written, self.typed, self.options.schema_evolution,
+        problem = checkpoint_difference(written, self.structs, self.options.schema_evolution,
                                         location)
         if problem is None:
             return
-        if location and written is not None and self.typed is not None:
+        if location and written is not None and self.structs is not None:
             try:  # fields of dropped or renamed columns the structs load() gave lack
-                evolved = self.typed.evolved(written)
+                evolved = self.structs.evolved(written)
             except ValueError:
-                evolved = self.typed  # refused: the problem says why
-            if len(evolved.row) > len(self.typed.row):
+                evolved = self.structs  # refused: the problem says why
+            if len(evolved.row) > len(self.structs.row):
                 keep(self.options, evolved)
         raise ConfigError("schema_evolution", f"{self.options.schema_evolution}: {problem}")
 
@@ -263,7 +266,7 @@ class PgCdcStreamReader(DataSourceStreamReader, SupportsTriggerAvailableNow):
 
 
 def _peeked(
-    options: CdcOptions, partition: CdcPartition, typed: StructRows | None = None
+    options: CdcOptions, partition: CdcPartition, typed: StructRows | VariantRows | None = None
 ) -> Generator[pa.RecordBatch, None, None]:
     """The batch's rows: the slot (or a temporary copy) put at the partition's start and
     peeked to its end, which gives the same rows however often it is done."""
@@ -279,7 +282,8 @@ def _peeked(
                                columns)
         events = decoder.events(rows)
         txns = transactions(events, options.spill_rows)
-        txns = reselect.complete(txns, options, partition.reselect_until, typed)
+        if typed is None or isinstance(typed, StructRows):  # not variant (see its docs)
+            txns = reselect.complete(txns, options, partition.reselect_until, typed)
         schema = ARROW_SCHEMA if typed is None else typed.schemas()[1]
         with _collector_paused():
             if partition.backfill is not None:

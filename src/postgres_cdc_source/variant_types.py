@@ -1,0 +1,270 @@
+"""Postgres column text as VARIANT values (``row_format=variant``).
+
+``key``, ``before`` and ``after`` become Spark VARIANT values: objects of the columns (an
+unchanged TOAST value left out, as in the JSON mode), whatever the table, so one query reads
+tables of any shape and a column change needs no restart. Each value is the JSON mode's value
+(:mod:`postgres_cdc_source.values`, from the same output text) with its type kept exact:
+
+================================  =============================================================
+Postgres                          variant value
+================================  =============================================================
+smallint, integer, bigint, oid    int16, int32, int64, int64
+numeric                           decimal4/8/16 of the text's digits and scale (``120.50`` has
+                                  scale 2); above 38 digits, and ``NaN``, ``Infinity``: string,
+                                  the text
+real, double precision            float, double; ``NaN``, ``Infinity``, ``-Infinity``: string
+boolean                           boolean
+bytea                             binary (``to_json`` writes it as the JSON mode's base64)
+date                              date; ``infinity``, BC and after 9999: string, the text
+timestamp                         timestamp_ntz; ``infinity``, BC and after 9999: string, the
+                                  JSON mode's (``2024-01-02T03:04:05``)
+timestamptz                       timestamp (an instant); outside years 1-9999: string, the
+                                  JSON mode's
+json, jsonb                       the JSON as variant objects, arrays, strings, booleans and
+                                  nulls; numbers as above (integers, decimals of their digits,
+                                  a string beyond 38 digits); a duplicate key of ``json``: the
+                                  last; text a variant cannot hold (a lone surrogate escape):
+                                  string, the text
+an array of the above             array (lower bounds dropped, as in the JSON mode)
+anything else                     string, the JSON mode's: text, varchar, uuid, enums,
+                                  domains, intervals, money, ...
+================================  =============================================================
+
+Converters turn a value's output text straight into its encoded bytes
+(:mod:`postgres_cdc_source.variant`), once per column per change; only JSON objects wait for
+the row's key dictionary, which :func:`~postgres_cdc_source.variant.variant_array` builds.
+"""
+
+from __future__ import annotations
+
+import json
+import math
+import re
+from collections.abc import Callable, Sequence
+from datetime import UTC, date, datetime, timedelta
+from decimal import Decimal
+from functools import partial
+from struct import Struct
+from typing import Any
+
+import pyarrow as pa
+from pyspark.sql.types import StructType, VariantType
+
+from connector_common.change_rows import typed_schemas
+from postgres_cdc_source import variant
+from postgres_cdc_source.decoding.changes import RowShape
+from postgres_cdc_source.values import builtin_types, converter_for_oid, parse_array
+
+__all__ = ["VARIANT_ROWS", "VariantRows", "converter_for"]
+
+Converter = Callable[[str], Any]
+
+_FLOAT_WORDS = frozenset({"NaN", "Infinity", "-Infinity"})
+_DIGITS = 38  # the widest exact number of a variant, decimal16
+
+
+def _int2(text: str) -> bytes:
+    return variant.int16(int(text))
+
+
+def _int4(text: str) -> bytes:
+    return variant.int32(int(text))
+
+
+def _int8(text: str) -> bytes:
+    return variant.int64(int(text))
+
+
+def _numeric(text: str) -> bytes:
+    head, _, tail = text.partition(".")
+    if len(head) + len(tail) <= _DIGITS + 2:  # a sign, and 38 digits with a leading zero
+        try:
+            encoded = variant.decimal(int(head + tail), len(tail))
+        except ValueError:  # NaN, Infinity
+            encoded = None
+        if encoded is not None:
+            return encoded
+    return variant.string(text)
+
+
+def _float8(text: str) -> bytes:
+    return variant.string(text) if text in _FLOAT_WORDS else variant.double(float(text))
+
+
+_F32 = Struct("<f")
+_U32 = Struct("<I")
+
+
+def _float4(text: str) -> bytes:
+    """The float4 the text names. Parsing goes through a double, then rounds it to 4 bytes:
+    exact unless the double landed on the midpoint of two floats, where the text decides."""
+    if text in _FLOAT_WORDS:
+        return variant.string(text)
+    x = float(text)
+    (y,) = _F32.unpack(_F32.pack(x))
+    if y != x and not math.isinf(y):
+        (bits,) = _U32.unpack(_F32.pack(y))
+        (z,) = _F32.unpack(_U32.pack(bits + 1 if abs(x) > abs(y) else bits - 1))
+        if (y + z) / 2 == x:  # a tie the text may not be at
+            exact, mid = Decimal(text), Decimal(x)
+            y = z if (exact > mid) == (z > y) and exact != mid else y
+    return variant.float32(y)
+
+
+_BOOL = {"t": variant.TRUE, "f": variant.FALSE, "true": variant.TRUE, "false": variant.FALSE}
+
+
+def _bytea(text: str) -> bytes:
+    if not text.startswith("\\x"):
+        raise ValueError(f"bytea value {text[:20]!r} is not in hex format (set bytea_output=hex)")
+    return variant.binary(bytes.fromhex(text[2:]))
+
+
+_EPOCH_DAYS = date(1970, 1, 1).toordinal()
+_EPOCH = datetime(1970, 1, 1)
+_EPOCH_UTC = datetime(1970, 1, 1, tzinfo=UTC)
+_MICRO = timedelta(microseconds=1)
+
+
+def _date(text: str) -> bytes:
+    try:
+        return variant.date_days(date.fromisoformat(text).toordinal() - _EPOCH_DAYS)
+    except ValueError:  # infinity, BC, after 9999
+        return variant.string(text)
+
+
+_JSON_TIMESTAMP, _JSON_TIMESTAMPTZ = converter_for_oid(1114), converter_for_oid(1184)
+
+
+def _timestamp(text: str) -> bytes:
+    try:
+        stamp = datetime.fromisoformat(text)
+    except ValueError:  # infinity, BC, after 9999
+        return variant.string(_JSON_TIMESTAMP(text))
+    return variant.timestamp_ntz((stamp - _EPOCH) // _MICRO)
+
+
+def _timestamptz(text: str) -> bytes:
+    try:
+        stamp = datetime.fromisoformat(text)
+    except ValueError:  # infinity, BC, after 9999
+        return variant.string(_JSON_TIMESTAMPTZ(text))
+    return variant.timestamp((stamp - _EPOCH_UTC) // _MICRO)
+
+
+def _json_number(text: str) -> bytes:
+    """A JSON number, exactly: a decimal of its digits (an integer beyond int64 too), else
+    beyond 38 digits its text."""
+    sign, digits, exponent = Decimal(text).as_tuple()
+    assert isinstance(exponent, int)  # JSON has no NaN
+    if len(digits) + max(exponent, 0) <= _DIGITS and exponent >= -_DIGITS:
+        unscaled = int("".join(map(str, digits)))
+        encoded = variant.decimal(-unscaled if sign else unscaled, -exponent)
+        if encoded is not None:
+            return encoded
+    return variant.string(text)
+
+
+def _json_int(text: str) -> bytes:
+    return variant.integer(int(text)) if len(text) <= 39 else _json_number(text)
+
+
+_SURROGATE_ESCAPE = re.compile(r"\\u[dD][89a-fA-F]")
+
+
+def _json(text: str) -> Any:
+    """json/jsonb text as an encoded value, or objects and arrays holding encoded numbers."""
+    value = json.loads(text, parse_float=_json_number, parse_int=_json_int)
+    if _SURROGATE_ESCAPE.search(text) is not None:  # a pair reads as one character, one alone
+        try:                                           # is no UTF-8
+            variant.encode(value)
+        except UnicodeEncodeError:
+            return variant.string(text)
+    kind = type(value)
+    if kind is dict or kind is list:
+        return value
+    return variant.plain(value)
+
+
+def _array(element: Converter, text: str) -> Any:
+    items = parse_array(text, element)
+    if _has_object(items):
+        return items
+    return variant.plain(items)
+
+
+def _has_object(items: list[Any]) -> bool:
+    return any(type(v) is dict or (type(v) is list and _has_object(v)) for v in items)
+
+
+_BY_OID: dict[int, Converter] = {
+    16: _BOOL.__getitem__,
+    17: _bytea,
+    20: _int8,
+    21: _int2,
+    23: _int4,
+    26: _int8,  # oid: unsigned 32-bit
+    114: _json,
+    700: _float4,
+    701: _float8,
+    1082: _date,
+    1114: _timestamp,
+    1184: _timestamptz,
+    1700: _numeric,
+    3802: _json,
+}
+
+
+def _tables() -> tuple[dict[int, Converter], dict[str, Converter]]:
+    """Every built-in type's converter and its array's, by OID and by ``format_type`` name:
+    the JSON mode's table (:func:`~postgres_cdc_source.values.builtin_types`), whose other
+    types are its strings."""
+    by_oid: dict[int, Converter] = {}
+    by_name: dict[str, Converter] = {}
+    for oid, array_oid, name in builtin_types():
+        convert = _BY_OID.get(oid, variant.string)
+        by_oid[oid] = by_name[name] = convert
+        by_oid[array_oid] = by_name[name + "[]"] = partial(_array, convert)
+    return by_oid, by_name
+
+
+_CONVERT_OID, _CONVERT_NAME = _tables()
+
+
+def converter_for(type_: int | str) -> Converter:
+    """The converter of a column of type ``type_``: its OID (pgoutput, the catalog) or its
+    ``format_type`` name (test_decoding); a type not built in is a string, as in the JSON
+    mode."""
+    if isinstance(type_, int):
+        return _CONVERT_OID.get(type_, variant.string)
+    return _CONVERT_NAME.get(type_, variant.string)
+
+
+def _as_is(image: dict[str, Any]) -> dict[str, Any]:
+    return image
+
+
+class VariantRows:
+    """What makes a ``pg_cdc`` query's rows variants: the decoders' :class:`RowShape` of any
+    table retyped to this module's converters, and the rows' schemas. Stateless: every table
+    of any shape, then and later, is read the same way."""
+
+    __slots__ = ()
+
+    def retyped(self, shape: RowShape, *, whole: bool = True,
+                types: Sequence[int | str] | None = None) -> RowShape:
+        """``shape`` with the variant converters of its columns' ``types`` (OIDs or
+        ``format_type`` names; always given by the decoders and readers); its row images stay
+        dicts of encoded values, made variants when the batch is built."""
+        if types is None:
+            raise ValueError("row_format=variant needs the columns' types")
+        return RowShape(shape.schema, shape.table, shape.names, [converter_for(t) for t in types],
+                        shape.key, shape.keep, _as_is)
+
+    def schemas(self) -> tuple[StructType, pa.Schema]:
+        """The change rows' Spark and Arrow schemas, ``key``/``before``/``after`` variants."""
+        return typed_schemas(VariantType(), VariantType(), variant.VARIANT_ARROW,
+                             variant.VARIANT_ARROW)
+
+
+VARIANT_ROWS = VariantRows()
