@@ -52,33 +52,25 @@ def test_inserts_and_deletes_never_count_as_key_changes() -> None:
 values = st.none() | st.integers(-(2**63), 2**63 - 1) | st.text() | st.booleans()
 
 
+@pytest.mark.parametrize("typed", [False, True])
 @given(st.dictionaries(st.text(min_size=1), values, min_size=1), st.data())
 def test_a_completed_change_holds_every_column_in_table_order(
-    row: dict[str, Any], data: st.DataObject
+    typed: bool, row: dict[str, Any], data: st.DataObject
 ) -> None:
+    """JSON text, or with ``typed`` (``row_format=struct``) a dict: both in the row's order."""
     names = list(row)
     missing = data.draw(st.sets(st.sampled_from(names), min_size=1))
     new_row = {n: UNCHANGED if n in missing else v for n, v in row.items()}
-    change = _update({names[0]: "k"}, new_row, values={"k": 1})
+    change = _update({names[0]: "k"}, new_row, values={"k": 1}, typed=typed)
     current = {n: row[n] for n in missing}
-    done = _completed(change, current)
-    assert done.after == orjson.dumps(row).decode()  # the row's own order and values
+    done = _completed(change, current, typed)
+    if typed:
+        assert done.after == row and list(done.after) == names
+    else:
+        assert done.after == orjson.dumps(row).decode()  # the row's own order and values
     assert done.unchanged == () and done.new_row is None
     assert done.values == {"k": 1, **current}  # routing sees the completed columns too
     assert (done.lsn, done.key, done.op) == (change.lsn, change.key, change.op)
-
-
-@given(st.dictionaries(st.text(min_size=1), values, min_size=1), st.data())
-def test_a_completed_typed_change_holds_every_column_as_a_dict(
-    row: dict[str, Any], data: st.DataObject
-) -> None:
-    names = list(row)
-    missing = data.draw(st.sets(st.sampled_from(names), min_size=1))
-    new_row = {n: UNCHANGED if n in missing else v for n, v in row.items()}
-    change = _update({names[0]: "k"}, new_row, typed=True)
-    done = _completed(change, {n: row[n] for n in missing}, typed=True)
-    assert done.after == row and list(done.after) == names  # a struct's image, in table order
-    assert done.unchanged == () and done.new_row is None and done.key == change.key
 
 
 def test_a_change_is_left_as_sent_unless_every_unchanged_column_was_read() -> None:

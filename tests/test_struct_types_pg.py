@@ -224,6 +224,18 @@ DOMAINS = [("df8", "double precision"), ("df4", "real"), ("dbool", "boolean"),
            ("dbytea", "bytea"), ("dtstz", "timestamptz"), ("dts", "timestamp"), ("ddate", "date")]
 
 
+def add_every_type(conn: psycopg.Connection[Any], schema: str, identity: str) -> None:
+    """Give the table the :data:`EXTRA` columns (over :data:`DOMAINS`) and ``identity``."""
+    s = sql.Identifier(schema)
+    for name, base in DOMAINS:
+        conn.execute(sql.SQL("CREATE DOMAIN {}.{} AS {}").format(s, sql.Identifier(name),
+                                                                 sql.SQL(base)))
+    for name, pg_type, _ in EXTRA:
+        conn.execute(sql.SQL("ALTER TABLE {}.t ADD COLUMN {} {}").format(
+            s, sql.Identifier(name), sql.SQL(pg_type.format(schema=s.as_string(conn)))))
+    conn.execute(sql.SQL(f"ALTER TABLE {{}}.t REPLICA IDENTITY {identity}").format(s))
+
+
 def _changes_of_every_kind(conn: psycopg.Connection[Any], schema: str) -> int:
     """The inserts, then an update of each row setting the extra columns, then a delete."""
     rows = _insert_rows(conn, schema)
@@ -244,14 +256,7 @@ def test_struct_rows_render_as_both_decoders_json_byte_for_byte(
     each typed image (through Arrow, as Spark hands it over) renders as the JSON mode's text of
     ``key``, ``before`` and ``after``, through both decoders."""
     conn, schema = table
-    s = sql.Identifier(schema)
-    for name, base in DOMAINS:
-        conn.execute(sql.SQL("CREATE DOMAIN {}.{} AS {}").format(s, sql.Identifier(name),
-                                                                 sql.SQL(base)))
-    for name, pg_type, _ in EXTRA:
-        conn.execute(sql.SQL("ALTER TABLE {}.t ADD COLUMN {} {}").format(
-            s, sql.Identifier(name), sql.SQL(pg_type.format(schema=s.as_string(conn)))))
-    conn.execute(sql.SQL(f"ALTER TABLE {{}}.t REPLICA IDENTITY {identity}").format(s))
+    add_every_type(conn, schema, identity)
     found = table_struct(conn, schema, "t")
     assert found is not None
     typed = StructRows.of({f"{schema}.t": found})

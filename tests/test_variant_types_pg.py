@@ -14,9 +14,8 @@ from typing import Any
 
 import psycopg
 import pytest
-from psycopg import sql
 from pyspark.sql.types import VariantVal
-from test_struct_types_pg import DOMAINS, EXTRA, _changes_of_every_kind, _peek, table
+from test_struct_types_pg import _changes_of_every_kind, _peek, add_every_type, table
 
 from postgres_cdc_source.variant import variant_array
 from postgres_cdc_source.variant_types import VARIANT_ROWS
@@ -60,14 +59,7 @@ def test_every_type_means_both_decoders_json_values(
     table: tuple[psycopg.Connection[Any], str],
 ) -> None:
     conn, schema = table
-    s = sql.Identifier(schema)
-    for name, base in DOMAINS:
-        conn.execute(sql.SQL("CREATE DOMAIN {}.{} AS {}").format(s, sql.Identifier(name),
-                                                                 sql.SQL(base)))
-    for name, pg_type, _ in EXTRA:
-        conn.execute(sql.SQL("ALTER TABLE {}.t ADD COLUMN {} {}").format(
-            s, sql.Identifier(name), sql.SQL(pg_type.format(schema=s.as_string(conn)))))
-    conn.execute(sql.SQL("ALTER TABLE {}.t REPLICA IDENTITY FULL").format(s))
+    add_every_type(conn, schema, "FULL")
 
     changes = _peek(conn, schema, VARIANT_ROWS, _changes_of_every_kind)
     kinds: dict[str, set[type]] = {}
