@@ -5,7 +5,9 @@ a Spark type cannot hold fail, naming them."""
 from __future__ import annotations
 
 import math
+import re
 from datetime import UTC, date, datetime
+from decimal import Decimal, localcontext
 from typing import Any
 from zoneinfo import ZoneInfo
 
@@ -41,6 +43,7 @@ from postgres_cdc_source.struct_json import image_renderer, value_renderer
 from postgres_cdc_source.struct_types import (
     PgType,
     TableStruct,
+    _decimal,
     column_type,
     struct_schema,
     typed_columns,
@@ -351,3 +354,29 @@ def test_a_row_image_renders_as_the_json_modes_text_nulls_and_unchanged_columns_
     assert image_renderer(row)(None, ()) is None
     with pytest.raises(ValueError, match="'id' does not name its Postgres type"):
         image_renderer(StructType([StructField("id", LongType())]))
+
+
+@settings(max_examples=400)
+@given(st.integers(1, 38).flatmap(lambda p: st.tuples(st.just(p), st.integers(0, p))),
+       st.decimals(allow_nan=False, allow_infinity=False, places=None,
+                   min_value=-(10 ** 40), max_value=10 ** 40),
+       st.integers(0, 40))
+def test_a_decimal_is_taken_exactly_when_it_fits_its_column(
+    column: tuple[int, int], value: Decimal, places: int
+) -> None:
+    """Whatever digits and places Postgres's text has (more places than the scale too, as after
+    an ALTER TYPE the query has not read), a numeric(p, s) value is taken as decimal(p, s)
+    exactly when no digit is lost: no non-zero place beyond s, fewer than p - s digits before
+    the point. The text is plain, as Postgres prints numeric."""
+    precision, scale = column
+    text = f"{value:.{places}f}"
+    exact = Decimal(text)
+    with localcontext() as exact_arithmetic:
+        exact_arithmetic.prec = 100
+        fits = not exact or (exact == exact.quantize(Decimal(1).scaleb(-scale))
+                             and exact.adjusted() < precision - scale)
+    if fits:
+        assert _decimal(precision, scale, text) == exact
+    else:
+        with pytest.raises(ValueError, match=re.escape(repr(text))):
+            _decimal(precision, scale, text)

@@ -167,6 +167,14 @@ def _decimal(precision: int, scale: int, text: str) -> Decimal:
     value = Decimal(text)
     if not value.is_finite():
         raise ValueError(f"{text!r} has no decimal({precision},{scale}) value")
+    # Postgres prints a numeric in plain digits, with as many places as its column's scale:
+    # counting them in the text is enough unless they are near the limits (a third of a
+    # typed change's cost was the exact checks below)
+    point = text.find(".")
+    whole = (len(text) if point < 0 else point) - (text[0] == "-")
+    if (len(text) - point - 1 if point >= 0 else 0) <= scale and whole <= precision - scale and (
+            "E" not in text):
+        return value
     _sign, digits, exponent = value.as_tuple()
     assert isinstance(exponent, int)  # finite
     extra = -exponent - scale  # decimal places beyond the scale: zeros only
