@@ -29,6 +29,7 @@ from iggy_spark_testing.chaos import (
     committed_end,
     flush_lsn,
     read_checkpoint,
+    snapshot_finished,
     wait_until,
 )
 from iggy_spark_testing.harness import LocalPostgres
@@ -102,7 +103,10 @@ def test_a_kill_and_a_deleted_control_topic_with_a_session_wide_checkpoint_lose_
         job.command[-1] = json.dumps({**SINK, "state_stream": lost})
         target = flush_lsn(pg.dsn)
         job.start()
-        wait_until(lambda: (committed_end(checkpoint) or 0) >= target, 180,
+        # the snapshot's batches end at its consistent point, which the server's flush position
+        # may still be at (nothing written since): done means the snapshot finished too
+        wait_until(lambda: snapshot_finished(checkpoint)
+                   and (committed_end(checkpoint) or 0) >= target, 180,
                    "the job to catch up", alive=lambda: job.running)
     finally:
         broker.refuse_sends(name, "t", refuse=False)
