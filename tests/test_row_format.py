@@ -262,6 +262,18 @@ def test_a_checkpoint_of_the_same_structs_goes_on() -> None:
     assert checkpoint_difference(None, None, "fail") is None  # the JSON mode's
 
 
+@pytest.mark.parametrize("row_format", ["json", "variant"])
+def test_a_checkpoint_of_structs_is_refused_to_another_row_format_naming_both(
+    row_format: str,
+) -> None:
+    assert checkpoint_difference(TYPED.stamp(), None, "fail", row_format=row_format) == (
+        f"the checkpoint was written by a row_format=struct query, this one is "
+        f"row_format={row_format}: start it on a new checkpoint")
+    assert checkpoint_difference(None, TYPED, "add_columns") == (
+        "the checkpoint was written by a row_format=json or variant query, this one is "
+        "row_format=struct: start it on a new checkpoint")
+
+
 def test_fail_refuses_other_structs_naming_the_difference() -> None:
     problem = checkpoint_difference(TYPED.stamp(), _widened(EXTRA), "fail")
     assert problem is not None
@@ -298,8 +310,3 @@ def test_add_columns_takes_added_columns_and_needs_schema_location_for_dropped_o
                                  "add_columns") is None
 
 
-def test_a_checkpoint_of_the_other_row_format_is_refused() -> None:
-    assert "row_format=json query, this one is row_format=struct" in str(
-        checkpoint_difference(None, TYPED, "add_columns"))
-    assert "row_format=struct query, this one is row_format=json" in str(
-        checkpoint_difference(TYPED.stamp(), None, "fail"))

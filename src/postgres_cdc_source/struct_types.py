@@ -599,17 +599,19 @@ def _takes(field: StructField, pg: int | str) -> bool:
 
 
 def checkpoint_difference(written: Mapping[str, Any] | None, typed: StructRows | None,
-                          evolution: str, location: bool = False) -> str | None:
+                          evolution: str, location: bool = False, row_format: str = "json"
+                          ) -> str | None:
     """Why a query restarted on a checkpoint whose offsets carry ``written``
-    (:meth:`StructRows.stamp`; ``None``: a ``row_format=json`` query's) cannot go on with
-    ``typed`` under ``schema_evolution=evolution``; ``None`` if it can: the same structs,
-    or with ``add_columns`` structs ``written`` evolves to (:meth:`StructRows.evolved`).
-    ``location``: ``schema_location`` is set (the reader then keeps the checkpoint's structs
-    there, so that the next ``load()`` gives their fields)."""
+    (:meth:`StructRows.stamp`; ``None``: a ``row_format=json`` or ``variant`` query's, whose
+    offsets carry no structs) cannot go on with ``typed`` under ``schema_evolution=evolution``;
+    ``None`` if it can: the same structs, or with ``add_columns`` structs ``written`` evolves
+    to (:meth:`StructRows.evolved`). ``location``: ``schema_location`` is set (the reader then
+    keeps the checkpoint's structs there, so that the next ``load()`` gives their fields);
+    ``row_format``: the restarted query's, named when ``typed`` is ``None`` (not ``struct``)."""
     if written is None and typed is None:
         return None
     if written is None or typed is None:
-        was, now = ("json", "struct") if written is None else ("struct", "json")
+        was, now = ("json or variant", "struct") if written is None else ("struct", row_format)
         return (f"the checkpoint was written by a row_format={was} query, this one is "
                 f"row_format={now}: start it on a new checkpoint")
     row, key = StructType.fromJson(written["row"]), StructType.fromJson(written["key"])

@@ -127,7 +127,7 @@ class PgCdcStreamReader(DataSourceStreamReader, SupportsTriggerAvailableNow):
         written = offset.get("struct")
         location = self.options.schema_location is not None
         problem = checkpoint_difference(written, self.structs, self.options.schema_evolution,
-                                        location)
+                                        location, self.options.row_format)
         if problem is None:
             return
         if location and written is not None and self.structs is not None:
