@@ -108,30 +108,50 @@ def _pgoutput(rows: Any) -> list[Change]:
     return [e for e in PgOutputDecoder(typed=TYPED).events(rows) if isinstance(e, Change)]
 
 
+def _batch(events: Any) -> pa.RecordBatch:
+    (batch,) = record_batches(transactions(events, 100), Router(CdcOptions.from_options(CDC)),
+                              100, TYPED.schemas()[1])
+    return batch
+
+
+# what the decoders leave in a change's images: typed values, but a decimal's and a
+# timestamp's Postgres text, which Arrow casts when the batch is built
+IMAGE = {"id": 7, "amount": "120.50", "note": "x", "at": "2024-01-02 03:04:05.5+00"}
+TYPED_ROW = {"id": 7, "amount": Decimal("120.50"), "note": "x", "at": AT}
+
+
 def test_pgoutput_rows_are_typed_dicts_an_unchanged_value_left_out_and_named() -> None:
-    insert, update = _pgoutput(txn(_relation(), _insert(ROW),
-                                   m_update(5, ["7", "1", UNCHANGED, None])))
-    assert insert.after == {"id": 7, "amount": Decimal("120.50"), "note": "x", "at": AT}
+    rows = txn(_relation(), _insert(ROW), m_update(5, ["7", "1", UNCHANGED, None]))
+    insert, update = _pgoutput(rows)
+    assert insert.after == IMAGE
     assert insert.key == {"id": 7}
-    assert update.after == {"id": 7, "amount": Decimal("1"), "at": None}
+    assert update.after == {"id": 7, "amount": "1", "at": None}
     assert update.unchanged == ("note",)
+    assert _batch(PgOutputDecoder(typed=TYPED).events(rows)).column("after").to_pylist() == [
+        TYPED_ROW, {"id": 7, "amount": Decimal("1.00"), "note": None, "at": None}]
 
 
 def test_pgoutput_hot_path_types_like_the_general_way() -> None:
     # an insert and an update sending only the new row take the hot path; an update that also
     # sends its old key takes the general way: the same typed images
-    insert, update, keyed = _pgoutput(txn(_relation(), _insert(ROW), m_update(5, ROW),
-                                          m_update(5, ROW, old=["7", None, None, None])))
-    assert insert.after == update.after == keyed.after == {
-        "id": 7, "amount": Decimal("120.50"), "note": "x", "at": AT}
+    rows = txn(_relation(), _insert(ROW), m_update(5, ROW),
+               m_update(5, ROW, old=["7", None, None, None]))
+    insert, update, keyed = _pgoutput(rows)
+    assert insert.after == update.after == keyed.after == IMAGE
     assert insert.key == update.key == keyed.key == {"id": 7}
     assert (insert.op, update.op, keyed.op) == ("insert", "update", "update")
+    assert _batch(PgOutputDecoder(typed=TYPED).events(rows)).column("after").to_pylist() == (
+        3 * [TYPED_ROW])
 
 
-def test_pgoutput_hot_path_leaves_a_value_the_type_rejects_to_the_general_way() -> None:
-    with pytest.raises(DecodeError, match=r"column 'amount' of shop\.orders: cannot convert "
-                       "'123456789.5'.*more than 8 digits before the point"):
-        _pgoutput(txn(_relation(), _insert(["7", "123456789.5", "x", None])))
+def test_a_value_the_type_rejects_fails_its_batch_naming_the_change_and_column() -> None:
+    rows = txn(_relation(), _insert(ROW), _insert(["7", "123456789.5", "x", None]))
+    with pytest.raises(DecodeError, match=r"change at LSN 0/1[0-9A-F]+: column 'amount' of "
+                       r"shop\.orders: cannot convert '123456789\.5'.*more than 8 digits before "
+                       "the point") as failed:
+        _batch(PgOutputDecoder(typed=TYPED).events(rows))
+    second = _pgoutput(rows)[1]
+    assert failed.value.lsn == second.lsn != _pgoutput(rows)[0].lsn
 
 
 def test_text_decoder_rows_are_the_same_typed_dicts() -> None:
@@ -141,8 +161,10 @@ def test_text_decoder_rows_are_the_same_typed_dicts() -> None:
                                                      "03:04:05+00)")]
     decoder = TextFormatDecoder(lambda schema, table: INFO, typed=TYPED)
     (change,) = [e for e in decoder.events(rows) if isinstance(e, Change)]
-    assert change.after == {"id": 7, "amount": Decimal("120.50"), "note": "x", "at": AT}
+    assert change.after == IMAGE
     assert change.key == {"id": 7}
+    decoder = TextFormatDecoder(lambda schema, table: INFO, typed=TYPED)
+    assert _batch(decoder.events(rows)).column("after").to_pylist() == [TYPED_ROW]
 
 
 def test_text_decoder_hot_path_types_like_the_general_way() -> None:
@@ -151,15 +173,13 @@ def test_text_decoder_hot_path_types_like_the_general_way() -> None:
             "at[timestamp with time zone]:'2024-01-02 03:04:05.5+00'")
     rows = [(0x10, 1, "BEGIN 1"), (0x18, 1, line.format("INSERT", "120.50")),
             (0x20, 1, line.format("INSERT", "120.50")), (0x28, 1, line.format("UPDATE", "120.50")),
-            (0x30, 1, line.format("UPDATE", "123456789.5"))]
-    events = TextFormatDecoder(lambda schema, table: INFO, typed=TYPED).events(rows)
-    changes = [e for e in (next(events) for _ in range(4)) if isinstance(e, Change)]
-    assert [c.after for c in changes] == 3 * [
-        {"id": 7, "amount": Decimal("120.50"), "note": "x", "at": AT}]
+            (0x30, 1, "COMMIT 1 (at 2024-01-02 03:04:05+00)")]
+    changes = [e for e in TextFormatDecoder(lambda schema, table: INFO, typed=TYPED).events(rows)
+               if isinstance(e, Change)]
+    assert [c.after for c in changes] == 3 * [IMAGE]
     assert [c.key for c in changes] == 3 * [{"id": 7}]
-    with pytest.raises(DecodeError, match=r"column 'amount' of shop\.orders: cannot convert "
-                       "'123456789.5'"):
-        next(events)
+    decoder = TextFormatDecoder(lambda schema, table: INFO, typed=TYPED)
+    assert _batch(decoder.events(rows)).column("after").to_pylist() == 3 * [TYPED_ROW]
 
 
 def test_a_changed_table_fails_at_its_first_change_after_the_changes_before_it() -> None:
@@ -194,15 +214,11 @@ def test_a_table_the_query_did_not_start_with_is_named() -> None:
 
 
 def test_record_batches_carry_the_structs() -> None:
-    events = PgOutputDecoder(typed=TYPED).events(
-        txn(_relation(), _insert(ROW), m_update(5, ["7", "1", UNCHANGED, None])))
-    (batch,) = record_batches(transactions(events, 100), Router(CdcOptions.from_options(CDC)),
-                              100, TYPED.schemas()[1])
+    batch = _batch(PgOutputDecoder(typed=TYPED).events(
+        txn(_relation(), _insert(ROW), m_update(5, ["7", "1", UNCHANGED, None]))))
     assert batch.schema == TYPED.schemas()[1]
     assert batch.column("after").to_pylist() == [
-        {"id": 7, "amount": Decimal("120.50"), "note": "x", "at": AT},
-        {"id": 7, "amount": Decimal("1.00"), "note": None, "at": None},
-    ]
+        TYPED_ROW, {"id": 7, "amount": Decimal("1.00"), "note": None, "at": None}]
     assert batch.column("before").to_pylist() == [None, None]
     assert batch.column("key").type == pa.struct([pa.field("id", pa.int32())])
     assert batch.column("unchanged").to_pylist() == [[], ["note"]]

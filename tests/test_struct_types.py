@@ -43,8 +43,11 @@ from postgres_cdc_source.struct_json import image_renderer, value_renderer
 from postgres_cdc_source.struct_types import (
     PgType,
     TableStruct,
+    UnconvertibleValue,
     _decimal,
     column_type,
+    image_array,
+    image_converter,
     struct_schema,
     typed_columns,
 )
@@ -234,7 +237,15 @@ def test_struct_values_equal_the_json_modes_type_by_type(
         assert orjson.loads(typed) == json_mode
     else:
         assert same(typed, from_json(spark_type, json_mode)), (text, typed, json_mode)
-    pa.array([typed], arrow)  # Arrow takes it as the Spark type's Arrow type
+    stored = pa.array([typed], arrow).to_pylist()[0]  # Arrow takes it as the Spark type's
+    # a change's image, as a decoder converts it and the batch makes it (a decimal, date or
+    # timestamp cast by Arrow from its text): the same value
+    assert same(_image(arrow, image_converter(spark_type)(text)), stored), (text, stored)
+
+
+def _image(arrow: pa.DataType, value: Any) -> Any:
+    """``value`` (as a change's image holds it) in a batch's struct field of ``arrow``."""
+    return image_array([{"v": value}], pa.struct([pa.field("v", arrow)])).to_pylist()[0]["v"]
 
 
 @pytest.mark.parametrize(("oid", "typmod", "spark_type"), [
@@ -260,8 +271,36 @@ def test_catalog_rules(oid: int, typmod: int, spark_type: DataType) -> None:
 def test_a_value_the_spark_type_cannot_hold_fails_naming_it(
     oid: int, typmod: int, text: str, message: str
 ) -> None:
+    spark, arrow, convert = column_type(TYPES, oid, typmod)
     with pytest.raises(ValueError, match=message):
-        column_type(TYPES, oid, typmod)[2](text)
+        convert(text)
+    if isinstance(spark, ArrayType):  # converted as it is decoded: the decoder names it
+        with pytest.raises(ValueError, match=message):
+            image_converter(spark)(text)
+        return
+    # in a batch (Arrow's cast refuses it, the converter says why), naming its row and field
+    images = [{"v": image_converter(spark)(t)} for t in (_ONE[spark.typeName()], text)]
+    with pytest.raises(UnconvertibleValue, match=re.escape(f"row 1, column 'v': cannot convert "
+                                                           f"{text!r}")) as failed:
+        image_array(images, pa.struct([pa.field("v", arrow)]))
+    assert isinstance(failed.value.__cause__, ValueError)
+    assert re.search(message, str(failed.value.__cause__))
+
+
+_ONE = {"decimal": "1", "date": "2024-01-02", "timestamp_ntz": "2024-01-02 03:04:05",
+        "timestamp": "2024-01-02 03:04:05+00"}
+"""A value each type holds, for the row before the one it cannot."""
+
+
+def test_images_of_missing_fields_and_no_image_are_null() -> None:
+    arrow = pa.struct([pa.field("id", pa.int32()), pa.field("at", pa.timestamp("us", tz="UTC")),
+                       pa.field("amount", pa.decimal128(4, 2))])
+    column = image_array([{"id": 1, "at": "2024-01-02 03:04:05+00"}, None,
+                          {"id": 2, "amount": None}], arrow)
+    assert column.to_pylist() == [
+        {"id": 1, "at": datetime(2024, 1, 2, 3, 4, 5, tzinfo=UTC), "amount": None}, None,
+        {"id": 2, "at": None, "amount": None}]
+    assert column.type == arrow
 
 
 def test_timestamps_keep_their_instant() -> None:
@@ -375,8 +414,13 @@ def test_a_decimal_is_taken_exactly_when_it_fits_its_column(
         exact_arithmetic.prec = 100
         fits = not exact or (exact == exact.quantize(Decimal(1).scaleb(-scale))
                              and exact.adjusted() < precision - scale)
+    arrow = pa.decimal128(precision, scale)
     if fits:
         assert _decimal(precision, scale, text) == exact
+        assert _image(arrow, text) == exact  # Arrow's cast, in a batch
     else:
         with pytest.raises(ValueError, match=re.escape(repr(text))):
             _decimal(precision, scale, text)
+        with pytest.raises(UnconvertibleValue) as failed:
+            _image(arrow, text)
+        assert re.search(re.escape(repr(text)), str(failed.value.__cause__))

@@ -40,7 +40,7 @@ from postgres_cdc_source.decoding.text_format import TEST_DECODING_OPTIONS, Text
 from postgres_cdc_source.destination_columns import Router
 from postgres_cdc_source.options import CdcOptions
 from postgres_cdc_source.struct_json import image_renderer
-from postgres_cdc_source.struct_types import StructRows, struct_schema, table_struct
+from postgres_cdc_source.struct_types import StructRows, image_array, struct_schema, table_struct
 from postgres_cdc_source.values import SESSION_SETTINGS
 
 pytestmark = [pytest.mark.services, pytest.mark.contrib]  # both decoders: test_decoding too
@@ -179,7 +179,8 @@ def test_every_listed_type_is_typed_and_equals_both_decoders_json(
     assert key.fieldNames() == ["id"] and row.fieldNames() == [c.name for c in typed]
     assert table_struct(conn, schema, "gone") is None
 
-    changes = _peek(conn, schema)
+    typed_rows = StructRows.of({f"{schema}.t": found})
+    changes = _peek(conn, schema, typed_rows)
     texts = conn.execute(sql.SQL("SELECT {} FROM {}.t ORDER BY id").format(
         sql.SQL(", ").join(sql.SQL("format('%%s', {})").format(sql.Identifier(c.name))
                            for c in typed), sql.Identifier(schema)), []).fetchall()
@@ -187,6 +188,14 @@ def test_every_listed_type_is_typed_and_equals_both_decoders_json(
     nulls = conn.execute(sql.SQL("SELECT {} FROM {}.t ORDER BY id").format(
         sql.SQL(", ").join(sql.SQL("num_nulls({}) = 1").format(sql.Identifier(c.name))
                            for c in typed), sql.Identifier(schema))).fetchall()
+    for plugin in ("_po", "_td"):  # the decoders' images, as the batch makes them
+        images = image_array([c.after for c in changes.pop(plugin + "_typed")],
+                             typed_rows.row_arrow).to_pylist()
+        for row_texts, row_nulls, image in zip(texts, nulls, images, strict=True):
+            for column, text, null in zip(typed, row_texts, row_nulls, strict=True):
+                value = pa.array([None if null else column.convert(text)],
+                                 column.arrow).to_pylist()[0]  # a float4 narrowed alike
+                assert same(image[column.name], value), (plugin, column.name, text, value)
     for plugin, inserts in changes.items():
         for row_texts, row_nulls, change in zip(texts, nulls, inserts, strict=True):
             assert change.after is not None
@@ -273,7 +282,7 @@ def test_struct_rows_render_as_both_decoders_json_byte_for_byte(
             for image, render, arrow in (("key", render_key, typed.key_arrow),
                                          ("before", render_row, typed.row_arrow),
                                          ("after", render_row, typed.row_arrow)):
-                value = pa.array([getattr(struct, image)], arrow).to_pylist()[0]
+                value = image_array([getattr(struct, image)], arrow).to_pylist()[0]
                 rendered = render(value, struct.unchanged if image == "after" else ())
                 assert rendered == getattr(json_mode, image), (plugin, json_mode.op, image)
             for route in routes:  # the routing options send a row where the JSON mode does

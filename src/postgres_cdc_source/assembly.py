@@ -28,8 +28,10 @@ from connector_common.change_rows import (
 )
 from connector_common.lsn import format_lsn
 from postgres_cdc_source.decoding import Begin, Change, Commit, LoneMessage
+from postgres_cdc_source.decoding.changes import conversion_error
 from postgres_cdc_source.destination_columns import Router
 from postgres_cdc_source.errors import DecodeError
+from postgres_cdc_source.struct_types import UnconvertibleValue, image_array
 from postgres_cdc_source.variant import is_variant, variant_array
 
 __all__ = ["Spill", "image_column", "record_batches", "transactions"]
@@ -170,6 +172,12 @@ class _Columns:
                 pa.array(c, string) for c in zip(*self.destinations, strict=True))
         else:
             stream = topic = key_column = pa.nulls(self.rows, string)
+        try:
+            images = [image_column(column, arrow.field(name).type)
+                      for name, column in (("key", key), ("before", before), ("after", after))]
+        except UnconvertibleValue as exc:
+            raise conversion_error(lsn[exc.row], f"{schema[exc.row]}.{table[exc.row]}",
+                                   exc.column, exc.text, exc.__cause__ or exc) from exc
         return pa.RecordBatch.from_arrays(
             [
                 pa.array(_lsn_texts(lsn), string),
@@ -180,9 +188,7 @@ class _Columns:
                 pa.array(schema, string),
                 pa.array(table, string),
                 pa.array(op, string),
-                image_column(key, arrow.field("key").type),
-                image_column(before, arrow.field("before").type),
-                image_column(after, arrow.field("after").type),
+                *images,
                 names,
                 _ids(commit_lsn, seq_array),
                 stream,
@@ -197,10 +203,14 @@ class _Columns:
 
 def image_column(images: Sequence[Any], arrow_type: pa.DataType) -> pa.Array:
     """A ``key``/``before``/``after`` column of ``arrow_type`` from the changes' images: JSON
-    text, ``row_format=struct``'s dicts, or ``variant``'s dicts of encoded values, made
-    variants here (:func:`~postgres_cdc_source.variant.variant_array`)."""
+    text, ``row_format=struct``'s dicts, made structs here
+    (:func:`~postgres_cdc_source.struct_types.image_array`, which raises
+    :class:`~postgres_cdc_source.struct_types.UnconvertibleValue`), or ``variant``'s dicts of
+    encoded values, made variants here (:func:`~postgres_cdc_source.variant.variant_array`)."""
     if is_variant(arrow_type):
         return variant_array(images)
+    if pa.types.is_struct(arrow_type):
+        return image_array(images, arrow_type)
     return pa.array(images, arrow_type)
 
 

@@ -27,8 +27,8 @@ import orjson
 
 from postgres_cdc_source.decoding import MESSAGE, Change, message_prefix
 from postgres_cdc_source.options import CdcOptions
-from postgres_cdc_source.struct_json import PG_TYPE_OID, image_renderer, value_renderer
-from postgres_cdc_source.struct_types import StructRows
+from postgres_cdc_source.struct_json import PG_TYPE_OID, image_renderer
+from postgres_cdc_source.struct_types import StructRows, image_json
 
 if TYPE_CHECKING:
     from postgres_cdc_source.variant_types import VariantRows
@@ -70,14 +70,14 @@ def _json_value(typed: StructRows | None, name: str) -> Callable[[Any], Any] | N
     if typed is None or name not in typed.row.names:
         return None
     field = typed.row[name]
-    return value_renderer(int(field.metadata[PG_TYPE_OID]), field.dataType)
+    return image_json(int(field.metadata[PG_TYPE_OID]), field.dataType)
 
 
 def _key_text(typed: StructRows | None) -> _Pick:
     """A change's key as the JSON mode's text."""
     if typed is None:
         return lambda c: c.key
-    render = image_renderer(typed.key)
+    render = image_renderer(typed.key, image_json)
     return lambda c: render(c.key, ())
 
 

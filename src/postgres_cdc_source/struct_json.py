@@ -203,11 +203,14 @@ def value_renderer(type_oid: int, spark: DataType) -> Render:
     return lambda value: convert(text(value))
 
 
-def image_renderer(row: StructType) -> Callable[[Mapping[str, Any] | None, Sequence[str]],
-                                                str | None]:
+def image_renderer(row: StructType, renderer: Callable[[int, DataType], Render] = value_renderer
+                   ) -> Callable[[Mapping[str, Any] | None, Sequence[str]], str | None]:
     """A row image of ``row`` (a struct of ``pg_cdc``'s, its fields' metadata naming their
     Postgres types) and the names of its unchanged TOAST columns -> the JSON mode's text of
     it (``None`` for ``None``); unchanged columns are left out, as the JSON mode does.
+    ``renderer`` makes a field's value the JSON mode's: of a typed value by default; a change's
+    images before their batch is built hold some values as text
+    (:func:`~postgres_cdc_source.struct_types.image_json`).
 
     Raises :class:`ValueError` naming a field without its Postgres type.
     """
@@ -216,7 +219,7 @@ def image_renderer(row: StructType) -> Callable[[Mapping[str, Any] | None, Seque
         if PG_TYPE_OID not in f.metadata:
             raise ValueError(f"field {f.name!r} does not name its Postgres type (metadata "
                              f"{PG_TYPE_OID!r}): only pg_cdc's structs render as its JSON")
-        fields.append((f.name, value_renderer(int(f.metadata[PG_TYPE_OID]), f.dataType)))
+        fields.append((f.name, renderer(int(f.metadata[PG_TYPE_OID]), f.dataType)))
     dumps = orjson.dumps
 
     def render(image: Mapping[str, Any] | None, unchanged: Sequence[str]) -> str | None:

@@ -65,6 +65,7 @@ __all__ = [
     "RowShape",
     "TableFilter",
     "build_change",
+    "conversion_error",
     "decode_error",
     "empty_change",
     "json_text",
@@ -438,11 +439,16 @@ def _conversion_error(
             try:
                 conv(value)
             except (ValueError, KeyError, TypeError) as column_exc:
-                return DecodeError(
-                    f"change at LSN {format_lsn(lsn)}: column {name!r} of "
-                    f"{shape.schema}.{shape.table}: cannot convert {value[:80]!r}: {column_exc!r}",
-                    lsn,
-                )
+                return conversion_error(lsn, f"{shape.schema}.{shape.table}", name, value,
+                                        column_exc)
     return DecodeError(
         f"change at LSN {format_lsn(lsn)} on {shape.schema}.{shape.table}: {exc!r}", lsn
     )
+
+
+def conversion_error(lsn: int, table: str, column: str, text: str, exc: BaseException
+                     ) -> DecodeError:
+    """The error for the output text of ``column`` of ``table`` (``schema.table``) in the
+    change at ``lsn`` that its converter rejected with ``exc``."""
+    return DecodeError(f"change at LSN {format_lsn(lsn)}: column {column!r} of {table}: "
+                       f"cannot convert {text[:80]!r}: {exc!r}", lsn)

@@ -24,12 +24,14 @@ from connector_common.lsn import format_lsn
 from postgres_cdc_source import connections
 from postgres_cdc_source.assembly import image_column
 from postgres_cdc_source.decoding import INSERT, Change, RowShape, build_change
+from postgres_cdc_source.decoding.changes import conversion_error
 from postgres_cdc_source.destination_columns import Router
 from postgres_cdc_source.options import CdcOptions
 from postgres_cdc_source.snapshot.offsets import Creation, Key
 from postgres_cdc_source.snapshot.planning import SnapshotTable, key_range
 from postgres_cdc_source.sql_json import row_json_sql, text_json_sql
 from postgres_cdc_source.sql_names import Name
+from postgres_cdc_source.struct_types import UnconvertibleValue
 from postgres_cdc_source.values import converter_for_oid
 
 if TYPE_CHECKING:
@@ -240,6 +242,12 @@ def _batch(
         stream, topic, partition_key = (pa.array(c, string) for c in zip(*places, strict=True))
     else:
         stream = topic = partition_key = pa.nulls(n, string)
+    try:
+        key_column = image_column(keys, schema.field("key").type)
+        after_column = image_column(afters, schema.field("after").type)
+    except UnconvertibleValue as exc:
+        raise conversion_error(consistent_point, f"{table.schema}.{table.table}", exc.column,
+                               exc.text, exc.__cause__ or exc) from exc
     return pa.RecordBatch.from_arrays(
         [
             repeat(point),
@@ -250,9 +258,9 @@ def _batch(
             repeat(table.schema),
             repeat(table.table),
             repeat(READ),
-            image_column(keys, schema.field("key").type),
+            key_column,
             pa.nulls(n, schema.field("before").type),
-            image_column(afters, schema.field("after").type),
+            after_column,
             pa.ListArray.from_arrays(pa.array([0] * (n + 1), pa.int32()), pa.array([], string)),
             pa.array(ids, string),
             stream,

@@ -26,10 +26,10 @@ Postgres sent it: a later change of that key follows. Tables without a primary k
 types whose JSON does not read back as the same value (``bytea``, floats, arrays), are left as
 sent.
 
-With ``row_format=struct`` the same rule holds: a value read is typed by the query's own
-converters, and a key is matched by its JSON mode's text
-(:func:`~postgres_cdc_source.struct_json.value_renderer`), so both modes complete the same
-changes with the same values.
+With ``row_format=struct`` the same rule holds: a value read is converted as the query's
+decoders convert it (:func:`~postgres_cdc_source.struct_types.image_converter`), and a key is
+matched by its JSON mode's text (:func:`~postgres_cdc_source.struct_types.image_json`), so both
+modes complete the same changes with the same values.
 """
 
 from __future__ import annotations
@@ -47,8 +47,7 @@ from postgres_cdc_source.decoding import UNCHANGED, UPDATE, Change, Commit
 from postgres_cdc_source.options import CdcOptions
 from postgres_cdc_source.sql_json import row_json_sql
 from postgres_cdc_source.sql_names import Name
-from postgres_cdc_source.struct_json import value_renderer
-from postgres_cdc_source.struct_types import StructRows
+from postgres_cdc_source.struct_types import StructRows, image_converter, image_json
 from postgres_cdc_source.values import Converter, converter_for_oid
 
 __all__ = ["complete"]
@@ -237,8 +236,9 @@ def _lookup_table(conn: psycopg.Connection[Any], schema: str, table: str,
     if any(k not in columns for k in key):
         return None
     return _Table(described, key_json,
-                  {c: columns[c].convert for c in described.columns if c in columns},
-                  {k: value_renderer(columns[k].type_oid, columns[k].spark) for k in key})
+                  {c: image_converter(columns[c].spark) for c in described.columns
+                   if c in columns},
+                  {k: image_json(columns[k].type_oid, columns[k].spark) for k in key})
 
 
 def _same(value: Any) -> Any:
