@@ -23,11 +23,11 @@ of the JVM, Spark's Python workers, Postgres and this process (where the readers
 load before it. Every contender must deliver exactly the workload's changes.
 
 What ``struct`` converts is decided by the table's six columns (``bench.cdc``): ``id int8``
-(the key; long), ``name text`` (string, as in JSON), ``amount numeric(12,2)`` (decimal(12,2):
-a ``Decimal`` per value), ``at timestamptz`` (timestamp: a ``datetime`` parsed per value),
-``active bool`` (boolean) and ``score float8`` (double). Every change carries ``after`` and
-``key`` (the default replica identity: no ``before``). The decimal and the timestamp are the
-conversions JSON text does not make; text-heavy tables convert less, tables of timestamps and
+(the key; long), ``name text`` (string, as in JSON), ``amount numeric(12,2)`` (decimal(12,2)),
+``at timestamptz`` (timestamp), ``active bool`` (boolean) and ``score float8`` (double). Every
+change carries ``after`` and ``key`` (the default replica identity: no ``before``). The decimal
+and the timestamp are the conversions JSON text does not make (Arrow casts their text a column
+at a time when the batch is built); text-heavy tables convert less, tables of timestamps and
 decimals more.
 
 ``variant`` encodes every value into the VARIANT binary format in Python (an int8, a decimal8

@@ -8,10 +8,12 @@ import logging
 import threading
 import time
 import uuid
+from decimal import Decimal
 from typing import Any
 
 import pytest
 from psycopg import sql
+from pyspark.sql.types import VariantVal
 
 from connector_common.lsn import parse_lsn
 from iggy_spark_testing.harness import LocalPostgres
@@ -21,7 +23,8 @@ from postgres_cdc_source.backfill.progress import ChunkPlan, TableProgress
 from postgres_cdc_source.backfill.requests import main as backfill_command
 from postgres_cdc_source.backfill.splice import ChunkRead
 from postgres_cdc_source.errors import BackfillRefused, SourceError
-from postgres_cdc_source.options import MARKER_PREFIX, CdcOptions
+from postgres_cdc_source.options import MARKER_PREFIX
+from postgres_cdc_source.source import PgCdcDataSource
 from postgres_cdc_source.stream.reader import CdcPartition, PgCdcStreamReader
 
 
@@ -29,7 +32,10 @@ class _Query:
     """A reader run the way Spark runs it: plan, read every partition, commit; offsets kept."""
 
     def __init__(self, pg: LocalPostgres, options: dict[str, str]) -> None:
-        self.reader = PgCdcStreamReader(CdcOptions.from_options({"dsn": pg.dsn, **options}))
+        source = PgCdcDataSource({"dsn": pg.dsn, **options})
+        reader = source.streamReader(source.schema())
+        assert isinstance(reader, PgCdcStreamReader)
+        self.reader = reader
         self.offset: dict[str, Any] = self.reader.initialOffset()
         self.offsets: list[dict[str, Any]] = []
 
@@ -39,7 +45,8 @@ class _Query:
         end = self.reader.latestOffset(self.offset, self.reader.getDefaultReadLimit())
         rows = _rows(self.reader, self.offset, end)
         if replayed is not None:
-            replayed += _rows(PgCdcStreamReader(self.reader.options), self.offset, end)
+            replayed += _rows(PgCdcStreamReader(self.reader.options, self.reader.typed),
+                              self.offset, end)
         self.reader.commit(end)
         self.offset = end
         self.offsets.append(end)
@@ -107,6 +114,52 @@ def test_a_backfill_places_chunks_in_the_stream_and_ends_with_current_values(
     assert table[0] == f"public.{slot}"
     assert (table[1]["rows"], table[1]["chunks"]) == (26, 3) and table[1]["rows_per_second"] > 0
     assert f"public.{slot}: 26 rows at " in caplog.text
+
+
+@pytest.mark.parametrize("row_format", ["struct", "variant"])
+def test_a_backfill_types_its_rows_as_the_changes_around_them(
+    pg: LocalPostgres, name: str, row_format: str
+) -> None:
+    """Typed rows through a backfill (the snapshot's reading, spliced into the stream): the
+    rows read and the changes between its chunks typed alike, a decimal and a timestamp among
+    them, so the stream replayed in order ends equal to the table, value for value."""
+    slot = f"{name}_{row_format}"
+    with pg.connect() as conn:
+        conn.execute(f"CREATE TABLE {slot} (id int PRIMARY KEY, amount numeric(10,2), "
+                     "at timestamptz)")
+        conn.execute(f"INSERT INTO {slot} SELECT i, i * 1.25, timestamptz '2024-01-02 "
+                     "03:04:05.5+00' + i * interval '1 day' FROM generate_series(1, 25) AS i")
+    query = _Query(pg, {"slot": slot, "include_tables": rf"public\.{slot}",
+                        "backfill_chunk_rows": "10", "row_format": row_format})
+    request_backfill(pg.dsn, slot, [slot])
+    rows: list[dict[str, Any]] = []
+    with pg.connect() as conn:
+        conn.autocommit = True
+        rows += query.batch()  # finds the request; first chunk
+        conn.execute(f"UPDATE {slot} SET amount = 99.99, at = NULL WHERE id = 25")
+        conn.execute(f"DELETE FROM {slot} WHERE id = 24")
+        for _ in range(4):
+            rows += query.batch()
+        table = {(i,): {"id": i, "amount": amount, "at": at}
+                 for i, amount, at in conn.execute(f"SELECT id, amount, at FROM {slot}")}
+    assert query.offset.get("backfill") is None  # done
+    assert {r["op"] for r in rows} == {"read", "update", "delete"}
+    state: dict[tuple[Any, ...], Any] = {}
+    for r in rows:  # a consumer replaying the stream in order
+        key = tuple(_value(row_format, r["key"]).values())
+        if r["op"] == "delete":
+            state.pop(key, None)
+        else:
+            state[key] = _value(row_format, r["after"])
+    assert state == table and state[(25,)]["amount"] == Decimal("99.99")
+
+
+def _value(row_format: str, image: dict[str, Any]) -> dict[str, Any]:
+    """A typed image as Python values: a struct's as Arrow gives it, a variant decoded."""
+    if row_format == "variant":
+        value: dict[str, Any] = VariantVal(image["value"], image["metadata"]).toPython()
+        return value
+    return image
 
 
 @pytest.mark.contrib  # a test_decoding slot

@@ -29,10 +29,12 @@ anything else                     string, Postgres's text: composite, range, int
 
 Values are converted from the same output text the JSON mode's converters
 (:mod:`postgres_cdc_source.values`) read, in the same session settings, so a struct field holds
-what the JSON mode's value means: tests parse both and compare them type by type. A value the
-Spark type cannot hold fails with :class:`ValueError` naming it, never a silent null or a
-rounded number: ``NaN`` in a decimal column, a date or timestamp that is infinite, BC or after
-the year 9999, an array of more than one dimension.
+what the JSON mode's value means: tests parse both and compare them type by type. Most are
+converted as they are decoded; decimals, dates and timestamps keep their text in a change's
+images and Arrow casts them a column at a time when the batch is built (:func:`image_converter`,
+:func:`image_array`). A value the Spark type cannot hold fails with :class:`ValueError` naming
+it, never a silent null or a rounded number: ``NaN`` in a decimal column, a date or timestamp
+that is infinite, BC or after the year 9999, an array of more than one dimension.
 
 A table's columns change under a query (``schema_evolution``): with ``fail`` a change must have
 the columns the query started with (:meth:`StructRows.retyped`), and a restart on the checkpoint
