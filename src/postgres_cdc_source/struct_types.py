@@ -481,11 +481,11 @@ def image_array(images: Sequence[Mapping[str, Any] | None], arrow: pa.StructType
 
 def _cast(texts: pa.Array, field: pa.Field, convert: Callable[[str], Any]) -> pa.Array:
     """``texts`` cast to ``field``'s type; one by one where Arrow refuses one, or where a
-    decimal's text is longer than the digits a decimal holds: Arrow reads them into 128 bits
-    without checking (``1.`` and 40 zeros became 0), so the converter checks them and drops
-    the zeros beyond the scale."""
+    decimal's digits with the column's scale may exceed the 38 a decimal holds: Arrow reads
+    and rescales them in 128 bits without checking (``1.`` and 40 zeros became 0, and so did
+    a 13-digit integer cast to ``decimal(28, 28)``), so the converter checks them."""
     if pa.types.is_decimal(field.type) and (
-            pc.max(pc.utf8_length(texts)).as_py() or 0) > _MAX_PRECISION:
+            pc.max(pc.utf8_length(texts)).as_py() or 0) + field.type.scale > _MAX_PRECISION:
         return _one_by_one(texts, field, convert)
     try:
         return texts.cast(field.type)
