@@ -45,6 +45,7 @@ from postgres_cdc_source.struct_types import (
     TableStruct,
     UnconvertibleValue,
     _decimal,
+    _decimal_digits,
     column_type,
     image_array,
     image_converter,
@@ -427,3 +428,16 @@ def test_a_decimal_is_taken_exactly_when_it_fits_its_column(
         with pytest.raises(UnconvertibleValue) as failed:
             _image(arrow, text)
         assert re.search(re.escape(repr(text)), str(failed.value.__cause__))
+
+
+@pytest.mark.parametrize(("texts", "scale", "digits"), [
+    (["12.345678901234567890"], 18, 20),  # numeric(38,18): cast by Arrow
+    (["-99999999999999999999.999999999999999999"], 18, 38),  # the widest, still cast
+    (["2892400118828"], 28, 41),  # rescaled past 38 digits: converted one by one
+    (["1." + "0" * 40], 0, 41),  # more places than a decimal holds
+    ([None, "5", "-0.5"], 2, 3),
+])
+def test_a_decimal_column_is_measured_in_the_digits_arrow_works_with(
+    texts: list[str | None], scale: int, digits: int
+) -> None:
+    assert _decimal_digits(pa.array(texts, pa.string()), scale) == digits

@@ -13,9 +13,9 @@ A logical message (op ``message``) has no schema or table: ``topic_from=table`` 
 topic named by its prefix, ``stream_from=schema`` to ``default_stream``, ``partition_key_from=
 key`` by its key ``{"prefix": ...}``; a column route reads its ``prefix``/``content`` fields.
 
-With ``row_format=struct`` the values and the key are typed; each is turned back into the JSON
-mode's value first (:mod:`postgres_cdc_source.struct_json`), so a row goes where the JSON mode
-sends it, whichever format the query reads.
+With ``row_format=struct`` the values and the key are the struct's; each is turned back into
+the JSON mode's value first (:func:`~postgres_cdc_source.struct_types.image_json`), so a row
+goes where the JSON mode sends it, whichever format the query reads.
 """
 
 from __future__ import annotations
@@ -65,7 +65,7 @@ def _picker(spec: str | None, builtin: str, attr: _Pick, typed: StructRows | Non
 
 
 def _json_value(typed: StructRows | None, name: str) -> Callable[[Any], Any] | None:
-    """A typed value of column ``name`` -> its JSON mode's value (``None``: the values are the
+    """A struct value of column ``name`` -> its JSON mode's value (``None``: the values are the
     JSON mode's already, or the query has no such column)."""
     if typed is None or name not in typed.row.names:
         return None

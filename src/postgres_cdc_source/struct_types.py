@@ -30,11 +30,12 @@ anything else                     string, Postgres's text: composite, range, int
 Values are converted from the same output text the JSON mode's converters
 (:mod:`postgres_cdc_source.values`) read, in the same session settings, so a struct field holds
 what the JSON mode's value means: tests parse both and compare them type by type. Most are
-converted as they are decoded; decimals, dates and timestamps keep their text in a change's
-images and Arrow casts them a column at a time when the batch is built (:func:`image_converter`,
-:func:`image_array`). A value the Spark type cannot hold fails with :class:`ValueError` naming
-it, never a silent null or a rounded number: ``NaN`` in a decimal column, a date or timestamp
-that is infinite, BC or after the year 9999, an array of more than one dimension.
+converted as they are decoded; decimals, dates and timestamps (not arrays of them) keep their
+text in a change's images and Arrow casts them a column at a time when the batch is built
+(:func:`image_converter`, :func:`image_array`). A value the Spark type cannot hold fails with
+:class:`ValueError` naming it, never a silent null or a rounded number: ``NaN`` in a decimal
+column, a date or timestamp that is infinite, BC or after the year 9999, an array of more than
+one dimension.
 
 A table's columns change under a query (``schema_evolution``): with ``fail`` a change must have
 the columns the query started with (:meth:`StructRows.retyped`), and a restart on the checkpoint
@@ -481,16 +482,29 @@ def image_array(images: Sequence[Mapping[str, Any] | None], arrow: pa.StructType
 
 def _cast(texts: pa.Array, field: pa.Field, convert: Callable[[str], Any]) -> pa.Array:
     """``texts`` cast to ``field``'s type; one by one where Arrow refuses one, or where a
-    decimal's digits with the column's scale may exceed the 38 a decimal holds: Arrow reads
-    and rescales them in 128 bits without checking (``1.`` and 40 zeros became 0, and so did
-    a 13-digit integer cast to ``decimal(28, 28)``), so the converter checks them."""
-    if pa.types.is_decimal(field.type) and (
-            pc.max(pc.utf8_length(texts)).as_py() or 0) + field.type.scale > _MAX_PRECISION:
+    decimal may need more than the 38 digits a decimal holds (:func:`_decimal_digits`): Arrow
+    reads and rescales them in 128 bits without checking (``1.`` and 40 zeros became 0, and so
+    did a 13-digit integer cast to ``decimal(28, 28)``), so the converter checks them."""
+    if pa.types.is_decimal(field.type) and _decimal_digits(texts, field.type.scale) > (
+            _MAX_PRECISION):
         return _one_by_one(texts, field, convert)
     try:
         return texts.cast(field.type)
     except pa.ArrowInvalid:
         return _one_by_one(texts, field, convert)
+
+
+def _decimal_digits(texts: pa.Array, scale: int) -> int:
+    """The most digits Arrow works with to cast one of ``texts`` (plain decimal text) to a
+    decimal of ``scale``: those before the point, and the text's places or ``scale``,
+    whichever is more (it rescales the one to the other)."""
+    length = pc.utf8_length(texts)
+    point = pc.find_substring(texts, ".")
+    places = pc.if_else(pc.less(point, 0), 0, pc.subtract(pc.subtract(length, point), 1))
+    whole = pc.subtract(pc.if_else(pc.less(point, 0), length, point),
+                        pc.starts_with(texts, "-").cast(pa.int32()))
+    most = pc.max(pc.add(whole, pc.max_element_wise(places, scale))).as_py()
+    return int(most or 0)
 
 
 def _one_by_one(texts: pa.Array, field: pa.Field, convert: Callable[[str], Any]) -> pa.Array:
@@ -562,8 +576,9 @@ class StructRows(NamedTuple):
     def retyped(self, shape: RowShape, *, whole: bool = True,
                 types: Sequence[int | str] | None = None) -> RowShape:
         """``shape`` (as a decoder or reader built it for the JSON mode) with the converters
-        of the row struct's fields, its row images dicts of typed values: the one place a
-        change's values become typed.
+        of the row struct's fields (:func:`image_converter`), its row images dicts of their
+        values: with :func:`image_array`, which casts the decimals, dates and timestamps when
+        the batch is built, the one place a change's values become typed.
 
         ``whole``: ``shape`` has every column of the table (not an old key's columns);
         ``types``: the columns' type OIDs (pgoutput) or names (test_decoding), when known.

@@ -92,7 +92,8 @@ class Begin(NamedTuple):
 
 class Change(NamedTuple):
     """One changed row (or one truncated table); ``key``/``before``/``after`` are JSON text,
-    or with ``row_format=struct`` dicts of typed values (:attr:`RowShape.encode`).
+    or with ``row_format=struct`` dicts of the struct's values, decimals, dates and timestamps
+    still their text until the batch is built (:attr:`RowShape.encode`).
 
     ``seq`` is the change's 0-based position in its transaction, counted before any table
     filtering, so ``(commit_lsn, seq)`` identifies a change whatever the filter; ``None`` for a
@@ -182,8 +183,8 @@ class RowShape:
     generated columns excluded, as pgoutput does); ``key`` holds the indexes of the replica
     identity columns; ``keep`` is the table filter's verdict, so filtered changes are skipped
     before their tuples are parsed. ``encode`` makes a row image of the converted values
-    (:func:`json_text`, or the dict itself for ``row_format=struct``, whose converters give
-    typed values); ``changed``, when set, is raised by :func:`build_change` instead of building
+    (:func:`json_text`, or the dict itself for ``row_format=struct``, whose converters type
+    it); ``changed``, when set, is raised by :func:`build_change` instead of building
     a change (the table no longer has the columns a ``row_format=struct`` query started with).
     """
 

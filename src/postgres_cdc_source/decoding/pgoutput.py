@@ -173,7 +173,7 @@ class _FastShape(NamedTuple):
     key_one: str | None
     """The key column's name when the key is exactly one column (the usual primary key)."""
     typed: bool
-    """``row_format=struct``: the images stay dicts of typed values (no JSON text)."""
+    """``row_format=struct``: the images stay dicts of the struct's values (no JSON text)."""
 
     @classmethod
     def of(cls, shape: RowShape, typed: bool) -> _FastShape:
@@ -196,7 +196,7 @@ class PgOutputDecoder:
     skipped and not counted (as when pgoutput does not send them). ``typed``
     (``row_format=struct``) types the kept tables' rows
     (:meth:`~postgres_cdc_source.struct_types.StructRows.retyped`): the hot path then keeps
-    their images as dicts of typed values. ``columns`` (``include_schema_changes``) is handed
+    their images as dicts of the struct's values. ``columns`` (``include_schema_changes``) is handed
     each kept table's Relation message inside a transaction; a ``ddl`` change it makes comes
     right there, before the change the message announces, and counts in ``seq``.
     """

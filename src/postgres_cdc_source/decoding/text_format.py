@@ -113,9 +113,9 @@ class TextFormatDecoder:
     message counts in ``seq``, as with pgoutput; without it they are skipped and not counted.
     ``typed`` (``row_format=struct``) types the kept tables' rows
     (:meth:`~postgres_cdc_source.struct_types.StructRows.retyped`): the hot path then keeps
-    their images as dicts of typed values. ``columns`` (``include_schema_changes``) is handed
-    the printed columns of each kept table's insert and update; a ``ddl`` change it makes comes
-    right before that change and counts in ``seq``. The hot path then takes only the tables
+    their images as dicts of the struct's values. ``columns`` (``include_schema_changes``) is
+    handed the printed columns of each kept table's insert and update; a ``ddl`` change it makes
+    comes right before that change and counts in ``seq``. The hot path then takes only the tables
     whose tracked columns are the catalog's, which its regex matches.
     """
 
@@ -365,7 +365,7 @@ def _inline(
         return None
     after = dict(zip(shape.names, values, strict=True))
     key_image = {n: after[n] for n in shape.key_names} if shape.key else None
-    if table.typed is not None:  # row_format=struct: the images stay dicts of typed values
+    if table.typed is not None:  # row_format=struct: the images stay dicts
         return _new(Change, (lsn, seq, shape.schema, shape.table, op, key_image, None, after,
                              (), after if keep_values else None, None))
     key = None if key_image is None else _dumps(key_image).decode()

@@ -66,7 +66,7 @@ def complete(
 ) -> Iterator[tuple[Commit, Iterator[list[Change]]]]:
     """``txns`` with the changes the rule above names completed; as is when ``horizon`` is
     ``None`` (the snapshot was exact, or there was none). ``typed``: the changes are a
-    ``row_format=struct`` query's, their images dicts of typed values."""
+    ``row_format=struct`` query's, their images dicts of the struct's values."""
     if horizon is None:
         yield from txns
         return
@@ -84,7 +84,7 @@ def _moves_key(change: Change) -> bool:
     the new row's when it sent none) differs from the new row's key columns."""
     if change.op != UPDATE or change.key is None or change.new_row is None:
         return False
-    typed = isinstance(change.key, dict)  # row_format=struct: typed values, compared as such
+    typed = isinstance(change.key, dict)  # row_format=struct: dicts, compared as such
     old = change.key if typed else orjson.loads(change.key)
     row = change.new_row
     if any(row.get(name, UNCHANGED) is UNCHANGED for name in old):
