@@ -28,7 +28,8 @@ from postgres_cdc_source.decoding.pgoutput import PgOutputDecoder
 from postgres_cdc_source.decoding.text_format import TextFormatDecoder
 from postgres_cdc_source.destination_columns import Router
 from postgres_cdc_source.options import CdcOptions
-from postgres_cdc_source.variant_types import VARIANT_ROWS, converter_for
+from postgres_cdc_source.values import converter_for_oid
+from postgres_cdc_source.variant_types import VARIANT_ROWS, converter_for, json_value
 
 AT = datetime(2024, 1, 2, 3, 4, 5, 500000, UTC)
 
@@ -177,6 +178,23 @@ def test_each_type_is_the_json_modes_value_typed_exactly(type_: int | str, text:
                                                           means: Any) -> None:
     got = column(type_, text)
     assert got == means and type(got) is type(means), (got, means)
+
+
+_KEYABLE = [(t, text) for t, text, _ in JSON_MODE_MEANS if isinstance(t, int) and t not in (
+    700, 701, 17, 1007, 1231, 3807, 1009, 114, 3802)]  # what a key lookup takes (sql_json)
+
+
+@pytest.mark.parametrize(("type_", "text"), _KEYABLE)
+def test_an_encoded_key_value_gives_back_the_json_modes_value(type_: int, text: str) -> None:
+    """How a key is matched when TOAST values are read back from a table: its encoded value
+    turned into the JSON mode's value of the same text."""
+    to_json = json_value(type_)
+    assert to_json is not None
+    assert to_json(converter_for(type_)(text)) == converter_for_oid(type_)(text)
+
+
+def test_a_json_key_is_not_matched() -> None:
+    assert json_value(114) is None and json_value(3802) is None
 
 
 @given(st.decimals(allow_nan=False, allow_infinity=False, places=None))

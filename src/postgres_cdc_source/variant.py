@@ -34,6 +34,7 @@ import pyarrow as pa
 
 __all__ = [
     "FALSE",
+    "NO_KEYS",
     "NULL",
     "TRUE",
     "VARIANT_ARROW",
@@ -198,6 +199,10 @@ def _metadata(keys: Sequence[str]) -> bytes:
     width = _width(max(offsets[-1], len(keys)))
     header = 1 | (1 << 4) | (width - 1) << 6  # version 1, sorted strings
     return b"".join((bytes((header,)), _uints([len(keys), *offsets], width), *encoded))
+
+
+NO_KEYS: Final = _metadata(())
+"""The metadata of a value that holds no object (:func:`plain`'s, and every scalar's)."""
 
 
 class _Keys:

@@ -42,20 +42,33 @@ import math
 import re
 from collections.abc import Callable, Sequence
 from datetime import UTC, date, datetime, timedelta
-from decimal import Decimal
+from decimal import Decimal, localcontext
 from functools import partial
 from struct import Struct
 from typing import Any
 
 import pyarrow as pa
-from pyspark.sql.types import StructType, VariantType
+from pyspark.sql.types import (
+    BinaryType,
+    BooleanType,
+    DataType,
+    DateType,
+    DecimalType,
+    LongType,
+    StructType,
+    TimestampNTZType,
+    TimestampType,
+    VariantType,
+    VariantVal,
+)
 
 from connector_common.change_rows import typed_schemas
 from postgres_cdc_source import variant
 from postgres_cdc_source.decoding.changes import RowShape
+from postgres_cdc_source.struct_json import pg_text
 from postgres_cdc_source.values import builtin_types, converter_for_oid, parse_array
 
-__all__ = ["VARIANT_ROWS", "VariantRows", "converter_for"]
+__all__ = ["VARIANT_ROWS", "VariantRows", "converter_for", "json_value"]
 
 Converter = Callable[[str], Any]
 
@@ -238,6 +251,35 @@ def converter_for(type_: int | str) -> Converter:
     if isinstance(type_, int):
         return _CONVERT_OID.get(type_, variant.string)
     return _CONVERT_NAME.get(type_, variant.string)
+
+
+_SPARK_TEXT: dict[type, DataType] = {  # a decoded scalar -> the Spark type printing its text
+    bool: BooleanType(), int: LongType(), Decimal: DecimalType(), date: DateType(),
+    bytes: BinaryType()}
+
+
+def json_value(type_oid: int) -> Callable[[bytes], Any] | None:
+    """A value of a column of ``type_oid`` as its converter encoded it (in a change's image) ->
+    the JSON mode's value of the column, for matching a row's key (TOAST values read back,
+    :mod:`postgres_cdc_source.stream.reselect`): decoded by pyspark's own decoder, printed as
+    the Postgres text it came from and converted as the JSON mode converts that text; a
+    string (the JSON mode's value already, or text a variant type could not hold) as it is.
+    ``None`` for json and jsonb, whose objects are encoded with their row."""
+    if type_oid in (114, 3802):
+        return None
+    convert = converter_for_oid(type_oid)
+    timestamp = {1114: TimestampNTZType(), 1184: TimestampType()}.get(type_oid)
+
+    def json_value(encoded: bytes) -> Any:
+        with localcontext(prec=_DIGITS):  # pyspark computes a decimal in the current context
+            value = VariantVal(encoded, variant.NO_KEYS).toPython()
+        if value is None or isinstance(value, str):
+            return value
+        spark = timestamp if isinstance(value, datetime) else _SPARK_TEXT[type(value)]
+        assert spark is not None, f"a timestamp from a column of type OID {type_oid}"
+        return convert(pg_text(spark)(value))
+
+    return json_value
 
 
 def _as_is(image: dict[str, Any]) -> dict[str, Any]:

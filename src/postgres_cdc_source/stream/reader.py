@@ -282,8 +282,7 @@ def _peeked(
                                columns)
         events = decoder.events(rows)
         txns = transactions(events, options.spill_rows)
-        if typed is None or isinstance(typed, StructRows):  # not variant (see its docs)
-            txns = reselect.complete(txns, options, partition.reselect_until, typed)
+        txns = reselect.complete(txns, options, partition.reselect_until, typed)
         schema = ARROW_SCHEMA if typed is None else typed.schemas()[1]
         with _collector_paused():
             if partition.backfill is not None:

@@ -26,10 +26,13 @@ Postgres sent it: a later change of that key follows. Tables without a primary k
 types whose JSON does not read back as the same value (``bytea``, floats, arrays), are left as
 sent.
 
-With ``row_format=struct`` the same rule holds: a value read is converted as the query's
-decoders convert it (:func:`~postgres_cdc_source.struct_types.image_converter`), and a key is
-matched by its JSON mode's text (:func:`~postgres_cdc_source.struct_types.image_json`), so both
-modes complete the same changes with the same values.
+With ``row_format=struct`` and ``variant`` the same rule holds: a value read is converted as
+the query's decoders convert it (:func:`~postgres_cdc_source.struct_types.image_converter`,
+:func:`~postgres_cdc_source.variant_types.converter_for`), and a key is matched by its JSON
+mode's text (:func:`~postgres_cdc_source.struct_types.image_json`,
+:func:`~postgres_cdc_source.variant_types.json_value`), so every mode completes the same
+changes with the same values (in ``variant`` mode, not those of a table keyed by a json or
+jsonb column).
 """
 
 from __future__ import annotations
@@ -42,13 +45,14 @@ import orjson
 import psycopg
 from psycopg import sql
 
-from postgres_cdc_source import connections, snapshot
+from postgres_cdc_source import connections, snapshot, variant_types
 from postgres_cdc_source.decoding import UNCHANGED, UPDATE, Change, Commit
 from postgres_cdc_source.options import CdcOptions
 from postgres_cdc_source.sql_json import row_json_sql
 from postgres_cdc_source.sql_names import Name
 from postgres_cdc_source.struct_types import StructRows, image_converter, image_json
 from postgres_cdc_source.values import Converter, converter_for_oid
+from postgres_cdc_source.variant_types import VariantRows
 
 __all__ = ["complete"]
 
@@ -62,11 +66,12 @@ Transactions = Iterable[tuple[Commit, Iterator[list[Change]]]]
 
 def complete(
     txns: Transactions, options: CdcOptions, horizon: int | None,
-    typed: StructRows | None = None,
+    typed: StructRows | VariantRows | None = None,
 ) -> Iterator[tuple[Commit, Iterator[list[Change]]]]:
     """``txns`` with the changes the rule above names completed; as is when ``horizon`` is
     ``None`` (the snapshot was exact, or there was none). ``typed``: the changes are a
-    ``row_format=struct`` query's, their images dicts of the struct's values."""
+    ``row_format=struct`` query's, their images dicts of the struct's values, or a
+    ``variant`` one's, dicts of encoded values."""
     if horizon is None:
         yield from txns
         return
@@ -130,7 +135,7 @@ class _Tables:
     """The lookups of one partition's read: a connection opened on first need, tables described
     once."""
 
-    def __init__(self, options: CdcOptions, typed: StructRows | None) -> None:
+    def __init__(self, options: CdcOptions, typed: StructRows | VariantRows | None) -> None:
         self.options = options
         self.typed = typed
         self._conn: psycopg.Connection[Any] | None = None
@@ -198,7 +203,7 @@ class _Tables:
 
 def _completed(change: Change, current: dict[str, Any], typed: bool = False) -> Change:
     """``change`` with its unchanged columns filled from ``current``; ``typed``: its images
-    are ``row_format=struct``'s dicts, not JSON text."""
+    are ``row_format=struct``'s or ``variant``'s dicts, not JSON text."""
     row = change.new_row
     assert row is not None
     if any(c not in current for c in change.unchanged):
@@ -212,7 +217,7 @@ def _completed(change: Change, current: dict[str, Any], typed: bool = False) -> 
 
 
 def _lookup_table(conn: psycopg.Connection[Any], schema: str, table: str,
-                  typed: StructRows | None) -> _Table | None:
+                  typed: StructRows | VariantRows | None) -> _Table | None:
     """The table's lookup, or ``None`` when rows cannot be found by key: the table is gone, has
     no primary key, or a key column's JSON would not read back as its value; with ``typed``,
     also when it is not one of the query's tables (its changes fail the batch anyway)."""
@@ -229,6 +234,13 @@ def _lookup_table(conn: psycopg.Connection[Any], schema: str, table: str,
     if typed is None:
         return _Table(described, key_json, {c: converter_for_oid(o) for c, o in oids.items()},
                       {k: _same for k in key})
+    if isinstance(typed, VariantRows):
+        json_values = {k: variant_types.json_value(oids[k]) for k in key}
+        if any(v is None for v in json_values.values()):
+            return None
+        return _Table(described, key_json,
+                      {c: variant_types.converter_for(o) for c, o in oids.items()},
+                      {k: v for k, v in json_values.items() if v is not None})
     struct = typed.tables.get(f"{schema}.{table}")
     if struct is None:
         return None
