@@ -146,23 +146,22 @@ def _date(text: str) -> bytes:
         return variant.string(text)
 
 
-_JSON_TIMESTAMP, _JSON_TIMESTAMPTZ = converter_for_oid(1114), converter_for_oid(1184)
+def _stamps(epoch: datetime, encode: Callable[[int], bytes], json_text: Converter
+            ) -> Converter:
+    """The converter of timestamps counted from ``epoch`` (naive or UTC) and encoded by
+    ``encode``; a text Python cannot read is the JSON mode's (``json_text``) string."""
+    def convert(text: str) -> bytes:
+        try:
+            stamp = datetime.fromisoformat(text)
+        except ValueError:  # infinity, BC, after 9999
+            return variant.string(json_text(text))
+        return encode((stamp - epoch) // _MICRO)
+
+    return convert
 
 
-def _timestamp(text: str) -> bytes:
-    try:
-        stamp = datetime.fromisoformat(text)
-    except ValueError:  # infinity, BC, after 9999
-        return variant.string(_JSON_TIMESTAMP(text))
-    return variant.timestamp_ntz((stamp - _EPOCH) // _MICRO)
-
-
-def _timestamptz(text: str) -> bytes:
-    try:
-        stamp = datetime.fromisoformat(text)
-    except ValueError:  # infinity, BC, after 9999
-        return variant.string(_JSON_TIMESTAMPTZ(text))
-    return variant.timestamp((stamp - _EPOCH_UTC) // _MICRO)
+_timestamp = _stamps(_EPOCH, variant.timestamp_ntz, converter_for_oid(1114))
+_timestamptz = _stamps(_EPOCH_UTC, variant.timestamp, converter_for_oid(1184))
 
 
 def _json_number(text: str) -> bytes:
