@@ -49,6 +49,7 @@ from postgres_cdc_source.struct_types import (
     column_type,
     image_array,
     image_converter,
+    spark_typed,
     struct_schema,
     typed_columns,
 )
@@ -382,7 +383,7 @@ def test_a_row_image_renders_as_the_json_modes_text_nulls_and_unchanged_columns_
         ColumnInfo(n, n, TYPES[oid].name, oid, n == "id", False, typmods.get(n, -1))
         for n, oid, _ in columns]), ("id",))
     row, key = struct_schema({"public.t": typed})
-    image = {c.name: None if text is None else c.convert(text)
+    image = {c.name: None if text is None else spark_typed(c.spark)[2](text)
              for c, (_, _, text) in zip(typed.columns, columns, strict=True)}
     json_mode = {n: None if text is None else converter_for_oid(oid)(text)
                  for n, oid, text in columns}

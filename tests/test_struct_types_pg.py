@@ -40,7 +40,13 @@ from postgres_cdc_source.decoding.text_format import TEST_DECODING_OPTIONS, Text
 from postgres_cdc_source.destination_columns import Router
 from postgres_cdc_source.options import CdcOptions
 from postgres_cdc_source.struct_json import image_renderer
-from postgres_cdc_source.struct_types import StructRows, image_array, struct_schema, table_struct
+from postgres_cdc_source.struct_types import (
+    StructRows,
+    image_array,
+    spark_typed,
+    struct_schema,
+    table_struct,
+)
 from postgres_cdc_source.values import SESSION_SETTINGS
 
 pytestmark = [pytest.mark.services, pytest.mark.contrib]  # both decoders: test_decoding too
@@ -193,15 +199,16 @@ def test_every_listed_type_is_typed_and_equals_both_decoders_json(
                              typed_rows.row_arrow).to_pylist()
         for row_texts, row_nulls, image in zip(texts, nulls, images, strict=True):
             for column, text, null in zip(typed, row_texts, row_nulls, strict=True):
-                value = pa.array([None if null else column.convert(text)],
-                                 column.arrow).to_pylist()[0]  # a float4 narrowed alike
+                _, arrow, convert = spark_typed(column.spark)
+                value = pa.array([None if null else convert(text)],
+                                 arrow).to_pylist()[0]  # a float4 narrowed alike
                 assert same(image[column.name], value), (plugin, column.name, text, value)
     for plugin, inserts in changes.items():
         for row_texts, row_nulls, change in zip(texts, nulls, inserts, strict=True):
             assert change.after is not None
             after = orjson.loads(change.after)
             for column, text, null in zip(typed, row_texts, row_nulls, strict=True):
-                value = None if null else column.convert(text)
+                value = None if null else spark_typed(column.spark)[2](text)
                 if column.name in ("j", "jb") and value is not None:  # the text, embedded
                     assert orjson.loads(value) == after[column.name]
                     continue

@@ -131,13 +131,12 @@ class PgType(NamedTuple):
 
 
 class TypedColumn(NamedTuple):
-    """A column's Spark and Arrow types, the converter of its output text, and its Postgres
-    type as pgoutput (OID) and test_decoding (``format_type`` name) name it."""
+    """A column's Spark type (which gives its Arrow type and converter, :func:`spark_typed`)
+    and its Postgres type as pgoutput (OID) and test_decoding (``format_type`` name) name
+    it."""
 
     name: str
     spark: DataType
-    arrow: pa.DataType
-    convert: Callable[[str], Any]
     type_oid: int = 0
     type_name: str = ""
 
@@ -345,8 +344,8 @@ def load_types(conn: psycopg.Connection[Any], oids: Iterable[int]) -> dict[int, 
 
 def typed_columns(types: Mapping[int, PgType], columns: Sequence[ColumnInfo]
                   ) -> tuple[TypedColumn, ...]:
-    """Each column with its Spark and Arrow types and converter (:func:`column_type`)."""
-    return tuple(TypedColumn(c.name, *column_type(types, c.type_oid, c.typmod), c.type_oid,
+    """Each column with its Spark type (:func:`column_type`)."""
+    return tuple(TypedColumn(c.name, column_type(types, c.type_oid, c.typmod)[0], c.type_oid,
                              c.type_name) for c in columns)
 
 
@@ -446,8 +445,12 @@ def image_converter(spark: DataType) -> Callable[[str], Any]:
     ``Decimal`` and ``datetime`` convert them one by one, which was most of what typed rows
     cost over JSON text; a property test pins that its casts give the converters' values for
     every text Postgres prints in the peek sessions' settings and refuse what they refuse."""
-    typed = spark_typed(spark)
-    return str if _cast_converter(typed[1]) is not None else typed[2]
+    return str if _kept_as_text(spark) else spark_typed(spark)[2]
+
+
+def _kept_as_text(spark: DataType) -> bool:
+    """Whether a change's image keeps a value of ``spark`` as its Postgres text."""
+    return _cast_converter(spark_typed(spark)[1]) is not None
 
 
 class UnconvertibleValue(ValueError):
@@ -522,7 +525,7 @@ def image_json(type_oid: int, spark: DataType) -> Callable[[Any], Any]:
     """A value of a column of ``type_oid`` typed as ``spark``, as a change's image holds it
     (:func:`image_converter`) -> the JSON mode's value of the same column: for routing, and
     for matching keys, before the batch is built."""
-    if _cast_converter(spark_typed(spark)[1]) is not None:
+    if _kept_as_text(spark):
         return converter_for_oid(type_oid)  # still the Postgres text the JSON mode converts
     return value_renderer(type_oid, spark)
 
