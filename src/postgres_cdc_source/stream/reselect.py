@@ -45,14 +45,14 @@ import orjson
 import psycopg
 from psycopg import sql
 
-from postgres_cdc_source import connections, snapshot, variant_types
+from postgres_cdc_source import connections, snapshot
 from postgres_cdc_source.decoding import UNCHANGED, UPDATE, Change, Commit
 from postgres_cdc_source.options import CdcOptions
 from postgres_cdc_source.sql_json import row_json_sql
 from postgres_cdc_source.sql_names import Name
 from postgres_cdc_source.struct_types import StructRows, image_converter, image_json
 from postgres_cdc_source.values import Converter, converter_for_oid
-from postgres_cdc_source.variant_types import VariantRows
+from postgres_cdc_source.variant_types import VariantRows, converter_for, json_value
 
 __all__ = ["complete"]
 
@@ -89,7 +89,7 @@ def _moves_key(change: Change) -> bool:
     the new row's when it sent none) differs from the new row's key columns."""
     if change.op != UPDATE or change.key is None or change.new_row is None:
         return False
-    typed = isinstance(change.key, dict)  # row_format=struct: dicts, compared as such
+    typed = isinstance(change.key, dict)  # struct or variant: dicts, compared as such
     old = change.key if typed else orjson.loads(change.key)
     row = change.new_row
     if any(row.get(name, UNCHANGED) is UNCHANGED for name in old):
@@ -235,11 +235,10 @@ def _lookup_table(conn: psycopg.Connection[Any], schema: str, table: str,
         return _Table(described, key_json, {c: converter_for_oid(o) for c, o in oids.items()},
                       {k: _same for k in key})
     if isinstance(typed, VariantRows):
-        json_values = {k: variant_types.json_value(oids[k]) for k in key}
+        json_values = {k: json_value(oids[k]) for k in key}
         if any(v is None for v in json_values.values()):
             return None
-        return _Table(described, key_json,
-                      {c: variant_types.converter_for(o) for c, o in oids.items()},
+        return _Table(described, key_json, {c: converter_for(o) for c, o in oids.items()},
                       {k: v for k, v in json_values.items() if v is not None})
     struct = typed.tables.get(f"{schema}.{table}")
     if struct is None:
