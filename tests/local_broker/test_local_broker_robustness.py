@@ -1,11 +1,17 @@
 """The local broker against bad clients: credentials, malformed frames, unknown commands,
-corrupt batches, concurrent producers."""
+corrupt batches, concurrent producers, and the bounds a server needs (the body read before
+login, the connections served at once, idle connections)."""
 
 from __future__ import annotations
 
 import asyncio
+import contextlib
+import logging
 import os
 import struct
+import time
+from collections.abc import AsyncIterator
+from typing import Any
 
 import pytest
 from apache_iggy import (
@@ -26,7 +32,9 @@ from support.local_broker import (
 )
 
 from iggy_local import LocalIggy
-from iggy_local.codes import ErrorCode, Operation, ReadCode
+from iggy_local.codes import HEADER_SIZE, ErrorCode, Operation, ReadCode
+from iggy_local.server import PRE_LOGIN_BODY_LIMIT, BrokerServer
+from iggy_local.storage import Store
 from iggy_spark_testing.iggy_frames import (
     encode_batch,
     encode_identifier,
@@ -284,3 +292,125 @@ def test_concurrent_producers_all_acked_exactly_once(
         for sender in (partition, partition + 4):
             mine = [i for i in ids if (i - 1) // (batches * batch_size) == sender]
             assert len(mine) == batches * batch_size and mine == sorted(mine)
+
+
+# -- bounds -------------------------------------------------------------------------------------
+
+Stream = tuple[asyncio.StreamReader, asyncio.StreamWriter]
+_PING = encode_request_header(body_size=0, client=1, operation=Operation.NON_REPLICATED,
+                              code=ReadCode.PING, request=1)
+
+
+@contextlib.asynccontextmanager
+async def _serving(**bounds: Any) -> AsyncIterator[BrokerServer]:
+    """A broker on a free port of this loop, with the given bounds (its fields)."""
+    store = Store.open(None)
+    server = BrokerServer(store, **bounds)
+    await server.start()
+    try:
+        yield server
+    finally:
+        await server.close()
+        store.close()
+
+
+async def _pinged(server: BrokerServer) -> Stream:
+    """A connection the broker has answered a ping on (so it is being served)."""
+    reader, writer = await asyncio.open_connection("127.0.0.1", server.port)
+    writer.write(_PING)
+    reply = await asyncio.wait_for(reader.readexactly(HEADER_SIZE), 5)
+    assert reply[60] == 8 and struct.unpack_from("<I", reply, 216)[0] == 0
+    return reader, writer
+
+
+async def _closed(reader: asyncio.StreamReader) -> bool:
+    """Whether the broker closes the connection within 5 s (``TimeoutError`` if not)."""
+    with contextlib.suppress(ConnectionResetError):
+        return await asyncio.wait_for(reader.read(1), 5) == b""
+    return True
+
+
+def test_a_non_utf8_password_is_refused_and_never_logged(caplog: pytest.LogCaptureFixture) -> None:
+    caplog.set_level(logging.DEBUG, logger="iggy_local")
+    secret = b"\xffhunter2x"
+    body = encode_login("iggy", "?" * len(secret)).replace(b"?" * len(secret), secret)
+
+    async def main() -> None:
+        async with _serving() as server:
+            reader, writer = await asyncio.open_connection("127.0.0.1", server.port)
+            writer.write(encode_request_header(body_size=len(body), client=1,
+                                               operation=Operation.REGISTER) + body)
+            reply = await asyncio.wait_for(reader.readexactly(HEADER_SIZE), 5)
+            assert reply[60] == 13  # evicted: a malformed login
+            writer.close()
+
+    run(main())
+    assert "malformed login: INVALID_FORMAT (4): password is not UTF-8" in caplog.text
+    logged = caplog.text + "".join(str(r.exc_info) for r in caplog.records)
+    assert "hunter2" not in logged and "xff" not in logged
+
+
+def test_a_large_body_before_login_closes_the_connection_unread() -> None:
+    """A login fits :data:`PRE_LOGIN_BODY_LIMIT`; a client that has not logged in cannot make
+    the broker wait for (and buffer) a larger body, while a logged-in one may send it."""
+    async def main() -> None:
+        async with _serving() as server:
+            reader, writer = await asyncio.open_connection("127.0.0.1", server.port)
+            writer.write(encode_request_header(  # the body never follows: it is not waited for
+                body_size=PRE_LOGIN_BODY_LIMIT + 1, client=1, operation=Operation.REGISTER))
+            assert await _closed(reader)
+            writer.close()
+            raw = RawClient(f"127.0.0.1:{server.port}")
+            try:
+                assert (await asyncio.to_thread(raw.login)).status == 0
+                reply = await asyncio.to_thread(raw.call, Operation.NON_REPLICATED,
+                                                bytes(PRE_LOGIN_BODY_LIMIT + 1),
+                                                code=ReadCode.PING)
+                assert reply.status == 0
+            finally:
+                raw.close()
+
+    run(main())
+
+
+def test_connections_past_the_cap_are_closed_at_once() -> None:
+    async def main() -> None:
+        async with _serving(max_connections=2) as server:
+            served = [await _pinged(server) for _ in range(2)]
+            reader, writer = await asyncio.open_connection("127.0.0.1", server.port)
+            assert await _closed(reader)
+            writer.close()
+            served[0][1].close()  # one slot frees once the broker sees it close
+            await served[0][1].wait_closed()
+            async with asyncio.timeout(5):
+                while True:  # refused until the broker has seen the close, then served
+                    reader, writer = await asyncio.open_connection("127.0.0.1", server.port)
+                    writer.write(_PING)
+                    with contextlib.suppress(asyncio.IncompleteReadError, ConnectionResetError):
+                        await reader.readexactly(HEADER_SIZE)
+                        break
+                    writer.close()
+            writer.close()
+            served[1][1].close()
+
+    run(main())
+
+
+def test_a_connection_idle_or_stalled_past_the_timeout_is_closed(
+    caplog: pytest.LogCaptureFixture,
+) -> None:
+    async def main() -> None:
+        async with _serving(idle_timeout=0.5) as server:
+            reader, writer = await _pinged(server)  # served, then silent
+            started = time.monotonic()
+            assert await _closed(reader)
+            assert time.monotonic() - started >= 0.4
+            writer.close()
+            reader, writer = await _pinged(server)
+            writer.write(encode_request_header(body_size=100, client=1,
+                                               operation=Operation.REGISTER) + b"x")
+            assert await _closed(reader)  # a body that stalls part way
+            writer.close()
+
+    run(main())
+    assert caplog.text.count("no complete request and reply in 0.5 s") == 2

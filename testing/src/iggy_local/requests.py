@@ -190,7 +190,13 @@ def decode_credentials(reader: Reader, dialect: Dialect) -> Credentials:
     if dialect.bind_secret:
         reader.raw(BIND_SECRET_SIZE, "bind secret")
     username = reader.name("username")
-    password = reader.text(reader.u8("password"), "password")
+    raw = reader.raw(reader.u8("password"), "password")
+    try:
+        password = raw.decode()
+    except UnicodeDecodeError:
+        # Not Reader.text: its error shows the bytes, and the log must never hold a password in
+        # any form; ``from None`` drops the UnicodeDecodeError, whose ``object`` holds them too.
+        raise BrokerError(ErrorCode.INVALID_FORMAT, "password is not UTF-8") from None
     reader.raw(reader.u32("client context length"), "client context")
     return Credentials(username, password)
 

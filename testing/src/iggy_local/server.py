@@ -3,13 +3,17 @@
 One task per connection reads a 256-byte header, then the body, dispatches it, and writes one
 reply before reading the next request: the SDK keeps one request in flight per connection, so
 strict request/reply order is all it needs, and many connections are served concurrently by
-the event loop. Handlers are synchronous and short; with a data directory each write blocks on
-its ``fsync`` before the reply goes out, which keeps ordering trivially right.
+the event loop, up to :attr:`BrokerServer.max_connections`. Handlers are synchronous and
+short; with a data directory each write blocks on its ``fsync`` before the reply goes out, which
+keeps ordering trivially right.
 
 Failure policy, per the protocol notes:
 
 * bytes that are not a request frame (wrong command byte, impossible size, client id 0) close
-  that connection only, because the stream cannot be resynchronised;
+  that connection only, because the stream cannot be resynchronised; so does a body larger than
+  :data:`PRE_LOGIN_BODY_LIMIT` before login (never read: only a login may come first), and a
+  request, or the wait for one, that takes longer than :attr:`BrokerServer.idle_timeout`;
+* a connection past :attr:`BrokerServer.max_connections` is closed as soon as it is accepted;
 * a header the server's field rules refuse is dropped without a reply, the connection kept, as
   the real server does (:func:`~iggy_local.frames.header_problem`): an operation byte no
   client may send, a login whose session or request number is not 0, any other replicated
@@ -89,6 +93,12 @@ log = logging.getLogger(__name__)
 
 ROOT_USER_ID = 0
 
+PRE_LOGIN_BODY_LIMIT = 4096
+"""The largest body read before a connection logged in: a login is at most about 1.1 KiB (the
+client's version, a bind secret, a name and a password of 255 bytes each) plus the SDK's
+client context, which it sends empty. A larger one closes the connection unread, so a client
+without credentials cannot make the broker buffer :data:`~.codes.MAX_FRAME_SIZE` bytes."""
+
 
 @dataclass(slots=True)
 class Connection:
@@ -124,6 +134,13 @@ class BrokerServer:
     """Test-only fault switch: sends to these ``(stream, topic)`` names get a server error
     (``Error``, code 1) once the topic holds the number of messages given (0: at once), while
     everything else works, as a destination that broke would."""
+    max_connections: int = 512
+    """Connections served at once; one more is closed as soon as it is accepted (with a
+    warning), so clients cannot exhaust the process's file descriptors."""
+    idle_timeout: float = 300.0
+    """Seconds a connection may take to send its next request, read in full, and take its
+    reply; past it the connection is closed. The SDK pings an idle connection every few seconds
+    (its heartbeat), so only a stalled or abandoned client reaches it."""
 
     def __post_init__(self) -> None:
         self._reads: dict[int, Handler] = {
@@ -172,19 +189,31 @@ class BrokerServer:
         conn = Connection(peer)
         task = asyncio.current_task()
         assert task is not None, "asyncio.start_server runs every handler in a task"
-        self._clients[writer] = task
         try:
+            if len(self._clients) >= self.max_connections:
+                log.warning("%s: %d connections already, closing this one", peer,
+                            self.max_connections)
+                return
+            self._clients[writer] = task
             while True:
-                try:
-                    raw = await reader.readexactly(HEADER_SIZE)
-                except asyncio.IncompleteReadError as exc:
-                    if exc.partial:
-                        log.warning("%s: connection closed inside a frame header", peer)
-                    return
-                header = decode_request_header(raw)
-                body = await reader.readexactly(header.body_size) if header.body_size else b""
-                writer.writelines(self.handle(conn, header, body))
-                await writer.drain()
+                async with asyncio.timeout(self.idle_timeout):
+                    try:
+                        raw = await reader.readexactly(HEADER_SIZE)
+                    except asyncio.IncompleteReadError as exc:
+                        if exc.partial:
+                            log.warning("%s: connection closed inside a frame header", peer)
+                        return
+                    header = decode_request_header(raw)
+                    if not conn.session and header.body_size > PRE_LOGIN_BODY_LIMIT:
+                        raise FrameError(f"a {header.body_size}-byte body before login (at "
+                                         f"most {PRE_LOGIN_BODY_LIMIT})")
+                    body = (await reader.readexactly(header.body_size) if header.body_size
+                            else b"")
+                    writer.writelines(self.handle(conn, header, body))
+                    await writer.drain()
+        except TimeoutError:
+            log.warning("%s: no complete request and reply in %s s, closing the connection",
+                        peer, self.idle_timeout)
         except FrameError as exc:
             log.warning("%s: malformed frame, closing the connection: %s", peer, exc)
         except asyncio.IncompleteReadError:
