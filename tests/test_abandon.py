@@ -18,8 +18,9 @@ from connector_common.lsn import parse_lsn
 from iggy_local import LocalIggy
 from iggy_spark_testing.harness import LocalPostgres
 from iggy_spark_testing.s3 import SeaweedS3
-from postgres_cdc_source.abandon import RECORD_FILE, abandon_batch, main
+from postgres_cdc_source.abandon import DSN_ENV, RECORD_FILE, abandon_batch, main
 from postgres_cdc_source.options import CdcOptions
+from postgres_cdc_source.stream.offset import StreamOffset
 from postgres_cdc_source.stream.reader import PgCdcStreamReader
 
 pytestmark = pytest.mark.e2e
@@ -78,6 +79,44 @@ def test_a_stuck_batch_is_skipped_logged_and_the_query_restarts_past_it(
     assert _run(spark, source, broker.url, checkpoint) is None
     delivered = [json.loads(m.payload)["after"]["id"] for m in poll_all(broker.address, name, name)]
     assert delivered == [8, 9]  # the skipped 1-7 never arrive; everything after does
+
+
+def test_the_dsn_comes_from_the_environment_so_no_password_shows_in_the_process_list(
+    pg: LocalPostgres, name: str, tmp_path: Path, monkeypatch: pytest.MonkeyPatch,
+    capsys: pytest.CaptureFixture[str],
+) -> None:
+    """``$PG_CDC_DSN`` stands for ``--dsn`` (argv shows in ``ps``): with ``--slot`` alone the
+    skipped changes are counted and the slot advanced, as with ``--dsn``."""
+    source = {"dsn": pg.dsn, "slot": name, "include_tables": rf"public\.{name}"}
+    with pg.connect() as conn:
+        conn.execute(f"CREATE TABLE {name} (id int PRIMARY KEY)")
+    PgCdcStreamReader(CdcOptions.from_options(source)).initialOffset()  # the slot, before rows
+    with pg.connect() as conn:
+        conn.execute(f"INSERT INTO {name} SELECT g FROM generate_series(1, 3) g")
+        row = conn.execute("SELECT pg_current_wal_flush_lsn()::text").fetchone()
+    assert row is not None
+    checkpoint = tmp_path / "checkpoint"
+    (checkpoint / "offsets").mkdir(parents=True)
+    end = json.dumps(StreamOffset(parse_lsn(row[0])).to_json())
+    (checkpoint / "offsets" / "0").write_text(f"v1\n{{}}\n{end}")  # planned, never committed
+    args = ["--checkpoint", str(checkpoint), "--slot", name,
+            "--source", rf"include_tables=public\.{name}"]
+    monkeypatch.delenv(DSN_ENV, raising=False)
+    with pytest.raises(SystemExit):
+        main(args)
+    assert f"--slot needs --dsn or ${DSN_ENV}" in capsys.readouterr().err
+    with pytest.raises(SystemExit):
+        main(["--checkpoint", str(checkpoint), "--dsn", pg.dsn])
+    assert "--dsn needs --slot" in capsys.readouterr().err
+    monkeypatch.setenv(DSN_ENV, pg.dsn)
+    assert main(args) == 0
+    assert "LSN (slot start, " in capsys.readouterr().out
+    [record] = [json.loads(line) for line in (checkpoint / RECORD_FILE).read_text().splitlines()]
+    assert record["changes"] == 3
+    with pg.connect() as conn:
+        row = conn.execute("SELECT confirmed_flush_lsn::text FROM pg_replication_slots "
+                           "WHERE slot_name = %s", (name,)).fetchone()
+    assert row is not None and parse_lsn(row[0]) == parse_lsn(record["end"])  # WAL released
 
 
 def test_a_checkpoint_on_s3_is_abandoned_in_place(monkeypatch: pytest.MonkeyPatch) -> None:

@@ -5,16 +5,18 @@ never committed: every restart replays it, the slot never moves, and Postgres ke
 segment since, until its disk fills. This command lets an operator choose to lose that batch
 instead::
 
-    python -m postgres_cdc_source.abandon --checkpoint /checkpoints/shop_orders \\
-        --dsn "host=db dbname=shop user=cdc" --slot shop_orders
+    PG_CDC_DSN="host=db dbname=shop user=cdc" python -m postgres_cdc_source.abandon \\
+        --checkpoint /checkpoints/shop_orders --slot shop_orders
 
 With the query **stopped**, it finds the last batch in ``<checkpoint>/offsets/`` that has no
-``commits/`` entry, logs exactly what it skips (batch id, LSN range, and with ``--dsn`` the
+``commits/`` entry, logs exactly what it skips (batch id, LSN range, and with ``--slot`` the
 number of changes, counted by decoding the range exactly as the query would), and writes the
 batch's ``commits/N`` file as Spark would have, so the restarted query plans the next batch
-from the end of the skipped one. With ``--dsn`` it also advances the slot to that end at once,
+from the end of the skipped one. With ``--slot`` it also advances the slot to that end at once,
 releasing the WAL without waiting for the restart; the order (commit record first, then the
-slot) keeps the slot from ever being ahead of the checkpoint. Every abandon is appended to
+slot) keeps the slot from ever being ahead of the checkpoint. The DSN comes from
+``$PG_CDC_DSN`` unless ``--dsn`` gives one: a password on the command line shows in every
+process listing. Every abandon is appended to
 ``<checkpoint>/pg_cdc_abandoned.jsonl``.
 
 The checkpoint may be a local path or a remote URI (``s3a://``, ``s3://``, ``gs://``,
@@ -59,6 +61,8 @@ __all__ = ["Abandoned", "abandon_batch", "main"]
 log = logging.getLogger("postgres_cdc_source")
 
 RECORD_FILE = "pg_cdc_abandoned.jsonl"
+DSN_ENV = "PG_CDC_DSN"
+"""The DSN's environment variable, as ``pg-cdc-backfill`` and ``pg-to-iggy`` read it."""
 _COMMIT_TEXT = 'v1\n{"nextBatchWatermarkMs":0}'
 
 
@@ -225,19 +229,24 @@ def main(argv: Sequence[str] | None = None) -> int:
     parser.add_argument("--checkpoint", required=True,
                         help="the query's checkpointLocation: a path or a URI (s3a://, gs://, "
                         "hdfs://, abfs://; credentials from the environment)")
-    parser.add_argument("--dsn", help="count the skipped changes and advance the slot now")
-    parser.add_argument("--slot", help="the query's slot (with --dsn)")
+    parser.add_argument("--dsn", help=f"Postgres conninfo or URI of the primary, to count the "
+                        f"skipped changes and advance the slot now (default: ${DSN_ENV}, "
+                        "which keeps a password out of the process listing)")
+    parser.add_argument("--slot", help=f"the query's slot (with --dsn or ${DSN_ENV})")
     parser.add_argument("--source", action="append", default=[], type=option_pair,
                         metavar="OPTION=VALUE",
                         help="another pg_cdc option of the query (plugin, include_tables...)")
     args = parser.parse_args(argv)
     logging.basicConfig(level=logging.INFO, format="%(asctime)s %(name)s %(levelname)s "
                         "%(message)s")
+    if args.dsn and not args.slot:
+        parser.error("--dsn needs --slot")
     source: dict[str, str] | None = None
-    if args.dsn or args.slot:
-        if not (args.dsn and args.slot):
-            parser.error("--dsn and --slot go together")
-        source = {"dsn": args.dsn, "slot": args.slot, **dict(args.source)}
+    if args.slot:  # $PG_CDC_DSN without --slot leaves the slot alone, as before
+        dsn = args.dsn or os.environ.get(DSN_ENV)
+        if not dsn:
+            parser.error(f"--slot needs --dsn or ${DSN_ENV}")
+        source = {"dsn": dsn, "slot": args.slot, **dict(args.source)}
     try:
         record = abandon_batch(args.checkpoint, source)
     except ValueError as exc:
