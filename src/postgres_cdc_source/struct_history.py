@@ -17,12 +17,16 @@ opens (``s3://``, ``gs://``, ``abfs://``, ``hdfs://``; credentials from the envi
 SDKs find them), such as the checkpoint's. An object store writes the file in one request, so a
 reader sees the old structs or the new, never part of them; a local file is written aside and
 renamed over the old one.
+
+Errors name the location as :func:`shown_location` writes it: never its user, password, query
+string or fragment, where a user may have put a key (pyarrow refuses them as unknown
+parameters, and echoes the whole URI in some of its messages).
 """
 
 from __future__ import annotations
 
 import posixpath
-from typing import Any
+from typing import Any, NoReturn
 
 import orjson
 from pyarrow import ArrowException, fs
@@ -31,7 +35,45 @@ from postgres_cdc_source.errors import ConfigError
 from postgres_cdc_source.options import CdcOptions
 from postgres_cdc_source.struct_types import StructRows
 
-__all__ = ["evolve_kept", "keep", "structs_path"]
+__all__ = ["evolve_kept", "keep", "shown_location", "structs_path"]
+
+
+def shown_location(location: str) -> str:
+    """``location`` without what may hold a credential: the user and password of a URI, its
+    query string and its fragment (a local path is shown as it is). Plain string cuts, not
+    ``urlsplit``, which raises on some malformed hosts."""
+    if "://" not in location:
+        return location
+    scheme, _, rest = location.partition("://")
+    netloc, slash, path = rest.split("#", 1)[0].split("?", 1)[0].partition("/")
+    return f"{scheme}://{netloc.rpartition('@')[2]}{slash}{path}"
+
+
+def _fail(what: str, options: CdcOptions, exc: BaseException) -> NoReturn:
+    """Raise a :class:`ConfigError` for ``schema_location`` naming it as shown, with ``exc``'s
+    message cleaned of every part :func:`shown_location` leaves out; from ``exc`` unless its
+    message held one of them (a traceback prints the cause too)."""
+    location = options.schema_location
+    assert location is not None
+    shown = shown_location(location)
+    detail = str(exc).replace(location, shown)
+    for hidden in _hidden_parts(location):
+        detail = detail.replace(hidden, "***")
+    error = ConfigError("schema_location", f"{what} {shown!r}: {detail}")
+    if detail == str(exc):
+        raise error from exc
+    raise error from None
+
+
+def _hidden_parts(location: str) -> list[str]:
+    """The user and password, query string and fragment of a URI ``location``."""
+    if "://" not in location:
+        return []
+    rest = location.partition("://")[2]
+    rest, _, fragment = rest.partition("#")
+    rest, _, query = rest.partition("?")
+    user = rest.partition("/")[0].rpartition("@")[0]
+    return [part for part in (user, query, fragment) if part]
 
 
 def structs_path(options: CdcOptions) -> tuple[fs.FileSystem, str]:
@@ -43,8 +85,7 @@ def structs_path(options: CdcOptions) -> tuple[fs.FileSystem, str]:
         filesystem, directory = (fs.FileSystem.from_uri(location) if "://" in location
                                  else (fs.LocalFileSystem(), posixpath.abspath(location)))
     except (ArrowException, OSError, ValueError) as exc:
-        raise ConfigError("schema_location", f"cannot open {location!r}: {exc}"
-                          ) from exc
+        _fail("cannot open", options, exc)
     return filesystem, posixpath.join(directory, f"pg_cdc_structs_{options.slot}.json")
 
 
@@ -56,8 +97,7 @@ def _read(options: CdcOptions) -> dict[str, Any] | None:
     except FileNotFoundError:
         return None
     except (ArrowException, OSError, orjson.JSONDecodeError) as exc:
-        raise ConfigError("schema_location", f"cannot read the structs in "
-                          f"{options.schema_location!r}: {exc}") from exc
+        _fail("cannot read the structs in", options, exc)
     return written
 
 
@@ -79,8 +119,7 @@ def keep(options: CdcOptions, typed: StructRows) -> None:
             with filesystem.open_output_stream(path) as out:
                 out.write(orjson.dumps(stamp))
     except (ArrowException, OSError) as exc:
-        raise ConfigError("schema_location", f"cannot write the structs to "
-                          f"{options.schema_location!r}: {exc}") from exc
+        _fail("cannot write the structs to", options, exc)
 
 
 def evolve_kept(options: CdcOptions, typed: StructRows) -> StructRows:
