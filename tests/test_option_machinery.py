@@ -6,6 +6,7 @@ reading the user's map (case, Spark's own keys, unknown and duplicated names) is
 
 from __future__ import annotations
 
+import re
 from collections.abc import Callable
 from typing import Any
 
@@ -98,3 +99,117 @@ def test_command_line_options_are_read_once_for_the_job_and_the_abandon_tool(
         with pytest.raises(SystemExit):
             parse(["--source", "no_value"])
         assert "expected OPTION=VALUE, got 'no_value'" in capsys.readouterr().err
+
+
+# --- integers: ASCII digits, and bounds checked when the options are read --------------------
+
+_SNAPSHOT = {"snapshot": "initial"}
+_POLLING = {"mode": "polling", "table": "t", "tracking_column": "c"}
+_COUNTS: list[tuple[Parse, dict[str, str], type[OptionError], str, int]] = [
+    *((CdcOptions.from_options, SOURCE, SourceConfigError, name, 2**31 - 1)
+      for name in ("fetch_rows", "batch_rows", "spill_rows", "min_partitions",
+                   "backfill_chunk_rows")),
+    *((CdcOptions.from_options, {**SOURCE, **_SNAPSHOT}, SourceConfigError, name, 2**31 - 1)
+      for name in ("snapshot_chunk_rows", "snapshot_max_rows_per_trigger")),
+    (CdcOptions.from_options, {"dsn": "host=localhost", **_POLLING}, SourceConfigError,
+     "max_rows_per_trigger", 2**31 - 1),
+    (SourceOptions.from_options, IGGY_SOURCE, SinkConfigError, "poll_messages", 2**32 - 1),
+    *((SourceOptions.from_options, IGGY_SOURCE, SinkConfigError, name, 2**63 - 1)
+      for name in ("max_messages_per_trigger", "max_messages_per_partition")),
+    *((RoutedOptions.from_options, SINK, SinkConfigError, name, 2**63 - 1)
+      for name in ("admission.max_destinations", "circuit_breaker.failure_threshold",
+                   "max_concurrent_destinations", "delivery_scan_messages")),
+    (RoutedOptions.from_options, SINK, SinkConfigError, "topic_defaults.partitions_count", 1000),
+]
+_COUNT_IDS = [case[3] for case in _COUNTS]
+
+_NON_ASCII_DIGITS = st.characters(categories=["Nd"]).filter(lambda c: not c.isascii())
+"""Digits ``int()`` reads (fullwidth U+FF11, Arabic-Indic U+0663, ...) that are not 0-9."""
+
+
+@pytest.mark.parametrize(("parse", "base", "error", "name", "maximum"), _COUNTS, ids=_COUNT_IDS)
+@given(digits=st.lists(st.one_of(st.sampled_from("0123456789"), _NON_ASCII_DIGITS),
+                       min_size=1, max_size=6).filter(lambda d: not "".join(d).isascii()))
+def test_a_count_is_ascii_digits_only(
+    parse: Parse, base: dict[str, str], error: type[OptionError], name: str, maximum: int,
+    digits: list[str],
+) -> None:
+    """``int()`` reads fullwidth 1000 as 1000: a count spelt with any digits but 0-9 is refused,
+    naming the option and the text."""
+    text = "".join(digits)
+    with pytest.raises(error, match=f"option '{name}': bad value: expected a whole number, "
+                                    f"got {re.escape(repr(text))}"):
+        parse({**base, name: text})
+
+
+@pytest.mark.parametrize(("parse", "base", "error", "name", "maximum"), _COUNTS, ids=_COUNT_IDS)
+def test_a_count_is_bounded_by_what_carries_it_when_the_options_are_read(
+    parse: Parse, base: dict[str, str], error: type[OptionError], name: str, maximum: int,
+) -> None:
+    """The largest count a field holds is taken; one more is refused by ``load()`` on the
+    driver, naming the option, the value and the bound (not a ``struct.error`` in a task)."""
+    parse({**base, name: str(maximum)})
+    with pytest.raises(error, match=f"option '{name}': bad value: must be between 1 and "
+                                    f"{maximum}, got {maximum + 1}"):
+        parse({**base, name: str(maximum + 1)})
+
+
+def test_the_largest_poll_count_fits_the_poll_request() -> None:
+    from iggy_spark.source import wire
+
+    options = SourceOptions.from_options({**IGGY_SOURCE, "poll_messages": str(2**32 - 1)})
+    body = wire.poll_request("c", "s", "t", 0, 2**64 - 1, options.poll_messages)
+    assert body.endswith((2**32 - 1).to_bytes(4, "little") + b"\x00")
+
+
+@pytest.mark.parametrize("text", ["\uff11\uff10\uff10\uff10", "1\uff10", "\u0663", "\u06f1",
+                                  "1\u3000"])
+def test_grammars_read_ascii_only(text: str) -> None:
+    """Sizes, durations, booleans and integers: ``Decimal`` and ``re``'s ``\\d`` take any
+    Unicode digit, ``str.strip()`` any Unicode space."""
+    from connector_common.units import parse_bool, parse_byte_size, parse_duration, parse_int
+
+    for parse in (parse_byte_size, parse_duration, lambda t: parse_int(t, minimum=0, maximum=9),
+                  parse_bool):
+        with pytest.raises(ValueError, match=re.escape(repr(text))):
+            parse(text)
+    for parse in (parse_byte_size, parse_duration):
+        with pytest.raises(ValueError, match=re.escape(repr(f"{text}s"))):
+            parse(f"{text}s")
+
+
+@pytest.mark.parametrize("unit", ["\u212a", "\u212ab", "m\u017f", "\u017f"])  # Kelvin K, long s
+def test_unit_letters_are_ascii_only(unit: str) -> None:
+    """Case-insensitive Unicode matching reads the Kelvin sign as ``k``, a long s as ``s``."""
+    from connector_common.units import parse_byte_size, parse_duration
+
+    for parse in (parse_byte_size, parse_duration):
+        with pytest.raises(ValueError, match="expected a"):
+            parse(f"1{unit}")
+
+
+def test_a_size_option_with_a_unicode_unit_names_the_option() -> None:
+    with pytest.raises(SourceConfigError, match="option 'max_bytes_per_trigger': bad value"):
+        CdcOptions.from_options({**SOURCE, "max_bytes_per_trigger": "1\u212ab"})
+
+
+def test_a_topic_expiry_fits_its_wire_field_or_is_refused_when_read() -> None:
+    """Created topics' expiry travels in µs as a u64 whose largest value means never: 10^9
+    days (a timedelta holds it) is refused by the options, not by ``struct.pack`` in a task."""
+    from iggy_spark.sink.topic_request import encode_create_topic
+
+    with pytest.raises(SinkConfigError, match=r"option 'topic_defaults\.message_expiry': "
+                                              r"bad value: must be less than 213503982 days"):
+        RoutedOptions.from_options({**SINK, "topic_defaults.message_expiry": "999999999d"})
+    options = RoutedOptions.from_options({**SINK, "topic_defaults.message_expiry": "213503982d"})
+    assert encode_create_topic("s", "t", options.topic_defaults)
+
+
+@pytest.mark.parametrize("text", ["1969-12-31T23:59:59Z", "18446744073709552",
+                                  "\u0662\u0660\u0662\u0666-01-01"])
+def test_a_timestamp_option_is_ascii_and_fits_a_poll_by_timestamp(text: str) -> None:
+    with pytest.raises(SinkConfigError, match="option 'starting_timestamp': bad value"):
+        SourceOptions.from_options({**IGGY_SOURCE, "starting_timestamp": text})
+    assert SourceOptions.from_options(
+        {**IGGY_SOURCE, "starting_timestamp": "18446744073709551"}).starting_timestamp == (
+            18446744073709551000)

@@ -27,6 +27,7 @@ from typing import Any, Literal, TypeVar
 
 from connector_common.options import OptionDoc, OptionSet, parsed
 from connector_common.units import (
+    MAX_LONG,
     parse_bool,
     parse_int,
     parse_positive_duration,
@@ -44,6 +45,7 @@ from iggy_spark.sink.admission import (
     Entry,
     MissingDestination,
     MissingPolicy,
+    Reason,
     is_valid_name,
     parse_entries,
 )
@@ -315,7 +317,7 @@ def _choice(enum: type[_E]) -> Callable[[str], _E]:
     return parse
 
 
-def _at_least(minimum: int, maximum: int | None = None) -> Callable[[str], int]:
+def _at_least(minimum: int, maximum: int = MAX_LONG) -> Callable[[str], int]:
     return lambda text: parse_int(text, minimum=minimum, maximum=maximum)
 
 
@@ -402,14 +404,23 @@ def _missing_destination(
     if default is not None and default not in admission.exempt:
         reason = admission.list_reason(default)
         if reason is not None:
-            option = f"admission.{admission.mode}"
+            option = ("default_stream" if reason is Reason.RESERVED
+                      else f"admission.{admission.mode}")
             raise ConfigError(option, f"refuses the default destination {default} ({reason}); "
                               "every row without a destination would be refused")
     return MissingDestination(policy, default)
 
 
 def _expiry(text: str) -> timedelta | Literal["never"]:
-    return "never" if text.strip().lower() == "never" else parse_positive_duration(text)
+    if text.strip().lower() == "never":
+        return "never"
+    expiry = parse_positive_duration(text)
+    if expiry >= _NEVER_EXPIRES:  # sent in µs as a u64, whose largest value means never
+        raise ValueError(f"must be less than {_NEVER_EXPIRES} (or never)")
+    return expiry
+
+
+_NEVER_EXPIRES = timedelta(microseconds=2**64 - 1)
 
 
 def _max_size(text: str) -> int | Literal["unlimited"]:

@@ -13,7 +13,7 @@ from dataclasses import dataclass
 from datetime import UTC, datetime, timedelta
 
 from connector_common.options import OptionDoc, OptionSet, parsed
-from connector_common.units import parse_bool, parse_int, parse_positive_size
+from connector_common.units import MAX_LONG, MAX_U32, parse_bool, parse_int, parse_positive_size
 from iggy_spark.errors import ConfigError
 from iggy_spark.identifiers import identifier
 from iggy_spark.iggy_url import IggyUrl
@@ -80,6 +80,14 @@ OPTION_DOCS = (
 )
 
 _OPTIONS = OptionSet("iggy", OPTION_DOCS, ConfigError)
+_MAXIMUM = {
+    "poll_messages": MAX_U32,  # the poll request's count field
+    "max_messages_per_trigger": MAX_LONG,  # Spark's ReadMaxRows
+    "max_messages_per_partition": MAX_LONG,  # a range of Iggy offsets, in Spark's checkpoint
+}
+"""The largest value of each count: what the field it travels in holds."""
+_MAX_MICROS = 2**64 - 1
+"""A poll by timestamp sends µs since the epoch as an unsigned 64-bit number."""
 
 
 @dataclass(frozen=True)
@@ -123,7 +131,8 @@ class SourceOptions:
             return value
 
         def positive(name: str) -> int:
-            return parsed(name, given[name], lambda t: parse_int(t, minimum=1), ConfigError)
+            return parsed(name, given[name],
+                          lambda t: parse_int(t, minimum=1, maximum=_MAXIMUM[name]), ConfigError)
 
         url = parsed("url", required("url"), IggyUrl.parse, ConfigError)
         topics, pattern = _subscription(given.get("topics"), given.get("topic_pattern"))
@@ -176,18 +185,25 @@ def _named(option: str, text: str) -> str:
 
 def parse_timestamp(text: str) -> int:
     """Milliseconds since the epoch, or an ISO-8601 time (UTC when it names no zone), as µs
-    since the epoch."""
+    since the epoch; ASCII only, from the epoch on (a poll by timestamp sends an unsigned
+    64-bit number of µs)."""
     text = text.strip()
     if text.isascii() and text.isdigit():
-        return int(text) * 1000
-    try:
-        moment = datetime.fromisoformat(text)
-    except ValueError:
-        raise ValueError("expected an ISO-8601 time like 2026-11-25T10:00:00Z or "
-                         "milliseconds since the epoch") from None
-    if moment.tzinfo is None:
-        moment = moment.replace(tzinfo=UTC)
-    return (moment - datetime(1970, 1, 1, tzinfo=UTC)) // timedelta(microseconds=1)
+        micros = int(text) * 1000
+    else:
+        try:
+            moment = datetime.fromisoformat(text)  # ASCII digits only, unlike int()
+        except ValueError:
+            raise ValueError("expected an ISO-8601 time like 2026-11-25T10:00:00Z or "
+                             "milliseconds since the epoch") from None
+        if moment.tzinfo is None:
+            moment = moment.replace(tzinfo=UTC)
+        micros = (moment - datetime(1970, 1, 1, tzinfo=UTC)) // timedelta(microseconds=1)
+    if not 0 <= micros <= _MAX_MICROS:
+        raise ValueError(f"must be at or after 1970-01-01T00:00:00Z and at most {_MAX_MICROS} "
+                         f"µs after it, got {text!r}")
+    return micros
+
 
 
 PAYLOAD_FORMATS = ("binary", "json", "pg_cdc")
