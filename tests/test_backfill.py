@@ -14,6 +14,7 @@ from typing import Any
 import pytest
 from psycopg import sql
 from pyspark.sql.types import VariantVal
+from support.driven_query import DrivenQuery
 
 from connector_common.lsn import parse_lsn
 from iggy_spark_testing.harness import LocalPostgres
@@ -24,39 +25,7 @@ from postgres_cdc_source.backfill.requests import main as backfill_command
 from postgres_cdc_source.backfill.splice import ChunkRead
 from postgres_cdc_source.errors import BackfillRefused, SourceError
 from postgres_cdc_source.options import MARKER_PREFIX
-from postgres_cdc_source.source import PgCdcDataSource
-from postgres_cdc_source.stream.reader import CdcPartition, PgCdcStreamReader
-
-
-class _Query:
-    """A reader run the way Spark runs it: plan, read every partition, commit; offsets kept."""
-
-    def __init__(self, pg: LocalPostgres, options: dict[str, str]) -> None:
-        source = PgCdcDataSource({"dsn": pg.dsn, **options})
-        reader = source.streamReader(source.schema())
-        assert isinstance(reader, PgCdcStreamReader)
-        self.reader = reader
-        self.offset: dict[str, Any] = self.reader.initialOffset()
-        self.offsets: list[dict[str, Any]] = []
-
-    def batch(self, replayed: list[dict[str, Any]] | None = None) -> list[dict[str, Any]]:
-        """One batch's rows; with ``replayed``, the batch is also read again, as a new driver
-        process does after a crash, into that list."""
-        end = self.reader.latestOffset(self.offset, self.reader.getDefaultReadLimit())
-        rows = _rows(self.reader, self.offset, end)
-        if replayed is not None:
-            replayed += _rows(PgCdcStreamReader(self.reader.options, self.reader.typed),
-                              self.offset, end)
-        self.reader.commit(end)
-        self.offset = end
-        self.offsets.append(end)
-        return rows
-
-
-def _rows(reader: PgCdcStreamReader, start: dict[str, Any], end: dict[str, Any]
-          ) -> list[dict[str, Any]]:
-    return [row for part in reader.partitions(start, end)
-            for batch in reader.read(part) for row in batch.to_pylist()]
+from postgres_cdc_source.stream.reader import CdcPartition
 
 
 @pytest.mark.parametrize(("plugin", "partitions"), [("pgoutput", "1"), ("test_decoding", "1"),
@@ -71,7 +40,7 @@ def test_a_backfill_places_chunks_in_the_stream_and_ends_with_current_values(
         conn.execute(f"CREATE TABLE {slot} (a int, b text, v text, PRIMARY KEY (a, b))")
         conn.execute(f"INSERT INTO {slot} SELECT i % 4, 'k' || i, 'old' FROM "
                      "generate_series(1, 25) AS i")
-    query = _Query(pg, {"slot": slot, "plugin": plugin, "include_tables": rf"public\.{slot}",
+    query = DrivenQuery(pg, {"slot": slot, "plugin": plugin, "include_tables": rf"public\.{slot}",
                         "backfill_chunk_rows": "10", "min_partitions": partitions,
                         "min_bytes_per_partition": "1"})
     backfill = request_backfill(pg.dsn, slot, [slot], where="v <> 'skip%'")
@@ -129,7 +98,7 @@ def test_a_backfill_types_its_rows_as_the_changes_around_them(
                      "at timestamptz)")
         conn.execute(f"INSERT INTO {slot} SELECT i, i * 1.25, timestamptz '2024-01-02 "
                      "03:04:05.5+00' + i * interval '1 day' FROM generate_series(1, 25) AS i")
-    query = _Query(pg, {"slot": slot, "include_tables": rf"public\.{slot}",
+    query = DrivenQuery(pg, {"slot": slot, "include_tables": rf"public\.{slot}",
                         "backfill_chunk_rows": "10", "row_format": row_format})
     request_backfill(pg.dsn, slot, [slot])
     rows: list[dict[str, Any]] = []
@@ -188,7 +157,7 @@ def test_a_table_the_query_does_not_capture_is_skipped_with_a_warning(
         for table in (f"{name}_in", f"{name}_out"):
             conn.execute(f"CREATE TABLE {table} AS SELECT 1 AS id")
             conn.execute(f"ALTER TABLE {table} ADD PRIMARY KEY (id)")
-    query = _Query(pg, {"slot": name, "include_tables": rf"public\.{name}_in"})
+    query = DrivenQuery(pg, {"slot": name, "include_tables": rf"public\.{name}_in"})
     backfill = request_backfill(pg.dsn, name, [f"{name}_out", f"{name}_in"])
     rows = query.batch() + query.batch()
     assert [(r["op"], r["table"]) for r in rows] == [("read", f"{name}_in")]
@@ -206,7 +175,7 @@ def test_a_request_in_a_backlog_read_in_capped_batches_is_found(
     with pg.connect() as conn:
         conn.execute(f"CREATE TABLE {name} (id int PRIMARY KEY, v text)")
         conn.execute(f"INSERT INTO {name} SELECT i, 'old' FROM generate_series(1, 50) AS i")
-    query = _Query(pg, {"slot": name, "plugin": plugin, "include_tables": rf"public\.{name}",
+    query = DrivenQuery(pg, {"slot": name, "plugin": plugin, "include_tables": rf"public\.{name}",
                         "max_bytes_per_trigger": "64k"})
     backfill = request_backfill(pg.dsn, name, [name])
     with pg.connect() as conn:
@@ -275,7 +244,7 @@ def test_a_chunk_is_not_read_before_changes_committed_ahead_of_its_marker_are_vi
     with pg.connect() as conn:
         conn.execute(f"CREATE TABLE {name} (k int PRIMARY KEY, v text)")
         conn.execute(f"INSERT INTO {name} SELECT i, 'old' FROM generate_series(1, 5) AS i")
-    query = _Query(pg, {"slot": name, "plugin": plugin, "include_tables": rf"public\.{name}"})
+    query = DrivenQuery(pg, {"slot": name, "plugin": plugin, "include_tables": rf"public\.{name}"})
     reader = query.reader
     start = parse_lsn(query.offset["lsn"])
     nonce = uuid.uuid4().hex

@@ -4,13 +4,16 @@ round-tripped through JSON as Spark stores it, against a model of what must be d
 from __future__ import annotations
 
 import json
+from typing import Any
 
+import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
 from connector_common.lsn import parse_lsn
 from postgres_cdc_source.backfill.progress import Backfills, ChunkPlan, Request
-from postgres_cdc_source.backfill.requests import parse_request
+from postgres_cdc_source.backfill.requests import Malformed, request_of
+from postgres_cdc_source.replication.request_table import RequestRow
 from postgres_cdc_source.snapshot.offsets import Creation
 from postgres_cdc_source.stream.offset import StreamOffset
 
@@ -81,19 +84,26 @@ def test_a_request_found_again_is_not_queued_twice() -> None:
     assert _spark(Backfills()) == Backfills()
 
 
+def _row(kind: str = "backfill", **given: Any) -> RequestRow:
+    columns: dict[str, Any] = {
+        "lsn": 100, "kind": kind, "id": "r1", "slot": "slot", "tables": [["s", "t"]],
+        "table_count": 1, "condition": None, "publication": None, "created_xmin": None,
+        "created_cid": None, "requested_by": "alice", **given}
+    return RequestRow(**columns)
+
+
 def test_the_event_triggers_request_names_exactly_the_rows_a_new_table_was_not_sent() -> None:
     """A ``CREATE TABLE AS``'s request is for the query reading its pair with the pair alone:
     the rows of the creating transaction written before the command that added the table."""
-    content = json.dumps({"created": ["s", "t"], "publication": "p", "xmin": "731",
-                          "cid": "2"}).encode()
-    request = parse_request(content, "slot", "p")
+    row = _row("created", slot=None, publication="p", created_xmin=731, created_cid=2)
+    request = request_of(row, "slot", "p")
     assert request == Request("created s.t in transaction 731", (("s", "t"),),
                               created=Creation(731, 2))
-    assert parse_request(content, "slot", "other") is None  # another query's pair
-    assert parse_request(content, "slot", None) is None  # test_decoding, or <pub>_all read
-    bad = json.dumps({"created": ["s", "t"], "publication": "p", "xmin": "1; DROP TABLE x",
-                      "cid": "2"}).encode()
-    assert parse_request(bad, "slot", "p") is None
+    assert request_of(row, "slot", "other") is None  # another query's pair
+    assert request_of(row, "slot", None) is None  # test_decoding, or <pub>_all read
+    with pytest.raises(Malformed, match="created_xmin"):
+        request_of(_row("created", publication="p", created_cid=2), "slot", "p")
+    assert isinstance(request, Request)
     assert Request.from_json(json.loads(json.dumps(request.to_json()))) == request
     assert "created" not in Request("r1", (("s", "a"),)).to_json()  # older offsets unchanged
     plan = ChunkPlan("r1", "n", ("s", "t"), None, ("9",), None, Creation(731, 2))

@@ -64,12 +64,16 @@ class SourceHealth:
     """Backfill requests queued or running."""
     backfills: dict[str, TableBackfill] = field(default_factory=dict)
     """Per table (``schema.table``) backfilled since the process started."""
+    skipped_requests: int = 0
+    """Backfill request messages skipped since the process started: forged (no row of the
+    requests table placed them) or malformed; each was logged with its LSN."""
 
     def as_progress(self) -> dict[str, Any]:
         """The keys merged into the reader's ``reportLatestOffset``."""
         report = {"commit_failures": self.commit_failures, "degraded": self.degraded,
                   "backfill_requests": self.backfill_requests,
-                  "backfills": {t: asdict(b) for t, b in self.backfills.items()}}
+                  "backfills": {t: asdict(b) for t, b in self.backfills.items()},
+                  "skipped_requests": self.skipped_requests}
         return {**(asdict(self.slot) if self.slot is not None else {}), **report}
 
     @classmethod
@@ -94,4 +98,5 @@ class SourceHealth:
                                            float(b["rows_per_second"]))
                      for t, b in (data.get("backfills") or {}).items()}
         return cls(slot, int(data["commit_failures"]), bool(data.get("degraded")),
-                   int(data.get("backfill_requests", 0)), backfills)
+                   int(data.get("backfill_requests", 0)), backfills,
+                   int(data.get("skipped_requests", 0)))

@@ -28,6 +28,7 @@ __all__ = [
     "MODES",
     "ON_SLOT_LOST",
     "PLUGINS",
+    "REQUESTS_TABLE",
     "REQUEST_PREFIX",
     "ROW_FORMATS",
     "SCHEMA_EVOLUTION",
@@ -54,6 +55,10 @@ REQUEST_PREFIX = "pg_cdc.backfill"
 :mod:`postgres_cdc_source.backfill.requests`)."""
 BACKFILL_CHANNEL = "pg_cdc_backfill"
 """The ``NOTIFY`` channel that tells a running query to look for backfill requests."""
+REQUESTS_TABLE = ("public", "pg_cdc_requests")
+"""The table whose rows are the backfill requests (:mod:`postgres_cdc_source.backfill.requests`):
+who may insert into it is who may steer a query's backfills. Never captured, whatever the
+filters say: its rows are the connector's, not the application's."""
 
 _SLOT_NAME = re.compile(r"[a-z0-9_]{1,63}")
 _MAX_ROWS = 2**31 - 1  # fetch/batch/spill sizes: more is no batch size, and FETCH overflows
@@ -204,6 +209,8 @@ class CdcOptions:
 
     def keeps(self, schema: str, table: str) -> bool:
         """Whether ``include_tables``/``exclude_tables`` let changes of this table through."""
+        if (schema, table) == REQUESTS_TABLE:
+            return False
         name = f"{schema}.{table}"
         if self.include_tables is not None and not self.include_tables.fullmatch(name):
             return False
@@ -225,10 +232,6 @@ class CdcOptions:
         return any(
             _is_column_route(option, getattr(self, option)) for option in _BUILTIN_ROUTE
         )
-
-    @property
-    def filters_tables(self) -> bool:
-        return self.include_tables is not None or self.exclude_tables is not None
 
     @classmethod
     def from_options(cls, options: Mapping[str, str]) -> CdcOptions:

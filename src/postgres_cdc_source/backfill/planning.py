@@ -23,10 +23,16 @@ from psycopg import sql
 from connector_common.lsn import format_lsn
 from postgres_cdc_source import snapshot
 from postgres_cdc_source.backfill.progress import Backfills, ChunkPlan, Request, TableProgress
-from postgres_cdc_source.backfill.requests import parse_request
+from postgres_cdc_source.backfill.requests import Malformed, request_of
 from postgres_cdc_source.decoding.factory import parse_message
-from postgres_cdc_source.options import BACKFILL_CHANNEL, MARKER_PREFIX, REQUEST_PREFIX, CdcOptions
-from postgres_cdc_source.replication import peeking, positions
+from postgres_cdc_source.options import (
+    BACKFILL_CHANNEL,
+    MARKER_PREFIX,
+    REQUEST_PREFIX,
+    REQUESTS_TABLE,
+    CdcOptions,
+)
+from postgres_cdc_source.replication import peeking, positions, request_table
 from postgres_cdc_source.replication.publication import all_name
 from postgres_cdc_source.snapshot.planning import key_range
 from postgres_cdc_source.snapshot.reading import GUARDS
@@ -67,6 +73,11 @@ class BackfillPlanner:
         """Rows and chunks planned by this process, per table (``schema.table``)."""
         self.requests = 0
         """Requests queued or running at the last planning."""
+        self.skipped = 0
+        """Request messages skipped since this process started: without a row of the trusted
+        requests table at their LSN (forged, or a release's that sent requests as messages),
+        or with a row this version cannot take
+        (:mod:`~postgres_cdc_source.replication.request_table`)."""
 
     def __getstate__(self) -> dict[str, Any]:
         return {**self.__dict__, "_listening": None}
@@ -145,26 +156,38 @@ class BackfillPlanner:
             self._search_timeout = min(self._search_timeout * 2, SEARCH_TIMEOUT_MAX)
             return None
         self._search_timeout = SEARCH_TIMEOUT
+        at = [lsn for lsn, data in messages if lsn > state.scanned
+              and parse_message(self.options.plugin, data)[1] == REQUEST_PREFIX]
+        rows = request_table.rows_at(conn, at)
         found: list[Request] = []
         cancels: set[str] = set()
-        for lsn, data in messages:
-            if lsn <= state.scanned:
+        for lsn in at:
+            row = rows.get(lsn)
+            if row is None:
+                self._skip(lsn, f"no row of {'.'.join(REQUESTS_TABLE)} placed it (a request is "
+                           "a row of that table; a message alone proves nothing of its writer)")
                 continue
-            _transactional, prefix, content = parse_message(self.options.plugin, data)
-            if prefix != REQUEST_PREFIX:
+            try:
+                request = request_of(row, self.options.slot, created_for)
+            except Malformed as exc:
+                self._skip(lsn, f"{exc} (requested by {row.requested_by})")
                 continue
-            request = parse_request(content, self.options.slot, created_for)
             if (isinstance(request, Request) and request.created is not None
                     and not self.options.keeps(*request.tables[0])):
                 continue
             if isinstance(request, str):
                 cancels.add(request)
-                log.warning("pg_cdc backfill %s: cancelled", request)
+                log.warning("pg_cdc backfill %s: cancelled by %s", request, row.requested_by)
             elif request is not None:
                 found.append(request)
-                log.info("pg_cdc backfill %s: requested for %s", request.id,
-                         ", ".join(".".join(t) for t in request.tables))
+                log.info("pg_cdc backfill %s: requested by %s for %s", request.id,
+                         row.requested_by, ", ".join(".".join(t) for t in request.tables))
         return state.requested(found, cancels, upto)
+
+    def _skip(self, lsn: int, why: str) -> None:
+        self.skipped += 1
+        log.warning("pg_cdc backfill: the request message at LSN %s is skipped: %s",
+                    format_lsn(lsn), why)
 
     def _table(self, conn: Conn, head: Request) -> snapshot.SnapshotTable | None:
         """The request's current table, if the query can backfill it (else a warning)."""

@@ -40,7 +40,7 @@ def make_decoder(
     test_decoding prints type names but not the replica identity, so its decoder looks tables up
     in the catalog, on the peeking connection (same ``search_path`` as the output it parses).
     """
-    table_filter = options.keeps if options.filters_tables else None
+    table_filter = options.keeps  # asked once per table; it also drops REQUESTS_TABLE
     keep_values = options.routes_by_column  # the Router reads decoded values, not JSON again
     def messages(prefix: str) -> bool:
         return options.keeps_message(prefix) or (also is not None and also(prefix))

@@ -4,14 +4,13 @@ new tables (see :mod:`.publication`).
 A table created by ``CREATE TABLE AS`` or ``SELECT INTO`` holds its rows before the trigger
 runs at ``ddl_command_end``, and pgoutput decides what to send as of each change, so those rows
 are never sent, whatever the trigger then does. For every pair it added such a table to (when
-the table has rows), the trigger writes a transactional logical message with prefix
-:data:`~postgres_cdc_source.options.REQUEST_PREFIX` and content ``{"created":
-[schema, table], "publication": <pair>, "xmin": <the creating transaction's xid>, "cid":
-<the command that added it>}`` and notifies
-:data:`~postgres_cdc_source.options.BACKFILL_CHANNEL`: a query reading that pair backfills
-exactly the rows its publications did not send, those that transaction wrote before the
-table joined them and nobody changed since (``xmin`` and ``cmin`` say so). See
-:func:`~postgres_cdc_source.backfill.requests.parse_request`.
+the table has rows), the trigger inserts a ``created`` request into
+:data:`~postgres_cdc_source.options.REQUESTS_TABLE` (the table's own trigger places it in the
+WAL and notifies, :mod:`.request_table`), naming the pair, the
+creating transaction's xid and the command that added the table: a query reading that pair
+backfills exactly the rows its publications did not send, those that transaction wrote before
+the table joined them and nobody changed since (``xmin`` and ``cmin`` say so). The function is
+``SECURITY DEFINER``, so it may insert where the owner of the DDL may not.
 """
 
 from __future__ import annotations
@@ -23,7 +22,7 @@ import psycopg
 from psycopg import errors as pgerrors
 from psycopg import sql
 
-from postgres_cdc_source.options import BACKFILL_CHANNEL, REQUEST_PREFIX
+from postgres_cdc_source.replication import request_table
 from postgres_cdc_source.replication.publication import (
     HAS_IDENTITY,
     INSERTS_SUFFIX,
@@ -52,7 +51,6 @@ DECLARE
   pair record;
   t record;
   has_rows boolean;
-  told boolean := false;
 BEGIN
   created := ARRAY(SELECT objid FROM pg_event_trigger_ddl_commands()
                    WHERE object_type = 'table'
@@ -94,12 +92,15 @@ BEGIN
         IF t.oid = ANY (filled) THEN
           EXECUTE format('SELECT EXISTS (SELECT FROM ONLY %s)', t.rel) INTO has_rows;
           IF has_rows THEN
-            PERFORM pg_logical_emit_message(true, {prefix}, json_build_object(
-              'created', json_build_array(t.nspname, t.relname), 'publication', pair.full_name,
-              'xmin', t.xmin::text,
-              'cid', (SELECT r.cmin::text FROM pg_publication_rel r WHERE r.prrelid = t.oid
-                      AND r.prpubid IN (pair.full_oid, pair.ins_oid)))::text);
-            told := true;
+            BEGIN  -- without the requests table, the pair's work above still stands
+              INSERT INTO {requests} (kind, tables, publication, created_xmin, created_cid)
+              VALUES ('created', ARRAY[t.oid]::regclass[], pair.full_name, t.xmin::text::bigint,
+                      (SELECT r.cmin::text::bigint FROM pg_publication_rel r
+                       WHERE r.prrelid = t.oid AND r.prpubid IN (pair.full_oid, pair.ins_oid)));
+            EXCEPTION WHEN OTHERS THEN
+              RAISE WARNING 'pg_cdc identity guard: cannot request the rows of % (%)', t.rel,
+                SQLERRM;
+            END;
           END IF;
         END IF;
       END LOOP;
@@ -108,9 +109,6 @@ BEGIN
         pair.full_name, SQLERRM;
     END;
   END LOOP;
-  IF told THEN
-    PERFORM pg_notify({channel}, '');
-  END IF;
 EXCEPTION WHEN OTHERS THEN
   RAISE WARNING 'pg_cdc identity guard: % (the next planning does its work)', SQLERRM;
 END
@@ -122,8 +120,7 @@ def ensure_guard(conn: Conn, publication: str) -> None:
     the query reading the managed pair ``publication``."""
     body = sql.SQL(_GUARD_BODY).format(
         suffix=sql.Literal(INSERTS_SUFFIX), marker=sql.Literal(MARKER),
-        has_identity=sql.SQL(HAS_IDENTITY), prefix=sql.Literal(REQUEST_PREFIX),
-        channel=sql.Literal(BACKFILL_CHANNEL),
+        has_identity=sql.SQL(HAS_IDENTITY), requests=request_table.TABLE,
     ).as_string(conn)
     installed = conn.execute(
         "SELECT (SELECT p.prosrc FROM pg_proc p JOIN pg_namespace n ON n.oid = p.pronamespace"

@@ -11,7 +11,7 @@ from psycopg import errors as pgerrors
 from postgres_cdc_source.connections import connect_with_retry
 from postgres_cdc_source.errors import ConfigError, SlotError, SlotLostError
 from postgres_cdc_source.options import CdcOptions
-from postgres_cdc_source.replication import publication, publication_setup
+from postgres_cdc_source.replication import publication, publication_setup, request_table
 from postgres_cdc_source.replication.slots import (
     FAILOVER_VERSION,
     SlotState,
@@ -99,6 +99,7 @@ def ensure_slot(options: CdcOptions, resuming: bool = False) -> SlotState:
             )
         if options.plugin == "pgoutput" and not created:
             publication_setup.ensure(conn, options)
+        request_table.ensure(conn)  # so that requests can be made before the first planning
         return state
 
 

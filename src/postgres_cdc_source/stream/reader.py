@@ -168,7 +168,7 @@ class PgCdcStreamReader(DataSourceStreamReader, SupportsTriggerAvailableNow):
                          for name, t in planner.tables.items()}
             health = SourceHealth(diagnostics.health(conn, self.options.slot),
                                   self._commit_failures, self._commit_failures >= DEGRADED_AFTER,
-                                  planner.requests, backfills)
+                                  planner.requests, backfills, planner.skipped)
             return {**StreamOffset(positions.flush_lsn(conn)).to_json(), **health.as_progress()}
 
         return self._phases.run(report)
