@@ -28,6 +28,7 @@ from psycopg import sql
 from postgres_cdc_source.backfill.progress import Request
 from postgres_cdc_source.errors import BackfillRefused
 from postgres_cdc_source.options import REQUESTS_TABLE
+from postgres_cdc_source.replication import request_table
 from postgres_cdc_source.replication.request_table import (
     KINDS,
     MAX_CONDITION,
@@ -82,14 +83,15 @@ def _insert(dsn: str, slot: str, columns: dict[str, Any]) -> None:
                   for n in names]
         insert = sql.SQL("INSERT INTO {} ({}) VALUES ({})").format(
             TABLE, sql.SQL(", ").join(map(sql.Identifier, names)), sql.SQL(", ").join(values))
+        if not request_table.ensure(conn):  # made here if no query has started yet
+            raise BackfillRefused(
+                f"{'.'.join(REQUESTS_TABLE)} does not exist and role {conn.info.user!r} may "
+                "not create it, or it is not trusted (see the warning logged): start the query "
+                "first, as a role that may create it")
         try:
             with conn.transaction():  # flushed at commit: the query that is told finds it
                 conn.execute("SET LOCAL synchronous_commit = on")
                 conn.execute(insert, list(names.values()))
-        except pgerrors.UndefinedTable as exc:
-            raise BackfillRefused(
-                f"{'.'.join(REQUESTS_TABLE)} does not exist: a pg_cdc query creates it when it "
-                "starts (its warning says what its role lacked)") from exc
         except pgerrors.InsufficientPrivilege as exc:
             raise BackfillRefused(
                 f"role {conn.info.user!r} may not request backfills here: the owner of "
