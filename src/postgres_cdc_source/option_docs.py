@@ -61,8 +61,12 @@ OPTION_DOCS: tuple[OptionDoc, ...] = (
         "tables again as `snapshot=initial` does (rows with `op` = `read`), which restores the "
         "state but not the history of the gap (see Lost slots); needs `create_slot=true`",
     ),
-    OptionDoc("include_tables", "(all)", "regular expression, full match on `schema.table`"),
-    OptionDoc("exclude_tables", "(none)", "regular expression, full match on `schema.table`"),
+    OptionDoc("include_tables", "(all)",
+              "regular expression, full match on `schema.table`; a name holding `.` or `\"` "
+              "is double-quoted there, its `\"` doubled (see Choosing tables)"),
+    OptionDoc("exclude_tables", "(none)",
+              "regular expression, full match on `schema.table` as for `include_tables`; "
+              "wins over it"),
     OptionDoc(
         "message_prefixes",
         "(none)",

@@ -35,6 +35,7 @@ __all__ = [
     "SNAPSHOT_MODES",
     "CdcOptions",
     "PollingOptions",
+    "qualified_name",
     "redact_dsn",
 ]
 
@@ -114,6 +115,25 @@ def _regex(option: str, text: str | None) -> re.Pattern[str] | None:
         return re.compile(text)
     except (re.error, OverflowError, RecursionError) as exc:  # a{99999999999}: OverflowError
         raise ConfigError(option, f"bad regular expression {text!r}: {exc}") from None
+
+
+def qualified_name(schema: str, table: str) -> str:
+    """The text ``include_tables``/``exclude_tables`` match: ``schema.table``, each name as it
+    is unless it holds a ``.`` or a ``"``, which is written double-quoted with its ``"``
+    doubled, as in SQL (``a."b.c"`` is table ``b.c`` of schema ``a``, ``"a.b".c`` table ``c``
+    of schema ``a.b``).
+
+    Two tables never share a text, so a pattern picks the (schema, table) pairs it means;
+    names without either character (``public.Orders``, ``public.7``) read as they always did,
+    so the patterns of existing queries keep their tables.
+    """
+    return f"{_name_text(schema)}.{_name_text(table)}"
+
+
+def _name_text(name: str) -> str:
+    if "." in name or '"' in name:
+        return '"' + name.replace('"', '""') + '"'
+    return name
 
 
 def redact_dsn(dsn: str) -> str:
@@ -211,7 +231,7 @@ class CdcOptions:
         """Whether ``include_tables``/``exclude_tables`` let changes of this table through."""
         if (schema, table) == REQUESTS_TABLE:
             return False
-        name = f"{schema}.{table}"
+        name = qualified_name(schema, table)
         if self.include_tables is not None and not self.include_tables.fullmatch(name):
             return False
         return self.exclude_tables is None or not self.exclude_tables.fullmatch(name)
