@@ -1,5 +1,6 @@
 """Admission rules: name grammar, list grammar, allow/deny semantics against a brute-force
-reference model, the cap in every mode, the DLQ exemption and missing-destination policies."""
+reference model, the cap in every mode, the sink's own destinations (by name and by id) and
+missing-destination policies."""
 
 from __future__ import annotations
 
@@ -21,6 +22,7 @@ from iggy_spark.sink.admission import (
     MissingDestination,
     MissingPolicy,
     Reason,
+    ReservedIds,
     check_partition_id,
     is_valid_name,
     parse_entries,
@@ -121,10 +123,10 @@ def reference_admission(
             e.stream in (WILDCARD, dest.stream) and e.topic in (WILDCARD, dest.topic)
             for e in rules.entries
         )
-        if dest in rules.exempt:
-            verdicts.append(None)
-        elif not (reference_valid(dest.stream) and reference_valid(dest.topic)):
+        if not (reference_valid(dest.stream) and reference_valid(dest.topic)):
             verdicts.append(Reason.INVALID_NAME)
+        elif dest in rules.exempt or dest.stream == rules.reserved:
+            verdicts.append(Reason.RESERVED)  # whatever the lists say
         elif rules.mode is AdmissionMode.DENYLIST and matched:
             verdicts.append(Reason.DENYLIST)
         elif rules.mode is AdmissionMode.ALLOWLIST and not matched:
@@ -151,6 +153,7 @@ _entries = st.lists(st.builds(Entry, _entry_part, _entry_part), max_size=4).map(
     cap=st.integers(1, 6),
     seed=st.sets(_destinations, max_size=4),
     dlq=st.none() | _destinations,
+    state_stream=st.none() | _names,
     sequence=st.lists(_destinations, max_size=30),
 )
 def test_admission_equals_reference_model(
@@ -159,6 +162,7 @@ def test_admission_equals_reference_model(
     cap: int,
     seed: set[Destination],
     dlq: Destination | None,
+    state_stream: str | None,
     sequence: list[Destination],
 ) -> None:
     rules = AdmissionRules(
@@ -166,6 +170,7 @@ def test_admission_equals_reference_model(
         entries=entries if mode is not AdmissionMode.OPEN else (),
         max_destinations=cap,
         exempt=frozenset([dlq] if dlq else []),
+        reserved=state_stream,
     )
     admission = Admission(rules, admitted=seed)
     verdicts = [admission.check(d.stream, d.topic) for d in sequence]
@@ -212,7 +217,7 @@ def test_seeded_destinations_are_still_checked_against_the_lists() -> None:
     assert admission.check("s", "old") is Reason.DENYLIST
 
 
-def test_dlq_is_always_admitted_and_never_counted() -> None:
+def test_the_dlq_is_refused_to_rows_and_never_counted() -> None:
     dlq = Destination("ops", "dead-letters")
     rules = AdmissionRules(
         mode=AdmissionMode.DENYLIST,
@@ -222,10 +227,36 @@ def test_dlq_is_always_admitted_and_never_counted() -> None:
     )
     admission = Admission(rules, admitted=[dlq])
     assert admission.check("app", "events") is None
-    assert admission.check(*dlq) is None
+    assert admission.check(*dlq) is Reason.RESERVED  # a row would pass for a dead letter
     assert admission.check("app", "more") is Reason.CAP
     assert admission.check("ops", "other") is Reason.DENYLIST
     assert dlq not in admission.admitted
+
+
+@pytest.mark.parametrize("entries", [
+    (Entry("iggy_spark_state", WILDCARD), Entry("ops", "dead")),
+    (Entry(WILDCARD, WILDCARD),),  # as parse_entries refuses it, but as the rule would read it
+])
+def test_the_state_stream_and_the_dlq_are_reserved_whatever_the_allowlist_says(
+    entries: tuple[Entry, ...],
+) -> None:
+    rules = AdmissionRules(mode=AdmissionMode.ALLOWLIST, entries=entries,
+                           exempt=frozenset([Destination("ops", "dead")]),
+                           reserved="iggy_spark_state")
+    admission = Admission(rules)
+    for stream, topic in (("iggy_spark_state", "query-0b6f"), ("iggy_spark_state", "1"),
+                          ("ops", "dead")):
+        assert admission.check(stream, topic) is Reason.RESERVED
+        assert rules.list_reason(Destination(stream, topic)) is Reason.RESERVED
+    assert not admission.admitted
+
+
+def test_reserved_ids_refuse_the_state_streams_topics_and_the_dlq_topic_only() -> None:
+    ids = ReservedIds(state_stream=3, dead_letters=(1, 7))
+    assert ids.check(3, 0) is ids.check(3, 9) is ids.check(1, 7) is Reason.RESERVED
+    assert ids.check(1, 6) is ids.check(2, 7) is ids.check(0, 0) is None
+    assert ReservedIds().check(0, 0) is None  # nothing of the sink's exists yet
+    assert ReservedIds(0).check(0, 1) is Reason.RESERVED  # id 0 is an id like any other
 
 
 def test_list_reason_ignores_names_and_cap() -> None:
@@ -250,7 +281,7 @@ def test_reason_labels() -> None:
     assert {r.value for r in Reason} == {
         "cap", "denylist", "not_allowlisted", "invalid_name", "circuit_open", "unknown",
         "too_large", "invalid_row",
-        "partition_id_out_of_range",
+        "partition_id_out_of_range", "reserved",
     }
 
 

@@ -144,8 +144,13 @@ def test_dlq_may_be_denylisted_and_default_may_be_the_dlq() -> None:
         },
     )
     admission = options.new_admission()
-    assert admission.check("ops", "dead") is None
+    assert admission.check("ops", "dead") == "reserved"  # the options' default, never a row's
     assert admission.check("ops", "other") == "denylist"
+
+
+def test_a_default_in_the_state_stream_is_refused_naming_default_stream() -> None:
+    with pytest.raises(ConfigError, match=r"option 'default_stream'.*\(reserved\)"):
+        parse(default_stream="iggy_spark_state", default_topic="query-x")
 
 
 def test_a_task_admission_is_seeded_with_the_query_admitted_destinations() -> None:

@@ -51,14 +51,18 @@ class SdkLine:
     poll_reply_header: int
     """Bytes before a poll reply's first batch: ``[partition u32][current_offset u64]
     [count u32]``, and on 0.10 the partition context it was served under (three u64)."""
+    topic_name_at: int
+    """Bytes of a topic's header before its name: ``[id u32][created u64][partitions u32]``,
+    on 0.9 then its expiry, compression and maximum size (0.10 carries them in its options),
+    then ``[size u64][messages u64]``."""
 
     def speaks(self, protocol: int) -> bool:
         """Whether ``protocol`` is this line's (same major and minor)."""
         return protocol >> 10 == self.protocol >> 10
 
 
-SDK_0_9 = SdkLine("0.9", _pack(0, 11, 0), 'pip install "iggy-spark[iggy]"', 16)
-SDK_0_10 = SdkLine("0.10", _pack(0, 12, 0), 'pip install "iggy-spark[iggy-0-10]"', 40)
+SDK_0_9 = SdkLine("0.9", _pack(0, 11, 0), 'pip install "iggy-spark[iggy]"', 16, 49)
+SDK_0_10 = SdkLine("0.10", _pack(0, 12, 0), 'pip install "iggy-spark[iggy-0-10]"', 40, 32)
 LINES = (SDK_0_9, SDK_0_10)
 INSTALL_ANY = "; ".join(f"Iggy {line.server}: {line.install}" for line in LINES)
 """What to install when the SDK that fits is not known: the command of each line, for the user

@@ -8,14 +8,20 @@ streams and topics without bound. Every row's destination goes through the same 
 1. stream or topic is null → :class:`MissingDestination` applies ``on_missing_destination``
    (fill in the defaults, drop the row, or fail);
 2. :func:`is_valid_name` on both parts → ``invalid_name``;
-3. ``admission.mode``: a denylist match → ``denylist``; no allowlist match → ``not_allowlisted``;
-4. ``admission.max_destinations``: a destination not yet admitted by the query when the cap is
+3. the sink's own destinations, whatever the lists say: the state stream (every query's
+   control topic is in it) and the dead-letter topic → ``reserved``;
+4. ``admission.mode``: a denylist match → ``denylist``; no allowlist match → ``not_allowlisted``;
+5. ``admission.max_destinations``: a destination not yet admitted by the query when the cap is
    reached → ``cap`` (the cap holds in every mode: ``open`` means "no list", not "unbounded");
-5. the destination's circuit breaker is open → ``circuit_open`` (:mod:`iggy_spark.sink.breaker`).
+6. the destination's circuit breaker is open → ``circuit_open`` (:mod:`iggy_spark.sink.breaker`);
+7. the topic, found (or created) by name: at the id of the state stream or of the dead-letter
+   topic → ``reserved`` (:class:`ReservedIds`).
 
-Steps 2-4 are :meth:`Admission.check`. Any :class:`Reason` then follows
-``on_admission_failure``. The dead-letter destination is exempt from steps 3-4 and from the cap
-count, so failures can always be parked somewhere.
+Steps 2-5 are :meth:`Admission.check`. Any :class:`Reason` then follows
+``on_admission_failure``. The sink writes to the dead-letter topic itself, without these steps
+and without counting it against the cap, so failures can always be parked somewhere; rows may
+not name it (a row would pass for a dead letter), except that defaults naming it take rows
+without a destination.
 """
 
 from __future__ import annotations
@@ -39,6 +45,7 @@ __all__ = [
     "MissingDestination",
     "MissingPolicy",
     "Reason",
+    "ReservedIds",
     "check_partition_id",
     "is_valid_name",
     "parse_entries",
@@ -72,6 +79,7 @@ class Reason(StrEnum):
     TOO_LARGE = "too_large"
     INVALID_ROW = "invalid_row"
     PARTITION_ID_OUT_OF_RANGE = "partition_id_out_of_range"
+    RESERVED = "reserved"
 
 
 _ADVICE = {
@@ -89,6 +97,8 @@ _ADVICE = {
     "header, id or key)",
     Reason.PARTITION_ID_OUT_OF_RANGE: "partition ids count from 0 and must be below the topic's "
     "partition count",
+    Reason.RESERVED: "the destination is the sink's own: its state_stream (the queries' control "
+    "topics) or its dlq.stream/dlq.topic, which rows may never name",
 }
 
 
@@ -195,7 +205,8 @@ class AdmissionRules:
     """The admission settings of a query, as parsed from its options (picklable).
 
     ``entries`` is the allowlist in ``allowlist`` mode, the denylist in ``denylist`` mode and
-    empty in ``open`` mode. ``exempt`` holds the dead-letter destination, if any.
+    empty in ``open`` mode. ``exempt`` holds the dead-letter destination, if any: never
+    counted against the cap, and refused to rows as ``reserved``.
     """
 
     mode: AdmissionMode = AdmissionMode.OPEN
@@ -203,16 +214,20 @@ class AdmissionRules:
     max_destinations: int = 256
     exempt: frozenset[Destination] = field(default_factory=frozenset)
     reserved: str | None = None
-    """The sink's own state stream (``state_stream``): refused to rows as if denylisted."""
+    """The sink's own state stream (``state_stream``): every topic of it refused to rows."""
 
     def list_reason(self, destination: Destination) -> Reason | None:
-        """The allow/deny verdict alone (no name check, no cap): used to vet defaults."""
-        return _list_verdict(self.mode, _Matcher(self.entries), destination)
+        """The reserved and allow/deny verdicts alone (no name check, no cap): used to vet
+        defaults."""
+        return _list_verdict(self, _Matcher(self.entries), destination)
 
 
 def _list_verdict(
-    mode: AdmissionMode, matcher: _Matcher, destination: Destination
+    rules: AdmissionRules, matcher: _Matcher, destination: Destination
 ) -> Reason | None:
+    if destination.stream == rules.reserved or destination in rules.exempt:
+        return Reason.RESERVED
+    mode = rules.mode
     if mode is AdmissionMode.DENYLIST and matcher(destination):
         return Reason.DENYLIST
     if mode is AdmissionMode.ALLOWLIST and not matcher(destination):
@@ -251,7 +266,7 @@ class Admission:
         self._matcher = _Matcher(rules.entries)
         self._seeded = frozenset(Destination(*d) for d in admitted) - rules.exempt
         self._admitted = set(self._seeded)
-        self._verdicts: dict[Destination, Reason | None] = dict.fromkeys(rules.exempt)
+        self._verdicts: dict[Destination, Reason | None] = {}
 
     @property
     def rules(self) -> AdmissionRules:
@@ -280,9 +295,7 @@ class Admission:
     def _decide(self, destination: Destination) -> Reason | None:
         if not (is_valid_name(destination.stream) and is_valid_name(destination.topic)):
             return Reason.INVALID_NAME
-        reason = _list_verdict(self._rules.mode, self._matcher, destination)
-        if destination.stream == self._rules.reserved:
-            reason = Reason.DENYLIST
+        reason = _list_verdict(self._rules, self._matcher, destination)
         if reason is not None:
             return reason
         if destination not in self._admitted:
@@ -291,6 +304,27 @@ class Admission:
             if self._admit is not None and not self._admit(destination):
                 return Reason.CAP  # other tasks of the query took the places left
             self._admitted.add(destination)
+        return None
+
+
+@dataclass(frozen=True)
+class ReservedIds:
+    """The ids the server gave the sink's own names: its state stream (``None`` while it does
+    not exist) and its dead-letter topic (stream id, topic id).
+
+    Names are compared by :meth:`Admission.check`; these ids are compared once a destination's
+    topic was found by name, so that no way of reaching an id (an SDK reading a name as an id,
+    an id kept from before a topic was deleted) puts a row in a control topic or among the
+    dead letters.
+    """
+
+    state_stream: int | None = None
+    dead_letters: tuple[int, int] | None = None
+
+    def check(self, stream_id: int, topic_id: int) -> Reason | None:
+        """``reserved`` for a topic of the state stream or the dead-letter topic, else ``None``."""
+        if stream_id == self.state_stream or (stream_id, topic_id) == self.dead_letters:
+            return Reason.RESERVED
         return None
 
 

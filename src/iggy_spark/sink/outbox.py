@@ -65,7 +65,8 @@ class Outbox:
 
     ``refused`` is called with the messages a destination's breaker refused during a flush;
     it may :meth:`add` them elsewhere (the DLQ), and the same flush sends those too.
-    ``forget`` is told of destinations whose sends failed (their topic may have changed).
+    ``where`` gives each destination's :class:`~iggy_spark.sink.sending.Topic`, the ids its
+    messages are sent to (the task found it by name when it admitted the destination).
     """
 
     def __init__(
@@ -76,7 +77,7 @@ class Outbox:
         origin: Origin | None,
         scan: bool,
         refused: Refused,
-        forget: Callable[[Destination], None],
+        where: Callable[[Destination], sending.Topic],
     ) -> None:
         import apache_iggy
 
@@ -85,7 +86,7 @@ class Outbox:
         self.board = board
         self.report = report
         self.refused = refused
-        self.forget = forget
+        self.where = where
         # Messages are built once, when buffered (the event loop then only sends); the raw
         # parts stay beside them in case the destination's breaker opens and they must be
         # dead-lettered (an SDK message cannot be read back).
@@ -144,7 +145,7 @@ class Outbox:
         destination, partition = group
         limit = self.options.delivery_scan_messages
         found = self.conn.run(sending.landed(
-            self.conn, destination, partition, self.origin, limit=limit,
+            self.conn, destination, self.where(destination), partition, self.origin, limit=limit,
             timeout=self.options.send_timeout, ids=self.keyed))
         where = (f"replay of batch {self.origin.batch}, task {self.origin.task}, "
                  f"{destination} partition {partition}")
@@ -172,7 +173,8 @@ class Outbox:
             groups, raw, first = self.groups, self.raw, self.first_seq
             self.groups, self.raw, self.buffered = defaultdict(list), defaultdict(list), 0
             self.first_seq = {}
-            outcomes = self.conn.run(self._send_all(groups, raw, first))
+            where = {d: self.where(d) for d, _ in groups}  # before the loop: it may look up
+            outcomes = self.conn.run(self._send_all(groups, raw, first, where))
             failure: BaseException | None = None
             refused: dict[Destination, list[Message]] = defaultdict(list)
             for (destination, _), outcome in zip(groups, outcomes, strict=True):
@@ -180,8 +182,6 @@ class Outbox:
                     self.report.routed[str(destination)] += outcome.sent
                 self.report.resumed += outcome.resumed
                 self.report.at_least_once += outcome.undecided
-                if outcome.error is not None or outcome.refused:
-                    self.forget(destination)
                 failure = failure or outcome.error
                 if outcome.refused:
                     refused[destination].extend(outcome.refused)
@@ -192,7 +192,7 @@ class Outbox:
 
     async def _send_all(
         self, groups: dict[Group, list[apache_iggy.SendMessage]], raw: dict[Group, list[Message]],
-        first: dict[Group, int],
+        first: dict[Group, int], where: dict[Destination, sending.Topic],
     ) -> list[_Outcome]:
         gate = asyncio.Semaphore(self.options.max_concurrent_destinations)
         # A destination on probation (half-open) sends one group at a time: the first is the
@@ -200,13 +200,13 @@ class Outbox:
         probing = {d: asyncio.Lock() for d, _ in groups
                    if self.board.state(d) is BreakerState.HALF_OPEN}
         return list(await asyncio.gather(*(
-            self._send_group(d, p, m, raw[d, p], gate, probing.get(d) or nullcontext(),
-                             first.get((d, p)))
+            self._send_group(d, where[d], p, m, raw[d, p], gate,
+                             probing.get(d) or nullcontext(), first.get((d, p)))
             for (d, p), m in groups.items()
         )))
 
     async def _send_group(
-        self, destination: Destination, partition: int | None,
+        self, destination: Destination, topic: sending.Topic, partition: int | None,
         messages: list[apache_iggy.SendMessage], raw: list[Message],
         gate: asyncio.Semaphore, probe: AbstractAsyncContextManager[Any],
         first_seq: int | None = None,
@@ -234,7 +234,7 @@ class Outbox:
                 try:
                     async with gate:
                         resumed, undecided = await sending.send(
-                            self.conn, destination, partition, chunk, timeout=timeout,
+                            self.conn, destination, topic, partition, chunk, timeout=timeout,
                             first=first, scan_limit=self.options.delivery_scan_messages)
                 except SendError as exc:
                     attempt += 1

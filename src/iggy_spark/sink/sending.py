@@ -1,5 +1,10 @@
 """The sink's conversation with Iggy: make sure a destination exists, and send to it.
 
+A destination is named by a row, so its names are looked up and created as names
+(:mod:`iggy_spark.names`) and every call after that is made with the numeric ids the server gave
+them (:class:`Topic`): the SDK reads a name of digits given as text as an id, and ``"1"`` would
+otherwise be the stream with id 1, whatever its name.
+
 A *disconnection* is retried until ``send_timeout`` (:mod:`iggy_spark.failures`); the one
 distinction of the sink's own is drawn here and nowhere else: *already exists* on create (by
 the SDK error's code, :func:`iggy_spark.sdk.error_code`) is success, so tasks racing to create
@@ -13,7 +18,7 @@ from collections.abc import AsyncIterator, Awaitable, Sequence
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any
 
-from iggy_spark import sdk
+from iggy_spark import names, sdk
 from iggy_spark.connection import IggyConnection
 from iggy_spark.errors import DestinationError, SendError, ServerError, UnknownDestination
 from iggy_spark.failures import Disconnected, retrying
@@ -25,13 +30,19 @@ from iggy_spark.sink.topic_request import create_topic
 if TYPE_CHECKING:
     import apache_iggy
 
-__all__ = ["Topic", "ensure_topic", "landed", "list_topics", "prewarm", "send"]
+__all__ = [
+    "Topic", "ensure_topic", "find_stream", "find_topic", "landed", "list_topics", "prewarm",
+    "send",
+]
 
 
 @dataclass(frozen=True)
 class Topic:
-    """What the sink needs to know about a destination topic."""
+    """What the sink needs to know about a destination topic: where it is, by the ids the
+    server gave its names, and how many partitions it has."""
 
+    stream_id: int
+    topic_id: int
     partitions_count: int
     created: bool
 
@@ -47,15 +58,37 @@ async def _create(call: Awaitable[Any]) -> bool:
     return True
 
 
-async def list_topics(conn: IggyConnection, stream: str, *, timeout: float) -> dict[str, int]:
-    """Every topic of ``stream`` with its partition count, in one request (empty when the
+async def list_topics(conn: IggyConnection, stream: str, *, timeout: float) -> dict[str, Topic]:
+    """Every topic of the stream named ``stream`` by name, in two requests (empty when the
     stream does not exist): a task meeting many topics of one stream learns them all at once
     instead of one round trip each. Failures raise as from :func:`ensure_topic`'s lookups."""
 
-    async def attempt(client: apache_iggy.IggyClient) -> dict[str, int]:
-        return {str(t.name): int(t.partitions_count) for t in await client.get_topics(stream)}
+    async def attempt(client: apache_iggy.IggyClient) -> dict[str, Topic]:
+        found = await names.stream_id(client, stream)
+        if found is None:
+            return {}
+        return {str(t.name): Topic(found, int(t.id), int(t.partitions_count), False)
+                for t in await client.get_topics(found)}
 
     return await retrying(conn, attempt, timeout)
+
+
+async def _find(client: apache_iggy.IggyClient, destination: Destination) -> Topic | None:
+    stream = await names.stream_id(client, destination.stream)
+    found = None if stream is None else await names.topic(client, stream, destination.topic)
+    return None if stream is None or found is None else Topic(
+        stream, found.id, found.partitions_count, False)
+
+
+async def find_stream(conn: IggyConnection, stream: str, *, timeout: float) -> int | None:
+    """The id of the stream named ``stream`` if it exists; never creates anything."""
+    return await retrying(conn, lambda client: names.stream_id(client, stream), timeout)
+
+
+async def find_topic(conn: IggyConnection, destination: Destination, *,
+                     timeout: float) -> Topic | None:
+    """The destination's topic if it exists, by name; never creates anything."""
+    return await retrying(conn, lambda client: _find(client, destination), timeout)
 
 
 async def ensure_topic(
@@ -69,23 +102,29 @@ async def ensure_topic(
     """The destination's topic, created (stream first) if missing and ``create`` allows it.
 
     Idempotent and race-free: *already exists* from a parallel task counts as success, and the
-    partition count is always read back from the server, whoever created the topic.
+    ids and partition count are always read back from the server by name, whoever created the
+    topic.
     """
     stream, topic = destination
 
     async def attempt(client: apache_iggy.IggyClient) -> Topic:
-        details = await client.get_topic(stream, topic)
-        created = False
-        if details is None:
-            if not create:
-                raise UnknownDestination(stream, topic, "does not exist and create_destinations "
-                                       "is false: create it, or allow the sink to")
-            await _create(client.create_stream(stream))
-            created = await _create(create_topic(client, stream, topic, defaults))
-            details = await client.get_topic(stream, topic)
-            if details is None:
-                raise DestinationError(stream, topic, "was created but cannot be read back")
-        return Topic(int(details.partitions_count), created)
+        found = await _find(client, destination)
+        if found is not None:
+            return found
+        if not create:
+            raise UnknownDestination(stream, topic, "does not exist and create_destinations "
+                                   "is false: create it, or allow the sink to")
+        stream_id = await names.stream_id(client, stream)
+        if stream_id is None:
+            await _create(client.create_stream(stream))  # takes a name, never an id
+            stream_id = await names.stream_id(client, stream)
+        found, created = None, False
+        if stream_id is not None:
+            created = await _create(create_topic(client, stream_id, topic, defaults))
+            found = await _find(client, destination)
+        if found is None:
+            raise DestinationError(stream, topic, "was created but cannot be read back")
+        return Topic(found.stream_id, found.topic_id, found.partitions_count, created)
 
     try:
         return await retrying(conn, attempt, timeout)
@@ -128,6 +167,7 @@ async def prewarm(
 async def send(
     conn: IggyConnection,
     destination: Destination,
+    where: Topic,
     partition: int | None,
     messages: Sequence[apache_iggy.SendMessage],
     *,
@@ -135,7 +175,8 @@ async def send(
     first: Origin | None = None,
     scan_limit: int = 0,
 ) -> tuple[int, bool]:
-    """Send ``messages`` in order to one partition (``None``: let the server balance).
+    """Send ``messages`` in order to one partition (``None``: let the server balance) of
+    ``destination``, found at ``where``.
 
     A send that failed with the connection may have landed all the same. With ``first`` (the
     origin of ``messages[0]``: effectively-once delivery) each retry first reads the
@@ -153,13 +194,13 @@ async def send(
     async def attempt(client: apache_iggy.IggyClient) -> None:
         state["attempts"] += 1
         if first is not None and state["attempts"] > 1:
-            done = await _tail_count(client, destination, partition, first, scan_limit)
+            done = await _tail_count(client, where, partition, first, scan_limit)
             if done is None:
                 state["undecided"] = True
             elif done >= first.seq + len(batch):  # a send lands whole: all of it, or none
                 state["skipped"] = len(batch)
                 return
-        await client.send_messages(destination.stream, destination.topic, partitioning, batch)
+        await client.send_messages(where.stream_id, where.topic_id, partitioning, batch)
 
     try:
         await retrying(conn, attempt, timeout)
@@ -180,7 +221,7 @@ def _origin(message: apache_iggy.ReceiveMessage) -> Origin | None:
 
 
 async def _tails(
-    client: apache_iggy.IggyClient, destination: Destination, partition: int | None, limit: int
+    client: apache_iggy.IggyClient, where: Topic, partition: int | None, limit: int
 ) -> AsyncIterator[AsyncIterator[list[apache_iggy.ReceiveMessage]]]:
     """For each partition of the group (``None``: every partition), its tail as pages of at
     most :data:`_SCAN_PAGE` messages, newest page first and each page newest message first,
@@ -190,7 +231,7 @@ async def _tails(
     import apache_iggy
 
     consumer = apache_iggy.Consumer.Single("iggy-spark-delivery")
-    details = await client.get_topic(destination.stream, destination.topic)
+    details = await client.get_topic(where.stream_id, where.topic_id)
     if details is None:
         return  # nothing can have landed in a topic that does not exist
 
@@ -201,7 +242,7 @@ async def _tails(
                 raise _ScanBound
             start = max(0, end - min(_SCAN_PAGE, limit - scanned))
             page = await client.poll_messages(
-                destination.stream, destination.topic, consumer=consumer,
+                where.stream_id, where.topic_id, consumer=consumer,
                 polling_strategy=apache_iggy.PollingStrategy.Offset(start),
                 count=end - start, auto_commit=False, partition_id=p.id)
             page = [m for m in page if m.offset() < end]
@@ -222,7 +263,7 @@ class _ScanBound(Exception):
 
 async def _tail_count(
     client: apache_iggy.IggyClient,
-    destination: Destination,
+    where: Topic,
     partition: int | None,
     me: Origin,
     limit: int,
@@ -230,7 +271,7 @@ async def _tail_count(
     """:func:`~iggy_spark.sink.delivery.landed_count` over the group's partitions (the longest
     prefix); ``None``: undecided within ``limit``."""
     found = 0
-    async for tail in _tails(client, destination, partition, limit):
+    async for tail in _tails(client, where, partition, limit):
         verdict: int | None = None
         try:
             async for page in tail:
@@ -245,7 +286,7 @@ async def _tail_count(
 
 async def _tail_ids(
     client: apache_iggy.IggyClient,
-    destination: Destination,
+    where: Topic,
     partition: int | None,
     me: Origin,
     limit: int,
@@ -253,7 +294,7 @@ async def _tail_ids(
     """The group's messages found in its partitions' tails (:class:`~iggy_spark.sink.delivery
     .TailScan`), at most ``limit`` messages read per partition."""
     landed = Landed()
-    async for tail in _tails(client, destination, partition, limit):
+    async for tail in _tails(client, where, partition, limit):
         scan = TailScan(me, landed)
         try:
             async for page in tail:
@@ -267,6 +308,7 @@ async def _tail_ids(
 async def landed(
     conn: IggyConnection,
     destination: Destination,
+    where: Topic,
     partition: int | None,
     me: Origin,
     *,
@@ -274,7 +316,8 @@ async def landed(
     timeout: float,
     ids: bool,
 ) -> Landed | None:
-    """What ``me``'s group (query, batch, task) already landed, from its partitions' tails.
+    """What ``me``'s group (query, batch, task) already landed, from the tails of the
+    partitions of ``destination``, found at ``where``.
 
     With ``ids`` every message of the group found, by id (the whole group's if
     :attr:`~iggy_spark.sink.delivery.Landed.complete`); otherwise only how many landed (its
@@ -284,8 +327,8 @@ async def landed(
 
     async def read(client: apache_iggy.IggyClient) -> Landed | None:
         if ids:
-            return await _tail_ids(client, destination, partition, me, limit)
-        count = await _tail_count(client, destination, partition, me, limit)
+            return await _tail_ids(client, where, partition, me, limit)
+        count = await _tail_count(client, where, partition, me, limit)
         return None if count is None else Landed(count)
 
     try:

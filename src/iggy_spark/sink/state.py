@@ -28,6 +28,7 @@ from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any
 
 from connector_common.checkpoints import local_checkpoint
+from iggy_spark import names
 from iggy_spark.errors import StateError
 from iggy_spark.failures import retrying
 from iggy_spark.sink import sending
@@ -74,8 +75,6 @@ module's docstring), so the newest ledger is always kept; and not below the serv
 segment size, which a server may hold a topic's bound to."""
 _TOPIC = TopicDefaults(partitions_count=1, message_expiry="never", max_size=MAX_SIZE,
                        segment_size=SEGMENT_SIZE)
-_partition_ids: dict[Destination, int] = {}
-"""Each control topic's one partition id, as this process last found it."""
 
 
 def state_topic(stream: str, query_id: str) -> Destination:
@@ -104,16 +103,29 @@ def checkpoint_query_id(location: str) -> str | None:
 
 @dataclass(frozen=True)
 class _Partition:
+    stream_id: int
+    topic_id: int
     id: int
     end: int  # the offset after its last message
 
 
+_partitions: dict[Destination, _Partition] = {}
+"""Where each control topic's one partition is, as this process last found it (for appends)."""
+
+
 async def _partition(client: apache_iggy.IggyClient, topic: Destination) -> _Partition | None:
-    details = await client.get_topic(topic.stream, topic.topic)
-    if details is None:
+    """The control topic's partition, its stream found by name (``state_stream`` may be a name
+    of digits, which the SDK would read as another stream's id); the topic's name, ``query-``
+    and Spark's id, is never read as an id."""
+    stream = await names.stream_id(client, topic.stream)
+    if stream is None:
+        return None
+    details = await client.get_topic(stream, topic.topic)
+    if details is None or str(details.name) != topic.topic:
         return None
     [p] = details.partitions  # created with one; see state_topic
-    return _Partition(int(p.id), int(p.current_offset) + 1 if p.messages_count else 0)
+    return _Partition(stream, int(details.id), int(p.id),
+                      int(p.current_offset) + 1 if p.messages_count else 0)
 
 
 async def _poll(
@@ -122,7 +134,7 @@ async def _poll(
     import apache_iggy
 
     messages = await client.poll_messages(
-        topic.stream, topic.topic, consumer=apache_iggy.Consumer.Single("iggy-spark-state"),
+        p.stream_id, p.topic_id, consumer=apache_iggy.Consumer.Single("iggy-spark-state"),
         polling_strategy=apache_iggy.PollingStrategy.Offset(start), count=count,
         auto_commit=False, partition_id=p.id)
     return [(int(m.offset()), decode(m.payload())) for m in messages]
@@ -176,7 +188,7 @@ async def append(
 ) -> None:
     """Append one record. A retried append may land twice: every reader tolerates that.
 
-    The partition's id is looked up once per process and topic; a send that fails looks the
+    The partition is looked up once per process and topic; a send that fails looks the
     topic up again, so a deleted topic is still reported as such (and not by the server's
     message text)."""
     import apache_iggy
@@ -184,27 +196,26 @@ async def append(
     message = apache_iggy.SendMessage(encode(record))
 
     async def send(client: apache_iggy.IggyClient) -> Any:
-        partition = _partition_ids.get(topic)
-        if partition is None:
-            partition = await _partition_id(client, topic)
+        p = _partitions.get(topic)
+        if p is None:
+            p = await _found(client, topic)
         try:
             return await client.send_messages(
-                topic.stream, topic.topic, apache_iggy.Partitioning.partition_id(partition),
-                [message])
+                p.stream_id, p.topic_id, apache_iggy.Partitioning.partition_id(p.id), [message])
         except Exception:
-            _partition_ids.pop(topic, None)
-            await _partition_id(client, topic)  # StateError when the topic is gone
+            _partitions.pop(topic, None)
+            await _found(client, topic)  # StateError when the topic is gone
             raise
 
     await retrying(conn, send, timeout)
 
 
-async def _partition_id(client: apache_iggy.IggyClient, topic: Destination) -> int:
+async def _found(client: apache_iggy.IggyClient, topic: Destination) -> _Partition:
     p = await _partition(client, topic)
     if p is None:
         raise StateError(str(topic), "was deleted while the batch used it")
-    _partition_ids[topic] = p.id
-    return p.id
+    _partitions[topic] = p
+    return p
 
 
 async def claim(

@@ -1,18 +1,24 @@
 """One ``iggy_routed`` write task: route every row, admit its destination, park what is refused.
 
 Per row the task finds the destination (``missing`` policy for a row that names none), asks
-admission (names, allowlist/denylist, cap), the breaker and the topic itself (created on first
-touch), picks the partition, and hands the message to its :class:`~iggy_spark.sink.outbox.Outbox`.
-Rows refused, or refused later by a breaker that opened while sending, follow
-``on_admission_failure``: fail, drop, or go to the dead-letter queue with headers saying why.
+admission (names, the sink's own destinations, allowlist/denylist, cap), the breaker and the
+topic itself (created on first touch), picks the partition, and hands the message to its
+:class:`~iggy_spark.sink.outbox.Outbox`. Rows refused, or refused later by a breaker that opened
+while sending, follow ``on_admission_failure``: fail, drop, or go to the dead-letter queue with
+headers saying why.
+
+Streams and topics are found by name and sent to by the ids the server gave those names
+(:mod:`iggy_spark.sink.sending`), looked up afresh by every task: a topic deleted and its id
+given to another is never written by an id a worker process kept from an earlier batch. A
+destination found at the id of the state stream or of the dead-letter topic is refused
+(``reserved``), whatever its name.
 """
 
 from __future__ import annotations
 
-import threading
 import time
 from collections.abc import Callable
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING
 
 import orjson
 
@@ -25,7 +31,13 @@ from iggy_spark.errors import (
     UnknownDestination,
 )
 from iggy_spark.sink import sending
-from iggy_spark.sink.admission import Destination, Reason, check_partition_id, rejection
+from iggy_spark.sink.admission import (
+    Destination,
+    Reason,
+    ReservedIds,
+    check_partition_id,
+    rejection,
+)
 from iggy_spark.sink.breaker import BreakerBoard
 from iggy_spark.sink.delivery import Origin
 from iggy_spark.sink.encoding import EncodedBatch, encode_batch
@@ -37,24 +49,11 @@ from iggy_spark.sink.report import TaskReport
 if TYPE_CHECKING:
     import pyarrow as pa
 
-__all__ = ["RoutingTask", "known_topics"]
+__all__ = ["RoutingTask"]
 
 _HEADER_LIMIT = 255
 _DLQ_REASON, _DLQ_STREAM, _DLQ_TOPIC = "iggy_spark.reason", "iggy_spark.stream", "iggy_spark.topic"
 _DLQ_ERROR = "iggy_spark.error"
-
-# Worker processes outlive tasks: known topics persist across batches in them. Breakers do not:
-# the driver keeps them in the ledger and seeds every task's board (see breaker.py).
-_topics: dict[tuple[Any, ...], sending.Topic] = {}
-_state_lock = threading.Lock()
-
-
-def known_topics(url: Any, found: dict[Destination, sending.Topic]) -> None:
-    """Remember topics found ready elsewhere in this process (the driver's prewarm)."""
-    with _state_lock:
-        for destination, topic in found.items():
-            _topics[(url, destination)] = topic
-
 
 def _header_value(value: str | None) -> str | None:
     """A row value fit for an Iggy header (1-255 bytes), cut at a character boundary."""
@@ -82,16 +81,17 @@ class RoutingTask:
         self.admission = options.new_admission(admitted, admit)
         self.report = TaskReport()
         self.outbox = Outbox(options, board, self.report, origin, scan,
-                             refused=self._refused_by_breaker, forget=self._forget)
+                             refused=self._refused_by_breaker, where=self.topic)
         self.verdicts: dict[Destination, Reason | None] = {}
         self.touched: dict[Destination, sending.Topic] = {}
-        self.listed: set[str] = set()  # streams whose topics this task has listed
+        self.listed: dict[str, dict[str, sending.Topic]] = {}  # each stream's topics, by name
         self.destinations: dict[tuple[str, str], Destination] = {}
+        self.reserved: ReservedIds | None = None
 
     # -- admission -----------------------------------------------------------------------------
 
     def topic(self, destination: Destination) -> sending.Topic:
-        """The destination's topic facts, ensuring it exists on first touch in this process.
+        """The destination's topic facts, ensuring it exists on first touch in this task.
 
         Raises :class:`UnknownDestination` for a missing topic the sink may not create; other
         :class:`DestinationError`s are failures of the destination, for :meth:`verdict`.
@@ -99,11 +99,10 @@ class RoutingTask:
         known = self.touched.get(destination)
         if known is not None:
             return known
-        key = (self.options.url, destination)
-        with _state_lock:
-            known = _topics.get(key)
-        if known is None and destination.stream not in self.listed:
-            known = self._list_stream(destination, key)
+        listed = self.listed.get(destination.stream)
+        if listed is None:
+            listed = self.listed[destination.stream] = self._list_stream(destination.stream)
+        known = listed.get(destination.topic)
         if known is None:
             options = self.options
             started = time.monotonic()
@@ -114,29 +113,34 @@ class RoutingTask:
             if known.created:
                 self.report.created.append(str(destination))
                 self.report.create_seconds.append(time.monotonic() - started)
-            with _state_lock:
-                _topics[key] = known
         self.touched[destination] = known
         return known
 
-    def _list_stream(self, destination: Destination, key: tuple[Any, ...]) -> sending.Topic | None:
-        """Learn every topic of the destination's stream in one request (once per stream per
-        task) and return the destination's, if it exists; ``None`` leaves it to
-        :func:`sending.ensure_topic`, which creates what is missing and counts failures."""
-        stream = destination.stream
-        self.listed.add(stream)
+    def _list_stream(self, stream: str) -> dict[str, sending.Topic]:
+        """Every topic of ``stream`` in one listing (once per stream per task); empty when the
+        listing fails, which leaves each topic to :func:`sending.ensure_topic`, which creates
+        what is missing and counts failures."""
         try:
-            topics = self.conn.run(sending.list_topics(
+            return self.conn.run(sending.list_topics(
                 self.conn, stream, timeout=self.options.send_timeout))
         except (ServerError, RuntimeError):  # RuntimeError: the SDK's own errors
-            return None  # ensure_topic tries again, with the breaker's accounting
+            return {}  # ensure_topic tries again, with the breaker's accounting
         # Disconnected (the broker unreachable for send_timeout) ends the task, as it
         # would have from ensure_topic: waiting twice would only double the outage's cost
-        with _state_lock:
-            for name, partitions in topics.items():
-                _topics.setdefault((self.options.url, Destination(stream, name)),
-                                   sending.Topic(partitions, False))
-            return _topics.get(key)
+
+    def reserved_ids(self) -> ReservedIds:
+        """The ids of the state stream and the dead-letter topic, looked up by name once per
+        task; what does not exist yet is created by name later and so cannot be at the id of
+        a destination found before."""
+        if self.reserved is None:
+            options, conn = self.options, self.conn
+            state = conn.run(sending.find_stream(conn, options.state_stream,
+                                                 timeout=options.send_timeout))
+            dlq = None if options.dlq is None else conn.run(sending.find_topic(
+                conn, options.dlq, timeout=options.send_timeout))
+            self.reserved = ReservedIds(
+                state, None if dlq is None else (dlq.stream_id, dlq.topic_id))
+        return self.reserved
 
     def verdict(self, destination: Destination) -> Reason | None:
         """Name, list and cap checks, then the breaker, then the topic itself; decided once per
@@ -145,6 +149,7 @@ class RoutingTask:
         Looking the topic up or creating it is retried with backoff like a send; every failure
         counts against the breaker, and once it opens the verdict is ``circuit_open``. A topic
         that is missing while ``create_destinations=false`` is ``unknown``: no breaker count.
+        A topic found at the state stream's or the dead-letter topic's ids is ``reserved``.
         """
         try:
             return self.verdicts[destination]
@@ -156,7 +161,8 @@ class RoutingTask:
         attempt = 0
         while reason is None:
             try:
-                self.topic(destination)
+                found = self.topic(destination)
+                reason = self.reserved_ids().check(found.stream_id, found.topic_id)
                 break
             except UnknownDestination:
                 reason = Reason.UNKNOWN
@@ -168,6 +174,17 @@ class RoutingTask:
                     time.sleep(backoff(attempt))
         self.verdicts[destination] = reason
         return reason
+
+    def default_verdict(self, destination: Destination) -> Reason | None:
+        """The verdict on a destination the defaults completed: the dead-letter topic, when the
+        options make it the default, takes rows without a destination as they are (the options
+        chose it, not the rows); any other is checked as rows' own destinations are."""
+        if destination == self.options.dlq:
+            self.topic(destination)
+            return None
+        if destination in self.verdicts:
+            return self.verdicts[destination]
+        return self.verdict(destination)
 
     # -- routing -------------------------------------------------------------------------------
 
@@ -199,12 +216,13 @@ class RoutingTask:
                     self.report.dropped += 1
                     continue
                 destination = resolved
+                reason = self.default_verdict(destination)
             else:
                 found = known.get((stream, topic))
                 destination = found if found is not None else known.setdefault(
                     (stream, topic), Destination(stream, topic))
-            reason = verdicts[destination] if destination in verdicts else self.verdict(
-                destination)
+                reason = verdicts[destination] if destination in verdicts else self.verdict(
+                    destination)
             partition: int | None = None
             if reason is None and part is not None:
                 count = self.touched[destination].partitions_count
@@ -282,10 +300,6 @@ class RoutingTask:
     def _refused_by_breaker(self, destination: Destination, messages: list[Message]) -> None:
         self.verdicts[destination] = Reason.CIRCUIT_OPEN  # the rest of this task's rows too
         self.refuse(destination, Reason.CIRCUIT_OPEN, messages)
-
-    def _forget(self, destination: Destination) -> None:
-        with _state_lock:  # the topic may have changed (deleted, repartitioned)
-            _topics.pop((self.options.url, destination), None)
 
     def finish(self) -> TaskReport:
         self.outbox.flush()

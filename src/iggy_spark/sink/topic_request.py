@@ -48,8 +48,9 @@ def _u64_options(values: dict[str, int]) -> bytes:
     )
 
 
-def encode_create_topic(stream: str, name: str, defaults: TopicDefaults) -> bytes:
-    """The create-topic body for topic ``name`` of stream ``stream`` with ``defaults``."""
+def encode_create_topic(stream: str | int, name: str, defaults: TopicDefaults) -> bytes:
+    """The create-topic body for topic ``name`` of stream ``stream`` with ``defaults``; the
+    stream as the SDK's calls take it (an ``int`` is its id, and so is text of digits)."""
     options: dict[str, int] = {}
     if defaults.message_expiry == "never":
         options["message_expiry"] = _NEVER
@@ -69,7 +70,7 @@ def encode_create_topic(stream: str, name: str, defaults: TopicDefaults) -> byte
 
 
 async def create_topic(
-    client: apache_iggy.IggyClient, stream: str, name: str, defaults: TopicDefaults
+    client: apache_iggy.IggyClient, stream: str | int, name: str, defaults: TopicDefaults
 ) -> None:
     """Create topic ``name`` in ``stream``; raises the SDK's error as ``create_topic`` would."""
     await client.send_binary_request(CREATE_TOPIC, encode_create_topic(stream, name, defaults))

@@ -38,7 +38,7 @@ from iggy_spark.sink.delivery import Origin
 from iggy_spark.sink.logs import log, log_batch, warn
 from iggy_spark.sink.options import DeliveryGuarantee, RoutedOptions
 from iggy_spark.sink.report import Ledger, TaskReport
-from iggy_spark.sink.task import RoutingTask, known_topics
+from iggy_spark.sink.task import RoutingTask
 
 if TYPE_CHECKING:
     import pyarrow as pa
@@ -72,7 +72,6 @@ def prewarm_once(options: RoutedOptions) -> None:
         conn, destinations, create=options.create_destinations,
         defaults=options.topic_defaults, deadline=options.prewarm_deadline))
     ready = {d: r for d, r in outcome.items() if isinstance(r, sending.Topic)}
-    known_topics(options.url, ready)
     for destination, result in outcome.items():
         if not isinstance(result, sending.Topic):
             log.warning("iggy_routed prewarm: %s not ready: %s", destination, result)
