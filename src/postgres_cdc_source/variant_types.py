@@ -24,7 +24,8 @@ json, jsonb                       the JSON as variant objects, arrays, strings, 
                                   nulls; numbers as above (integers, decimals of their digits,
                                   a string beyond 38 digits); a duplicate key of ``json``: the
                                   last; text a variant cannot hold (a lone surrogate escape):
-                                  string, the text
+                                  string, the text; nested deeper than 256 objects and arrays:
+                                  a ``DecodeError`` naming the change's LSN and the column
 an array of the above             array (lower bounds dropped, as in the JSON mode)
 anything else                     string, the JSON mode's: text, varchar, uuid, enums,
                                   domains, intervals, money, ...
@@ -44,6 +45,7 @@ from collections.abc import Callable, Sequence
 from datetime import UTC, date, datetime, timedelta
 from decimal import Decimal, localcontext
 from functools import partial
+from itertools import accumulate
 from struct import Struct
 from typing import Any
 
@@ -68,7 +70,7 @@ from postgres_cdc_source.decoding.changes import RowShape
 from postgres_cdc_source.struct_json import pg_text
 from postgres_cdc_source.values import builtin_types, converter_for_oid, parse_array
 
-__all__ = ["VARIANT_ROWS", "VariantRows", "converter_for", "json_value"]
+__all__ = ["MAX_JSON_DEPTH", "VARIANT_ROWS", "VariantRows", "converter_for", "json_value"]
 
 Converter = Callable[[str], Any]
 
@@ -182,10 +184,32 @@ def _json_int(text: str) -> bytes:
 
 
 _SURROGATE_ESCAPE = re.compile(r"\\u[dD][89a-fA-F]")
+MAX_JSON_DEPTH = 256
+"""The deepest json/jsonb value (objects and arrays within each other) a variant is made of.
+
+Parsing and encoding recurse: about two Python frames a level, under a recursion limit of
+1,000 frames shared with whatever called the reader, so a deeper value would end the task with
+a ``RecursionError`` naming nothing. Refused instead, as a value its type cannot hold."""
+_JSON_STRING = re.compile(r'"[^"\\]*(?:\\.[^"\\]*)*"')
+_BRACKET = re.compile(r"[\[\]{}]")
+
+
+def _json_depth_fits(text: str) -> bool:
+    """Whether ``text`` (JSON) nests at most :data:`MAX_JSON_DEPTH` deep, found without
+    recursion: a text with no more brackets than that cannot nest deeper (the usual case: two
+    counts), else its brackets outside strings are counted."""
+    if text.count("[") + text.count("{") <= MAX_JSON_DEPTH:
+        return True
+    brackets = _BRACKET.findall(_JSON_STRING.sub("", text))
+    depth = max(accumulate(1 if b in "[{" else -1 for b in brackets), default=0)
+    return depth <= MAX_JSON_DEPTH
 
 
 def _json(text: str) -> Any:
     """json/jsonb text as an encoded value, or objects and arrays holding encoded numbers."""
+    if not _json_depth_fits(text):
+        raise ValueError(f"json nested deeper than {MAX_JSON_DEPTH} objects and arrays, the "
+                         "most a variant is made of here")
     value = json.loads(text, parse_float=_json_number, parse_int=_json_int)
     if _SURROGATE_ESCAPE.search(text) is not None:  # a pair reads as one character, one alone
         try:                                           # is no UTF-8
