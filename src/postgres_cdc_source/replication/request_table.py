@@ -140,6 +140,8 @@ def ensure(conn: Conn) -> bool:
             log.info("pg_cdc backfill: created %s (requests are its rows)", name)
         except (pgerrors.DuplicateTable, pgerrors.UniqueViolation, pgerrors.DuplicateObject):
             pass  # another query created it at the same moment
+        except pgerrors.ReadOnlySqlTransaction:
+            return False  # a standby: requests are rows of the primary's table
         except pgerrors.InsufficientPrivilege as exc:
             log.warning(
                 "pg_cdc backfill: cannot create %s (%s): until it exists, no backfill can be "
