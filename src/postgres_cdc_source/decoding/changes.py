@@ -57,6 +57,7 @@ __all__ = [
     "Commit",
     "Decoder",
     "Event",
+    "GeneratedColumns",
     "LoneMessage",
     "MessageFilter",
     "PeekRow",
@@ -144,6 +145,8 @@ Event = Begin | Change | Commit | LoneMessage
 PeekRow = tuple[int, int, "bytes | str"]
 """``(lsn, xid, data)`` as the peek functions return them, with the LSN already an int."""
 TableFilter = Callable[[str, str], bool]
+GeneratedColumns = Callable[[str, str], frozenset[str]]
+"""``(schema, table) -> names`` of the table's stored generated columns a decoder leaves out."""
 """``(schema, table) -> keep?``; called once per table per decoder, not per change."""
 MessageFilter = Callable[[str], bool]
 """``prefix -> deliver?`` for logical messages; a decoder without one delivers none."""

@@ -2,20 +2,25 @@
 
 from __future__ import annotations
 
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from typing import Any
 
 import psycopg
 
 from postgres_cdc_source.catalog import TableInfo, table_info
-from postgres_cdc_source.decoding.changes import Decoder, MessageFilter, Retyping
+from postgres_cdc_source.decoding.changes import (
+    Decoder,
+    GeneratedColumns,
+    MessageFilter,
+    Retyping,
+)
 from postgres_cdc_source.decoding.pgoutput import PgOutputDecoder, pgoutput_options, read_message
 from postgres_cdc_source.decoding.schema_changes import ColumnTracker
 from postgres_cdc_source.decoding.text_format import TEST_DECODING_OPTIONS, TextFormatDecoder
 from postgres_cdc_source.decoding.text_lines import message_line
 from postgres_cdc_source.options import CdcOptions
 
-__all__ = ["make_decoder", "parse_message", "plugin_options"]
+__all__ = ["make_decoder", "parse_message", "plugin_options", "sends_generated"]
 
 
 def plugin_options(options: CdcOptions, publications: Sequence[str]) -> list[str]:
@@ -45,15 +50,29 @@ def make_decoder(
     def messages(prefix: str) -> bool:
         return options.keeps_message(prefix) or (also is not None and also(prefix))
 
-    if options.plugin == "pgoutput":
-        return PgOutputDecoder(table_filter, keep_values=keep_values, messages=messages,
-                               typed=typed, columns=columns)
-
     def catalog(schema: str, table: str) -> TableInfo | None:
         return table_info(conn, schema, table)
 
+    if options.plugin == "pgoutput":
+        return PgOutputDecoder(table_filter, keep_values=keep_values, messages=messages,
+                               typed=typed, columns=columns,
+                               generated=_generated(catalog) if sends_generated(conn) else None)
+
     return TextFormatDecoder(catalog, table_filter, keep_values=keep_values, messages=messages,
                              typed=typed, columns=columns)
+
+
+def sends_generated(conn: psycopg.Connection[Any]) -> bool:
+    """Whether the managed publications send stored generated columns (Postgres 18's
+    ``publish_generated_columns = stored``, :mod:`~postgres_cdc_source.replication.publication`)."""
+    return conn.info.server_version >= 180000
+
+
+def _generated(catalog: Callable[[str, str], TableInfo | None]) -> GeneratedColumns:
+    def generated(schema: str, table: str) -> frozenset[str]:
+        info = catalog(schema, table)
+        return frozenset(() if info is None else (c.name for c in info.columns if c.generated))
+    return generated
 
 
 def parse_message(plugin: str, data: bytes | str) -> tuple[bool, str, bytes]:

@@ -44,6 +44,7 @@ from postgres_cdc_source.decoding.changes import (
     Change,
     Commit,
     Event,
+    GeneratedColumns,
     MessageFilter,
     PeekRow,
     RawValue,
@@ -199,14 +200,21 @@ class PgOutputDecoder:
     their images as dicts of the struct's values. ``columns`` (``include_schema_changes``) is handed
     each kept table's Relation message inside a transaction; a ``ddl`` change it makes comes
     right there, before the change the message announces, and counts in ``seq``.
+    ``generated(schema, table)``, asked once per kept relation, names the stored generated
+    columns to leave out: Postgres 18 sends them from a publication with
+    ``publish_generated_columns = stored``, which the managed pair has so that the owner's
+    writes never fail on a table whose identity holds one; the rows stay as on earlier
+    versions, where they are never sent.
     """
 
     def __init__(
         self, table_filter: TableFilter | None = None, *, keep_values: bool = False,
         messages: MessageFilter | None = None, typed: Retyping | None = None,
-        columns: ColumnTracker | None = None,
+        columns: ColumnTracker | None = None, generated: GeneratedColumns | None = None,
     ) -> None:
         self._filter = table_filter
+        self._generated = generated
+        self._dropped: dict[int, list[int]] = {}  # kept relations' sent columns to keep
         self._typed = typed
         self._columns = columns
         self._keep_values = keep_values
@@ -335,12 +343,23 @@ class PgOutputDecoder:
             raise ValueError(f"Relation message has {len(data) - pos} unexpected trailing bytes")
         schema = schema or "pg_catalog"  # pgoutput sends '' for pg_catalog
         keep = self._filter is None or self._filter(schema, table)
+        left_out = (self._generated(schema, table) if keep and self._generated is not None
+                    else frozenset()) & set(names)
+        if left_out:
+            sent = [i for i, n in enumerate(names) if n not in left_out]
+            key = [sent.index(i) for i in key if i in sent]
+            names = [names[i] for i in sent]
+            types = [types[i] for i in sent]
+            typmods = [typmods[i] for i in sent]
+            self._dropped[relid] = sent
+        else:
+            self._dropped.pop(relid, None)
         shape = RowShape(schema, table, names, [converter_for_oid(t) for t in types], key, keep)
         if keep and self._typed is not None:
             shape = self._typed.retyped(shape, types=types)
         self._relations[relid] = shape
         if keep:
-            if shape.changed is None:
+            if shape.changed is None and not left_out:
                 self._fast[relid] = _FastShape.of(shape, self._typed is not None)
             else:  # the general way raises its error at the table's first change
                 self._fast.pop(relid, None)
@@ -376,6 +395,7 @@ class PgOutputDecoder:
         if marker in (75, 79):  # 'K' old key, 'O' old row
             old, pos, _ = _read_tuple(data, pos)
             old_is_full = marker == 79
+            old = self._kept(relid, old)
             self._check_width(shape, old)
             if kind == 85:  # update: the new tuple follows
                 marker = data[pos]
@@ -386,6 +406,7 @@ class PgOutputDecoder:
             if marker != 78:  # 'N'
                 raise ValueError(f"expected 'N' (new tuple) but found {chr(marker)!r}")
             new, pos, has_unchanged = _read_tuple(data, pos)
+            new = self._kept(relid, new)
             self._check_width(shape, new)
         elif old is None:
             raise ValueError(f"expected 'K' or 'O' (old tuple) but found {chr(marker)!r}")
@@ -394,6 +415,11 @@ class PgOutputDecoder:
         op = INSERT if kind == 73 else UPDATE if kind == 85 else DELETE
         return build_change(shape, lsn, seq, op, old, new, old_is_full=old_is_full,
                             new_has_unchanged=has_unchanged, keep_values=self._keep_values)
+
+    def _kept(self, relid: int, values: list[RawValue]) -> list[RawValue]:
+        """``values`` without the generated columns left out of the relation's shape."""
+        sent = self._dropped.get(relid)
+        return values if sent is None else [values[i] for i in sent]
 
     @staticmethod
     def _check_width(shape: RowShape, values: list[RawValue]) -> None:

@@ -11,6 +11,7 @@ from psycopg import errors as pgerrors
 from psycopg import sql
 
 from connector_common.lsn import format_lsn
+from postgres_cdc_source.decoding.factory import sends_generated
 from postgres_cdc_source.errors import SlotError
 from postgres_cdc_source.options import CdcOptions
 from postgres_cdc_source.replication.identity_guard import ensure_guard
@@ -47,10 +48,37 @@ def ensure(conn: Conn, options: CdcOptions) -> None:
     if managed_oids(conn, name) is None:
         _warn_if_unsafe(conn, name)
         return
+    _send_generated(conn, name)
     if options.all_tables_publication:
         _ensure_all(conn, options)
     ensure_guard(conn, name)
     sync(conn, options)
+
+
+def _send_generated(conn: Conn, publication: str) -> None:
+    """On Postgres 18, have the managed pair send stored generated columns: 18 refuses the
+    owner's ``UPDATE`` and ``DELETE`` on a table in a publication of updates whose replica
+    identity (``FULL``, or an index) holds a generated column the publication does not send.
+    The decoders leave them out of the rows again (:func:`~..decoding.factory.sends_generated`),
+    so rows are as on every other version."""
+    if not sends_generated(conn):
+        return
+    for pub in (publication, inserts_name(publication)):
+        row = conn.execute("SELECT pubgencols FROM pg_catalog.pg_publication WHERE pubname = %s",
+                           (pub,)).fetchone()
+        if row is None or row[0] == "s":
+            continue
+        try:
+            with conn.transaction():
+                conn.execute(sql.SQL("ALTER PUBLICATION {} SET (publish_generated_columns = "
+                                     "stored)").format(sql.Identifier(pub)))
+        except pgerrors.InsufficientPrivilege as exc:
+            log.warning(
+                "pg_cdc: cannot have publication %s send generated columns (%s): on Postgres "
+                "18 the owner's UPDATE and DELETE fail on a captured table whose replica "
+                "identity holds a stored generated column (REPLICA IDENTITY FULL, say); its "
+                "owner can run ALTER PUBLICATION %s SET (publish_generated_columns = stored)",
+                pub, exc.diag.message_primary, sql.Identifier(pub).as_string(conn))
 
 
 def _create(conn: Conn, options: CdcOptions) -> None:
