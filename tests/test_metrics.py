@@ -1,16 +1,24 @@
 """The metrics collector without Spark: progress events and ledgers (read from the local broker)
-in, Prometheus text out."""
+in, Prometheus text out; the endpoint's bounds, TLS and basic auth."""
 
 from __future__ import annotations
 
+import base64
+import http.client
 import json
+import socket
+import ssl
+import time
+import urllib.error
 import urllib.request
 import uuid
 from collections import Counter
+from pathlib import Path
 from types import SimpleNamespace
-from typing import TYPE_CHECKING
+from typing import TYPE_CHECKING, Any
 
 import pytest
+import trustme
 from prometheus_client import CollectorRegistry, generate_latest
 from prometheus_client.parser import text_string_to_metric_families
 from support.iggy_source_support import seed
@@ -25,6 +33,7 @@ from iggy_spark.sink.report import Ledger, TaskReport
 from iggy_spark.source.options import SourceOptions
 from iggy_spark_testing.chaos import wait_until
 from iggy_spark_testing.harness import LocalPostgres
+from pg_to_iggy import metrics
 from pg_to_iggy.metrics import _Collector, _require_classic, serve_metrics
 from postgres_cdc_source.backfill import request_backfill
 from postgres_cdc_source.backfill.progress import Backfills, ChunkPlan, Request
@@ -206,7 +215,122 @@ def test_a_slot_that_cannot_be_read_leaves_its_figures_out_and_no_password_in_th
     assert got[("iggy_spark_batches_total", (("query", "orders"),))] == 0
     assert not any(name.startswith("pg_cdc_") for name, _ in got)
     assert "cannot read slot orders_slot of query orders" in caplog.text
-    assert "hunter2" not in caplog.text and "hunter2" not in repr(collector.pg_cdc)
+    assert "hunter2" not in caplog.text and "hunter2" not in repr(collector.slots)
+
+
+def _health_backends(pg: LocalPostgres) -> set[int]:
+    """Backends whose last query is the slot's health (the collector's, this test's or not)."""
+    with pg.connect() as conn:
+        return {pid for (pid,) in conn.execute(
+            "SELECT pid FROM pg_stat_activity WHERE query LIKE %s",
+            ("SELECT active, (pg_current_wal_flush_lsn() - confirmed_flush_lsn)%",))}
+
+
+def test_scrapes_read_a_slot_on_one_connection_kept_between_them(
+    pg: LocalPostgres, name: str
+) -> None:
+    """However often it is scraped, a query's slot takes one connection (so scrapes cannot use
+    up max_connections); one that broke is opened anew, and stop closes it."""
+    options = CdcOptions.from_options({"dsn": pg.dsn, "slot": name})
+    PgCdcStreamReader(options).initialOffset()  # the slot
+    before = _health_backends(pg)
+    collector = _Collector(None, pg_cdc={"orders": options})
+    collector.started("id-10", "orders")
+    lag = ("pg_cdc_slot_lag_bytes", (("query", "orders"),))
+    for _ in range(5):
+        assert lag in samples(collector)
+    [kept] = _health_backends(pg) - before
+    assert lag in samples(collector) and _health_backends(pg) - before == {kept}
+    with pg.connect() as conn:
+        conn.execute("SELECT pg_terminate_backend(%s)", (kept,))
+    samples(collector)  # finds it gone: left out of this scrape
+    assert lag in samples(collector)
+    [again] = _health_backends(pg) - before
+    assert again != kept
+    collector.close()
+    wait_until(lambda: again not in _health_backends(pg), 10, "the kept connection to close")
+
+
+def _no_spark() -> Any:
+    """What serve_metrics uses of a classic session: its listeners."""
+    listeners: list[object] = []
+    return SimpleNamespace(streams=SimpleNamespace(addListener=listeners.append,
+                                                   removeListener=listeners.remove))
+
+
+def test_the_endpoint_listens_on_loopback_and_serves_a_few_clients_at_a_time(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    """A client past the workers is closed at accept, a silent one after the client timeout;
+    neither holds a thread for longer, and the endpoint serves the next scrape."""
+    monkeypatch.setattr(metrics, "_CLIENT_TIMEOUT", 2.0)
+    served = serve_metrics(_no_spark(), port=0)
+    try:
+        assert served._server.server_address[0] == "127.0.0.1"
+        assert served.url == f"http://127.0.0.1:{served.port}/metrics"
+        silent = [socket.create_connection(("127.0.0.1", served.port), timeout=10)
+                  for _ in range(metrics._WORKERS)]
+        extra = socket.create_connection(("127.0.0.1", served.port), timeout=10)
+        started = time.monotonic()
+        assert extra.recv(1) == b""  # closed at accept (a timeout here: served, unbounded)
+        assert time.monotonic() - started < 1.5
+        for client in silent:
+            assert client.recv(1) == b""  # closed after the client timeout
+            client.close()
+        assert time.monotonic() - started >= 1.5
+        extra.close()
+        with urllib.request.urlopen(served.url, timeout=10) as response:
+            assert b"# HELP iggy_spark_batches_total" in response.read()
+    finally:
+        served.stop()
+
+
+def test_the_endpoint_serves_tls_mutual_tls_and_basic_auth(tmp_path: Path) -> None:
+    ca = trustme.CA()
+    ca.cert_pem.write_to_path(str(tmp_path / "ca.pem"))
+    ca.issue_cert("127.0.0.1").private_key_and_cert_chain_pem.write_to_path(
+        str(tmp_path / "server.pem"))
+    client_pem = tmp_path / "client.pem"
+    ca.issue_cert("prometheus").private_key_and_cert_chain_pem.write_to_path(str(client_pem))
+    trusting = ssl.create_default_context(cafile=str(tmp_path / "ca.pem"))
+    token = base64.b64encode(b"prom:s3cret").decode()
+
+    def get(url: str, context: ssl.SSLContext | None, auth: str | None = None) -> int:
+        request = urllib.request.Request(url, headers={} if auth is None else {
+            "Authorization": f"Basic {auth}"})
+        try:
+            with urllib.request.urlopen(request, timeout=10, context=context) as response:
+                assert b"# HELP iggy_spark_batches_total" in response.read()
+                return int(response.status)
+        except urllib.error.HTTPError as refused:
+            return refused.code
+
+    served = serve_metrics(_no_spark(), port=0, certfile=str(tmp_path / "server.pem"),
+                           basic_auth=("prom", "s3cret"))
+    try:
+        assert served.url.startswith("https://127.0.0.1:")
+        assert get(served.url, trusting, token) == 200
+        assert get(served.url, trusting) == 401
+        assert get(served.url, trusting, base64.b64encode(b"prom:wrong").decode()) == 401
+        assert get(served.url, trusting, "not base64!") == 401
+        with pytest.raises((ConnectionError, http.client.HTTPException)):  # plain HTTP: no metrics
+            get(served.url.replace("https:", "http:"), None, token)
+    finally:
+        served.stop()
+    served = serve_metrics(_no_spark(), port=0, certfile=str(tmp_path / "server.pem"),
+                           client_cafile=str(tmp_path / "ca.pem"))
+    try:
+        with pytest.raises((urllib.error.URLError, ssl.SSLError, ConnectionError)):
+            # no client certificate: the handshake fails (TLS 1.3 tells it at the first read)
+            get(served.url, trusting)
+        trusting.load_cert_chain(str(client_pem))
+        assert get(served.url, trusting) == 200
+    finally:
+        served.stop()
+    with pytest.raises(ValueError, match="keyfile and client_cafile need certfile"):
+        serve_metrics(_no_spark(), port=0, client_cafile=str(tmp_path / "ca.pem"))
+    with pytest.raises(ValueError, match="basic_auth needs a user and a password"):
+        serve_metrics(_no_spark(), port=0, basic_auth=("prom", ""))
 
 
 def test_serve_metrics_refuses_source_options_it_cannot_use() -> None:
@@ -341,11 +465,13 @@ def test_the_source_health_contract_round_trips_with_the_keys_dashboards_read() 
     for health in (SourceHealth(SlotHealth(True, 10, 20), 2, False),
                    SourceHealth(SlotHealth(True, 10, 20, "unreserved", 4096, 30), 0, False),
                    SourceHealth(None, 5, True),
-                   SourceHealth(None, 0, False, 2, {"public.t": TableBackfill(30, 3, 12.5)})):
+                   SourceHealth(None, 0, False, 2, {"public.t": TableBackfill(30, 3, 12.5)}),
+                   SourceHealth(None, 0, False, skipped_requests=3)):
         report = {"lsn": "0/10", **health.as_progress()}
         assert SourceHealth.from_progress(json.dumps(report)) == health
     assert set(SourceHealth(SlotHealth(True, 1, 2), 0, False).as_progress()) == {
         "slot_active", "slot_lag_bytes", "retained_wal_bytes", "wal_status", "safe_wal_bytes",
-        "reread_wal_bytes", "commit_failures", "degraded", "backfill_requests", "backfills"}
+        "reread_wal_bytes", "commit_failures", "degraded", "backfill_requests", "backfills",
+        "skipped_requests"}
     for other in (None, "", "not json", "[1]", '{"logOffset": 3}'):
         assert SourceHealth.from_progress(other) is None

@@ -1,7 +1,8 @@
 """Prometheus metrics for streaming queries, served over HTTP from the Spark driver.
 
 ``serve_metrics(spark, port=9108, url=...)`` registers a :class:`StreamingQueryListener` and
-serves the Prometheus text format at ``http://<driver>:9108/metrics``. Where each figure comes from:
+serves the Prometheus text format at ``http://127.0.0.1:9108/metrics`` (``addr`` opens it to
+other hosts; see :func:`serve_metrics` for TLS and basic auth). Where each figure comes from:
 
 * **Spark's progress events** (the listener, in this process): batches, batch duration, input
   rows and rows per second, per query.
@@ -18,9 +19,9 @@ serves the Prometheus text format at ``http://<driver>:9108/metrics``. Where eac
   progress events (the :class:`~postgres_cdc_source.health.SourceHealth` contract). No extra
   connection to Postgres, no file.
 * **Where Spark never asks for that report** (4.0, 4.1: the progress carries none), the slot's
-  figures are read from ``pg_replication_slots`` at scrape time, on a connection of the
-  collector's own, for each query whose ``pg_cdc`` options :func:`serve_metrics` was given
-  (:func:`~postgres_cdc_source.replication.diagnostics.read_health`); the backfills' requests
+  figures are read from ``pg_replication_slots`` at scrape time, on one connection per query
+  kept by the collector, for each query whose ``pg_cdc`` options :func:`serve_metrics` was given
+  (:class:`~postgres_cdc_source.replication.diagnostics.HealthReader`); the backfills' requests
   pending and chunks delivered come from each batch's ``endOffset``
   (:meth:`~postgres_cdc_source.backfill.progress.Backfills.from_progress`). The reader's own
   figures (consecutive failed commits, degraded, backfill rows and rate) are not served there.
@@ -30,6 +31,13 @@ serves the Prometheus text format at ``http://<driver>:9108/metrics``. Where eac
   time with the partitions' latest offsets, asked of the source's server.
 
 It spans both connectors, so it lives with the job that joins them.
+
+The endpoint is prometheus_client's WSGI app on a server of this module's own, because
+``prometheus_client.start_http_server`` starts a thread per connection without a bound and
+never times a client out: here at most :data:`_WORKERS` requests are served at once (a
+connection past them is closed at accept), each socket read or write, the TLS handshake
+included, gives up after :data:`_CLIENT_TIMEOUT` seconds, and a scrape reads each query's slot on
+the one connection its :class:`~postgres_cdc_source.replication.diagnostics.HealthReader` keeps.
 
 Labels stay low-cardinality: the query's name (or id when unnamed), a rejection ``reason``,
 a missing-destination ``action``, a ``component``; never a stream or topic of the sink, whose
@@ -44,12 +52,18 @@ this process.
 
 from __future__ import annotations
 
+import base64
+import binascii
+import hmac
 import logging
+import socket
+import ssl
 import threading
 from collections import Counter
-from collections.abc import Iterator, Mapping
+from collections.abc import Callable, Iterable, Iterator, Mapping
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any
+from wsgiref.simple_server import WSGIRequestHandler, WSGIServer
 
 from iggy_spark.connection import IggyConnection
 from iggy_spark.iggy_url import IggyUrl
@@ -64,7 +78,7 @@ from postgres_cdc_source.backfill.progress import Backfills
 from postgres_cdc_source.errors import ConfigError
 from postgres_cdc_source.health import SlotHealth, SourceHealth
 from postgres_cdc_source.options import CdcOptions
-from postgres_cdc_source.replication.diagnostics import read_health
+from postgres_cdc_source.replication.diagnostics import HealthReader
 
 if TYPE_CHECKING:
     from pyspark.sql import SparkSession
@@ -76,6 +90,11 @@ log = logging.getLogger(__name__)
 
 _SINK_DEGRADED, _SOURCE_DEGRADED = "iggy_routed", "pg_cdc"
 _READ_TIMEOUT = 10.0
+_WORKERS = 4
+"""Requests served at once: Prometheus scrapes one at a time; more are closed at accept."""
+_CLIENT_TIMEOUT = 10.0
+"""Seconds a client may take for each read or write of its request and reply (and for the TLS
+handshake) before its connection is closed."""
 _QUERY = ("query",)
 _FAMILIES: tuple[tuple[str, str, str, tuple[str, ...]], ...] = (
     # (kind, name, help, labels), served in this order
@@ -161,14 +180,19 @@ class _Collector:
     ) -> None:
         self.url = url
         self.state_stream = state_stream
-        self.pg_cdc = dict(pg_cdc or {})
-        """The ``pg_cdc`` options of a query, by its label: its slot is read where the progress
-        carries no report."""
+        self.slots = {query: HealthReader(options) for query, options in (pg_cdc or {}).items()}
+        """The reader of a query's slot (from its ``pg_cdc`` options), by its label: the slot is
+        read where the progress carries no report, on the one connection the reader keeps."""
         self.iggy = dict(iggy or {})
         """The ``iggy`` source options of a query, by its label: its partitions' latest offsets
         are read where the progress carries no lag."""
         self.lock = threading.Lock()
         self.queries: dict[str, _Query] = {}
+
+    def close(self) -> None:
+        """Close the slots' connections."""
+        for reader in self.slots.values():
+            reader.close()
 
     def started(self, query_id: str, name: str | None) -> None:
         """A query started (called before ``start()`` returns): known from now on."""
@@ -204,13 +228,13 @@ class _Collector:
     def _add_pg_cdc_alone(self, families: dict[str, Any], q: _Query) -> None:
         """``pg_cdc``'s figures where its reader reports none: the slot read here, the
         backfills from the batches' end offsets."""
-        options = self.pg_cdc.get(q.label)
-        if options is not None:
+        reader = self.slots.get(q.label)
+        if reader is not None:
             try:
-                slot = read_health(options)
+                slot = reader.read()
             except Exception as exc:  # a scrape goes on without the slot; the message is safe
                 log.warning("serve_metrics: cannot read slot %s of query %s: %s",
-                            options.slot, q.label, exc)
+                            reader.options.slot, q.label, exc)
             else:
                 _add_slot(families, q.label, slot)
         if q.backfill is not None:
@@ -353,32 +377,129 @@ def _add_iggy_lag(families: dict[str, Any], query: str, lag: dict[str, dict[str,
             families["iggy_source_lag_messages"].add_metric([query, topic, partition], messages)
 
 
+class _Handler(WSGIRequestHandler):
+    """A request handler that logs nothing per request (a scrape every few seconds)."""
+
+    def log_message(self, format: str, *args: Any) -> None:
+        pass
+
+
+class _BoundedServer(WSGIServer):
+    """A WSGI server that serves at most ``workers`` requests at once, each in a thread of its
+    own, and closes a connection past them at accept; every client socket gets ``timeout``
+    before the TLS handshake (done in that thread, not in the accepting one, so a client that
+    never finishes it holds one worker for ``timeout`` at most, never the port)."""
+
+    def __init__(self, addr: str, port: int, workers: int, timeout: float,
+                 tls: ssl.SSLContext | None) -> None:
+        # as prometheus_client does: the address's family, so "::" binds IPv6
+        self.address_family = socket.getaddrinfo(addr, port, type=socket.SOCK_STREAM,
+                                                 flags=socket.AI_PASSIVE)[0][0]
+        super().__init__((addr, port), _Handler)
+        self.workers = workers
+        self.slots = threading.BoundedSemaphore(workers)
+        self.timeout_seconds = timeout
+        self.tls = tls
+
+    def process_request(self, request: Any, client_address: Any) -> None:
+        if not self.slots.acquire(blocking=False):
+            log.warning("serve_metrics: %d requests in progress, closing a connection from %s",
+                        self.workers, client_address[0])
+            self.shutdown_request(request)
+            return
+        threading.Thread(target=self._serve, args=(request, client_address),
+                         name="serve_metrics", daemon=True).start()
+
+    def _serve(self, request: socket.socket, client_address: Any) -> None:
+        conn = request
+        try:
+            request.settimeout(self.timeout_seconds)
+            if self.tls is not None:
+                conn = self.tls.wrap_socket(request, server_side=True)
+            self.finish_request(conn, client_address)
+        except OSError as exc:  # a slow, gone or non-TLS client (ssl.SSLError too): its loss
+            log.debug("serve_metrics: connection from %s: %s", client_address[0], exc)
+        finally:
+            self.shutdown_request(conn)
+            self.slots.release()
+
+
+def _basic_auth(app: Callable[..., Iterable[bytes]], user: str, password: str
+                ) -> Callable[..., Iterable[bytes]]:
+    """``app`` behind HTTP basic auth (prometheus_client serves TLS but not this): a request
+    without ``user:password`` gets 401; compared in constant time."""
+    expected = f"{user}:{password}".encode()
+
+    def guarded(environ: dict[str, Any], start_response: Callable[..., Any]) -> Iterable[bytes]:
+        scheme, _, token = environ.get("HTTP_AUTHORIZATION", "").partition(" ")
+        try:
+            given = base64.b64decode(token, validate=True)
+        except (binascii.Error, ValueError):
+            given = b""
+        if scheme.lower() == "basic" and hmac.compare_digest(given, expected):
+            return app(environ, start_response)
+        start_response("401 Unauthorized", [("WWW-Authenticate", 'Basic realm="metrics"'),
+                                            ("Content-Type", "text/plain")])
+        return [b"401 Unauthorized\n"]
+
+    return guarded
+
+
+def _tls_context(certfile: str, keyfile: str | None, client_cafile: str | None
+                 ) -> ssl.SSLContext:
+    """A server context with the certificate; with ``client_cafile``, clients must present a
+    certificate it signed (mutual TLS)."""
+    context = ssl.create_default_context(ssl.Purpose.CLIENT_AUTH)
+    context.load_cert_chain(certfile, keyfile)
+    if client_cafile is not None:
+        context.load_verify_locations(client_cafile)
+        context.verify_mode = ssl.CERT_REQUIRED
+    return context
+
+
 @dataclass
 class MetricsServer:
-    """A running metrics endpoint; :meth:`stop` removes the listener and closes the port."""
+    """A running metrics endpoint; :meth:`stop` removes the listener, closes the port and the
+    collector's connections to Postgres."""
 
     port: int
     _spark: Any = field(repr=False)
     _listener: StreamingQueryListener = field(repr=False)
     _server: Any = field(repr=False)
+    _collector: _Collector = field(repr=False)
+    host: str = "127.0.0.1"
+    """Where this process reaches the endpoint (loopback for a wildcard address)."""
+    scheme: str = "http"
 
     @property
     def url(self) -> str:
-        return f"http://127.0.0.1:{self.port}/metrics"
+        host = f"[{self.host}]" if ":" in self.host else self.host
+        return f"{self.scheme}://{host}:{self.port}/metrics"
 
     def stop(self) -> None:
         self._spark.streams.removeListener(self._listener)
         self._server.shutdown()
         self._server.server_close()
+        self._collector.close()
 
 
 def serve_metrics(
-    spark: SparkSession, port: int = 9108, addr: str = "0.0.0.0", *, url: str | None = None,
+    spark: SparkSession, port: int = 9108, addr: str = "127.0.0.1", *, url: str | None = None,
     state_stream: str = RoutedOptions.state_stream,
     pg_cdc: Mapping[str, Mapping[str, str]] | None = None,
     iggy: Mapping[str, Mapping[str, str]] | None = None,
+    certfile: str | None = None, keyfile: str | None = None,
+    client_cafile: str | None = None, basic_auth: tuple[str, str] | None = None,
 ) -> MetricsServer:
     """Serve Prometheus metrics of every streaming query of ``spark`` on ``addr:port``.
+
+    ``addr`` defaults to loopback: the figures (query names, slot lag, rows, rejection counts)
+    are for the operator, not for the network. ``addr="0.0.0.0"`` (or the driver's address)
+    lets a Prometheus on another host scrape it; then restrict it: ``certfile`` (and
+    ``keyfile``, unless the certificate file holds the key) serve HTTPS, ``client_cafile``
+    requires clients to present a certificate that CA signed (mutual TLS), ``basic_auth`` a
+    ``(user, password)`` (send it over TLS only), or a firewall. At most 4 requests are served
+    at once (more are closed at accept) and a client gets 10 s per read or write.
 
     ``url`` (the ``iggy_routed`` sink's ``url`` option; its user needs to poll the
     ``state_stream``) adds the sink's figures, read from each query's control topic at scrape
@@ -387,7 +508,8 @@ def serve_metrics(
     ``pg_cdc`` maps a query's name to its ``pg_cdc`` options (``dsn`` and ``slot`` at least;
     the other connection options count too): on Spark 4.0 and 4.1, where the reader's report
     never reaches a progress event, that query's slot is read from ``pg_replication_slots``
-    at each scrape (the DSN's role needs to see the view; it is never logged unredacted).
+    at each scrape, on one connection per query kept open until :meth:`MetricsServer.stop`
+    (the DSN's role needs to see the view; it is never logged unredacted).
     Elsewhere the reader's report replaces it from the query's first batch on, so it is only
     needed on 4.0/4.1. Options that are not valid ``pg_cdc`` options (or ``mode=polling``,
     which has no slot) raise :class:`~postgres_cdc_source.errors.ConfigError` here.
@@ -399,17 +521,25 @@ def serve_metrics(
     Call it once on the driver, before starting the queries to watch (a query shows up when
     it starts; one started earlier, with its first completed batch). ``port=0`` picks a free
     port (see :attr:`MetricsServer.port`).
-    Raises :class:`RuntimeError` under Spark Connect, where it cannot work.
+    Raises :class:`RuntimeError` under Spark Connect, where it cannot work; :class:`ValueError`
+    for ``keyfile`` or ``client_cafile`` without ``certfile``, or an empty ``basic_auth`` user
+    or password; :class:`OSError` (:class:`ssl.SSLError`) for a certificate that cannot be
+    loaded.
     """
     _require_classic(spark)
-    from prometheus_client import CollectorRegistry, start_http_server
+    from prometheus_client import CollectorRegistry, make_wsgi_app
     from pyspark.sql.streaming.listener import StreamingQueryListener
 
+    if certfile is None and (keyfile is not None or client_cafile is not None):
+        raise ValueError("serve_metrics: keyfile and client_cafile need certfile (TLS)")
+    if basic_auth is not None and not all(basic_auth):
+        raise ValueError("serve_metrics: basic_auth needs a user and a password")
     slots = {query: CdcOptions.from_options(options) for query, options in (pg_cdc or {}).items()}
     if any(options.mode != "cdc" for options in slots.values()):
         raise ConfigError("mode", "serve_metrics reads a query's slot; mode=polling has none")
     sources = {query: SourceOptions.from_options(options)
                for query, options in (iggy or {}).items()}
+    tls = None if certfile is None else _tls_context(certfile, keyfile, client_cafile)
     collector = _Collector(None if url is None else IggyUrl.parse(url), state_stream, slots,
                            sources)
 
@@ -428,10 +558,15 @@ def serve_metrics(
 
     registry = CollectorRegistry(auto_describe=False)
     registry.register(collector)
-    server, _thread = start_http_server(port, addr, registry)
+    app = make_wsgi_app(registry)
+    server = _BoundedServer(addr, port, _WORKERS, _CLIENT_TIMEOUT, tls)
+    server.set_app(app if basic_auth is None else _basic_auth(app, *basic_auth))
+    threading.Thread(target=server.serve_forever, name="serve_metrics", daemon=True).start()
     listener = Listener()
     spark.streams.addListener(listener)
-    return MetricsServer(server.server_port, spark, listener, server)
+    wildcard = {"": "127.0.0.1", "0.0.0.0": "127.0.0.1", "::": "::1"}
+    return MetricsServer(server.server_port, spark, listener, server, collector,
+                         wildcard.get(addr, addr), "http" if tls is None else "https")
 
 
 def _require_classic(spark: object) -> None:

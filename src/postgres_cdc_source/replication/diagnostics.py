@@ -3,7 +3,7 @@ transaction that holds its restart point back."""
 
 from __future__ import annotations
 
-from contextlib import closing
+import threading
 from dataclasses import dataclass, replace
 from typing import Any
 
@@ -16,7 +16,7 @@ from postgres_cdc_source.options import CdcOptions
 from postgres_cdc_source.replication.slots import SlotState
 
 __all__ = [
-    "REREAD_WARN_BYTES", "RestartHolder", "describe_holder", "health", "read_health",
+    "REREAD_WARN_BYTES", "HealthReader", "RestartHolder", "describe_holder", "health",
     "restart_holder",
 ]
 
@@ -44,19 +44,46 @@ def health(conn: Conn, slot: str) -> SlotHealth | None:
                       None if safe is None else int(safe), max(0, int(reread or 0)))
 
 
-def read_health(options: CdcOptions, connect_timeout: int = 5) -> SlotHealth | None:
-    """:func:`health` of ``options.slot``, on a connection of its own (closed after): for a
-    listener where Spark never asks the reader for its report (4.0, 4.1), at scrape time.
+class HealthReader:
+    """:func:`health` of ``options.slot`` on one connection kept between reads: for a listener
+    where Spark never asks the reader for its report (4.0, 4.1), at every scrape. One
+    connection however often it is scraped, so scrapes cannot use up ``max_connections``.
 
-    The connection gives up after ``connect_timeout`` seconds unless the DSN sets its own
-    ``connect_timeout``; no retry. A failure raises
-    :class:`~postgres_cdc_source.errors.SourceError`, whose message shows the DSN redacted.
+    The connection (autocommit, so it holds no snapshot between reads) is opened at the first
+    :meth:`read` and after one that failed, giving up after ``connect_timeout`` seconds unless
+    the DSN sets its own ``connect_timeout``; no retry. Reads from several threads take turns.
     """
-    if "connect_timeout" not in conninfo_to_dict(options.dsn):
-        options = replace(options, dsn=make_conninfo(options.dsn,
-                                                     connect_timeout=str(connect_timeout)))
-    with closing(connect(options)) as conn:
-        return health(conn, options.slot)
+
+    def __init__(self, options: CdcOptions, connect_timeout: int = 5) -> None:
+        if "connect_timeout" not in conninfo_to_dict(options.dsn):
+            options = replace(options, dsn=make_conninfo(options.dsn,
+                                                         connect_timeout=str(connect_timeout)))
+        self.options = options
+        self._conn: Conn | None = None
+        self._lock = threading.Lock()
+
+    def read(self) -> SlotHealth | None:
+        """The slot's health now (``None``: it is gone). A failure raises
+        :class:`~postgres_cdc_source.errors.SourceError` (no connection: its message shows the
+        DSN redacted) or :class:`psycopg.Error`, and closes the connection for the next read to
+        open anew."""
+        with self._lock:
+            try:
+                if self._conn is None or self._conn.closed:
+                    self._conn = connect(self.options)
+                return health(self._conn, self.options.slot)
+            except BaseException:
+                self._close()
+                raise
+
+    def close(self) -> None:
+        with self._lock:
+            self._close()
+
+    def _close(self) -> None:
+        if self._conn is not None:
+            self._conn.close()
+            self._conn = None
 
 
 REREAD_WARN_BYTES = 64 * 1024 * 1024
