@@ -3,6 +3,7 @@ the change rows ``pg_cdc`` produced, against the local broker."""
 
 from __future__ import annotations
 
+import json
 from datetime import UTC, datetime
 from pathlib import Path
 from typing import Any
@@ -11,6 +12,8 @@ import apache_iggy
 import orjson
 import pyarrow as pa
 import pytest
+from hypothesis import given, settings
+from hypothesis import strategies as st
 from support.broker_fixtures import connect, create_topic, run
 
 from connector_common.change_rows import (
@@ -48,7 +51,7 @@ def test_json_payloads_fill_the_given_schema(spark: Any, broker: Any, name: str)
             .schema("n long, name string, tags array<string>, at timestamp, o string, "
                     "topic string, offset long").load().orderBy("n").collect())
     assert [r.asDict() for r in rows] == [
-        {"n": 1, "name": "a", "tags": ["x"], "o": '{"k":1}', "topic": "e", "offset": 0,
+        {"n": 1, "name": "a", "tags": ["x"], "o": '{"k": 1}', "topic": "e", "offset": 0,
          "at": datetime(2026, 11, 25, 10, 0, 0, 500000, tzinfo=UTC).replace(tzinfo=None)},
         # a field the payload has wins over the message's column; a missing one is null
         {"n": 2, "name": None, "tags": None, "o": None, "topic": "e", "offset": 99, "at": None},
@@ -174,3 +177,131 @@ def test_a_position_in_the_payload_is_read_and_a_missing_one_rebuilt() -> None:
     batch = parsed_batch(CHANGE_ROWS, True, own)
     assert batch.column("position").to_pylist() == [
         {"commit_lsn": 1 << 32, "seq": 2}, {"commit_lsn": 1 << 32, "seq": 2**31}, None]
+
+
+# --- exact JSON text: what pg_cdc wrote comes back as it was written -------------------------
+
+_SPACE = st.sampled_from(["", " ", "\n", "\t ", "\r\n"])
+_NUMBER = st.one_of(
+    st.integers(-(10**40), 10**40).map(str),
+    st.decimals(allow_nan=False, allow_infinity=False).map(str),
+    st.sampled_from(["1.50", "0.000", "-0", "1e400", "-1E-400", "12345678901234567890123456789",
+                     "1.0e+2", "0.1", "5e-324"]),
+)
+_STRING = st.tuples(st.text(), st.booleans()).map(
+    lambda s: json.dumps(s[0], ensure_ascii=s[1]))
+_SCALAR = st.one_of(_NUMBER, _STRING, st.sampled_from(["true", "false", "null"]))
+
+
+def _joined(parts: list[str], spaces: list[str], opening: str, closing: str) -> str:
+    inner = ",".join(f"{a}{p}{b}" for p, a, b in zip(parts, spaces, reversed(spaces),
+                                                    strict=False))
+    return f"{opening}{inner}{closing}"
+
+
+_VALUE = st.recursive(
+    _SCALAR,
+    lambda inner: st.one_of(
+        st.builds(_joined, st.lists(inner, max_size=4), st.lists(_SPACE, min_size=4,
+                                                                 max_size=4),
+                  st.just("["), st.just("]")),
+        st.builds(_joined, st.lists(st.tuples(_STRING, _SPACE, inner).map(
+            lambda kv: f"{kv[0]}{kv[1]}:{kv[1]}{kv[2]}"), max_size=4),
+                  st.lists(_SPACE, min_size=4, max_size=4), st.just("{"), st.just("}")),
+    ),
+    max_leaves=25,
+)
+_JSON_TEXT = st.builds(lambda value, depth, kind: kind[0] * depth + value + kind[1] * depth,
+                       _VALUE, st.one_of(st.just(0), st.integers(0, 3000)),
+                       st.sampled_from(["[]", ('{"k":', "}")]))
+
+
+def _messages(payloads: list[bytes]) -> pa.RecordBatch:
+    from iggy_spark.source.schema import ARROW_SCHEMA
+
+    n = len(payloads)
+    return pa.RecordBatch.from_pydict({
+        "stream": ["s"] * n, "topic": ["t"] * n, "partition": [0] * n, "offset": list(range(n)),
+        "id": ["1"] * n, "timestamp": [datetime.now(UTC)] * n, "headers": [None] * n,
+        "payload": payloads}, schema=ARROW_SCHEMA)
+
+
+@settings(max_examples=300, deadline=None)
+@given(key=_JSON_TEXT, after=_JSON_TEXT, space=_SPACE)
+def test_json_texts_come_back_as_pg_cdc_wrote_them(key: str, after: str, space: str) -> None:
+    """Big integers, decimals with trailing zeros, numbers past a double's range, escapes,
+    white space and values nested thousands deep: ``key``/``after`` are the payload's own text
+    (orjson read 30 digits as a double, wrote ``1.50`` as ``1.5``, and refused ``1e400`` and
+    1,025 levels: the query failed)."""
+    from connector_common.change_rows import ARROW_SCHEMA as CHANGE_ROWS
+    from iggy_spark.source.payloads import parsed_batch
+
+    payload = (f'{{"commit_lsn":"0/10",{space}"seq":3,"op":"update","key":{space}{key},'
+               f'"after":{after}{space}}}').encode()
+    batch = parsed_batch(CHANGE_ROWS, True, _messages([payload]))
+    expected = (key, after)
+    got = (batch.column("key")[0].as_py(), batch.column("after")[0].as_py())
+    for text, back in zip(expected, got, strict=True):
+        assert back == (json.loads(text) if text.startswith('"') else
+                        None if text == "null" else text)
+    assert batch.column("id").to_pylist() == ["0/10:3"]
+
+
+def test_the_pipelines_payloads_read_as_before() -> None:
+    """A payload ``iggy_routed`` wrote (orjson's own text) is read without splitting it."""
+    from connector_common.change_rows import ARROW_SCHEMA as CHANGE_ROWS
+    from iggy_spark.source.payloads import parsed_batch
+
+    after = {"id": 7, "amount": "12.50", "tags": [1, None], "n": 1.5, "s": "é\u2028\"x\""}
+    payload = orjson.dumps({"commit_lsn": "0/10", "seq": 0, "op": "insert", "key": {"id": 7},
+                            "after": after})
+    batch = parsed_batch(CHANGE_ROWS, True, _messages([payload]))
+    assert batch.column("after").to_pylist() == [orjson.dumps(after).decode()]
+
+
+@given(st.text('[]{}",:0123456789.eE+-truefalsn \\\x01'), st.integers(0, 2))
+def test_a_payload_is_json_exactly_when_pythons_json_reads_it(text: str, wrap: int) -> None:
+    """The check that stands in for orjson where orjson refuses JSON, against Python's own
+    reader (NaN and Infinity refused, as JSON does)."""
+    from iggy_spark.source.payloads import _is_json
+
+    def python_reads(candidate: str) -> bool:
+        def refuse(word: str) -> Any:
+            raise ValueError(word)
+
+        try:
+            json.loads(candidate, parse_constant=refuse)
+        except (ValueError, RecursionError):
+            return False
+        return True
+
+    candidate = "[" * wrap + text + "]" * wrap
+    assert _is_json(candidate) == python_reads(candidate)
+
+
+@pytest.mark.parametrize("payload", [
+    b'{"after":' + b"[" * 5000 + b"]" * 4999 + b"}",
+    b'{"after":' + b"[" * 5000 + b"1," + b"]" * 5000 + b"}",
+    b'{"after":1e400,}', b'{"after":1e400}x', b"[1e400]", b'{"after":1e400', b"\xff",
+])
+def test_a_payload_orjson_refuses_that_is_no_json_object_is_refused(payload: bytes) -> None:
+    from connector_common.change_rows import ARROW_SCHEMA as CHANGE_ROWS
+    from iggy_spark.source.errors import SourceError
+    from iggy_spark.source.payloads import parsed_batch
+
+    with pytest.raises(SourceError, match="offset 0: the payload is not a JSON object"):
+        parsed_batch(CHANGE_ROWS, True, _messages([payload]))
+
+
+def test_a_field_orjson_cannot_read_fails_only_the_column_that_needs_its_value() -> None:
+    """``1e400`` is text to a string column, and refused by a double column naming it."""
+    from iggy_spark.source.errors import SourceError
+    from iggy_spark.source.payloads import parsed_batch
+
+    payload = b'{"s":1e400,"x":1e400,"deep":' + b"[" * 2000 + b"]" * 2000 + b"}"
+    text = pa.schema([pa.field("s", pa.string()), pa.field("deep", pa.string())])
+    assert parsed_batch(text, False, _messages([payload])).to_pylist() == [
+        {"s": "1e400", "deep": "[" * 2000 + "]" * 2000}]
+    with pytest.raises(SourceError, match="payload field 'x' does not fit the column's type "
+                                          "double: number is infinity"):
+        parsed_batch(pa.schema([pa.field("x", pa.float64())]), False, _messages([payload]))
