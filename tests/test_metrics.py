@@ -108,12 +108,13 @@ def test_a_backfills_progress_is_per_table() -> None:
     collector = _Collector(None)
     collector.started("id-5", "orders")
     health = SourceHealth(None, 0, False, 1, {"public.a": TableBackfill(20000, 4, 950.5),
-                                              "s.b": TableBackfill(70, 1, 0.0)})
+                                              "s.b": TableBackfill(70, 1, 0.0)}, 2)
     collector.progress(progress("id-5", 1, json.dumps(health.as_progress())))
     got = samples(collector)
     a = (("query", "orders"), ("table", "public.a"))
     b = (("query", "orders"), ("table", "s.b"))
     assert got[("pg_cdc_backfill_requests", (("query", "orders"),))] == 1
+    assert got[("pg_cdc_backfill_requests_skipped_total", (("query", "orders"),))] == 2
     assert got[("pg_cdc_backfill_rows_total", a)] == 20000
     assert got[("pg_cdc_backfill_chunks_total", a)] == 4
     assert got[("pg_cdc_backfill_rows_per_second", a)] == 950.5

@@ -136,6 +136,9 @@ _FAMILIES: tuple[tuple[str, str, str, tuple[str, ...]], ...] = (
     ("gauge", "pg_cdc_commit_failures", "consecutive commits that could not advance the slot",
      _QUERY),
     ("gauge", "pg_cdc_backfill_requests", "backfill requests queued or running", _QUERY),
+    ("counter", "pg_cdc_backfill_requests_skipped", "backfill request messages skipped since "
+     "the driver's process started: no row of public.pg_cdc_requests placed them (forged), or "
+     "a row the query cannot take", _QUERY),
     ("counter", "pg_cdc_backfill_rows", "rows in the key ranges of the backfill chunks "
      "planned, per table (before a request's where)", ("query", "table")),
     ("counter", "pg_cdc_backfill_chunks", "backfill chunks planned, per table",
@@ -349,6 +352,7 @@ def _add_pg_cdc(families: dict[str, Any], query: str, source: SourceHealth) -> N
     families["pg_cdc_commit_failures"].add_metric(label, source.commit_failures)
     families["iggy_spark_degraded"].add_metric([query, _SOURCE_DEGRADED], float(source.degraded))
     families["pg_cdc_backfill_requests"].add_metric(label, source.backfill_requests)
+    families["pg_cdc_backfill_requests_skipped"].add_metric(label, source.skipped_requests)
     for table, backfill in sorted(source.backfills.items()):
         families["pg_cdc_backfill_rows"].add_metric([query, table], backfill.rows)
         families["pg_cdc_backfill_chunks"].add_metric([query, table], backfill.chunks)
