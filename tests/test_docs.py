@@ -34,6 +34,7 @@ SINK_PAGE = DOCS / "iggy_routed.md"
 IGGY_SOURCE_PAGE = DOCS / "iggy_source.md"
 REFERENCE_PAGE = DOCS / "reference.md"
 TROUBLESHOOTING_PAGE = DOCS / "troubleshooting.md"
+SECURITY_PAGE = DOCS / "security.md"
 README_MAX_LINES = 250
 FACES = ("postgres_cdc_source", "iggy_spark", "iggy_spark.source", "pg_to_iggy")
 """The packages users import from: the public API is each one's ``__all__``."""
@@ -225,3 +226,22 @@ def test_every_exported_exception_is_in_the_troubleshooting_table() -> None:
 def test_the_troubleshooting_table_names_only_exported_exceptions() -> None:
     exported = set().union(*(_exceptions(face) for face in FACES))
     assert sorted(_error_rows() - exported) == []
+
+
+def test_the_security_pages_controls_are_options_and_errors_the_code_has() -> None:
+    """Each control the threat model names is an option of its connector or an exception its
+    package exports, so the page cannot promise a control that is gone."""
+    header = "| control | connector | what it stops |"
+    rows = _table_rows(SECURITY_PAGE.read_text(), header)
+    assert rows, "the security page has no controls table"
+    options = {"pg_cdc": SOURCE_OPTIONS, "iggy_routed": SINK_OPTIONS, "iggy": IGGY_SOURCE_OPTIONS}
+    unknown = []
+    for cells in rows:
+        control, connector = _CELL.findall(cells[0])[0], _CELL.findall(cells[1])[0]
+        if connector in options:
+            known = {name for name, _, _ in options[connector]}
+        else:
+            known = {name for name, _ in _exceptions(connector)}
+        if control not in known:
+            unknown.append((control, connector))
+    assert unknown == []
