@@ -27,7 +27,7 @@ CATALOG_QUERY = """\
 SELECT a.attname, quote_ident(a.attname), format_type(a.atttypid, NULL), a.atttypid::int8,
        c.relreplident = 'f' OR coalesce(a.attnum = ANY (i.indkey), false),
        coalesce(a.attgenerated <> '', false),
-       c.relreplident::text, a.atttypmod
+       c.relreplident::text, a.atttypmod, coalesce(a.attgenerated = 's', false)
 FROM pg_catalog.pg_class AS c
 JOIN pg_catalog.pg_namespace AS n ON n.oid = c.relnamespace
 LEFT JOIN pg_catalog.pg_attribute AS a
@@ -56,7 +56,10 @@ class ColumnInfo(NamedTuple):
     type_name: str  # format_type(atttypid, NULL): how test_decoding prints the type
     type_oid: int
     key: bool  # part of the replica identity
-    generated: bool  # GENERATED ALWAYS column: printed by test_decoding, omitted by pgoutput
+    generated: bool
+    """A GENERATED ALWAYS column the rows leave out: printed by test_decoding, omitted by
+    pgoutput (sent by Postgres 18's, and left out again by its decoder); a stored one is kept
+    with ``generated_columns=include`` (:func:`table_info`)."""
     typmod: int = -1  # the type's modifier: numeric(p, s)'s precision and scale, -1 for none
 
 
@@ -74,24 +77,28 @@ CatalogLookup = Callable[[str, str], "TableInfo | None"]
 
 
 def table_info_from_rows(
-    schema: str, table: str, rows: Sequence[Sequence[Any]]
+    schema: str, table: str, rows: Sequence[Sequence[Any]], *, generated: bool = False
 ) -> TableInfo | None:
-    """Build :class:`TableInfo` from :data:`CATALOG_QUERY`'s rows; ``None`` when there are none."""
+    """Build :class:`TableInfo` from :data:`CATALOG_QUERY`'s rows; ``None`` when there are none.
+    ``generated``: the rows keep stored generated columns (``generated_columns=include``)."""
     if not rows:
         return None
     columns = tuple(
-        ColumnInfo(str(name), str(quoted), str(type_name), int(oid), bool(key), bool(generated),
-                   int(typmod))
-        for name, quoted, type_name, oid, key, generated, _, typmod in rows
+        ColumnInfo(str(name), str(quoted), str(type_name), int(oid), bool(key),
+                   bool(is_generated) and not (generated and stored), int(typmod))
+        for name, quoted, type_name, oid, key, is_generated, _, typmod, stored in rows
         if name is not None  # a table without columns still yields one row, for relreplident
     )
     return TableInfo(schema, table, str(rows[0][6]), columns)
 
 
-def table_info(conn: psycopg.Connection[Any], schema: str, table: str) -> TableInfo | None:
-    """Run :data:`CATALOG_QUERY` for ``schema.table`` on ``conn``; ``None`` if it is gone."""
-    return table_info_from_rows(schema, table, conn.execute(CATALOG_QUERY, (schema, table))
-                                .fetchall())
+def table_info(
+    conn: psycopg.Connection[Any], schema: str, table: str, *, generated: bool = False
+) -> TableInfo | None:
+    """Run :data:`CATALOG_QUERY` for ``schema.table`` on ``conn``; ``None`` if it is gone.
+    ``generated``: the rows keep stored generated columns (``generated_columns=include``)."""
+    rows = conn.execute(CATALOG_QUERY, (schema, table)).fetchall()
+    return table_info_from_rows(schema, table, rows, generated=generated)
 
 
 def column_lists(conn: psycopg.Connection[Any], old: Sequence[Sequence[Any]],

@@ -83,6 +83,15 @@ OPTION_DOCS: tuple[OptionDoc, ...] = (
         "`row_format=json` only",
     ),
     OptionDoc(
+        "generated_columns",
+        "exclude",
+        "`exclude`: the rows leave stored generated columns out, as pgoutput does before "
+        "Postgres 18; `include`: they carry their values (changes, snapshot, backfill, polling "
+        "and typed rows alike): with pgoutput from Postgres 18 (refused before it, naming the "
+        "server's version), with test_decoding and `mode=polling` on every version; virtual "
+        "generated columns (18) have no stored value and are always left out",
+    ),
+    OptionDoc(
         "max_bytes_per_trigger",
         "(unlimited)",
         "WAL bytes per micro-batch (`64MB` style); "

@@ -24,6 +24,7 @@ from postgres_cdc_source.option_docs import CDC_ONLY, OPTION_DOCS, POLLING_ONLY
 
 __all__ = [
     "BACKFILL_CHANNEL",
+    "GENERATED_COLUMNS",
     "MARKER_PREFIX",
     "MODES",
     "ON_SLOT_LOST",
@@ -47,6 +48,7 @@ SNAPSHOT_MODES = ("never", "initial")
 ON_SLOT_LOST = ("fail", "resnapshot")
 ROW_FORMATS = ("json", "struct", "variant")
 SCHEMA_EVOLUTION = ("fail", "add_columns")
+GENERATED_COLUMNS = ("exclude", "include")
 
 MARKER_PREFIX = "pg_cdc.backfill.chunk"
 """Prefix of the logical messages a query writes to place a backfill chunk in its stream; never
@@ -212,6 +214,8 @@ class CdcOptions:
     schema_location: str | None = None
     """``schema_evolution=add_columns``: the directory where the query keeps its structs
     between runs (:mod:`postgres_cdc_source.struct_history`)."""
+    generated_columns: str = "exclude"
+    """Whether the rows carry stored generated columns (``include``) or leave them out."""
     include_schema_changes: bool = False
     """Whether a ``ddl`` row marks a captured table's change of columns
     (:mod:`postgres_cdc_source.decoding.schema_changes`)."""
@@ -245,6 +249,11 @@ class CdcOptions:
         """Whether ``message_prefixes`` lets a logical message with ``prefix`` through."""
         return prefix in self.message_prefixes or (
             "*" in self.message_prefixes and prefix != MARKER_PREFIX)
+
+    @property
+    def delivers_generated(self) -> bool:
+        """Whether the rows carry stored generated columns (``generated_columns=include``)."""
+        return self.generated_columns == "include"
 
     @property
     def routes_by_column(self) -> bool:
@@ -307,6 +316,7 @@ class CdcOptions:
             schema_evolution=_schema_evolution(opts, given),
             schema_location=_schema_location(opts, given),
             include_schema_changes=_schema_changes(opts),
+            generated_columns=_parse(opts, "generated_columns", _choice(GENERATED_COLUMNS)),
         )
 
 

@@ -34,7 +34,8 @@ def _typed(options: CdcOptions) -> StructRows | VariantRows | None:
     from postgres_cdc_source.struct_types import struct_rows
 
     with connect_with_retry(options, autocommit=True) as conn:
-        typed = struct_rows(conn, options.keeps, options.schema_evolution)
+        typed = struct_rows(conn, options.keeps, options.schema_evolution,
+                            generated=options.delivers_generated)
     return typed if options.schema_location is None else evolve_kept(options, typed)
 
 

@@ -349,10 +349,12 @@ def typed_columns(types: Mapping[int, PgType], columns: Sequence[ColumnInfo]
                              c.type_name) for c in columns)
 
 
-def table_struct(conn: psycopg.Connection[Any], schema: str, table: str) -> TableStruct | None:
+def table_struct(conn: psycopg.Connection[Any], schema: str, table: str, *,
+                 generated: bool = False) -> TableStruct | None:
     """The table's :class:`TableStruct` as the catalog describes it now (``None`` if it is
-    gone): run in a session with the peek sessions' settings."""
-    info = table_info(conn, schema, table)
+    gone; ``generated``: its stored generated columns too): run in a session with the peek
+    sessions' settings."""
+    info = table_info(conn, schema, table, generated=generated)
     if info is None:
         return None
     published = [c for c in info.columns if not c.generated]
@@ -901,14 +903,14 @@ def captured_now(conn: psycopg.Connection[Any], keeps: Callable[[str, str], bool
 
 
 def struct_rows(conn: psycopg.Connection[Any], keeps: Callable[[str, str], bool],
-                evolution: str = "fail") -> StructRows:
+                evolution: str = "fail", *, generated: bool = False) -> StructRows:
     """The :class:`StructRows` of the tables ``keeps`` (the include/exclude rules) covers, as
     the catalog describes them now, typing changes as ``schema_evolution=evolution`` does;
     :class:`ConfigError` (option ``row_format``) when there are none or they differ
     (:func:`struct_schema`)."""
     tables: dict[str, TableStruct] = {}
     for schema, table in captured_now(conn, keeps):
-        typed = table_struct(conn, schema, table)
+        typed = table_struct(conn, schema, table, generated=generated)
         if typed is not None:
             tables[f"{schema}.{table}"] = typed
     try:

@@ -193,7 +193,7 @@ class BackfillPlanner:
         """The request's current table, if the query can backfill it (else a warning)."""
         name = head.tables[0]
         where = ".".join(name)
-        table = snapshot.describe(conn, *name)
+        table = snapshot.describe(conn, *name, generated=self.options.delivers_generated)
         if table is None:
             log.warning("pg_cdc backfill %s: table %s is gone; skipped", head.id, where)
         elif not (head.created is not None or name in snapshot.captured_tables(conn, self.options)):

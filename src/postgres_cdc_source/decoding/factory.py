@@ -51,7 +51,7 @@ def make_decoder(
         return options.keeps_message(prefix) or (also is not None and also(prefix))
 
     def catalog(schema: str, table: str) -> TableInfo | None:
-        return table_info(conn, schema, table)
+        return table_info(conn, schema, table, generated=options.delivers_generated)
 
     if options.plugin == "pgoutput":
         return PgOutputDecoder(table_filter, keep_values=keep_values, messages=messages,
@@ -69,6 +69,9 @@ def sends_generated(conn: psycopg.Connection[Any]) -> bool:
 
 
 def _generated(catalog: Callable[[str, str], TableInfo | None]) -> GeneratedColumns:
+    """The generated columns the rows leave out, as ``catalog`` says (with
+    ``generated_columns=include`` it keeps the stored ones, so nothing is dropped)."""
+
     def generated(schema: str, table: str) -> frozenset[str]:
         info = catalog(schema, table)
         return frozenset(() if info is None else (c.name for c in info.columns if c.generated))

@@ -105,7 +105,7 @@ def _polling(options: CdcOptions) -> PollingOptions:
 def check_table(options: CdcOptions) -> PolledTable:
     """Connect and check the table and columns the options name (at ``load()``)."""
     with connect_with_retry(options, autocommit=True) as conn:
-        return inspect(conn, _polling(options))
+        return inspect(conn, _polling(options), generated=options.delivers_generated)
 
 
 class PgPollingStreamReader(DataSourceStreamReader, SupportsTriggerAvailableNow):
@@ -129,7 +129,8 @@ class PgPollingStreamReader(DataSourceStreamReader, SupportsTriggerAvailableNow)
     @property
     def table(self) -> PolledTable:
         if self._table is None:
-            self._table = self._driver(lambda conn: inspect(conn, self.polling))
+            self._table = self._driver(lambda conn: inspect(
+                conn, self.polling, generated=self.options.delivers_generated))
         return self._table
 
     def initialOffset(self) -> dict[str, Any]:

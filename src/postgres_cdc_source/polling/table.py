@@ -206,8 +206,11 @@ FRONTIER_QUERY = "SELECT txid_snapshot_xmin(txid_current_snapshot())"
 """The frontier now: the oldest transaction still running (or the next one, if none runs)."""
 
 
-def inspect(conn: psycopg.Connection[Any], options: PollingOptions) -> PolledTable:
-    """Resolve and check the polled table; raise :class:`ConfigError` naming the bad option."""
+def inspect(
+    conn: psycopg.Connection[Any], options: PollingOptions, *, generated: bool = False
+) -> PolledTable:
+    """Resolve and check the polled table (its rows with its stored generated columns when
+    ``generated``); raise :class:`ConfigError` naming the bad option."""
     try:
         row = conn.execute(
             "SELECT n.nspname, c.relname, c.relkind::text, c.oid::int8"
@@ -226,7 +229,7 @@ def inspect(conn: psycopg.Connection[Any], options: PollingOptions) -> PolledTab
     schema, name, kind, oid = row
     if kind not in _TABLE_KINDS:
         raise ConfigError("table", f"bad value: {schema}.{name} is not a table")
-    info = table_info(conn, schema, name)
+    info = table_info(conn, schema, name, generated=generated)
     assert info is not None
     columns = [c for c in info.columns if not c.generated]
     by_name = {c.name: c for c in columns}

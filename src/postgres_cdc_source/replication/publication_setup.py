@@ -12,7 +12,7 @@ from psycopg import sql
 
 from connector_common.lsn import format_lsn
 from postgres_cdc_source.decoding.factory import sends_generated
-from postgres_cdc_source.errors import SlotError
+from postgres_cdc_source.errors import ConfigError, SlotError
 from postgres_cdc_source.options import CdcOptions
 from postgres_cdc_source.replication.identity_guard import ensure_guard
 from postgres_cdc_source.replication.publication import (
@@ -45,6 +45,8 @@ def ensure(conn: Conn, options: CdcOptions) -> None:
                 "create_slot=true"
             )
         _create(conn, options)
+    if options.delivers_generated:
+        _check_sends_generated(conn, name)
     if managed_oids(conn, name) is None:
         _warn_if_unsafe(conn, name)
         return
@@ -53,6 +55,26 @@ def ensure(conn: Conn, options: CdcOptions) -> None:
         _ensure_all(conn, options)
     ensure_guard(conn, name)
     sync(conn, options)
+
+
+def _check_sends_generated(conn: Conn, publication: str) -> None:
+    """``generated_columns=include`` with pgoutput: refused where no publication can send them
+    (before Postgres 18), or where the user's own publication does not."""
+    if not sends_generated(conn):
+        raise ConfigError(
+            "generated_columns",
+            f"include needs Postgres 18 with plugin=pgoutput (this server is "
+            f"{conn.info.server_version // 10000}): pgoutput sends no generated column before "
+            "it; use plugin=test_decoding, which prints them on every version")
+    if managed_oids(conn, publication) is None:
+        row = conn.execute("SELECT pubgencols FROM pg_catalog.pg_publication WHERE pubname = %s",
+                           (publication,)).fetchone()
+        if row is not None and row[0] != "s":
+            raise ConfigError(
+                "generated_columns",
+                f"include: publication {publication!r} (not created by pg_cdc) does not send "
+                f"them: ALTER PUBLICATION {sql.Identifier(publication).as_string(conn)} SET "
+                "(publish_generated_columns = stored)")
 
 
 def _send_generated(conn: Conn, publication: str) -> None:

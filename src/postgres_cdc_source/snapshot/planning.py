@@ -83,9 +83,12 @@ def captured_tables(conn: Conn, options: CdcOptions) -> list[tuple[str, str]]:
     return sorted((str(s), str(t)) for s, t in rows if options.keeps(str(s), str(t)))
 
 
-def describe(conn: Conn, schema: str, table: str) -> SnapshotTable | None:
-    """The table's published columns, identity and chunk key; ``None`` if it is gone."""
-    info = table_info(conn, schema, table)
+def describe(
+    conn: Conn, schema: str, table: str, *, generated: bool = False
+) -> SnapshotTable | None:
+    """The table's published columns (with ``generated``, its stored generated ones too),
+    identity and chunk key; ``None`` if it is gone."""
+    info = table_info(conn, schema, table, generated=generated)
     if info is None:
         return None
     published = [c for c in info.columns if not c.generated]
@@ -199,7 +202,7 @@ def plan(
         if end is not None and (end.table is None or name > end.table):
             break
         limit = end.after if end is not None and name == end.table else None
-        table = describe(conn, *name)
+        table = describe(conn, *name, generated=options.delivers_generated)
         if table is None:
             continue  # dropped since it was listed
         lo = start.after if name == start.table else None
@@ -219,14 +222,16 @@ def plan(
     return chunks, end
 
 
-def planned_chunks(conn: Conn, bounds: Sequence[PlannedChunk]) -> list[Chunk]:
+def planned_chunks(
+    conn: Conn, bounds: Sequence[PlannedChunk], *, generated: bool = False
+) -> list[Chunk]:
     """The chunks a batch's end offset pinned (``bounds``), in their order (chunks of a table
     dropped since are left out: nothing of it can be read)."""
     tables: dict[tuple[str, str], SnapshotTable | None] = {}
     chunks = []
     for name, lo, hi in bounds:
         if name not in tables:
-            tables[name] = describe(conn, *name)
+            tables[name] = describe(conn, *name, generated=generated)
         table = tables[name]
         if table is not None:
             chunks.append(Chunk(table, lo, hi))

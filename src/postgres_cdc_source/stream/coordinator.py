@@ -251,7 +251,8 @@ class Coordinator:
         self, conn: Conn, start: StreamOffset, end: StreamOffset
     ) -> list[snapshot.Chunk]:
         if end.planned:
-            return snapshot.planned_chunks(conn, end.planned)
+            return snapshot.planned_chunks(conn, end.planned,
+                                           generated=self.options.delivers_generated)
         assert start.snapshot is not None
         return snapshot.plan(conn, self.options, start.snapshot, end.snapshot, bounded=False)[0]
 
@@ -273,7 +274,8 @@ class Coordinator:
     def chunk_read(self, chunk: ChunkPlan) -> ChunkRead | None:
         """What reading a backfill chunk needs (its table, looked up now); ``None`` when the
         table is gone."""
-        table = self.run(lambda conn: snapshot.describe(conn, *chunk.table))
+        table = self.run(lambda conn: snapshot.describe(
+            conn, *chunk.table, generated=self.options.delivers_generated))
         return None if table is None else ChunkRead(chunk, table)
 
     def stop(self) -> None:

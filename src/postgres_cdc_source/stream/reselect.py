@@ -153,8 +153,8 @@ class _Tables:
 
     def _table(self, schema: str, table: str) -> _Table | None:
         if (schema, table) not in self._tables:
-            self._tables[schema, table] = _lookup_table(self._connection(), schema, table,
-                                                        self.typed)
+            self._tables[schema, table] = _lookup_table(
+                self._connection(), schema, table, self.typed, self.options.delivers_generated)
         return self._tables[schema, table]
 
     def complete(self, changes: list[Change], every: bool) -> list[Change]:
@@ -217,11 +217,11 @@ def _completed(change: Change, current: dict[str, Any], typed: bool = False) -> 
 
 
 def _lookup_table(conn: psycopg.Connection[Any], schema: str, table: str,
-                  typed: StructRows | VariantRows | None) -> _Table | None:
+                  typed: StructRows | VariantRows | None, generated: bool) -> _Table | None:
     """The table's lookup, or ``None`` when rows cannot be found by key: the table is gone, has
     no primary key, or a key column's JSON would not read back as its value; with ``typed``,
     also when it is not one of the query's tables (its changes fail the batch anyway)."""
-    described = snapshot.describe(conn, schema, table)
+    described = snapshot.describe(conn, schema, table, generated=generated)
     if described is None or described.chunk_key == ("ctid",):
         return None
     oids = dict(zip(described.columns, described.type_oids, strict=True))

@@ -39,7 +39,7 @@ def catalog_changed(conn: psycopg.Connection[Any], options: CdcOptions,
         return True
     for name, table in typed.tables.items():
         schema, _, relname = name.partition(".")
-        info = table_info(conn, schema, relname)
+        info = table_info(conn, schema, relname, generated=options.delivers_generated)
         if info is None:
             return True
         now = [(c.name, c.type_oid) for c in info.columns if not c.generated]
