@@ -16,6 +16,15 @@ OPTION_DOCS: tuple[OptionDoc, ...] = (
         "password is redacted everywhere. `sslmode` and friends pass through.",
     ),
     OptionDoc(
+        "primary_dsn",
+        "(none)",
+        "when `dsn` is a hot standby (Postgres 16+): libpq conninfo or URI of its primary, "
+        "where `pg_cdc` creates and syncs the managed publications, writes backfill markers "
+        "and takes backfill requests (the slot and the decoding stay on the standby); the "
+        "password is redacted everywhere. Without it a standby is read with what the primary "
+        "already has (see Deployment, Reading a standby); ignored while `dsn` is a primary",
+    ),
+    OptionDoc(
         "mode",
         "cdc",
         "`cdc` (a logical replication slot) or `polling` (read one `table` by its "
@@ -75,14 +84,6 @@ OPTION_DOCS: tuple[OptionDoc, ...] = (
         "write to the WAL never reach your topics unasked (see Logical messages)",
     ),
     OptionDoc(
-        "include_schema_changes",
-        "false",
-        "`true` adds a row with `op` = `ddl` where a captured table's columns change (added, "
-        "dropped, renamed, of another type), with the old and new column lists, just before "
-        "the table's first change written with the new ones (see Schema changes as rows); "
-        "`row_format=json` only",
-    ),
-    OptionDoc(
         "generated_columns",
         "exclude",
         "`exclude`: the rows leave stored generated columns out, as pgoutput does before "
@@ -90,6 +91,14 @@ OPTION_DOCS: tuple[OptionDoc, ...] = (
         "and typed rows alike): with pgoutput from Postgres 18 (refused before it, naming the "
         "server's version), with test_decoding and `mode=polling` on every version; virtual "
         "generated columns (18) have no stored value and are always left out",
+    ),
+    OptionDoc(
+        "include_schema_changes",
+        "false",
+        "`true` adds a row with `op` = `ddl` where a captured table's columns change (added, "
+        "dropped, renamed, of another type), with the old and new column lists, just before "
+        "the table's first change written with the new ones (see Schema changes as rows); "
+        "`row_format=json` only",
     ),
     OptionDoc(
         "max_bytes_per_trigger",
@@ -236,6 +245,7 @@ OPTION_DOCS: tuple[OptionDoc, ...] = (
 
 CDC_ONLY = frozenset({
     "slot", "plugin", "publication", "all_tables_publication", "create_slot", "failover",
+    "primary_dsn",
     "on_slot_lost",
     "include_tables", "exclude_tables", "message_prefixes", "include_schema_changes",
     "max_bytes_per_trigger",

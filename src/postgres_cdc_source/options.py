@@ -10,7 +10,7 @@ from __future__ import annotations
 
 import re
 from collections.abc import Callable, Mapping
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from typing import TypeVar
 from urllib.parse import urlsplit
 
@@ -219,17 +219,29 @@ class CdcOptions:
     include_schema_changes: bool = False
     """Whether a ``ddl`` row marks a captured table's change of columns
     (:mod:`postgres_cdc_source.decoding.schema_changes`)."""
+    primary_dsn: str | None = field(default=None, repr=False)
+    """When ``dsn`` is a hot standby: its primary, where the query's writes go
+    (:mod:`postgres_cdc_source.replication.standby`)."""
 
     @property
     def safe_dsn(self) -> str:
         """The DSN with its password redacted."""
         return redact_dsn(self.dsn)
 
+    def on_primary(self) -> CdcOptions:
+        """These options connecting to ``primary_dsn`` (which must be set) instead of ``dsn``:
+        every connection rule (retries, the password kept out of messages) applies to it."""
+        assert self.primary_dsn is not None
+        return replace(self, dsn=self.primary_dsn, primary_dsn=None)
+
     def __repr__(self) -> str:
         if self.polling is not None:
             table = self.polling.table
             return f"CdcOptions(dsn={self.safe_dsn!r}, mode='polling', table={table!r})"
-        return f"CdcOptions(dsn={self.safe_dsn!r}, slot={self.slot!r}, plugin={self.plugin!r})"
+        primary = ("" if self.primary_dsn is None
+                   else f", primary_dsn={redact_dsn(self.primary_dsn)!r}")
+        return (f"CdcOptions(dsn={self.safe_dsn!r}{primary}, slot={self.slot!r}, "
+                f"plugin={self.plugin!r})")
 
     def keeps(self, schema: str, table: str) -> bool:
         """Whether ``include_tables``/``exclude_tables`` let changes of this table through."""
@@ -269,6 +281,8 @@ class CdcOptions:
         mode = _mode(given)
         opts: Options = {**_OPTIONS.defaults, **given}
         dsn = _dsn(opts.get("dsn"))
+        primary_dsn = None if "primary_dsn" not in given else _dsn(given["primary_dsn"],
+                                                                     "primary_dsn")
         polling = _polling_options(opts) if mode == "polling" else None
         slot = _slot(opts.get("slot")) if polling is None else ""  # polling has no slot
         plugin = _parse(opts, "plugin", _choice(PLUGINS))
@@ -317,6 +331,7 @@ class CdcOptions:
             schema_location=_schema_location(opts, given),
             include_schema_changes=_schema_changes(opts),
             generated_columns=_parse(opts, "generated_columns", _choice(GENERATED_COLUMNS)),
+            primary_dsn=primary_dsn,
         )
 
 
@@ -384,15 +399,16 @@ def _mode(given: Options) -> str:
     return mode
 
 
-def _dsn(dsn: str | None) -> str:
+def _dsn(dsn: str | None, option: str = "dsn") -> str:
     if not dsn:
-        raise ConfigError("dsn", "is required (a libpq conninfo or URI)")
+        raise ConfigError(option, "is required (a libpq conninfo or URI)" if option == "dsn"
+                          else "bad value: empty (a libpq conninfo or URI)")
     if "\x00" in dsn:
-        raise ConfigError("dsn", "bad value: it contains a NUL character")
+        raise ConfigError(option, "bad value: it contains a NUL character")
     try:
         conninfo_to_dict(dsn)
     except psycopg.ProgrammingError:
-        raise ConfigError("dsn", "bad value: not a valid libpq conninfo or URI") from None
+        raise ConfigError(option, "bad value: not a valid libpq conninfo or URI") from None
     return dsn
 
 

@@ -32,11 +32,10 @@ from postgres_cdc_source.options import (
     REQUESTS_TABLE,
     CdcOptions,
 )
-from postgres_cdc_source.replication import peeking, positions, request_table
+from postgres_cdc_source.replication import peeking, positions, request_table, standby
 from postgres_cdc_source.replication.publication import all_name
 from postgres_cdc_source.snapshot.planning import key_range
 from postgres_cdc_source.snapshot.reading import GUARDS
-from postgres_cdc_source.sql_names import Name
 
 __all__ = ["BackfillPlanner"]
 
@@ -45,7 +44,8 @@ SEARCH_TIMEOUT = 5.0
 may be gone); doubled after each search that took longer, up to :data:`SEARCH_TIMEOUT_MAX`."""
 SEARCH_TIMEOUT_MAX = 300.0
 _STANDBY = object()
-"""What the planner listens on when the query reads a standby: nothing (warned once)."""
+"""What the planner listens on when the query reads a standby without ``primary_dsn``:
+nothing (warned once)."""
 
 log = logging.getLogger(__name__)
 Conn = psycopg.Connection[Any]
@@ -63,8 +63,11 @@ class BackfillPlanner:
     backfill never holds the stream back.
     """
 
-    def __init__(self, options: CdcOptions) -> None:
+    def __init__(self, options: CdcOptions, primary: standby.Primary | None = None) -> None:
         self.options = options
+        self._primary = primary or standby.Primary(options)
+        """Where requests are listened for and markers written: the server read, or its
+        primary when that is a standby."""
         self._search = True
         self._search_timeout = SEARCH_TIMEOUT
         self._listening: Conn | object | None = None
@@ -98,20 +101,20 @@ class BackfillPlanner:
     def _plan(
         self, conn: Conn, state: Backfills, start: int, caught_up: bool, end: int
     ) -> tuple[Backfills, int]:
-        if self._listening is not conn:
-            try:
-                conn.execute(sql.SQL("LISTEN {}").format(sql.Identifier(BACKFILL_CHANNEL)))
-            except psycopg.errors.ReadOnlySqlTransaction:  # a standby: no requests, no markers
-                if self._listening is not None:
-                    return state, end
+        writer = self._primary.connection(conn)
+        if writer is None:  # a standby without primary_dsn: no requests, no markers
+            if self._listening is not _STANDBY:
                 self._listening = _STANDBY
-                log.warning("pg_cdc backfill: the query reads a standby, which takes no "
-                            "backfill requests (make them on the primary)")
-                return state, end
-            conn.add_notify_handler(self._notified)
-            self._listening = conn
+                log.warning("pg_cdc backfill: the query reads a standby without primary_dsn, "
+                            "so it takes no backfill requests and runs no backfill (requests "
+                            "and chunk markers need the primary): set primary_dsn")
+            return state, end
+        if self._listening is not writer:
+            writer.execute(sql.SQL("LISTEN {}").format(sql.Identifier(BACKFILL_CHANNEL)))
+            writer.add_notify_handler(self._notified)
+            self._listening = writer
             self._search = True
-        conn.execute("SELECT 1")  # delivers the notifications that arrived meanwhile
+        writer.execute("SELECT 1")  # delivers the notifications that arrived meanwhile
         flush = positions.flush_lsn(conn)
         if self._search:  # in a backlog, the batch's own range: the next planning is past it
             self._search = not caught_up  # before: a NOTIFY during the search sets it again
@@ -128,7 +131,7 @@ class BackfillPlanner:
             head = state.queue[0]
             table = self._table(conn, head)
             if table is not None:
-                return self._chunk(conn, state, head, table)
+                return self._chunk(conn, writer, state, head, table, end)
             state = state.without_table(head.tables[0])
         return state, end
 
@@ -200,7 +203,7 @@ class BackfillPlanner:
             log.warning("pg_cdc backfill %s: table %s is not captured by this query "
                         "(include_tables/exclude_tables, or not in the publication); skipped",
                         head.id, where)
-        elif table.chunk_key == ("ctid",) and head.created is None:
+        elif not table.keyed and head.created is None:
             log.warning("pg_cdc backfill %s: table %s has no primary key; skipped", head.id,
                         where)
         else:
@@ -208,9 +211,13 @@ class BackfillPlanner:
         return None
 
     def _chunk(
-        self, conn: Conn, state: Backfills, head: Request, table: snapshot.SnapshotTable
+        self, conn: Conn, writer: Conn, state: Backfills, head: Request,
+        table: snapshot.SnapshotTable, end: int,
     ) -> tuple[Backfills, int]:
-        """Plan the next chunk of ``head``'s table and write its marker."""
+        """Plan the next chunk of ``head``'s table and write its marker (on ``writer``, the
+        primary, when ``conn`` is a standby: the batch then ends once the standby replayed
+        it, or without the chunk, ending at ``end``, if it did not within
+        :data:`~postgres_cdc_source.replication.standby.REPLAY_WAIT`)."""
         with conn.transaction():
             for setting, value in GUARDS.items():
                 conn.execute("SELECT pg_catalog.set_config(%s, %s, true)", (setting, value))
@@ -219,10 +226,15 @@ class BackfillPlanner:
         nonce = uuid.uuid4().hex
         # flushed at commit, so the batch can end after it; applied by synchronous standbys,
         # so every earlier commit waiting for one is released (backfill.visibility)
-        with conn.transaction():
-            conn.execute("SET LOCAL synchronous_commit = remote_apply")
-            conn.execute("SELECT pg_catalog.pg_logical_emit_message(true, %s, %s)",
-                         (MARKER_PREFIX, nonce))
+        with writer.transaction():
+            writer.execute("SET LOCAL synchronous_commit = remote_apply")
+            writer.execute("SELECT pg_catalog.pg_logical_emit_message(true, %s, %s)",
+                           (MARKER_PREFIX, nonce))
+        if writer is not conn and not standby.wait_replayed(conn, positions.insert_lsn(writer)):
+            log.warning("pg_cdc backfill %s: the standby did not replay the chunk's marker "
+                        "within %.0f s; the chunk is planned again at the next planning",
+                        head.id, standby.REPLAY_WAIT)
+            return state, end
         chunk = ChunkPlan(head.id, nonce, head.tables[0], head.after, hi, head.where,
                           head.created)
         started = self._started.setdefault(head.id, time.monotonic())
@@ -244,8 +256,8 @@ class BackfillPlanner:
 def _rows_after(conn: Conn, table: snapshot.SnapshotTable, lo: tuple[str, ...] | None) -> int:
     """The rows of ``table``'s last chunk (keys after ``lo``): fewer than a chunk's worth."""
     where, params = key_range(table, lo, None)
-    row = conn.execute(sql.SQL("SELECT count(*) FROM ONLY {}{}").format(
-        Name(table.schema, table.table), where), params).fetchone()
+    row = conn.execute(sql.SQL("SELECT count(*) FROM {}{}").format(
+        table.relation(), where), params).fetchone()
     return 0 if row is None else int(row[0])
 
 

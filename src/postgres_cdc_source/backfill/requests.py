@@ -69,13 +69,21 @@ def _table(conn: psycopg.Connection[Any], name: str) -> int:
     return int(oid)
 
 
-def _insert(dsn: str, slot: str, columns: dict[str, Any]) -> None:
+def _insert(dsn: str, slot: str, columns: dict[str, Any], standby_dsn: str | None) -> None:
     """Insert the request row ``columns`` for ``slot`` (no ``RETURNING``: that would take
-    ``SELECT`` on the table, which a requesting role needs not hold)."""
+    ``SELECT`` on the table, which a requesting role needs not hold); the slot is looked for
+    on ``standby_dsn`` when given."""
+    if standby_dsn is not None:
+        with psycopg.connect(standby_dsn, autocommit=True) as standby:
+            if standby.execute(_SLOT, (slot,)).fetchone() is None:
+                raise BackfillRefused(f"replication slot {slot!r} does not exist in this "
+                                      "database on the standby standby_dsn names")
     with psycopg.connect(dsn, autocommit=True) as conn:
-        if conn.execute(_SLOT, (slot,)).fetchone() is None:
+        if standby_dsn is None and conn.execute(_SLOT, (slot,)).fetchone() is None:
             raise BackfillRefused(f"replication slot {slot!r} does not exist in this database "
-                                  "(requests are made on the primary the query reads)")
+                                  "(requests are made on the primary the query reads; for a "
+                                  "query reading a standby, on its primary_dsn, with "
+                                  "standby_dsn naming the standby)")
         if "tables" in columns:
             columns["tables"] = [_table(conn, name) for name in columns["tables"]]
         names = {"slot": slot, **columns}
@@ -100,7 +108,8 @@ def _insert(dsn: str, slot: str, columns: dict[str, Any]) -> None:
 
 
 def request_backfill(
-    dsn: str, slot: str, tables: Sequence[str], where: str | None = None
+    dsn: str, slot: str, tables: Sequence[str], where: str | None = None, *,
+    standby_dsn: str | None = None,
 ) -> str:
     """Ask the query reading ``slot`` to deliver every row of ``tables`` (SQL names) as ``read``
     rows while it streams, and return the backfill id.
@@ -111,6 +120,9 @@ def request_backfill(
     for an unknown slot, an unknown table or one without a primary key, and for a role without
     the grant; a table the query does not capture is refused by the query when it picks the
     request up (a warning in its log).
+
+    For a query reading a standby (its ``primary_dsn`` is ``dsn``), ``standby_dsn`` names
+    the standby, where the slot is.
     """
     if not tables:
         raise BackfillRefused("no table to backfill")
@@ -118,13 +130,16 @@ def request_backfill(
     columns: dict[str, Any] = {"id": backfill_id, "tables": list(tables)}
     if where is not None:
         columns["condition"] = where
-    _insert(dsn, slot, columns)
+    _insert(dsn, slot, columns, standby_dsn)
     return backfill_id
 
 
-def cancel_backfill(dsn: str, slot: str, backfill_id: str) -> None:
-    """Stop backfill ``backfill_id`` (queued or running) after its current chunk."""
-    _insert(dsn, slot, {"kind": "cancel", "id": backfill_id})
+def cancel_backfill(
+    dsn: str, slot: str, backfill_id: str, *, standby_dsn: str | None = None
+) -> None:
+    """Stop backfill ``backfill_id`` (queued or running) after its current chunk
+    (``standby_dsn`` as for :func:`request_backfill`)."""
+    _insert(dsn, slot, {"kind": "cancel", "id": backfill_id}, standby_dsn)
 
 
 class Malformed(ValueError):

@@ -13,6 +13,7 @@ from psycopg.conninfo import conninfo_to_dict, make_conninfo
 from postgres_cdc_source.connections import connect
 from postgres_cdc_source.health import SlotHealth
 from postgres_cdc_source.options import CdcOptions
+from postgres_cdc_source.replication.positions import FLUSHED
 from postgres_cdc_source.replication.slots import SlotState
 
 __all__ = [
@@ -24,15 +25,16 @@ Conn = psycopg.Connection[Any]
 
 
 def health(conn: Conn, slot: str) -> SlotHealth | None:
-    """Slot lag (flush position minus confirmed), retained WAL (minus restart_lsn), active,
+    """Slot lag (flush position, on a standby the replay position, minus confirmed), retained
+    WAL (minus restart_lsn), active,
     ``wal_status`` and ``safe_wal_size`` (how close the slot is to being lost).
 
     ``None`` if the slot is gone. For monitoring: :meth:`PgCdcStreamReader.reportLatestOffset`
     carries it to Spark's progress events.
     """
     row = conn.execute(
-        "SELECT active, (pg_current_wal_flush_lsn() - confirmed_flush_lsn)::int8,"
-        " (pg_current_wal_flush_lsn() - restart_lsn)::int8, wal_status, safe_wal_size,"
+        f"SELECT active, ({FLUSHED} - confirmed_flush_lsn)::int8,"
+        f" ({FLUSHED} - restart_lsn)::int8, wal_status, safe_wal_size,"
         " (confirmed_flush_lsn - restart_lsn)::int8"
         " FROM pg_replication_slots WHERE slot_name = %s",
         (slot,),

@@ -15,7 +15,7 @@ from connector_common.lsn import parse_lsn
 from postgres_cdc_source.connections import connect, connect_with_retry
 from postgres_cdc_source.errors import SlotError
 from postgres_cdc_source.options import CdcOptions
-from postgres_cdc_source.replication import publication, publication_setup
+from postgres_cdc_source.replication import publication, publication_setup, standby
 from postgres_cdc_source.replication.lifecycle import check_failover_supported
 from postgres_cdc_source.replication.slots import slot_state
 
@@ -63,15 +63,22 @@ def export_snapshot(options: CdcOptions) -> ExportedSnapshot | None:
     For pgoutput the publication is created first: pgoutput looks it up as of each decoded
     change, so a change between slot and publication creation could not be decoded.
     """
-    with connect_with_retry(options) as conn:
+    with connect_with_retry(options) as conn, standby.writer(conn, options) as writer:
         wal_level = conn.execute("SHOW wal_level").fetchone()
         if not options.create_slot or wal_level is None or wal_level[0] != "logical":
             return None
         if slot_state(conn, options.slot) is not None:
             return None
+        on_standby = writer is not conn
+        if on_standby:
+            standby.check(conn, options, writer)
         check_failover_supported(conn, options)
         if options.plugin == "pgoutput":
-            publication_setup.ensure(conn, options)
+            if writer is not None:
+                publication_setup.ensure(writer, options)
+            elif conn.execute("SELECT 1 FROM pg_publication WHERE pubname = %s",
+                              (options.publication,)).fetchone() is None:
+                return None  # a standby without primary_dsn: ensure_slot says what to do
         modern = conn.info.server_version >= 150000
     repl = connect(options, replication=True)
     command = sql.SQL(
@@ -83,7 +90,16 @@ def export_snapshot(options: CdcOptions) -> ExportedSnapshot | None:
         sql.Identifier(options.plugin),
         sql.SQL(", FAILOVER true" if options.failover else ""),
     )
-    result = repl.pgconn.exec_(command.as_bytes(repl))
+    results: list[psycopg.pq.abc.PGresult] = []
+
+    def create() -> None:
+        results.append(repl.pgconn.exec_(command.as_bytes(repl)))
+
+    if on_standby:  # Postgres waits there for the primary's running transactions
+        standby.create_slot(options, create)
+    else:
+        create()
+    result = results[0]
     if result.status != psycopg.pq.ExecStatus.TUPLES_OK:
         error = pgerrors.error_from_result(result, encoding=repl.info.encoding)
         repl.close()
@@ -97,7 +113,7 @@ def export_snapshot(options: CdcOptions) -> ExportedSnapshot | None:
     assert point is not None and name is not None
     log.info("created replication slot %s exporting snapshot %s at %s",
              options.slot, name.decode(), point.decode())
-    if options.plugin == "pgoutput":
+    if options.plugin == "pgoutput" and not on_standby:
         with connect_with_retry(options) as conn:
             publication.admit(conn, options, new_slot=True)
     return ExportedSnapshot(repl, name.decode(), parse_lsn(point.decode()))

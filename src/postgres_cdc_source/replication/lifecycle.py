@@ -8,10 +8,16 @@ from typing import Any
 import psycopg
 from psycopg import errors as pgerrors
 
+from postgres_cdc_source import partitions
 from postgres_cdc_source.connections import connect_with_retry
 from postgres_cdc_source.errors import ConfigError, SlotError, SlotLostError
 from postgres_cdc_source.options import CdcOptions
-from postgres_cdc_source.replication import publication, publication_setup, request_table
+from postgres_cdc_source.replication import (
+    publication,
+    publication_setup,
+    request_table,
+    standby,
+)
 from postgres_cdc_source.replication.slots import (
     FAILOVER_VERSION,
     SlotState,
@@ -51,13 +57,15 @@ def ensure_slot(options: CdcOptions, resuming: bool = False) -> SlotState:
     from a checkpoint, so a missing slot is lost (:class:`SlotLostError`), never created anew
     at today's position; an invalidated slot is lost either way.
     """
-    with connect_with_retry(options) as conn:
+    with connect_with_retry(options) as conn, standby.writer(conn, options) as writer:
         wal_level = conn.execute("SHOW wal_level").fetchone()
         if wal_level is None or wal_level[0] != "logical":
             raise SlotError(
                 f"wal_level is {wal_level[0] if wal_level else '?'!r}, logical decoding needs "
                 "'logical': set wal_level = logical in postgresql.conf and restart Postgres"
             )
+        if writer is not conn:  # a standby: the primary does the writes, or nobody
+            standby.check(conn, options, writer)
         check_failover_supported(conn, options)
         state = slot_state(conn, options.slot)
         if state is None and resuming:
@@ -71,9 +79,9 @@ def ensure_slot(options: CdcOptions, resuming: bool = False) -> SlotState:
                 )
             if options.plugin == "pgoutput":  # first: the slot must not predate them
                 _check_may_create_slots(conn, options)
-                publication_setup.ensure(conn, options)
-            _create_slot(conn, options)
-            if options.plugin == "pgoutput":
+                _publications(conn, writer, options)
+            _create_slot(conn, options, on_standby=writer is not conn)
+            if options.plugin == "pgoutput" and writer is conn:
                 publication.admit(conn, options, new_slot=True)
             state = slot_state(conn, options.slot)
             assert state is not None
@@ -98,9 +106,29 @@ def ensure_slot(options: CdcOptions, resuming: bool = False) -> SlotState:
                 "new checkpoint (snapshot=initial for a full resync)"
             )
         if options.plugin == "pgoutput" and not created:
-            publication_setup.ensure(conn, options)
-        request_table.ensure(conn)  # so that requests can be made before the first planning
+            _publications(conn, writer, options)
+        partitions.warn_unmatched(conn, options.keeps, options.include_tables is not None
+                                  or options.exclude_tables is not None)
+        if writer is not None:  # so that requests can be made before the first planning
+            request_table.ensure(writer)
         return state
+
+
+def _publications(conn: Conn, writer: Conn | None, options: CdcOptions) -> None:
+    """The publication checked (the managed pair created and synced) where the writes go; on a
+    standby without ``primary_dsn``, only checked to exist (replicated from the primary)."""
+    if writer is not None:
+        publication_setup.ensure(writer, options)
+        return
+    if conn.execute("SELECT 1 FROM pg_publication WHERE pubname = %s",
+                    (options.publication,)).fetchone() is None:
+        raise SlotError(
+            f"publication {options.publication!r} does not exist, and dsn connects to a "
+            "standby, which cannot create it: set primary_dsn to the primary's conninfo "
+            "(pg_cdc then creates and syncs the managed pair there), or CREATE PUBLICATION "
+            f"{options.publication} FOR TABLE ... on the primary (used as it is; docs: deployment, "
+            "Reading a standby)"
+        )
 
 
 def check_failover_supported(conn: Conn, options: CdcOptions) -> None:
@@ -118,8 +146,8 @@ def _version(number: int) -> str:
     return f"{number // 10000}.{number % 10000}"
 
 
-def _create_slot(conn: Conn, options: CdcOptions) -> None:
-    try:
+def _create_slot(conn: Conn, options: CdcOptions, on_standby: bool = False) -> None:
+    def create() -> None:
         if options.failover:  # 17+, checked by the caller
             conn.execute(
                 "SELECT pg_create_logical_replication_slot(%s, %s, false, false, true)",
@@ -130,12 +158,23 @@ def _create_slot(conn: Conn, options: CdcOptions) -> None:
                 "SELECT pg_create_logical_replication_slot(%s, %s)",
                 (options.slot, options.plugin),
             )
-        log.info("created replication slot %s (plugin %s, failover %s)", options.slot,
-                 options.plugin, options.failover)
+
+    try:
+        if on_standby:
+            standby.create_slot(options, create)
+        else:
+            create()
+        log.info("created replication slot %s (plugin %s, failover %s%s)", options.slot,
+                 options.plugin, options.failover, ", on a standby" if on_standby else "")
     except pgerrors.DuplicateObject:
         pass  # another query created it at the same moment: same outcome
     except pgerrors.InsufficientPrivilege as exc:
         raise _cannot_create_slots(conn, options, exc.diag.message_primary) from None
+    except pgerrors.ObjectNotInPrerequisiteState as exc:
+        refused = standby.creation_refused(exc) if on_standby else None
+        if refused is None:
+            raise
+        raise refused from exc
 
 
 def _check_may_create_slots(conn: Conn, options: CdcOptions) -> None:

@@ -25,24 +25,44 @@ from postgres_cdc_source.replication.slots import (
     standbys_missing,
 )
 
-__all__ = ["advance", "bring_to", "flush_lsn", "insert_lsn", "temporary_copy"]
+__all__ = [
+    "FLUSHED", "REPLAYED", "advance", "bring_to", "flush_lsn", "insert_lsn", "temporary_copy",
+]
 
 log = logging.getLogger(__name__)
 
 Conn = psycopg.Connection[Any]
 
 
+REPLAYED = "pg_catalog.pg_last_wal_replay_lsn()"
+"""A standby's end of WAL: what it has replayed, all it can decode and all its sessions see."""
+
+
+def _position(current: str) -> str:
+    """The server's position ``current`` names (``pg_current_wal_*_lsn()``), or on a standby,
+    where those fail (``recovery is in progress``), its replay position."""
+    return (f"CASE WHEN pg_catalog.pg_is_in_recovery() THEN {REPLAYED}"
+            f" ELSE pg_catalog.{current} END")
+
+
+FLUSHED = _position("pg_current_wal_flush_lsn()")
+"""SQL of :func:`flush_lsn`'s position, for queries that compare a slot with it."""
+
+
 def insert_lsn(conn: Conn) -> int:
     """The server's WAL insert position: past the commit record of every transaction visible
-    now (with ``synchronous_commit=off`` one is visible before its record is flushed)."""
-    row = conn.execute("SELECT (pg_current_wal_insert_lsn() - '0/0')::int8").fetchone()
+    now (with ``synchronous_commit=off`` one is visible before its record is flushed); on a
+    standby its replay position, past every commit its sessions see."""
+    row = conn.execute(
+        f"SELECT ({_position('pg_current_wal_insert_lsn()')} - '0/0')::int8").fetchone()
     assert row is not None
     return int(row[0])
 
 
 def flush_lsn(conn: Conn) -> int:
-    """The server's WAL flush position: the furthest a batch may end."""
-    row = conn.execute("SELECT (pg_current_wal_flush_lsn() - '0/0')::int8").fetchone()
+    """The server's WAL flush position: the furthest a batch may end; on a standby its replay
+    position, the furthest it decodes."""
+    row = conn.execute(f"SELECT ({FLUSHED} - '0/0')::int8").fetchone()
     assert row is not None
     return int(row[0])
 

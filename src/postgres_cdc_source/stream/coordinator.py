@@ -65,7 +65,7 @@ class Coordinator:
         self.typed = typed
         """``row_format=struct``'s structs: a batch ends before a change they cannot type
         (:mod:`~postgres_cdc_source.stream.schema_watch`)."""
-        self.backfills = BackfillPlanner(options)
+        self.backfills = BackfillPlanner(options, ranges.primary)
         self.checked = False
         """Whether this process checked the slot (or created it): done once, before first use."""
         self._db = DriverConnection(options)
@@ -283,3 +283,4 @@ class Coordinator:
             self._exported.close()
             self._exported = None
         self._db.close()
+        self.ranges.primary.close()

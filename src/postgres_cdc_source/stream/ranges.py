@@ -17,6 +17,7 @@ from postgres_cdc_source.replication import (
     positions,
     publication_sync,
     slots,
+    standby,
 )
 
 __all__ = ["HELD_BACK_WARN_EVERY", "RangePlanner"]
@@ -38,6 +39,9 @@ class RangePlanner:
         self.flush = 0
         """The flush position (or target) the last planning saw."""
         self._held_back_warned = -HELD_BACK_WARN_EVERY
+        self.primary = standby.Primary(options)
+        """Where the query's writes go when ``dsn`` is a standby (:mod:`~postgres_cdc_source.
+        replication.standby`)."""
 
     def plan(self, conn: psycopg.Connection[Any], start: int, max_bytes: int | None) -> int:
         """The end of the batch from ``start``: the flush position, or less with ``max_bytes``
@@ -47,8 +51,8 @@ class RangePlanner:
         # run, a lost callback), so release its WAL here, idle or not.
         positions.bring_to(conn, self.options, start)
         self._warn_if_held_back(conn)
-        if self.options.plugin == "pgoutput":
-            publication_sync.sync(conn, self.options)  # new tables join before their changes count
+        if self.options.plugin == "pgoutput":  # new tables join before their changes count
+            self.primary.run(conn, lambda writer: publication_sync.sync(writer, self.options))
         flush = positions.flush_lsn(conn)
         if self.target is not None:
             flush = min(flush, self.target)
@@ -74,8 +78,11 @@ class RangePlanner:
         if now - self._held_back_warned < HELD_BACK_WARN_EVERY:
             return
         state = slots.slot_state(conn, self.options.slot)
-        holder = None if state is None else diagnostics.restart_holder(conn, state)
-        if state is not None and holder is not None:
-            reread = state.confirmed_flush - state.restart_lsn
+        reread = 0 if state is None else state.confirmed_flush - state.restart_lsn
+        if state is None or reread < diagnostics.REREAD_WARN_BYTES:
+            return
+        # on a standby, the transactions holding it back are the primary's
+        holder = diagnostics.restart_holder(self.primary.connection(conn) or conn, state)
+        if holder is not None:
             log.warning("%s", diagnostics.describe_holder(self.options.slot, reread, holder))
             self._held_back_warned = now

@@ -274,20 +274,23 @@ class LocalPostgres:
 
 
 class LocalStandby(LocalPostgres):
-    """A streaming standby of ``primary`` that synchronizes its failover slots (Postgres 17+).
+    """A streaming standby of ``primary`` that synchronizes its failover slots (Postgres 17+),
+    or with ``sync_slots=False`` a plain hot standby (any version; one ``pg_cdc`` can read on
+    16+).
 
-    Made with ``pg_basebackup`` through physical slot ``slot`` on the primary, which
-    ``synchronized_standby_slots`` names there (so no logical change reaches a consumer before
-    this standby has it), and started with ``sync_replication_slots``, ``hot_standby_feedback``
-    and a ``dbname`` in ``primary_conninfo``: the settings docs/operations.md (Failover slots)
-    lists. :meth:`promote` makes it a primary.
+    Made with ``pg_basebackup`` through physical slot ``slot`` on the primary and started with
+    ``hot_standby_feedback`` and a ``dbname`` in ``primary_conninfo``. Syncing slots, the
+    primary's ``synchronized_standby_slots`` names the slot (so no logical change reaches a
+    consumer before this standby has it) and the standby runs ``sync_replication_slots``: the
+    settings docs/operations.md (Failover slots) lists. :meth:`promote` makes it a primary.
     """
 
-    def __init__(self, primary: LocalPostgres, slot: str = "standby1") -> None:
-        super().__init__(
-            settings={"sync_replication_slots": "on", "hot_standby_feedback": "on"},
-            version=primary.version,
-        )
+    def __init__(self, primary: LocalPostgres, slot: str = "standby1",
+                 sync_slots: bool = True) -> None:
+        settings = {"hot_standby_feedback": "on"}
+        if sync_slots:
+            settings["sync_replication_slots"] = "on"
+        super().__init__(settings=settings, version=primary.version)
         self.primary = primary
         self.slot = slot
 
@@ -295,21 +298,24 @@ class LocalStandby(LocalPostgres):
         if self._root is None:
             with self.primary.connect() as conn:
                 conn.execute("SELECT pg_create_physical_replication_slot(%s, true)", (self.slot,))
-                conn.execute(
-                    sql.SQL("ALTER SYSTEM SET synchronized_standby_slots = {}").format(
-                        sql.Literal(self.slot)))
-                conn.execute("SELECT pg_reload_conf()")
+                if self.sync_slots:
+                    conn.execute(
+                        sql.SQL("ALTER SYSTEM SET synchronized_standby_slots = {}").format(
+                            sql.Literal(self.slot)))
+                    conn.execute("SELECT pg_reload_conf()")
             self._make_root()
             self._run("pg_basebackup", "-D", str(self.data_dir), "-R", "-S", self.slot,
-                      "-X", "stream", "-d", self.primary.dsn)
+                      "-X", "stream", "-c", "fast", "-d", self.primary.dsn)
             with (self.data_dir / "postgresql.auto.conf").open("a") as conf:
                 conf.write(f"primary_conninfo = '{self.primary.dsn} application_name=standby'\n")
-                # copied from the primary: promoted, this server has no such slot to wait for
-                conf.write("synchronized_standby_slots = ''\n")
+                if self.sync_slots:
+                    # copied from the primary: promoted, this server has no such slot to wait for
+                    conf.write("synchronized_standby_slots = ''\n")
         self._pg_ctl_start()
         return self
 
     def promote(self) -> None:
+        self.sync_slots = sync_slots
         """``pg_ctl promote``, waiting until the server accepts writes."""
         self._run("pg_ctl", "-D", str(self.data_dir), "-w", "promote")
 
