@@ -11,6 +11,17 @@
   through a real ``pg_cdc`` read (both plugins) and the changes come out whole.
 * Destination names: test_writer.py covers refusal and dead-lettering of hostile names; added
   here is that the DLQ headers quoting them stay valid UTF-8 within Iggy's 255-byte limit.
+
+Elsewhere, beside the code they hold to account: logical messages and requests written by a
+role that may only log in (forged, nested 100,000 deep, naming no table, a ``where`` reading a
+table the role may not) in test_backfill_requests.py, and through Spark in
+test_backfill_e2e.py; all-digit destination names and rows naming the state stream or the DLQ
+in test_destination_names.py; jsonb nested thousands deep in test_deep_json.py; payloads with
+30-digit integers, ``1e400`` and 3,000 levels in test_iggy_source_payloads.py; non-ASCII digits
+and counts past their wire fields in test_option_machinery.py; table names holding ``.``, ``"``
+or digits alone in test_table_filters.py; a credential in ``schema_location`` in
+test_schema_location.py; the local broker's bounds in
+local_broker/test_local_broker_robustness.py.
 """
 
 from __future__ import annotations
