@@ -1,9 +1,10 @@
 """Reading a hot standby (Postgres 16+), driven through the reader's own calls (no Spark).
 
-Each version from 16 on gets a primary and a ``pg_basebackup -R`` standby of it (hot_standby_feedback on,
-a physical slot on the primary). The query reads the standby; what it writes goes to the
-primary through ``primary_dsn`` (the managed publications, the event trigger, the requests
-table, backfill markers) or, without it, nothing does. Promotion comes last: it ends the pair.
+Each version from 16 on gets a primary and a ``pg_basebackup -R`` standby of it
+(hot_standby_feedback on, a physical slot on the primary). The query reads the standby; what
+it writes goes to the primary through ``primary_dsn`` (the managed publications, the event
+trigger, the requests table, backfill markers) or, without it, nothing does. Promotion comes
+last: it ends the pair.
 """
 
 from __future__ import annotations
@@ -23,6 +24,7 @@ from iggy_spark_testing.harness import LocalPostgres, LocalStandby
 from postgres_cdc_source.backfill import request_backfill
 from postgres_cdc_source.errors import ConfigError, SlotError
 from postgres_cdc_source.health import SourceHealth
+from postgres_cdc_source.options import CdcOptions
 
 pytestmark = pytest.mark.services
 
@@ -219,6 +221,47 @@ def test_a_standby_of_postgres_15_is_refused_naming_the_version(name: str) -> No
             LocalStandby(primary, sync_slots=False) as standby, \
             pytest.raises(ConfigError, match=r"option 'dsn'.*Postgres 15\.\d+.*16 or later"):
         DrivenQuery(standby, {"slot": name, "primary_dsn": primary.dsn})
+
+
+def test_a_snapshot_and_parallel_reads_run_on_the_standby(pair: Pair, name: str) -> None:
+    """The exported snapshot, its chunks and the temporary copies of a split batch are the
+    standby's; the primary only gets the publications."""
+    with pair.primary.connect() as conn:
+        conn.execute(f"CREATE TABLE {name} (id int PRIMARY KEY, v text)")
+        conn.execute(f"INSERT INTO {name} SELECT i, repeat('x', 200) FROM"
+                     " generate_series(1, 300) AS i")
+    pair.replayed()
+    query = DrivenQuery(pair.standby, {
+        "slot": name, "include_tables": rf"public\.{name}", "primary_dsn": pair.primary.dsn,
+        "snapshot": "initial", "snapshot_chunk_rows": "100", "min_partitions": "3",
+        "min_bytes_per_partition": "1"})
+    rows = query.batch()
+    assert sorted(_ids(rows, "read")) == list(range(1, 301))
+    with pair.primary.connect() as conn:
+        for i in range(301, 401):
+            conn.execute(f"INSERT INTO {name} VALUES (%s, 'y')", (i,))
+    pair.replayed()
+    end = query.reader.latestOffset(query.offset, query.reader.getDefaultReadLimit())
+    assert len(query.reader.partitions(query.offset, end)) == 3
+    rows = []
+    while not rows or query.offset != end:
+        rows += query.batch()
+        end = query.offset
+    assert _ids(rows) == list(range(301, 401))
+    assert pair.slot(pair.primary, name) is None
+    query.reader.stop()
+
+
+def test_primary_dsn_is_redacted_like_dsn() -> None:
+    options = CdcOptions.from_options({
+        "dsn": "host=replica user=cdc password=s3cret-standby", "slot": "s",
+        "primary_dsn": "host=db user=cdc password=s3cret-primary"})
+    assert options.primary_dsn is not None
+    for text in (repr(options), str(options), options.on_primary().safe_dsn):
+        assert "s3cret" not in text
+    assert "host=db" in repr(options)
+    with pytest.raises(ConfigError, match=r"option 'primary_dsn': bad value: not a valid"):
+        CdcOptions.from_options({"dsn": "host=a", "slot": "s", "primary_dsn": "host='x"})
 
 
 def test_the_slot_survives_the_standbys_promotion_and_the_stream_goes_on(
