@@ -15,7 +15,7 @@ PACKAGE = "postgres_cdc_source"
 
 LAYERS: tuple[frozenset[str], ...] = (
     frozenset({"errors", "options", "option_docs", "connections", "sql_names", "sql_json",
-               "values", "catalog", "health", "variant"}),
+               "values", "catalog", "health", "variant", "partitions"}),
     frozenset({"decoding", "replication", "destination_columns", "assembly", "struct_types",
                "struct_json", "struct_history", "variant_types"}),
     frozenset({"snapshot", "backfill", "polling"}),
@@ -108,3 +108,48 @@ def test_no_folder_imports_a_higher_layer() -> None:
     upward = sorted((source, target) for source, targets in graph.items() for target in targets
                     if layer[target] > layer[source])
     assert not upward, upward
+
+
+REPOSITORY = ROOT.parent
+IMPORT_ROOTS: tuple[tuple[Path, tuple[str, ...]], ...] = (
+    (ROOT, ()),
+    (REPOSITORY / "testing" / "src", ()),
+    (REPOSITORY / "tests", ("fixtures",)),
+    (REPOSITORY, ("bench",)),
+)
+"""Where the repository's modules are imported from, each with what is found there: every
+package and module under it (``()``), or only the named folders. ``tests/`` is on the path of
+the suite (``support`` is imported as such), the repository's root of the benchmarks (``bench``);
+``tests/fixtures`` holds scripts run as files, never imported."""
+
+
+def _repository_modules() -> dict[str, Path]:
+    """Every module of the repository by the name it is imported as."""
+    names: dict[str, Path] = {}
+    for root, only in IMPORT_ROOTS:
+        if root == REPOSITORY:
+            files = [path for folder in only for path in (root / folder).rglob("*.py")]
+        else:
+            files = [path for path in root.rglob("*.py")
+                     if path.relative_to(root).parts[0] not in only]
+        for path in sorted(files):
+            parts = path.relative_to(root).with_suffix("").parts
+            if any(part.endswith(".egg-info") for part in parts):
+                continue
+            name = ".".join(parts[:-1] if parts[-1] == "__init__" else parts)
+            assert name not in names, f"{name} is both {names[name]} and {path}"
+            names[name] = path
+    return names
+
+
+def test_no_import_cycle_anywhere_in_the_repository() -> None:
+    """Module by module, across the product (``src/``), the testing distribution
+    (``testing/src``), the suite and the benchmarks: no module imports one that imports it
+    back, even through others, lazily or only for type checking (an ``if TYPE_CHECKING``
+    import is a dependency all the same, and a circle mypy or a refactoring trips over)."""
+    known = _repository_modules()
+    assert {"iggy_spark_testing.chaos", "iggy_local", "pg_to_iggy", "support.streaming",
+            "bench.common"} <= set(known)
+    graph = {module: {target for target in _imports(path, module, known) if target != module}
+             for module, path in known.items()}
+    assert _cycle(graph) is None

@@ -77,6 +77,7 @@ from pyspark.sql.types import (
 )
 
 from connector_common.change_rows import typed_schemas
+from postgres_cdc_source import partitions
 from postgres_cdc_source.catalog import ColumnInfo, table_info
 from postgres_cdc_source.decoding.changes import RowShape
 from postgres_cdc_source.errors import ConfigError, SchemaChangedError
@@ -534,14 +535,6 @@ def image_json(type_oid: int, spark: DataType) -> Callable[[Any], Any]:
 
 # --- the query's structs ----------------------------------------------------------------------
 
-_TABLES = """\
-SELECT n.nspname::text, c.relname::text FROM pg_catalog.pg_class AS c
-JOIN pg_catalog.pg_namespace AS n ON n.oid = c.relnamespace
-WHERE c.relkind = 'r' AND c.relpersistence = 'p' AND n.nspname <> 'information_schema'
-  AND n.nspname !~ '^pg_'
-ORDER BY 1, 2"""
-
-
 def _as_is(image: dict[str, Any]) -> dict[str, Any]:
     return image
 
@@ -897,9 +890,9 @@ def _column_difference(table: TableStruct, names: Sequence[str], whole: bool,
 
 def captured_now(conn: psycopg.Connection[Any], keeps: Callable[[str, str], bool]
                  ) -> list[tuple[str, str]]:
-    """The tables ``keeps`` (the include/exclude rules) covers now, in name order."""
-    return [(str(schema), str(table)) for schema, table in conn.execute(_TABLES).fetchall()
-            if keeps(str(schema), str(table))]
+    """The tables ``keeps`` (the include/exclude rules) covers now, in name order: a
+    partitioned table whole, its partitions not on their own (their changes name it)."""
+    return [t.named for t in partitions.captured(partitions.relations(conn), keeps)]
 
 
 def struct_rows(conn: psycopg.Connection[Any], keeps: Callable[[str, str], bool],

@@ -19,6 +19,7 @@ from postgres_cdc_source.decoding.schema_changes import ColumnTracker
 from postgres_cdc_source.decoding.text_format import TEST_DECODING_OPTIONS, TextFormatDecoder
 from postgres_cdc_source.decoding.text_lines import message_line
 from postgres_cdc_source.options import CdcOptions
+from postgres_cdc_source.partitions import owner_lookup
 
 __all__ = ["make_decoder", "parse_message", "plugin_options", "sends_generated"]
 
@@ -59,7 +60,8 @@ def make_decoder(
                                generated=_generated(catalog) if sends_generated(conn) else None)
 
     return TextFormatDecoder(catalog, table_filter, keep_values=keep_values, messages=messages,
-                             typed=typed, columns=columns)
+                             typed=typed, columns=columns,
+                             owner=owner_lookup(conn, options.keeps))
 
 
 def sends_generated(conn: psycopg.Connection[Any]) -> bool:

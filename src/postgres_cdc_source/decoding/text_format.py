@@ -36,7 +36,7 @@ from __future__ import annotations
 
 import logging
 import re
-from collections.abc import Iterable, Iterator
+from collections.abc import Callable, Iterable, Iterator
 from datetime import UTC, datetime
 
 import orjson
@@ -116,7 +116,10 @@ class TextFormatDecoder:
     their images as dicts of the struct's values. ``columns`` (``include_schema_changes``) is
     handed the printed columns of each kept table's insert and update; a ``ddl`` change it makes
     comes right before that change and counts in ``seq``. The hot path then takes only the tables
-    whose tracked columns are the catalog's, which its regex matches.
+    whose tracked columns are the catalog's, which its regex matches. ``owner(schema, table)``
+    (:func:`~postgres_cdc_source.partitions.owner_lookup`), asked once per table, names the
+    captured table a partition's changes belong to (its partitioned ancestor the rules keep),
+    as pgoutput's ``publish_via_partition_root`` does.
     """
 
     __test__ = False  # not a pytest test class, despite the name
@@ -130,8 +133,10 @@ class TextFormatDecoder:
         messages: MessageFilter | None = None,
         typed: Retyping | None = None,
         columns: ColumnTracker | None = None,
+        owner: Callable[[str, str], tuple[str, str] | None] | None = None,
     ) -> None:
         self._catalog = catalog
+        self._owner = owner
         self._typed = typed
         self._columns = columns
         self._ddl: Change | None = None  # the ddl change _change found before its change
@@ -230,6 +235,13 @@ class TextFormatDecoder:
         table = self._tables.get(key)
         if table is None:
             schema, name = unquote_ident(schema_ident), unquote_ident(table_ident)
+            if self._owner is not None:  # a partition's changes are its captured ancestor's
+                owner = self._owner(schema, name)
+                if owner is not None and owner != (schema, name):
+                    # named as the ancestor, its tuples read against the partition's columns
+                    table = self._tables[key] = TextTable(*owner, True, self._typed)
+                    table.load(self._catalog(schema, name))
+                    return table
             keep = self._filter is None or self._filter(schema, name)
             table = self._tables[key] = TextTable(schema, name, keep, self._typed)
         return table

@@ -61,6 +61,7 @@ class PolledTable:
     tracking_oid: int
     processed: str | None
     delete: bool
+    partitioned: bool = False  # a partitioned table: its rows are its partitions'
 
     @property
     def qualified(self) -> str:
@@ -70,6 +71,13 @@ class PolledTable:
 
     def _ident(self) -> sql.Composable:
         return Name(self.schema, self.name)
+
+    def _place(self) -> sql.Composable:
+        """The row version's place, the id of a row without a key: its ``ctid``, and in a
+        partitioned table its partition's oid too (a ``ctid`` is a place in one partition)."""
+        if self.partitioned:
+            return sql.SQL("t.tableoid::text || ':' || t.ctid::text")
+        return sql.SQL("t.ctid::text")
 
     def _col(self, name: str) -> sql.Composable:
         return sql.SQL("t.{}").format(Name(name))
@@ -131,10 +139,10 @@ class PolledTable:
         :meth:`json_columns`), in tracking order."""
         where, params = self.batch(start, end)
         query = sql.SQL(
-            "SELECT t.xmin::text, {x}::text, t.ctid::text, {cols} FROM {tbl} AS t, {snap}"
+            "SELECT t.xmin::text, {x}::text, {place}, {cols} FROM {tbl} AS t, {snap}"
             " WHERE {where} ORDER BY {t}"
         ).format(
-            x=_ROW_XID,
+            x=_ROW_XID, place=self._place(),
             cols=columns or sql.SQL(", ").join(self._col(c) for c in self.columns),
             tbl=self._ident(),
             snap=_SNAPSHOT,
@@ -261,7 +269,7 @@ def inspect(
         schema=schema, name=name, columns=tuple(c.name for c in columns),
         type_oids=tuple(c.type_oid for c in columns), key=key, tracking=tracking.name,
         tracking_oid=tracking.type_oid, processed=processed.name if processed else None,
-        delete=options.delete_after_read,
+        delete=options.delete_after_read, partitioned=kind == "p",
     )
     _check_orderable(conn, table)
     _check_privileges(conn, table, oid, options)

@@ -75,7 +75,7 @@ BEGIN
         FROM pg_class c JOIN pg_namespace n ON n.oid = c.relnamespace
         WHERE c.oid IN (SELECT r.prrelid FROM pg_publication_rel r
                         WHERE r.prpubid IN (pair.full_oid, pair.ins_oid))
-           OR (c.oid = ANY (created) AND c.relkind = 'r' AND c.relpersistence = 'p')
+           OR (c.oid = ANY (created) AND c.relkind IN ('r', 'p') AND c.relpersistence = 'p')
       LOOP
         IF t.in_full AND NOT t.ident THEN
           EXECUTE format('ALTER PUBLICATION %I DROP TABLE %s', pair.full_name, t.rel);

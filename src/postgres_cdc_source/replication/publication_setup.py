@@ -49,8 +49,10 @@ def ensure(conn: Conn, options: CdcOptions) -> None:
         _check_sends_generated(conn, name)
     if managed_oids(conn, name) is None:
         _warn_if_unsafe(conn, name)
+        _warn_partitions_by_name(conn, options)
         return
     _send_generated(conn, name)
+    _via_root(conn, name)
     if options.all_tables_publication:
         _ensure_all(conn, options)
     ensure_guard(conn, name)
@@ -103,6 +105,31 @@ def _send_generated(conn: Conn, publication: str) -> None:
                 pub, exc.diag.message_primary, sql.Identifier(pub).as_string(conn))
 
 
+def _via_root(conn: Conn, publication: str) -> None:
+    """Have the managed pair publish a partition's changes as those of the partitioned table it
+    holds (``publish_via_partition_root``, which every pair is created with): a pair created by
+    an earlier release gets it here. From the ``ALTER`` on, the changes of a partition whose
+    partitioned table the rules match name that table (batches before it are read as they
+    were); the pair holds partitioned tables only since then, so nothing else changes."""
+    for pub in (publication, inserts_name(publication)):
+        row = conn.execute("SELECT pubviaroot FROM pg_catalog.pg_publication WHERE pubname = %s",
+                           (pub,)).fetchone()
+        if row is None or row[0]:
+            continue
+        try:
+            with conn.transaction():
+                conn.execute(sql.SQL("ALTER PUBLICATION {} SET (publish_via_partition_root = "
+                                     "true)").format(sql.Identifier(pub)))
+            log.info("publication %s: publish_via_partition_root = true", pub)
+        except pgerrors.InsufficientPrivilege as exc:
+            log.warning(
+                "pg_cdc: cannot have publication %s publish partitions as their partitioned "
+                "table (%s): the changes of a captured partitioned table name its partitions, "
+                "which the rules may not match; its owner can run ALTER PUBLICATION %s SET "
+                "(publish_via_partition_root = true)",
+                pub, exc.diag.message_primary, sql.Identifier(pub).as_string(conn))
+
+
 def _create(conn: Conn, options: CdcOptions) -> None:
     name, ins = options.publication, inserts_name(options.publication)
     if len(ins.encode()) > 63:
@@ -115,7 +142,8 @@ def _create(conn: Conn, options: CdcOptions) -> None:
             for pub, publish in ((name, "insert, update, delete, truncate"),
                                  (ins, "insert, truncate")):
                 conn.execute(
-                    sql.SQL("CREATE PUBLICATION {} WITH (publish = {})").format(
+                    sql.SQL("CREATE PUBLICATION {} WITH (publish = {}, "
+                            "publish_via_partition_root = true)").format(
                         sql.Identifier(pub), sql.Literal(publish)
                     )
                 )
@@ -207,3 +235,27 @@ def _warn_if_unsafe(conn: Conn, publication: str) -> None:
             listed(tables),
         )
 
+
+
+def _warn_partitions_by_name(conn: Conn, options: CdcOptions) -> None:
+    """Say so when the user's own publication holds a partitioned table the rules match
+    without ``publish_via_partition_root``: Postgres then sends its changes as its partitions',
+    which the rules need not match."""
+    rows = conn.execute(
+        "SELECT n.nspname, c.relname FROM pg_publication p"
+        " JOIN pg_publication_rel r ON r.prpubid = p.oid"
+        " JOIN pg_class c ON c.oid = r.prrelid JOIN pg_namespace n ON n.oid = c.relnamespace"
+        " WHERE p.pubname = %s AND NOT p.pubviaroot AND c.relkind = 'p' ORDER BY 1, 2",
+        (options.publication,),
+    ).fetchall()
+    kept = [Table(0, s, t, False, False, False) for s, t in rows if options.keeps(s, t)]
+    if kept:
+        log.warning(
+            "pg_cdc: publication %s (not created by pg_cdc, left as it is) holds the partitioned "
+            "table %s without publish_via_partition_root: Postgres sends its changes as its "
+            "partitions', named by each partition, and the rules drop those they do not match; "
+            "ALTER PUBLICATION %s SET (publish_via_partition_root = true) names them by the "
+            "table (docs: pg_cdc, Partitioned tables)",
+            options.publication, listed(kept),
+            sql.Identifier(options.publication).as_string(conn),
+        )

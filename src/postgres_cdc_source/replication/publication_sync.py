@@ -12,6 +12,7 @@ from psycopg import errors as pgerrors
 from psycopg import sql
 
 from postgres_cdc_source.options import CdcOptions
+from postgres_cdc_source.partitions import ANCESTORS, owner
 from postgres_cdc_source.replication.publication import (
     HAS_IDENTITY,
     admit,
@@ -26,14 +27,15 @@ Conn = psycopg.Connection[Any]
 
 _LOCK_TIMEOUT = "2s"
 
-# Every table a publication can hold (permanent ordinary tables, partitions included), whether
-# it has an identity, and where it is now.
+# Every table a publication can hold (permanent ordinary and partitioned tables, partitions
+# included), whether it has an identity, where it is now, and its partition ancestors.
 _TABLES = f"""
 SELECT c.oid, n.nspname, c.relname, {HAS_IDENTITY},
   EXISTS (SELECT 1 FROM pg_publication_rel r WHERE r.prrelid = c.oid AND r.prpubid = %(full)s),
-  EXISTS (SELECT 1 FROM pg_publication_rel r WHERE r.prrelid = c.oid AND r.prpubid = %(ins)s)
+  EXISTS (SELECT 1 FROM pg_publication_rel r WHERE r.prrelid = c.oid AND r.prpubid = %(ins)s),
+  {ANCESTORS}
 FROM pg_class c JOIN pg_namespace n ON n.oid = c.relnamespace
-WHERE c.relkind = 'r' AND c.relpersistence = 'p'
+WHERE c.relkind IN ('r', 'p') AND c.relpersistence = 'p'
   AND n.nspname NOT IN ('pg_catalog', 'information_schema')
   AND n.nspname !~ '^pg_(toast|temp_)'
 ORDER BY 2, 3
@@ -50,6 +52,7 @@ class Table:
     has_identity: bool
     in_full: bool
     in_inserts: bool
+    ancestors: tuple[tuple[str, str], ...] = ()  # partition ancestors, nearest first
 
     @property
     def ident(self) -> sql.Identifier:
@@ -69,13 +72,18 @@ def sync(conn: Conn, options: CdcOptions) -> None:
     admit(conn, options)
     full, ins = options.publication, inserts_name(options.publication)
     tables = [
-        Table(int(oid), schema, table, bool(ident), bool(in_full), bool(in_ins))
-        for oid, schema, table, ident, in_full, in_ins in conn.execute(
+        Table(int(oid), schema, table, bool(ident), bool(in_full), bool(in_ins),
+              tuple((a[0], a[1]) for a in ancestors))
+        for oid, schema, table, ident, in_full, in_ins, ancestors in conn.execute(
             _TABLES, {"full": oids[0], "ins": oids[1]}
         ).fetchall()
     ]
-    wanted = [t for t in tables if options.keeps(t.schema, t.name)]
-    unwanted = [t for t in tables if not options.keeps(t.schema, t.name)]
+    # The pair holds the capture units: a partitioned table the rules keep stands for its
+    # partitions (publish_via_partition_root), which are not members of their own.
+    wanted = [t for t in tables if owner((t.schema, t.name), t.ancestors, options.keeps)
+              == (t.schema, t.name)]
+    units = {t.oid for t in wanted}
+    unwanted = [t for t in tables if t.oid not in units]
     # Order matters: first stop publishing updates where they would fail, then add, then drop.
     _alter(conn, full, "DROP", [t for t in tables if t.in_full and not t.has_identity])
     _alter(conn, ins, "ADD", [t for t in wanted if not t.has_identity and not t.in_inserts])

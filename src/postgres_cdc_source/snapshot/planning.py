@@ -11,6 +11,7 @@ from typing import Any
 import psycopg
 from psycopg import sql
 
+from postgres_cdc_source import partitions
 from postgres_cdc_source.catalog import table_info
 from postgres_cdc_source.options import CdcOptions
 from postgres_cdc_source.replication import publication
@@ -31,6 +32,7 @@ __all__ = [
 
 Conn = psycopg.Connection[Any]
 _CTID = "ctid"
+_PARTITIONED_CTID = ("tableoid", _CTID)  # a partitioned table without a primary key
 _BLOCK = re.compile(r"\((\d+),0\)")
 
 
@@ -43,25 +45,33 @@ class SnapshotTable:
     columns: tuple[str, ...]  # published columns (generated ones excluded, as pgoutput does)
     type_oids: tuple[int, ...]
     identity: tuple[int, ...]  # indexes into columns of the replica identity (the `key` JSON)
-    chunk_key: tuple[str, ...]  # primary key columns, or ("ctid",)
+    chunk_key: tuple[str, ...]  # primary key columns, or ("ctid",) (partitioned: "tableoid" too)
     rows_per_block: float  # for ctid chunks: the table's average, from its statistics
+    partitioned: bool = False  # a partitioned table: its rows are its partitions'
+
+    @property
+    def keyed(self) -> bool:
+        """Whether the table has a primary key (its chunks are key ranges)."""
+        return _CTID not in self.chunk_key
+
+    def relation(self) -> sql.Composable:
+        """The table in a ``FROM``: ``ONLY`` the table, whose inheritance children are tables
+        of their own, but a partitioned table whole (``ONLY`` holds none of its rows)."""
+        name = Name(self.schema, self.table)
+        return name if self.partitioned else sql.SQL("ONLY {}").format(name)
 
 
 _TABLES_PGOUTPUT = """\
 SELECT n.nspname, c.relname FROM pg_catalog.pg_publication_tables AS p
 JOIN pg_catalog.pg_namespace AS n ON n.nspname = p.schemaname
 JOIN pg_catalog.pg_class AS c ON c.relnamespace = n.oid AND c.relname = p.tablename
-WHERE p.pubname = ANY (%s) AND c.relkind = 'r'"""
-_TABLES_ALL = """\
-SELECT n.nspname, c.relname FROM pg_catalog.pg_class AS c
-JOIN pg_catalog.pg_namespace AS n ON n.oid = c.relnamespace
-WHERE c.relkind = 'r' AND c.relpersistence = 'p'
-  AND n.nspname NOT IN ('pg_catalog', 'information_schema') AND n.nspname !~ '^pg_toast'"""
+WHERE p.pubname = ANY (%s) AND c.relkind IN ('r', 'p')"""
 _PRIMARY_KEY = """\
 SELECT a.attname FROM pg_catalog.pg_index AS i
 JOIN pg_catalog.pg_attribute AS a ON a.attrelid = i.indrelid AND a.attnum = ANY (i.indkey)
 WHERE i.indrelid = %s::regclass AND i.indisprimary
 ORDER BY array_position(i.indkey::int2[], a.attnum)"""
+_PARTITIONED = "SELECT relkind = 'p' FROM pg_catalog.pg_class WHERE oid = %s::regclass"
 _STATS = """\
 SELECT c.reltuples::float8, c.relpages::int8,
        pg_catalog.pg_relation_size(c.oid) / current_setting('block_size')::int8
@@ -69,17 +79,19 @@ FROM pg_catalog.pg_class AS c WHERE c.oid = %s::regclass"""
 
 
 def captured_tables(conn: Conn, options: CdcOptions) -> list[tuple[str, str]]:
-    """The tables a snapshot reads, sorted: regular, logged tables the slot's changes can come
-    from (for pgoutput the publication's, and its insert-only sibling's when ``pg_cdc``
-    manages the pair: tables without a replica identity are there), filtered by
-    include/exclude_tables."""
-    if options.plugin == "pgoutput":
-        names = [options.publication]
-        if publication.managed_oids(conn, options.publication) is not None:
-            names.append(publication.inserts_name(options.publication))
-        rows = conn.execute(_TABLES_PGOUTPUT, (names,)).fetchall()
-    else:
-        rows = conn.execute(_TABLES_ALL).fetchall()
+    """The tables a snapshot reads, sorted: regular and partitioned logged tables the slot's
+    changes can come from (for pgoutput the publication's, as it publishes them: a partitioned
+    table whole under ``publish_via_partition_root``, else its partitions; and its insert-only
+    sibling's when ``pg_cdc`` manages the pair: tables without a replica identity are there),
+    filtered by include/exclude_tables; for test_decoding every table the rules capture, a
+    partitioned one whole (:func:`~postgres_cdc_source.partitions.captured`)."""
+    if options.plugin != "pgoutput":
+        return sorted(t.named for t in partitions.captured(partitions.relations(conn),
+                                                           options.keeps))
+    names = [options.publication]
+    if publication.managed_oids(conn, options.publication) is not None:
+        names.append(publication.inserts_name(options.publication))
+    rows = conn.execute(_TABLES_PGOUTPUT, (names,)).fetchall()
     return sorted((str(s), str(t)) for s, t in rows if options.keeps(str(s), str(t)))
 
 
@@ -94,8 +106,12 @@ def describe(
     published = [c for c in info.columns if not c.generated]
     regclass = sql.Identifier(schema, table).as_string(conn)
     key = tuple(str(r[0]) for r in conn.execute(_PRIMARY_KEY, (regclass,)).fetchall())
+    row = conn.execute(_PARTITIONED, (regclass,)).fetchone()
+    partitioned = bool(row and row[0])
     per_block = 0.0
-    if not key:
+    if not key and partitioned:  # one chunk; a ctid is a row's place in its partition only
+        key = _PARTITIONED_CTID
+    elif not key:
         stats = conn.execute(_STATS, (regclass,)).fetchone()
         assert stats is not None
         tuples, pages, _ = stats
@@ -103,6 +119,7 @@ def describe(
     return SnapshotTable(
         schema, table, tuple(c.name for c in published), tuple(c.type_oid for c in published),
         tuple(i for i, c in enumerate(published) if c.key), key or (_CTID,), per_block,
+        partitioned,
     )
 
 
@@ -137,6 +154,8 @@ def next_bound(
 ) -> Key | None:
     """The upper bound of the chunk of about ``rows`` rows after ``lo``; ``None`` when the rest
     of the table (up to ``limit``) fits in it."""
+    if table.chunk_key == _PARTITIONED_CTID:
+        return None  # no page ranges across partitions: read whole
     if table.chunk_key == (_CTID,):
         start = _block(lo) if lo else 0
         regclass = sql.Identifier(table.schema, table.table).as_string(conn)
@@ -153,8 +172,8 @@ def next_bound(
     # 5000th of the keys 1..30000).
     key = [sql.SQL("t.{}").format(Name(c)) for c in table.chunk_key]
     columns = sql.SQL(", ").join(sql.SQL("{}::text").format(k) for k in key)
-    query = sql.SQL("SELECT {} FROM ONLY {} AS t{} ORDER BY {} OFFSET %s LIMIT 1").format(
-        columns, Name(table.schema, table.table), where, sql.SQL(", ").join(key))
+    query = sql.SQL("SELECT {} FROM {} AS t{} ORDER BY {} OFFSET %s LIMIT 1").format(
+        columns, table.relation(), where, sql.SQL(", ").join(key))
     row = conn.execute(query, [*params, rows - 1]).fetchone()
     if row is None:
         return None

@@ -115,18 +115,18 @@ def read_chunk(
         if conditions:
             where = (sql.SQL("{} AND {}") if params_in_range else sql.SQL("{} WHERE {}")
                      ).format(where, sql.SQL(" AND ").join(conditions))
-        name = Name(table.schema, table.table)
+        name = table.relation()  # ONLY, but a partitioned table whole
         in_sql = (None if router.by_column or typed is not None
                   else _json_columns(table, part.consistent_point))
         with conn.cursor(name="pg_cdc_snapshot") as cur:
             if in_sql is not None:  # the JSON built by Postgres, the worker only moves it
-                cur.execute(sql.SQL("SELECT {} FROM ONLY {}{}").format(in_sql, name, where),
+                cur.execute(sql.SQL("SELECT {} FROM {}{}").format(in_sql, name, where),
                             params)
                 yield from _ready_batches(cur, part, router, options.fetch_rows,
                                           options.batch_rows)
             else:
                 cur.itersize = options.fetch_rows
-                cur.execute(sql.SQL("SELECT {}, {} FROM ONLY {}{}").format(
+                cur.execute(sql.SQL("SELECT {}, {} FROM {}{}").format(
                     sql.SQL(", ").join(map(Name, table.columns)),
                     sql.SQL(", ").join(map(Name, table.chunk_key)), name, where),
                     params)

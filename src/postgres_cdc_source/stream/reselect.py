@@ -112,6 +112,7 @@ class _Table:
         self.converters = converters
         self.json_value = json_value
         self.name = Name(described.schema, described.table)
+        self.relation = described.relation()  # a partitioned table whole
         self.label = f"{described.schema}.{described.table}"
         self.key_json = key_json  # the key's JSON as the decoders write it, built by Postgres
 
@@ -120,9 +121,9 @@ class _Table:
         one index lookup per key (the lateral join keeps the planner off a scan)."""
         return sql.SQL(
             "SELECT x.* FROM json_populate_recordset(NULL::{t}, %s::json) AS r, LATERAL ("
-            "SELECT {key_json}, {columns} FROM ONLY {t} AS t WHERE {match}) AS x"
+            "SELECT {key_json}, {columns} FROM {src} AS t WHERE {match}) AS x"
         ).format(
-            t=self.name,
+            t=self.name, src=self.relation,
             key_json=self.key_json,
             columns=sql.SQL(", ").join(  # the output text, as the decoders convert it
                 sql.SQL("format('%%s', {})").format(Name("t", c)) for c in columns),
@@ -222,7 +223,7 @@ def _lookup_table(conn: psycopg.Connection[Any], schema: str, table: str,
     no primary key, or a key column's JSON would not read back as its value; with ``typed``,
     also when it is not one of the query's tables (its changes fail the batch anyway)."""
     described = snapshot.describe(conn, schema, table, generated=generated)
-    if described is None or described.chunk_key == ("ctid",):
+    if described is None or not described.keyed:
         return None
     oids = dict(zip(described.columns, described.type_oids, strict=True))
     key = described.chunk_key
