@@ -20,15 +20,9 @@ import psycopg
 import pytest
 
 from iggy_local import LocalIggy
-from iggy_spark_testing.chaos import (
-    abandon,
-    catch_up_and_stop,
-    read_checkpoint,
-    slot_exists,
-    wait_until,
-)
+from iggy_spark_testing.chaos import read_checkpoint, slot_exists, wait_until
 from iggy_spark_testing.harness import LocalPostgres
-from iggy_spark_testing.job import PipelineJob
+from iggy_spark_testing.job import PipelineJob, abandon, catch_up_and_stop
 from iggy_spark_testing.oracle import read_back, read_tables
 from iggy_spark_testing.replay import in_stream_order, replay
 from iggy_spark_testing.workload import Workload

@@ -15,7 +15,8 @@ the oracle (:mod:`iggy_spark_testing.oracle`) cannot answer alone:
   the last 100 batches in the checkpoint, so a long run takes them from
   :meth:`SlotWatch.batches`, which remembers every batch it saw.
 
-:class:`~iggy_spark_testing.job.PipelineJob` is the job these faults are applied to.
+:class:`~iggy_spark_testing.job.PipelineJob` is the job these faults are applied to; it
+uses this module's reading of the checkpoint, never the reverse.
 
 Nothing here hooks into the connectors: faults are applied from outside (signals, stopping
 servers), or by test-only data source subclasses.
@@ -31,14 +32,11 @@ import time
 from collections.abc import Callable, Iterable, Mapping, Sequence
 from dataclasses import dataclass
 from pathlib import Path
-from typing import TYPE_CHECKING, Any
+from typing import Any
 
 from connector_common.lsn import format_lsn, parse_lsn
-from iggy_spark_testing.workload import BackgroundRun, Workload
+from iggy_spark_testing.workload import Workload
 from postgres_cdc_source.stream.offset import StreamOffset
-
-if TYPE_CHECKING:
-    from iggy_spark_testing.job import PipelineJob
 
 
 def prepare_capture(
@@ -339,33 +337,7 @@ class SlotWatch:
         )
 
 
-# -- the job -------------------------------------------------------------------------------------
-
-
-def catch_up_and_stop(
-    job: PipelineJob, dsn: str, checkpoint: str | os.PathLike[str], workload: BackgroundRun,
-    stop: threading.Event, timeout: float = 120.0,
-) -> None:
-    """Stop the background ``workload`` (``stop`` set), wait until ``job`` has committed
-    everything written, then stop the job; an exit code other than 0 fails with its log's tail.
-    """
-    stop.set()
-    workload.join(60)
-    target = flush_lsn(dsn)
-    wait_until(lambda: (committed_end(checkpoint) or 0) >= target, timeout,
-               "the job to catch up", alive=lambda: job.running)
-    code = job.stop()
-    if code != 0:
-        raise AssertionError(f"the job exited with {code}:\n{job.log_tail()}")
-
-
-def abandon(job: PipelineJob, stop: threading.Event, work: Workload) -> None:
-    """What a test leaves behind, whatever happened: the workload stopped and closed, the job
-    killed if it still runs."""
-    stop.set()
-    if job.running:
-        job.kill()
-    work.close()
+# -- waiting -------------------------------------------------------------------------------------
 
 
 def wait_until(

@@ -2,7 +2,9 @@
 
 :class:`PipelineJob` runs ``python -m pg_to_iggy.pipeline`` as its own process group, so
 :meth:`PipelineJob.kill` SIGKILLs the Python driver, the JVM and Spark's Python workers at once:
-the crash a real deployment sees when its machine or container dies.
+the crash a real deployment sees when its machine or container dies. :func:`catch_up_and_stop`
+ends a run cleanly, :func:`abandon` whatever happened. The job's checkpoint is read with
+:mod:`iggy_spark_testing.chaos`, which knows nothing of the job.
 """
 
 from __future__ import annotations
@@ -13,14 +15,22 @@ import shlex
 import signal
 import subprocess
 import sys
+import threading
 import time
 from collections.abc import Mapping
 from pathlib import Path
 from typing import IO
 
-from iggy_spark_testing.chaos import Batch, read_checkpoint, wait_until
+from iggy_spark_testing.chaos import (
+    Batch,
+    committed_end,
+    flush_lsn,
+    read_checkpoint,
+    wait_until,
+)
+from iggy_spark_testing.workload import BackgroundRun, Workload
 
-__all__ = ["PipelineJob"]
+__all__ = ["PipelineJob", "abandon", "catch_up_and_stop"]
 
 
 class PipelineJob:
@@ -145,6 +155,32 @@ class PipelineJob:
         if self._log is not None:
             self._log.close()
             self._log = None
+
+
+def catch_up_and_stop(
+    job: PipelineJob, dsn: str, checkpoint: str | os.PathLike[str], workload: BackgroundRun,
+    stop: threading.Event, timeout: float = 120.0,
+) -> None:
+    """Stop the background ``workload`` (``stop`` set), wait until ``job`` has committed
+    everything written, then stop the job; an exit code other than 0 fails with its log's tail.
+    """
+    stop.set()
+    workload.join(60)
+    target = flush_lsn(dsn)
+    wait_until(lambda: (committed_end(checkpoint) or 0) >= target, timeout,
+               "the job to catch up", alive=lambda: job.running)
+    code = job.stop()
+    if code != 0:
+        raise AssertionError(f"the job exited with {code}:\n{job.log_tail()}")
+
+
+def abandon(job: PipelineJob, stop: threading.Event, work: Workload) -> None:
+    """What a test leaves behind, whatever happened: the workload stopped and closed, the job
+    killed if it still runs."""
+    stop.set()
+    if job.running:
+        job.kill()
+    work.close()
 
 
 def _group_alive(pgid: int) -> bool:
