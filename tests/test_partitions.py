@@ -88,6 +88,28 @@ def test_changes_of_every_partition_name_the_partitioned_table(
 
 
 @pytest.mark.parametrize("plugin", PLUGINS)
+def test_a_truncate_of_the_table_is_one_truncate_and_of_a_partition_none(
+    pg: LocalPostgres, name: str, plugin: str
+) -> None:
+    """As pgoutput publishes them under publish_via_partition_root: a truncate of one partition
+    is not the table's (a truncate of the table would empty it all for a consumer)."""
+    with pg.connect() as conn:
+        _create(conn, name)
+    query = DrivenQuery(pg, {"slot": name, "plugin": plugin,
+                             "include_tables": rf"public\.{name}"})
+    try:
+        with pg.connect() as conn:
+            conn.execute(f"TRUNCATE {name}_2026_12")
+            conn.execute(f"INSERT INTO {name} VALUES (1, '2026-11-05', 'a')")
+            conn.execute(f"TRUNCATE {name}")
+        seen = _seen(query.batch())
+    finally:
+        _drop(pg, name)
+    assert seen == [(name, "insert", {"id": 1, "at": "2026-11-05", "v": "a"}),
+                    (name, "truncate", None)]
+
+
+@pytest.mark.parametrize("plugin", PLUGINS)
 def test_a_detached_partition_leaves_and_an_attached_table_joins_without_its_rows(
     pg: LocalPostgres, name: str, plugin: str
 ) -> None:
