@@ -9,6 +9,7 @@ from pathlib import Path
 from typing import Any
 
 import pytest
+from pyspark.errors import AnalysisException, StreamingQueryException
 from support.iggy_source_support import message_id, payload, reported_next, seed
 
 import iggy_spark.source
@@ -104,8 +105,9 @@ def test_batch_read_from_a_timestamp(spark: Any, broker: Any, name: str) -> None
     # partition 0 stops before its first message after `since`; partition 1 is read to its end
     assert sorted((r.partition, r.offset) for r in before) == [(p, o) for p in (0, 1)
                                                                for o in range(5)]
-    with pytest.raises(Exception, match="option 'ending_timestamp': offset 5 of topic 'a' "
-                                        "partition 0 is before its starting offset 8"):
+    with pytest.raises(AnalysisException,
+                       match="ConfigError: option 'ending_timestamp': offset 5 of topic 'a' "
+                             "partition 0 is before its starting offset 8"):
         reader(spark, broker, name, topics="a", ending_timestamp=since,
                starting_offsets="latest").collect()
 
@@ -182,7 +184,7 @@ def test_bad_input_is_refused_naming_the_option(
     spark: Any, broker: Any, name: str, options: dict[str, str], message: str
 ) -> None:
     seed(broker.address, name, ["a"], partitions=1, per_partition=3)
-    with pytest.raises(Exception, match=message):
+    with pytest.raises(AnalysisException, match=f"ConfigError: {message}"):
         reader(spark, broker, options.pop("stream", name), **options).collect()
 
 
@@ -257,7 +259,8 @@ def test_streaming_admission_by_bytes(spark: Any, broker: Any, name: str,
                                                ("ending_timestamp", "1")])
 def test_ending_options_are_refused_for_streams(spark: Any, broker: Any, name: str,
                                                 tmp_path: Path, option: str, value: str) -> None:
-    with pytest.raises(Exception, match=f"option '{option}': only applies to batch"):
+    with pytest.raises(StreamingQueryException,
+                       match=f"ConfigError: option '{option}': only applies to batch"):
         _stream(spark, broker, name, str(tmp_path / "cp"), str(tmp_path / "out"), topics="a",
                 **{option: value})
 

@@ -14,6 +14,7 @@ import pyarrow as pa
 import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
+from pyspark.errors import AnalysisException, PythonException
 from support.broker_fixtures import connect, create_topic, run
 
 from connector_common.change_rows import (
@@ -69,7 +70,7 @@ def test_a_payload_that_does_not_parse_fails_naming_where(
     spark: Any, broker: Any, name: str, payload: bytes, message: str
 ) -> None:
     send(broker.address, name, "e", [payload])
-    with pytest.raises(Exception, match=message):
+    with pytest.raises(PythonException, match=f"SourceError: reading topic 'e': .*{message}"):
         reader(spark, broker, name, topics="e", payload_format="json").schema(
             "n long").load().collect()
 
@@ -84,7 +85,7 @@ def test_schema_and_payload_format_must_agree(
     spark: Any, broker: Any, name: str, payload_format: str, schema: str | None, message: str
 ) -> None:
     read = reader(spark, broker, name, topics="e", payload_format=payload_format)
-    with pytest.raises(Exception, match=message):
+    with pytest.raises(AnalysisException, match=f"ConfigError: {message}"):
         (read if schema is None else read.schema(schema)).load().collect()
 
 

@@ -13,6 +13,7 @@ from typing import Any
 import pyarrow as pa
 import pytest
 from chispa import assert_df_equality
+from pyspark.errors import AnalysisException, StreamingQueryException
 from pyspark.sql import DataFrame, SparkSession
 from support.streaming import rows_of, run_available_now
 
@@ -263,7 +264,7 @@ def test_a_failed_batch_is_replayed_identically_after_restart(
         attempted.append([tuple(r) for r in df.collect()])
         raise RuntimeError("injected crash before the batch commits")
 
-    with pytest.raises(Exception, match="injected crash"):
+    with pytest.raises(StreamingQueryException, match="RuntimeError: injected crash"):
         run_available_now(spark, checkpoint, options, on_batch=crash)
     assert slot_position(pg, name) == before_crash  # nothing was released
     replayed = run_available_now(spark, checkpoint, options)
@@ -314,11 +315,14 @@ def test_quoted_names_with_spaces_dots_quotes_and_upper_case(
 
 
 def test_bad_options_fail_at_load_naming_the_option(spark: SparkSession, pg: LocalPostgres) -> None:
-    with pytest.raises(Exception, match=r"option 'slot': bad value: 'Bad-Name' \(Postgres allows"):
+    with pytest.raises(
+        AnalysisException,
+        match=r"ConfigError: option 'slot': bad value: 'Bad-Name' \(Postgres allows",
+    ):
         spark.readStream.format("pg_cdc").option("dsn", pg.dsn).option("slot", "Bad-Name").load()
     with pytest.raises(
-        Exception,
-        match="option 'max_bytes_per_triger': unknown option for format pg_cdc; "
+        AnalysisException,
+        match="ConfigError: option 'max_bytes_per_triger': unknown option for format pg_cdc; "
         "did you mean 'max_bytes_per_trigger'",
     ):
         (

@@ -13,6 +13,7 @@ from typing import Any
 
 import psycopg
 import pytest
+from pyspark.errors import AnalysisException, StreamingQueryException
 from pyspark.sql import DataFrame, Row, SparkSession
 from support import faulty_sources
 from support.streaming import run_available_now
@@ -75,7 +76,8 @@ def test_rows_are_deleted_or_marked_only_after_spark_committed_their_batch(
     expected = [[1, 2, 2, 2], [3, 4], [5, 5], [6]]  # tracking values per batch
     crashed: list[Row] = []
     if destructive == "delete_after_read":  # a crash between read and commit (tested once)
-        with pytest.raises(Exception, match="injected crash between read and commit"):
+        with pytest.raises(StreamingQueryException,
+                           match="RuntimeError: injected crash between read and commit"):
             run(spark, checkpoint, options, observe)
         first, crashed = seen
         assert sorted(key_of(r) for r in first) == [1, 2, 3, 4]  # the tie at 2 stays whole
@@ -97,7 +99,8 @@ def test_rows_are_deleted_or_marked_only_after_spark_committed_their_batch(
             marker.touch()
 
     faulty = {**options, "fault_at": "latest_offset", "fault_marker": str(marker)}
-    with pytest.raises(Exception, match="injected fault at latest_offset"):
+    with pytest.raises(StreamingQueryException,
+                       match="InjectedFault: injected fault at latest_offset"):
         run(spark, checkpoint, faulty, observe_then_arm, fmt="pg_cdc_faulty")
     # A crashed batch comes again, whole and with the same ids; ties never split a batch.
     assert [sorted(json.loads(r.after)["ts"] for r in rows) for rows in seen] == expected
@@ -182,7 +185,9 @@ def test_bad_polling_options_fail_at_load(
     spark: SparkSession, pg: LocalPostgres, name: str
 ) -> None:
     base = {"dsn": pg.dsn, "mode": "polling", "table": name, "tracking_column": "ts"}
-    with pytest.raises(Exception, match="option 'slot': only applies to mode=cdc"):
+    with pytest.raises(AnalysisException,
+                       match="ConfigError: option 'slot': only applies to mode=cdc"):
         spark.readStream.format("pg_cdc").options(**base, slot=name).load()
-    with pytest.raises(Exception, match=f"option 'table': bad value: '{name}' does not exist"):
+    with pytest.raises(AnalysisException,
+                       match=f"ConfigError: option 'table': bad value: '{name}' does not exist"):
         spark.readStream.format("pg_cdc").options(**base).load()
