@@ -36,7 +36,8 @@ REFERENCE_PAGE = DOCS / "reference.md"
 TROUBLESHOOTING_PAGE = DOCS / "troubleshooting.md"
 SECURITY_PAGE = DOCS / "security.md"
 README_MAX_LINES = 250
-FACES = ("postgres_cdc_source", "iggy_spark", "iggy_spark.source", "pg_to_iggy")
+FACES = ("postgres_cdc_source", "postgres_cdc_source.monitoring", "iggy_spark",
+         "iggy_spark.source", "iggy_spark.monitoring", "pg_to_iggy")
 """The packages users import from: the public API is each one's ``__all__``."""
 
 # [text](target) and ![alt](target), not inside inline code; the target ends at a space or ")".

@@ -28,9 +28,8 @@ from connector_common.lsn import parse_lsn
 from connector_common.spark_versions import READ_LIMITS
 from iggy_local import LocalIggy
 from iggy_spark.errors import ConfigError as IggyConfigError
-from iggy_spark.iggy_url import IggyUrl
+from iggy_spark.monitoring import LagReader, LedgerReader
 from iggy_spark.sink.report import Ledger, TaskReport
-from iggy_spark.source.options import SourceOptions
 from iggy_spark_testing.chaos import wait_until
 from iggy_spark_testing.harness import LocalPostgres
 from pg_to_iggy import metrics
@@ -39,6 +38,7 @@ from postgres_cdc_source.backfill import request_backfill
 from postgres_cdc_source.backfill.progress import Backfills, ChunkPlan, Request
 from postgres_cdc_source.errors import ConfigError
 from postgres_cdc_source.health import SlotHealth, SourceHealth, TableBackfill
+from postgres_cdc_source.monitoring import HealthReader, slot_reader
 from postgres_cdc_source.options import CdcOptions
 from postgres_cdc_source.stream.offset import StreamOffset
 from postgres_cdc_source.stream.reader import PgCdcStreamReader
@@ -191,7 +191,7 @@ def test_without_the_readers_report_the_slot_is_read_at_scrape_time(
         conn.execute(f"CREATE TABLE {name} (id int PRIMARY KEY, pad text)")
         conn.execute(f"INSERT INTO {name} SELECT g, repeat('x', 100)"
                      " FROM generate_series(1, 500) g")
-    collector = _Collector(None, pg_cdc={"orders": options})
+    collector = _Collector(None, slots={"orders": HealthReader(options)})
     collector.started("id-7", "orders")  # no batch yet: read all the same
     got = samples(collector)
     q = (("query", "orders"),)
@@ -209,7 +209,7 @@ def test_a_slot_that_cannot_be_read_leaves_its_figures_out_and_no_password_in_th
     caplog: pytest.LogCaptureFixture,
 ) -> None:
     dsn = "host=127.0.0.1 port=1 dbname=app user=cdc password=hunter2"
-    collector = _Collector(None, pg_cdc={"orders": CdcOptions.from_options(
+    collector = _Collector(None, slots={"orders": slot_reader(
         {"dsn": dsn, "slot": "orders_slot"})})
     collector.started("id-8", "orders")
     got = samples(collector)
@@ -224,7 +224,7 @@ def _health_backends(pg: LocalPostgres) -> set[int]:
     with pg.connect() as conn:
         return {pid for (pid,) in conn.execute(
             "SELECT pid FROM pg_stat_activity WHERE query LIKE %s",
-            ("SELECT active, (pg_current_wal_flush_lsn() - confirmed_flush_lsn)%",))}
+            ("SELECT active, (% - confirmed_flush_lsn)::int8,%",))}
 
 
 def test_scrapes_read_a_slot_on_one_connection_kept_between_them(
@@ -235,7 +235,7 @@ def test_scrapes_read_a_slot_on_one_connection_kept_between_them(
     options = CdcOptions.from_options({"dsn": pg.dsn, "slot": name})
     PgCdcStreamReader(options).initialOffset()  # the slot
     before = _health_backends(pg)
-    collector = _Collector(None, pg_cdc={"orders": options})
+    collector = _Collector(None, slots={"orders": HealthReader(options)})
     collector.started("id-10", "orders")
     lag = ("pg_cdc_slot_lag_bytes", (("query", "orders"),))
     for _ in range(5):
@@ -352,8 +352,8 @@ def test_without_the_readers_report_an_iggy_sources_lag_is_its_end_against_the_s
     """Spark 4.0/4.1: the progress shows the batch's end offsets; the collector asks the
     source's server for the partitions' latest at scrape time."""
     seed(broker.address, name, ["eu"], partitions=2, per_partition=50)
-    options = SourceOptions.from_options({"url": broker.url, "stream": name, "topics": "eu"})
-    collector = _Collector(None, iggy={"orders": options})
+    options = {"url": broker.url, "stream": name, "topics": "eu"}
+    collector = _Collector(None, iggy={"orders": LagReader(options)})
     collector.started("id-9", "orders")
     lag = {labels: value for (metric, labels), value in samples(collector).items()
            if metric == "iggy_source_lag_messages"}
@@ -364,9 +364,8 @@ def test_without_the_readers_report_an_iggy_sources_lag_is_its_end_against_the_s
            if metric == "iggy_source_lag_messages"}
     assert lag == {(("partition", "0"), ("query", "orders"), ("topic", "eu")): 20,
                    (("partition", "1"), ("query", "orders"), ("topic", "eu")): 0}
-    gone = SourceOptions.from_options({"url": broker.url, "stream": name + "_gone",
-                                       "topics": "eu"})
-    collector = _Collector(None, iggy={"orders": gone})
+    gone = {"url": broker.url, "stream": name + "_gone", "topics": "eu"}
+    collector = _Collector(None, iggy={"orders": LagReader(gone)})
     collector.progress(progress("id-9", 1, end, end))
     assert not any(metric == "iggy_source_lag_messages" for metric, _ in samples(collector))
     assert f"cannot read the offsets of stream {name}_gone for query orders" in caplog.text
@@ -431,7 +430,7 @@ def test_sink_figures_come_from_the_ledger_in_the_control_topic(broker: LocalIgg
                                                   "opened_at": 1.0, "last_error": "x"}})])
     query_id = str(uuid.uuid4())
     replace_ledger(broker, query_id, ledger.data)
-    collector = _Collector(IggyUrl.parse(broker.url))
+    collector = _Collector(LedgerReader(broker.url))
     collector.started(query_id, None)
     collector.started("another-query", "other")  # no control topic: no sink figures
     got = samples(collector)

@@ -26,7 +26,7 @@ from test_metrics import samples
 
 from iggy_local import LocalIggy
 from iggy_spark import destinations
-from iggy_spark.iggy_url import IggyUrl
+from iggy_spark.monitoring import LedgerReader
 from iggy_spark_testing.harness import LocalPostgres
 from iggy_spark_testing.oracle import read_back, verify
 from iggy_spark_testing.s3 import SeaweedS3
@@ -53,7 +53,7 @@ def test_a_driver_killed_mid_send_with_an_s3a_checkpoint_and_diskless_executors(
     landed = Counter(m.topic for m in read_back(broker.url, [name]))
     table = destinations(run.checkpoint, spark, url=broker.url, query_id=run.query_id)
     assert {r.topic: r.messages for r in table.collect()} == dict(landed)
-    collector = _Collector(IggyUrl.parse(broker.url))
+    collector = _Collector(LedgerReader(broker.url))
     collector.started(run.query_id, None)
     figures = samples(collector)
     q = (("query", run.query_id),)

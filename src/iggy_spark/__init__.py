@@ -7,8 +7,9 @@ destinations table, :func:`read_ledger` the ledger it is drawn from, and :func:`
 destination columns from a JSON payload. Prometheus metrics of every streaming query are served
 by :func:`pg_to_iggy.serve_metrics`.
 
-The names in ``__all__`` (and those of :mod:`iggy_spark.source`) are the public API: the
-functions above and the exceptions to catch, :class:`IggySparkError` over all of them. Every
+The names in ``__all__`` (and those of :mod:`iggy_spark.source` and
+:mod:`iggy_spark.monitoring`, what monitoring tools read of running queries) are the public API:
+the functions above and the exceptions to catch, :class:`IggySparkError` over all of them. Every
 other module is internal and may move between versions.
 """
 

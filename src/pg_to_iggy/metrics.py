@@ -7,37 +7,38 @@ other hosts; see :func:`serve_metrics` for TLS and basic auth). Where each figur
 * **Spark's progress events** (the listener, in this process): batches, batch duration, input
   rows and rows per second, per query.
 * **The ``iggy_routed`` ledger** (the newest ``ledger`` record of the query's control topic in
-  Iggy, :mod:`iggy_spark.sink.state`): the sink's commit runs in a Python worker process, not here,
-  and appends every committed batch's ledger there; it is read at scrape time (with the
-  ``url`` given to :func:`serve_metrics`), so the figures are always the committed ones and
-  survive restarts (counters are the query's totals, not this process's), wherever the
-  checkpoint lives.
+  Iggy, read by :class:`~iggy_spark.monitoring.LedgerReader`): the sink's commit runs in a
+  Python worker process, not here, and appends every committed batch's ledger there; it is
+  read at scrape time (with the ``url`` given to :func:`serve_metrics`), so the figures are
+  always the committed ones and survive restarts (counters are the query's totals, not this
+  process's), wherever the checkpoint lives.
 * **``pg_cdc``'s progress** (``sources[].latestOffset``): the reader runs in another Python
   worker process; it reports the slot's lag, retained WAL, whether it is active, whether it is
   about to be lost (``wal_status``, ``safe_wal_size``), its consecutive failed commits and its
   backfills' progress per table through ``reportLatestOffset``, which Spark shows only in
-  progress events (the :class:`~postgres_cdc_source.health.SourceHealth` contract). No extra
+  progress events (the :class:`~postgres_cdc_source.monitoring.SourceHealth` contract). No extra
   connection to Postgres, no file.
 * **Where Spark never asks for that report** (4.0, 4.1: the progress carries none), the slot's
   figures are read from ``pg_replication_slots`` at scrape time, on one connection per query
   kept by the collector, for each query whose ``pg_cdc`` options :func:`serve_metrics` was given
-  (:class:`~postgres_cdc_source.replication.diagnostics.HealthReader`); the backfills' requests
+  (:class:`~postgres_cdc_source.monitoring.HealthReader`); the backfills' requests
   pending and chunks delivered come from each batch's ``endOffset``
-  (:meth:`~postgres_cdc_source.backfill.progress.Backfills.from_progress`). The reader's own
+  (:meth:`~postgres_cdc_source.monitoring.Backfills.from_progress`). The reader's own
   figures (consecutive failed commits, degraded, backfill rows and rate) are not served there.
 * **The ``iggy`` source's progress** likewise: each partition's lag, the messages past the
-  batch's end (:mod:`iggy_spark.source.progress`). On 4.0/4.1, for each query whose ``iggy``
-  options :func:`serve_metrics` was given, the last batch's ``endOffset`` is compared at scrape
-  time with the partitions' latest offsets, asked of the source's server.
+  batch's end (:func:`~iggy_spark.monitoring.lag_from_progress`). On 4.0/4.1, for each query
+  whose ``iggy`` options :func:`serve_metrics` was given, the last batch's ``endOffset`` is
+  compared at scrape time with the partitions' latest offsets, asked of the source's server.
 
-It spans both connectors, so it lives with the job that joins them.
+It spans both connectors, so it lives with the job that joins them, and reads each through its
+monitoring face (:mod:`iggy_spark.monitoring`, :mod:`postgres_cdc_source.monitoring`).
 
 The endpoint is prometheus_client's WSGI app on a server of this module's own, because
 ``prometheus_client.start_http_server`` starts a thread per connection without a bound and
 never times a client out: here at most :data:`_WORKERS` requests are served at once (a
 connection past them is closed at accept), each socket read or write, the TLS handshake
 included, gives up after :data:`_CLIENT_TIMEOUT` seconds, and a scrape reads each query's slot on
-the one connection its :class:`~postgres_cdc_source.replication.diagnostics.HealthReader` keeps.
+the one connection its :class:`~postgres_cdc_source.monitoring.HealthReader` keeps.
 
 Labels stay low-cardinality: the query's name (or id when unnamed), a rejection ``reason``,
 a missing-destination ``action``, a ``component``; never a stream or topic of the sink, whose
@@ -65,20 +66,22 @@ from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any
 from wsgiref.simple_server import WSGIRequestHandler, WSGIServer
 
-from iggy_spark.connection import IggyConnection
-from iggy_spark.iggy_url import IggyUrl
-from iggy_spark.sink import state
-from iggy_spark.sink.options import RoutedOptions
-from iggy_spark.sink.report import CREATE_BUCKETS
-from iggy_spark.source import catalog
-from iggy_spark.source.offsets import Position, behind, to_json
-from iggy_spark.source.options import SourceOptions
-from iggy_spark.source.progress import end_from_progress, lag_from_progress
-from postgres_cdc_source.backfill.progress import Backfills
-from postgres_cdc_source.errors import ConfigError
-from postgres_cdc_source.health import SlotHealth, SourceHealth
-from postgres_cdc_source.options import CdcOptions
-from postgres_cdc_source.replication.diagnostics import HealthReader
+from iggy_spark.monitoring import (
+    STATE_STREAM,
+    LagReader,
+    LedgerReader,
+    Position,
+    SinkFigures,
+    end_from_progress,
+    lag_from_progress,
+)
+from postgres_cdc_source.monitoring import (
+    Backfills,
+    HealthReader,
+    SlotHealth,
+    SourceHealth,
+    slot_reader,
+)
 
 if TYPE_CHECKING:
     from pyspark.sql import SparkSession
@@ -177,18 +180,18 @@ class _Collector:
     """Turns the listener's state and the ledgers into metric families at scrape time."""
 
     def __init__(
-        self, url: IggyUrl | None = None, state_stream: str = RoutedOptions.state_stream,
-        pg_cdc: Mapping[str, CdcOptions] | None = None,
-        iggy: Mapping[str, SourceOptions] | None = None,
+        self, ledgers: LedgerReader | None = None,
+        slots: Mapping[str, HealthReader] | None = None,
+        iggy: Mapping[str, LagReader] | None = None,
     ) -> None:
-        self.url = url
-        self.state_stream = state_stream
-        self.slots = {query: HealthReader(options) for query, options in (pg_cdc or {}).items()}
+        self.ledgers = ledgers
+        """The sink's ledgers; ``None``: no sink figures."""
+        self.slots = dict(slots or {})
         """The reader of a query's slot (from its ``pg_cdc`` options), by its label: the slot is
         read where the progress carries no report, on the one connection the reader keeps."""
         self.iggy = dict(iggy or {})
-        """The ``iggy`` source options of a query, by its label: its partitions' latest offsets
-        are read where the progress carries no lag."""
+        """The reader of a query's ``iggy`` source partitions, by its label: their latest
+        offsets are read where the progress carries no lag."""
         self.lock = threading.Lock()
         self.queries: dict[str, _Query] = {}
 
@@ -218,15 +221,10 @@ class _Collector:
             _add_iggy_lag(families, q.label, q.iggy_lag or self._iggy_lag(q))
         yield from families.values()
 
-    def _ledger(self, query_id: str) -> dict[str, Any] | None:
-        """The query's newest ledger from its control topic; ``None`` without a sink url, or
+    def _ledger(self, query_id: str) -> SinkFigures | None:
+        """The sink's figures from the query's newest ledger; ``None`` without a sink url, or
         for a query that has no control topic (it writes to another sink)."""
-        if self.url is None:
-            return None
-        conn = IggyConnection.shared(self.url)
-        view = conn.run(state.read(conn, state.state_topic(self.state_stream, query_id),
-                                   timeout=_READ_TIMEOUT))
-        return None if view is None else view.ledger
+        return None if self.ledgers is None else self.ledgers.read(query_id)
 
     def _add_pg_cdc_alone(self, families: dict[str, Any], q: _Query) -> None:
         """``pg_cdc``'s figures where its reader reports none: the slot read here, the
@@ -248,16 +246,15 @@ class _Collector:
     def _iggy_lag(self, q: _Query) -> dict[str, dict[str, int]]:
         """The ``iggy`` source's lag where its reader reports none: the last batch's end
         offsets against the partitions' latest, asked now (empty before the first batch)."""
-        options = self.iggy.get(q.label)
-        if options is None or not q.ends:
+        reader = self.iggy.get(q.label)
+        if reader is None or not q.ends:
             return {}
         try:
-            latest = catalog.latest(options)
+            return reader.lag(q.ends)
         except Exception as exc:  # a scrape goes on without the lag; the message is safe
             log.warning("serve_metrics: cannot read the offsets of stream %s for query %s: %s",
-                        options.stream, q.label, exc)
+                        reader.stream, q.label, exc)
             return {}
-        return to_json(behind(q.ends, latest))
 
     def progress(self, progress: Any) -> None:
         """Fold one ``StreamingQueryProgress`` in (listener thread)."""
@@ -319,30 +316,27 @@ def _add_spark(families: dict[str, Any], q: _Query) -> None:
     families["iggy_spark_processed_rows_per_second"].add_metric(label, q.processed_rate)
 
 
-def _add_sink(families: dict[str, Any], query: str, data: dict[str, Any]) -> None:
+def _add_sink(families: dict[str, Any], query: str, sink: SinkFigures) -> None:
     """The ``iggy_routed`` sink's figures, from the query's ledger."""
     label = [query]
-    entries = data["destinations"].values()
-    families["iggy_routed_messages_routed"].add_metric(label, sum(e["messages"] for e in entries))
-    for reason, count in sorted(data["rejected"].items()):
+    families["iggy_routed_messages_routed"].add_metric(label, sink.messages_routed)
+    for reason, count in sorted(sink.rejected.items()):
         families["iggy_routed_rejections"].add_metric([query, reason], count)
-    for action, count in sorted(data["missing"].items()):
+    for action, count in sorted(sink.missing.items()):
         families["iggy_routed_missing_destination"].add_metric([query, action], count)
-    families["iggy_routed_dead_lettered"].add_metric(label, data["dead_lettered"])
-    families["iggy_routed_dropped"].add_metric(label, data["dropped"])
-    delivery = data["delivery"]
-    families["iggy_routed_replay_skipped"].add_metric(label, delivery["resumed"])
-    families["iggy_routed_at_least_once_fallbacks"].add_metric(label, delivery["at_least_once"])
-    families["iggy_routed_state_lost"].add_metric(label, delivery.get("state_lost", 0))
-    admitted = sum(1 for e in entries if e.get("admitted"))
-    families["iggy_routed_destinations_active"].add_metric(label, admitted)
-    opened = sum(1 for e in entries if e["breaker"] != "closed")
+    families["iggy_routed_dead_lettered"].add_metric(label, sink.dead_lettered)
+    families["iggy_routed_dropped"].add_metric(label, sink.dropped)
+    families["iggy_routed_replay_skipped"].add_metric(label, sink.replay_skipped)
+    families["iggy_routed_at_least_once_fallbacks"].add_metric(label,
+                                                               sink.at_least_once_fallbacks)
+    families["iggy_routed_state_lost"].add_metric(label, sink.state_lost)
+    families["iggy_routed_destinations_active"].add_metric(label, sink.destinations_active)
+    opened = sink.breakers_open
     families["iggy_routed_breakers_open"].add_metric(label, opened)
     families["iggy_spark_degraded"].add_metric([query, _SINK_DEGRADED], float(opened > 0))
-    latency = data["create_latency"]
-    buckets = [(str(b), c) for b, c in zip(CREATE_BUCKETS, latency["buckets"], strict=True)]
+    buckets = [(str(b), c) for b, c in sink.create_buckets]
     families["iggy_routed_destination_create_seconds"].add_metric(
-        label, [*buckets, ("+Inf", latency["count"])], latency["sum"])
+        label, [*buckets, ("+Inf", sink.create_count)], sink.create_seconds)
 
 
 def _add_pg_cdc(families: dict[str, Any], query: str, source: SourceHealth) -> None:
@@ -489,7 +483,7 @@ class MetricsServer:
 
 def serve_metrics(
     spark: SparkSession, port: int = 9108, addr: str = "127.0.0.1", *, url: str | None = None,
-    state_stream: str = RoutedOptions.state_stream,
+    state_stream: str = STATE_STREAM,
     pg_cdc: Mapping[str, Mapping[str, str]] | None = None,
     iggy: Mapping[str, Mapping[str, str]] | None = None,
     certfile: str | None = None, keyfile: str | None = None,
@@ -516,7 +510,7 @@ def serve_metrics(
     (the DSN's role needs to see the view; it is never logged unredacted).
     Elsewhere the reader's report replaces it from the query's first batch on, so it is only
     needed on 4.0/4.1. Options that are not valid ``pg_cdc`` options (or ``mode=polling``,
-    which has no slot) raise :class:`~postgres_cdc_source.errors.ConfigError` here.
+    which has no slot) raise :class:`postgres_cdc_source.ConfigError` here.
     ``iggy`` likewise maps a query's name to its ``iggy`` source options (``url``, ``stream``,
     ``topics`` or ``topic_pattern``): on 4.0/4.1 its lag is the last batch's end offsets against
     the partitions' latest, asked of that server at each scrape (invalid options raise
@@ -538,14 +532,12 @@ def serve_metrics(
         raise ValueError("serve_metrics: keyfile and client_cafile need certfile (TLS)")
     if basic_auth is not None and not all(basic_auth):
         raise ValueError("serve_metrics: basic_auth needs a user and a password")
-    slots = {query: CdcOptions.from_options(options) for query, options in (pg_cdc or {}).items()}
-    if any(options.mode != "cdc" for options in slots.values()):
-        raise ConfigError("mode", "serve_metrics reads a query's slot; mode=polling has none")
-    sources = {query: SourceOptions.from_options(options)
-               for query, options in (iggy or {}).items()}
+    slots = {query: slot_reader(options, "serve_metrics")
+             for query, options in (pg_cdc or {}).items()}
+    sources = {query: LagReader(options) for query, options in (iggy or {}).items()}
     tls = None if certfile is None else _tls_context(certfile, keyfile, client_cafile)
-    collector = _Collector(None if url is None else IggyUrl.parse(url), state_stream, slots,
-                           sources)
+    ledgers = None if url is None else LedgerReader(url, state_stream, timeout=_READ_TIMEOUT)
+    collector = _Collector(ledgers, slots, sources)
 
     class Listener(StreamingQueryListener):
         def onQueryStarted(self, event: Any) -> None:

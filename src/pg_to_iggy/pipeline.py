@@ -80,7 +80,7 @@ def start_pipeline(
     options = {key.lower(): value for key, value in (source or {}).items()}
     row_format = options.get("row_format", "json")
     if row_format not in ("json", "struct"):
-        from postgres_cdc_source.errors import ConfigError
+        from postgres_cdc_source import ConfigError
 
         raise ConfigError("row_format", f"{row_format!r}: the pipeline routes pg_cdc's rows "
                           "into Iggy as the JSON mode's payloads byte for byte, which variant "

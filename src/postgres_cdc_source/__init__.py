@@ -5,10 +5,11 @@
 :func:`request_backfill` and :func:`cancel_backfill` ask a running query to deliver (or stop
 delivering) a table's rows; :func:`abandon_batch` skips the stuck batch of a stopped query.
 
-The names in ``__all__`` (these functions and the exceptions) are the public API. Every other
-module is internal and may move between versions. The functions that talk to Postgres import
-psycopg when first used, so the package imports without it (an install without the ``cdc``
-extra).
+The names in ``__all__`` (these functions and the exceptions) are the public API, with those of
+:mod:`postgres_cdc_source.monitoring` (what monitoring tools read of a running query). Every
+other module is internal and may move between versions. The functions that talk to Postgres
+import psycopg when first used, so the package imports without it (an install without the
+``cdc`` extra).
 """
 
 from __future__ import annotations
