@@ -16,7 +16,6 @@ import asyncio
 import json
 import re
 import sys
-import time
 from pathlib import Path
 
 import psycopg
@@ -82,14 +81,22 @@ def test_a_kill_and_a_deleted_control_topic_with_a_session_wide_checkpoint_lose_
     )
     checkpoint = job.checkpoint
 
+    def sending() -> bool:
+        """Whether the checkpoint's last batch is a planned one after the first, uncommitted."""
+        batches = read_checkpoint(checkpoint)
+        return bool(batches) and batches[-1].id > 0 and batches[-1].committed_at is None
+
     def kill_while_sending(landed: int) -> int:
         """Start, let the sends stall once ``landed`` messages are in, kill -9 the driver;
-        how many of the interrupted batch's messages had landed."""
+        how many of the interrupted batch's messages had landed.
+
+        ``landed`` falls inside batch 1 (messages 401 to 800, sent in groups of at most 16KB), so
+        once that many are in, the batch holds sends the broker refuses: it cannot commit, and
+        the kill lands mid-send as soon as the checkpoint shows it planned."""
         broker.refuse_sends(name, "t", after=landed)
         job.start()
-        wait_until(lambda: _landed(broker.url, name) >= landed, 180, f"{landed} messages",
-                   alive=lambda: job.running)
-        time.sleep(2)  # the sink is retrying the refused send now
+        wait_until(lambda: _landed(broker.url, name) >= landed and sending(), 180,
+                   f"{landed} messages, their batch in flight", alive=lambda: job.running)
         job.kill()
         broker.refuse_sends(name, "t", refuse=False)
         last = read_checkpoint(checkpoint)[-1]

@@ -13,7 +13,6 @@ from __future__ import annotations
 
 import re
 import threading
-import time
 from pathlib import Path
 from typing import Any
 
@@ -124,9 +123,12 @@ def test_a_snapshot_batch_killed_mid_send_and_replayed_over_changed_rows_loses_n
     broker.refuse_sends(name, "t", after=3000)
     try:
         job.start()
-        wait_until(lambda: messages_in(broker.url, name, "t") >= 3000, 180,
+        # 3,000 is inside the second batch (rows 2,001 to 4,000, sent 256KB at a time), so
+        # once that many landed it holds sends the broker refuses and cannot commit
+        wait_until(lambda: messages_in(broker.url, name, "t") >= 3000
+                   and [(b.id, b.committed_at) for b in read_checkpoint(checkpoint)][-1:]
+                   == [(1, None)], 180,
                    "the first sends of the second snapshot batch", alive=lambda: job.running)
-        time.sleep(3)  # the sink is retrying the refused send now
         job.kill()
         assert messages_in(broker.url, name, "t") < 4000
         last = read_checkpoint(checkpoint)[-1]
