@@ -4,10 +4,11 @@
 
 Against a fresh broker in its own process (``LocalIggy(process=True)``), over TCP with the
 real SDK, it times the three things the sink does with its control topic
-(:mod:`iggy_spark.sink.state`): a task's start (read the tail back to the newest ledger, append a
-``start``), the driver's commit (read, append the ledger of ``--destinations`` destinations)
-and a breaker probe's claim (append, read on). Each is repeated ``--repeat`` times on one
-query whose topic grows as a running query's does (``--tasks`` starts and one ledger per batch).
+(:mod:`iggy_spark.sink.control_topic`): a task's start (read the tail back to the newest
+ledger, append a ``start``), the driver's commit (read, append the ledger of
+``--destinations`` destinations) and a breaker probe's claim (append, read on). Each is
+repeated ``--repeat`` times on one query whose topic grows as a running query's does
+(``--tasks`` starts and one ledger per batch).
 Writes ``bench/results/sink_state.json``: the median and p95 of each, and the state's cost per
 batch (tasks run in parallel: one start plus one commit on the critical path).
 """
@@ -24,7 +25,8 @@ from typing import Any
 
 from bench import common, iggy
 
-TIMED = "one call of iggy_spark.sink.state against LocalIggy(process=True) over TCP, wall clock"
+TIMED = ("one call of iggy_spark.sink.control_topic against LocalIggy(process=True) over TCP, "
+         "wall clock")
 
 
 def _quantiles(seconds: list[float]) -> dict[str, float]:
@@ -42,40 +44,39 @@ def main(argv: list[str] | None = None) -> int:
 
     from iggy_spark.connection import IggyConnection
     from iggy_spark.iggy_url import IggyUrl
-    from iggy_spark.sink import state
     from iggy_spark.sink.admission import Destination
-    from iggy_spark.sink.control import LedgerRecord, Start, encode
+    from iggy_spark.sink.control_records import LedgerRecord, Start, encode
+    from iggy_spark.sink.control_topic import ControlTopic
     from iggy_spark.sink.report import Ledger, TaskReport
 
     broker = iggy.fresh_broker()
     try:
-        conn = IggyConnection.shared(IggyUrl.parse(broker.url))
-        topic = state.state_topic("bench_state", str(uuid.uuid4()))
-        conn.run(state.create(conn, topic, timeout=30))
+        control = ControlTopic.of_query(IggyConnection.shared(IggyUrl.parse(broker.url)),
+                                        "bench_state", str(uuid.uuid4()), timeout=30)
+        control.create()
         ledger = Ledger()
         routed = Counter({f"s/t{i}": 100 for i in range(args.destinations)})
         admitted = [("s", f"t{i}") for i in range(args.destinations)]
         ledger.apply(0, [TaskReport(routed=routed, admitted=admitted)])
-        conn.run(state.append(conn, topic, LedgerRecord(ledger.data), timeout=30))
+        control.append(LedgerRecord(ledger.data))
         times: dict[str, list[float]] = {"task_start": [], "commit": [], "claim": []}
         for batch in range(1, args.repeat + 1):
             for task in range(args.tasks):
                 started = time.perf_counter()
-                view = conn.run(state.read(conn, topic, timeout=30))
-                conn.run(state.append(conn, topic, Start(batch, task, 0), timeout=30))
+                view = control.read()
+                control.append(Start(batch, task, 0))
                 times["task_start"].append(time.perf_counter() - started)
             assert view is not None
             started = time.perf_counter()
-            won = conn.run(state.claim(conn, topic, view, "run", batch, Destination("s", "t0"),
-                                       timeout=30))
+            won = control.claim(view, "run", batch, Destination("s", "t0"))
             times["claim"].append(time.perf_counter() - started)
             assert won
             started = time.perf_counter()
-            view = conn.run(state.read(conn, topic, timeout=30))
+            view = control.read()
             assert view is not None
             ledger = Ledger(view.ledger)
             ledger.apply(batch, [TaskReport(routed=routed)])
-            conn.run(state.append(conn, topic, LedgerRecord(ledger.data), timeout=30))
+            control.append(LedgerRecord(ledger.data))
             times["commit"].append(time.perf_counter() - started)
         ledger_bytes = len(encode(LedgerRecord(ledger.data)))
     finally:

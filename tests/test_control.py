@@ -7,7 +7,7 @@ from typing import Any
 from hypothesis import given
 from hypothesis import strategies as st
 
-from iggy_spark.sink.control import (
+from iggy_spark.sink.control_records import (
     EVERY_TASK,
     Admit,
     Claim,
@@ -19,9 +19,9 @@ from iggy_spark.sink.control import (
     encode,
     fold,
 )
+from iggy_spark.sink.control_topic import MAX_SIZE, SEGMENT_SIZE
 from iggy_spark.sink.options import MAX_MESSAGE_BYTES
 from iggy_spark.sink.report import Ledger, TaskReport
-from iggy_spark.sink.state import MAX_SIZE, SEGMENT_SIZE
 
 small = st.integers(min_value=0, max_value=5)
 

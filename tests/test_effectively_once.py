@@ -19,8 +19,9 @@ from support.broker_fixtures import poll_all
 from connector_common.spark_versions import ReadAllAvailable
 from iggy_local import LocalIggy
 from iggy_spark.connection import IggyConnection
-from iggy_spark.sink import outbox, state
-from iggy_spark.sink.control import LedgerRecord, Start
+from iggy_spark.sink import outbox
+from iggy_spark.sink.control_records import LedgerRecord, Start
+from iggy_spark.sink.control_topic import ControlTopic
 from iggy_spark.sink.delivery import ORIGIN_HEADER, Origin, TaskIdentity
 from iggy_spark.sink.options import RoutedOptions
 from iggy_spark.sink.report import Ledger, TaskReport
@@ -68,16 +69,16 @@ def seed_state(
 ) -> None:
     """Make the query's control topic hold a ledger through ``last_delivered`` (unless a newer
     one is there) and ``start``."""
-    conn = IggyConnection.shared(options.url)
-    topic = state.state_topic(options.state_stream, query)
-    conn.run(state.create(conn, topic, timeout=30))
-    view = conn.run(state.read(conn, topic, timeout=30))
+    control = ControlTopic.of_query(IggyConnection.shared(options.url), options.state_stream,
+                                    query, timeout=30)
+    control.create()
+    view = control.read()
     if view is None or view.last_batch < last_delivered:
         ledger = Ledger()
         ledger.data["last_batch"] = last_delivered
-        conn.run(state.append(conn, topic, LedgerRecord(ledger.data), timeout=30))
+        control.append(LedgerRecord(ledger.data))
     if start is not None:
-        conn.run(state.append(conn, topic, start, timeout=30))
+        control.append(start)
 
 
 def landed(broker: LocalIggy, name: str) -> list[tuple[int, int, Any]]:

@@ -16,8 +16,8 @@ from iggy_local import LocalIggy
 from iggy_local.requests import Reader, parse_options
 from iggy_spark.connection import IggyConnection
 from iggy_spark.iggy_url import IggyUrl
-from iggy_spark.sink import state
 from iggy_spark.sink.admission import Destination
+from iggy_spark.sink.control_topic import MAX_SIZE, SEGMENT_SIZE, ControlTopic
 from iggy_spark.sink.options import TopicDefaults
 from iggy_spark.sink.sending import ensure_topic
 from iggy_spark.sink.topic_request import encode_create_topic
@@ -123,8 +123,9 @@ def test_the_control_topic_is_created_bounded_by_size_never_by_age(
     broker: LocalIggy, name: str
 ) -> None:
     conn = IggyConnection(IggyUrl.parse(broker.url))
-    topic = state.state_topic(name, "q")
-    conn.run(state.create(conn, topic, timeout=30), timeout=60)
+    control = ControlTopic.of_query(conn, name, "q", timeout=30)
+    control.create()
+    topic = control.topic
 
     async def options() -> dict[str, int]:
         got = await (await conn.client()).get_topic(topic.stream, topic.topic)
@@ -132,5 +133,5 @@ def test_the_control_topic_is_created_bounded_by_size_never_by_age(
         return dict(got.options.to_scalar_dict())
 
     assert conn.run(options(), timeout=60) == {
-        "message_expiry": 2**64 - 1, "max_topic_size": state.MAX_SIZE,
-        "segment_size": state.SEGMENT_SIZE}
+        "message_expiry": 2**64 - 1, "max_topic_size": MAX_SIZE,
+        "segment_size": SEGMENT_SIZE}

@@ -23,7 +23,7 @@ from typing import Any
 
 from iggy_spark.connection import IggyConnection
 from iggy_spark.iggy_url import IggyUrl
-from iggy_spark.sink import state
+from iggy_spark.sink.control_topic import ControlTopic
 from iggy_spark.sink.options import RoutedOptions
 from iggy_spark.sink.report import CREATE_BUCKETS
 from iggy_spark.source import catalog
@@ -114,9 +114,8 @@ class LedgerReader:
         control topic there (it writes to another sink) or whose topic holds no ledger yet.
         Raises :class:`~iggy_spark.StateError` or :class:`~iggy_spark.ServerError` when the
         server cannot be read within :attr:`timeout`."""
-        conn = IggyConnection.shared(self.url)
-        view = conn.run(state.read(conn, state.state_topic(self.state_stream, query_id),
-                                   timeout=self.timeout))
+        view = ControlTopic.of_query(IggyConnection.shared(self.url), self.state_stream,
+                                     query_id, timeout=self.timeout).read()
         return None if view is None or view.ledger is None else SinkFigures.from_ledger(
             view.ledger)
 

@@ -8,8 +8,8 @@ from iggy_local import LocalIggy
 from iggy_spark import read_ledger
 from iggy_spark.connection import IggyConnection
 from iggy_spark.iggy_url import IggyUrl
-from iggy_spark.sink import state
-from iggy_spark.sink.control import LedgerRecord
+from iggy_spark.sink.control_records import LedgerRecord
+from iggy_spark.sink.control_topic import ControlTopic
 from iggy_spark.sink.options import RoutedOptions
 from iggy_spark.sink.report import Ledger
 
@@ -22,7 +22,7 @@ def ledger_of(broker: LocalIggy, query_id: str) -> Ledger:
 def replace_ledger(broker: LocalIggy, query_id: str, data: dict[str, Any]) -> None:
     """Append ``data`` as the query's ledger (creating the control topic if need be); of two
     ledgers of one batch the newer wins, so this works as an operator's correction would."""
-    conn = IggyConnection.shared(IggyUrl.parse(broker.url))
-    topic = state.state_topic(RoutedOptions.state_stream, query_id)
-    conn.run(state.create(conn, topic, timeout=30))
-    conn.run(state.append(conn, topic, LedgerRecord(data), timeout=30))
+    control = ControlTopic.of_query(IggyConnection.shared(IggyUrl.parse(broker.url)),
+                                    RoutedOptions.state_stream, query_id, timeout=30)
+    control.create()
+    control.append(LedgerRecord(data))

@@ -244,10 +244,10 @@ class Admission:
     message for the driver to merge. Seeded destinations still pass the name and list checks
     (options may have changed since they were admitted) but never count against the cap twice.
     Tasks of one batch admit new destinations through ``admit`` (the query's control topic,
-    :func:`iggy_spark.sink.state.admit`): it says whether a destination has a place within the cap
-    among every task's admissions, in the order the topic received them, so tasks running at
-    the same time never admit more than the cap between them. Without it (no query state:
-    the task cannot read Spark's ids) the cap holds per task.
+    :meth:`iggy_spark.sink.control_topic.ControlTopic.admit`): it says whether a destination
+    has a place within the cap among every task's admissions, in the order the topic received
+    them, so tasks running at the same time never admit more than the cap between them.
+    Without it (no query state: the task cannot read Spark's ids) the cap holds per task.
 
     Verdicts are memoised per destination: the admitted set only grows and the cap never
     shrinks, so a destination's verdict cannot change during the task's lifetime. Admission is

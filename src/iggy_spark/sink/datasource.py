@@ -39,8 +39,8 @@ class IggyRoutedDataSource(DataSource):
     Spark builds a writer per micro-batch on the driver; options are parsed there, before any
     task runs, so a bad option fails the query at start naming the option. The query's state
     (admitted destinations, breakers, which batches started and landed) lives in a control
-    topic in Iggy (:mod:`iggy_spark.sink.state`) that every task reads itself, so the checkpoint may
-    be anywhere and need not be passed as an option.
+    topic in Iggy (:mod:`iggy_spark.sink.control_topic`) that every task reads itself, so the
+    checkpoint may be anywhere and need not be passed as an option.
     """
 
     @classmethod

@@ -8,8 +8,8 @@ a group the sink sends in order, a send goes only once the previous one was ackn
 send lands whole and contiguous, so the ``run`` messages ending at a marked message are that
 send's. (A header on every message would make the SDK convert every message's headers.)
 
-Three cases, decided by each task from the query's control topic (:mod:`iggy_spark.sink.state`),
-whatever filesystem the checkpoint is on:
+Three cases, decided by each task from the query's control topic
+(:mod:`iggy_spark.sink.control_topic`), whatever filesystem the checkpoint is on:
 
 * **A new batch** (no ``start`` record of this batch and task yet): the task sends everything,
   with the headers. The only cost is one header per send.
@@ -48,11 +48,17 @@ __all__ = [
     "TailScan",
     "TaskIdentity",
     "landed_count",
+    "query_key",
 ]
 
 log = logging.getLogger("iggy_spark")
 
 ORIGIN_HEADER = "iggy_spark.origin"
+
+
+def query_key(query_id: str) -> str:
+    """The query's name in origin headers: 16 hex digits of its id (as they were always)."""
+    return query_id.replace("-", "")[:16]
 
 
 class Origin(NamedTuple):

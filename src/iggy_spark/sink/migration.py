@@ -9,8 +9,8 @@ import threading
 from pathlib import Path
 
 from iggy_spark.connection import IggyConnection
-from iggy_spark.sink import state
-from iggy_spark.sink.control import EVERY_TASK, LedgerRecord, Start
+from iggy_spark.sink.control_records import EVERY_TASK, LedgerRecord, Start
+from iggy_spark.sink.control_topic import ControlTopic, checkpoint_query_id
 from iggy_spark.sink.logs import log_batch
 from iggy_spark.sink.options import RoutedOptions
 from iggy_spark.sink.report import Ledger, ledger_path
@@ -34,23 +34,23 @@ def migrate_once(options: RoutedOptions, checkpoint: str | None) -> None:
         if (checkpoint, options.state_stream) in _checked:
             return
         _checked.add((checkpoint, options.state_stream))
-    query = state.checkpoint_query_id(str(path.parent.parent))
+    query = checkpoint_query_id(str(path.parent.parent))
     if query is None or not path.exists():
         return
-    conn, timeout = IggyConnection.shared(options.url), options.send_timeout
-    topic = state.state_topic(options.state_stream, query)
-    view = conn.run(state.read(conn, topic, timeout=timeout))
+    control = ControlTopic.of_query(IggyConnection.shared(options.url), options.state_stream,
+                                    query, timeout=options.send_timeout)
+    view = control.read()
     if view is not None and view.ledger is not None:
         return
     if view is None:
-        conn.run(state.create(conn, topic, timeout=timeout))
+        control.create()
     ledger = Ledger.from_file(Path(path))
-    conn.run(state.append(conn, topic, LedgerRecord(ledger.data), timeout=timeout))
+    control.append(LedgerRecord(ledger.data))
     for batch in _started(path.parent / "started"):
         if batch > ledger.last_batch:
-            conn.run(state.append(conn, topic, Start(batch, EVERY_TASK, 0), timeout=timeout))
+            control.append(Start(batch, EVERY_TASK, 0))
     log_batch(f"iggy_routed: the ledger at {path} (through batch {ledger.last_batch}) now "
-              f"lives in the control topic {topic}; the file is no longer read or written")
+              f"lives in the control topic {control}; the file is no longer read or written")
 
 
 def _started(markers: Path) -> list[int]:

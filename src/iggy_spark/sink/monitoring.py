@@ -7,7 +7,7 @@ from typing import TYPE_CHECKING, Any
 
 from iggy_spark.connection import IggyConnection
 from iggy_spark.iggy_url import IggyUrl
-from iggy_spark.sink import state
+from iggy_spark.sink.control_topic import ControlTopic, checkpoint_query_id
 from iggy_spark.sink.options import RoutedOptions
 from iggy_spark.sink.report import Ledger
 
@@ -35,7 +35,7 @@ def _query_id(
                          "query_id=")
     if not isinstance(query_or_location, str | Path):
         return str(query_or_location.id)
-    found = state.checkpoint_query_id(str(query_or_location))
+    found = checkpoint_query_id(str(query_or_location))
     if found is None:
         raise ValueError(f"no query id in the checkpoint at {str(query_or_location)!r} (not a "
                          "local folder, or the query never started): pass query_id=, the "
@@ -58,9 +58,9 @@ def read_ledger(
     An empty ledger when the query has not committed a batch yet.
     """
     iggy = url if isinstance(url, IggyUrl) else IggyUrl.parse(url)
-    topic = state.state_topic(state_stream, _query_id(query_or_location, query_id))
-    conn = IggyConnection.shared(iggy)
-    view = conn.run(state.read(conn, topic, timeout=_READ_TIMEOUT))
+    view = ControlTopic.of_query(IggyConnection.shared(iggy), state_stream,
+                                 _query_id(query_or_location, query_id),
+                                 timeout=_READ_TIMEOUT).read()
     return Ledger(None if view is None else view.ledger)
 
 

@@ -203,7 +203,7 @@ class TopicDefaults:
     max_size: int | Literal["unlimited"] | None = None
     segment_size: int | None = None
     """Bytes per segment (the unit Iggy's retention deletes); only the sink's control topic
-    sets it (:mod:`iggy_spark.sink.state`)."""
+    sets it (:mod:`iggy_spark.sink.control_topic`)."""
 
 
 @dataclass(frozen=True)

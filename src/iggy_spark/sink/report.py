@@ -2,7 +2,7 @@
 
 Tasks return a :class:`TaskReport` (Spark's commit message). The driver's ``commit`` folds the
 reports of a micro-batch into a :class:`Ledger` and appends it to the query's control topic in
-Iggy (:mod:`iggy_spark.sink.state`): per-destination message counts, breaker state (with its
+Iggy (:mod:`iggy_spark.sink.control_topic`): per-destination message counts, breaker state (with its
 wall-clock opening time) and last error, rejection and missing-destination counters, the
 destination-creation latency histogram, and the set of admitted destinations that makes
 ``admission.max_destinations`` hold for the whole query. Every task of the next batch reads

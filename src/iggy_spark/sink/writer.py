@@ -30,10 +30,11 @@ from pyspark.sql.datasource import WriterCommitMessage
 
 from connector_common.spark_versions import ArrowStreamWriter, arrow_batches
 from iggy_spark.connection import IggyConnection
-from iggy_spark.sink import delivery, sending, state
+from iggy_spark.sink import delivery, sending
 from iggy_spark.sink.admission import Destination
 from iggy_spark.sink.breaker import BreakerBoard, Claim, Clock
-from iggy_spark.sink.control import LedgerRecord, Start, StateView
+from iggy_spark.sink.control_records import LedgerRecord, Start, StateView
+from iggy_spark.sink.control_topic import ControlTopic
 from iggy_spark.sink.delivery import Origin
 from iggy_spark.sink.logs import log, log_batch, warn
 from iggy_spark.sink.options import DeliveryGuarantee, RoutedOptions
@@ -130,16 +131,16 @@ class IggyRoutedStreamWriter(ArrowStreamWriter):
             log_batch(f"iggy_routed batch {batchId}: no task knew the query id; the ledger "
                       "is not updated")
             return
-        options, conn = self.options, IggyConnection.shared(self.options.url)
-        topic = state.state_topic(options.state_stream, query)
-        view = conn.run(state.read(conn, topic, timeout=options.send_timeout))
+        options = self.options
+        control = ControlTopic.of_query(IggyConnection.shared(options.url), options.state_stream,
+                                        query, timeout=options.send_timeout)
+        view = control.read()
         if view is None:
-            conn.run(state.create(conn, topic, timeout=options.send_timeout))
+            control.create()
         ledger = Ledger(None if view is None else view.ledger)
         line = ledger.apply(batchId, reports)
         if ledger.last_batch == batchId:  # not a repeat: the ledger moved
-            conn.run(state.append(conn, topic, LedgerRecord(ledger.data),
-                                  timeout=options.send_timeout))
+            control.append(LedgerRecord(ledger.data))
         if line is not None:
             log_batch(line)
 
@@ -169,16 +170,16 @@ def _task_start(options: RoutedOptions, identity: delivery.TaskIdentity) -> _Tas
     breakers start again from empty.
     """
     assert identity.query is not None and identity.batch is not None
-    conn, timeout = IggyConnection.shared(options.url), options.send_timeout
-    topic = state.state_topic(options.state_stream, identity.query)
+    control = ControlTopic.of_query(IggyConnection.shared(options.url), options.state_stream,
+                                    identity.query, timeout=options.send_timeout)
     batch = identity.batch
-    view = conn.run(state.read(conn, topic, timeout=timeout))
+    view = control.read()
     if view is None:
-        conn.run(state.create(conn, topic, timeout=timeout))
+        control.create()
         view = StateView()
     lost = batch > 0 and view.ledger is None
     if lost:
-        warn(f"iggy_routed batch {batch}, task {identity.partition}: the control topic {topic} "
+        warn(f"iggy_routed batch {batch}, task {identity.partition}: the control topic {control} "
              f"holds no ledger (deleted, or its retention dropped it); the query's admitted "
              f"destinations and breakers start again from empty, and this task reads the "
              f"partition tails to find what landed")
@@ -190,20 +191,17 @@ def _task_start(options: RoutedOptions, identity: delivery.TaskIdentity) -> _Tas
     origin, scan = None, False
     if options.delivery is DeliveryGuarantee.EFFECTIVELY_ONCE:
         scan = identity.retry or lost or view.started(batch, identity.partition)
-        conn.run(state.append(conn, topic, Start(batch, identity.partition, identity.attempt),
-                              timeout=timeout))
-        origin = Origin(state.query_key(identity.query), batch, identity.partition, 0)
+        control.append(Start(batch, identity.partition, identity.attempt))
+        origin = Origin(delivery.query_key(identity.query), batch, identity.partition, 0)
     run = identity.run or ""
 
     def claim(destination: Destination) -> bool:
-        return conn.run(state.claim(conn, topic, view, run, batch, destination,
-                                    timeout=timeout))
+        return control.claim(view, run, batch, destination)
 
     seeded = frozenset(str(d) for d in ledger.admitted)
     cap = options.admission.max_destinations
 
     def admit(destination: Destination) -> bool:
-        return conn.run(state.admit(conn, topic, view, seeded, destination, cap,
-                                    timeout=timeout))
+        return control.admit(view, seeded, destination, cap)
 
     return _TaskStart(ledger, origin, scan, claim, admit, lost)

@@ -1,12 +1,14 @@
-"""A query's state in Iggy: its control topic, read and appended by the driver and every task.
+"""A query's state in Iggy: its control topic, read and appended by the driver and every task
+through a :class:`ControlTopic` (the I/O; what the records are and mean, without any, is
+:mod:`iggy_spark.sink.control_records`).
 
 Where a checkpoint lives (a local folder, ``s3a://``, ``abfss://``) and which host a task runs
 on do not matter: every task already reaches Iggy with the sink's own connection. Each query
 has one topic, ``<state_stream>/query-<query id>``, with one partition, holding the records of
-:mod:`iggy_spark.sink.control`. Costs per task: one topic lookup, one poll of the tail back to the
-newest ledger (usually a page), one append; per committed batch: the same read and one append
-of the ledger. Nothing is ever updated in place, so a crash between two writes loses nothing:
-the newest ledger stays the newest until a newer one has landed whole.
+:mod:`iggy_spark.sink.control_records`. Costs per task: one topic lookup, one poll of the tail
+back to the newest ledger (usually a page), one append; per committed batch: the same read and
+one append of the ledger. Nothing is ever updated in place, so a crash between two writes loses
+nothing: the newest ledger stays the newest until a newer one has landed whole.
 
 Retention: records older than the newest ledger are never read again. The topic grows by one
 ledger plus one small record per task and per breaker probe for every batch, and is created
@@ -33,7 +35,7 @@ from iggy_spark.errors import StateError
 from iggy_spark.failures import retrying
 from iggy_spark.sink import sending
 from iggy_spark.sink.admission import Destination
-from iggy_spark.sink.control import (
+from iggy_spark.sink.control_records import (
     Admit,
     Claim,
     LedgerRecord,
@@ -50,19 +52,7 @@ if TYPE_CHECKING:
 
     from iggy_spark.connection import IggyConnection
 
-__all__ = [
-    "MAX_SIZE",
-    "SEGMENT_SIZE",
-    "TOPIC_PREFIX",
-    "admit",
-    "append",
-    "checkpoint_query_id",
-    "claim",
-    "create",
-    "query_key",
-    "read",
-    "state_topic",
-]
+__all__ = ["MAX_SIZE", "SEGMENT_SIZE", "TOPIC_PREFIX", "ControlTopic", "checkpoint_query_id"]
 
 TOPIC_PREFIX = "query-"
 _PAGE = 64
@@ -75,16 +65,6 @@ module's docstring), so the newest ledger is always kept; and not below the serv
 segment size, which a server may hold a topic's bound to."""
 _TOPIC = TopicDefaults(partitions_count=1, message_expiry="never", max_size=MAX_SIZE,
                        segment_size=SEGMENT_SIZE)
-
-
-def state_topic(stream: str, query_id: str) -> Destination:
-    """The control topic of the query ``query_id`` (Spark's id, stable across restarts)."""
-    return Destination(stream, TOPIC_PREFIX + query_id)
-
-
-def query_key(query_id: str) -> str:
-    """The query's name in origin headers: 16 hex digits of its id (as they were always)."""
-    return query_id.replace("-", "")[:16]
 
 
 def checkpoint_query_id(location: str) -> str | None:
@@ -123,7 +103,7 @@ async def _partition(client: apache_iggy.IggyClient, topic: Destination) -> _Par
     details = await client.get_topic(stream, topic.topic)
     if details is None or str(details.name) != topic.topic:
         return None
-    [p] = details.partitions  # created with one; see state_topic
+    [p] = details.partitions  # created with one: see _TOPIC
     return _Partition(stream, int(details.id), int(p.id),
                       int(p.current_offset) + 1 if p.messages_count else 0)
 
@@ -173,41 +153,96 @@ async def _read_on(client: apache_iggy.IggyClient, topic: Destination, view: Sta
         fold(page, view)
 
 
-async def read(conn: IggyConnection, topic: Destination, *, timeout: float) -> StateView | None:
-    """The query's state as its control topic says; ``None`` if the topic does not exist."""
-    return await retrying(conn, lambda client: _read_back(client, topic), timeout)
+@dataclass(frozen=True)
+class ControlTopic:
+    """The control topic of one query, used on ``conn``: every call blocks until it is done,
+    retrying what fails for at most ``timeout`` seconds (:func:`~iggy_spark.failures.retrying`).
+    """
 
+    conn: IggyConnection
+    topic: Destination
+    timeout: float
 
-async def create(conn: IggyConnection, topic: Destination, *, timeout: float) -> None:
-    """Create the control topic (and its stream) if missing; a parallel creator is fine."""
-    await sending.ensure_topic(conn, topic, create=True, defaults=_TOPIC, timeout=timeout)
+    @classmethod
+    def of_query(
+        cls, conn: IggyConnection, state_stream: str, query_id: str, *, timeout: float
+    ) -> ControlTopic:
+        """The control topic of the query ``query_id`` (Spark's id, stable across restarts):
+        ``<state_stream>/query-<query id>``."""
+        return cls(conn, Destination(state_stream, TOPIC_PREFIX + query_id), timeout)
 
+    def __str__(self) -> str:
+        return str(self.topic)
 
-async def append(
-    conn: IggyConnection, topic: Destination, record: Record, *, timeout: float
-) -> None:
-    """Append one record. A retried append may land twice: every reader tolerates that.
+    def read(self) -> StateView | None:
+        """The query's state as its control topic says; ``None`` if the topic does not exist."""
+        return self.conn.run(retrying(self.conn, lambda client: _read_back(client, self.topic),
+                                      self.timeout))
 
-    The partition is looked up once per process and topic; a send that fails looks the
-    topic up again, so a deleted topic is still reported as such (and not by the server's
-    message text)."""
-    import apache_iggy
+    def create(self) -> None:
+        """Create the control topic (and its stream) if missing; a parallel creator is fine."""
+        self.conn.run(sending.ensure_topic(self.conn, self.topic, create=True, defaults=_TOPIC,
+                                           timeout=self.timeout))
 
-    message = apache_iggy.SendMessage(encode(record))
+    def append(self, record: Record) -> None:
+        """Append one record. A retried append may land twice: every reader tolerates that.
 
-    async def send(client: apache_iggy.IggyClient) -> Any:
-        p = _partitions.get(topic)
-        if p is None:
-            p = await _found(client, topic)
-        try:
-            return await client.send_messages(
-                p.stream_id, p.topic_id, apache_iggy.Partitioning.partition_id(p.id), [message])
-        except Exception:
-            _partitions.pop(topic, None)
-            await _found(client, topic)  # StateError when the topic is gone
-            raise
+        The partition is looked up once per process and topic; a send that fails looks the
+        topic up again, so a deleted topic is still reported as such (and not by the server's
+        message text)."""
+        self.conn.run(self._append(record))
 
-    await retrying(conn, send, timeout)
+    def claim(self, view: StateView, run: str, batch: int, destination: Destination) -> bool:
+        """Whether this task won the probe of ``destination`` in ``batch`` of the query's
+        ``run``.
+
+        Appends a claim, then reads the topic on from ``view`` to see whose claim came first.
+        """
+        mine = Claim(run, batch, str(destination), uuid.uuid4().hex)
+        if (mine.run, mine.batch, mine.destination) in view.claims:
+            return False
+        self.conn.run(self._append_and_read_on(mine, view))
+        return view.won(mine)
+
+    def admit(
+        self, view: StateView, seeded: frozenset[str], destination: Destination, cap: int
+    ) -> bool:
+        """Whether ``destination`` may count against the query's cap of ``cap`` destinations.
+
+        Appends an ``admit``, then reads the topic on from ``view``: the destinations the ledger
+        admitted (``seeded``) and those of earlier ``admit`` records take the places before it.
+        """
+        key = str(destination)
+        if key not in view.admits:
+            self.conn.run(self._append_and_read_on(Admit(key), view))
+        return view.admitted_within(key, seeded, cap)
+
+    async def _append(self, record: Record) -> None:
+        import apache_iggy
+
+        topic = self.topic
+        message = apache_iggy.SendMessage(encode(record))
+
+        async def send(client: apache_iggy.IggyClient) -> Any:
+            p = _partitions.get(topic)
+            if p is None:
+                p = await _found(client, topic)
+            try:
+                return await client.send_messages(
+                    p.stream_id, p.topic_id, apache_iggy.Partitioning.partition_id(p.id),
+                    [message])
+            except Exception:
+                _partitions.pop(topic, None)
+                await _found(client, topic)  # StateError when the topic is gone
+                raise
+
+        await retrying(self.conn, send, self.timeout)
+
+    async def _append_and_read_on(self, record: Record, view: StateView) -> None:
+        """Append ``record``, then fold every record after ``view.end`` into ``view``."""
+        await self._append(record)
+        await retrying(self.conn, lambda client: _read_on(client, self.topic, view),
+                       self.timeout)
 
 
 async def _found(client: apache_iggy.IggyClient, topic: Destination) -> _Partition:
@@ -216,35 +251,3 @@ async def _found(client: apache_iggy.IggyClient, topic: Destination) -> _Partiti
         raise StateError(str(topic), "was deleted while the batch used it")
     _partitions[topic] = p
     return p
-
-
-async def claim(
-    conn: IggyConnection, topic: Destination, view: StateView, run: str, batch: int,
-    destination: Destination, *, timeout: float,
-) -> bool:
-    """Whether this task won the probe of ``destination`` in ``batch`` of the query's ``run``.
-
-    Appends a claim, then reads the topic on from ``view`` to see whose claim came first.
-    """
-    mine = Claim(run, batch, str(destination), uuid.uuid4().hex)
-    if (mine.run, mine.batch, mine.destination) in view.claims:
-        return False
-    await append(conn, topic, mine, timeout=timeout)
-    await retrying(conn, lambda client: _read_on(client, topic, view), timeout)
-    return view.won(mine)
-
-
-async def admit(
-    conn: IggyConnection, topic: Destination, view: StateView, seeded: frozenset[str],
-    destination: Destination, cap: int, *, timeout: float,
-) -> bool:
-    """Whether ``destination`` may count against the query's cap of ``cap`` destinations.
-
-    Appends an ``admit``, then reads the topic on from ``view``: the destinations the ledger
-    admitted (``seeded``) and those of earlier ``admit`` records take the places before it.
-    """
-    key = str(destination)
-    if key not in view.admits:
-        await append(conn, topic, Admit(key), timeout=timeout)
-        await retrying(conn, lambda client: _read_on(client, topic, view), timeout)
-    return view.admitted_within(key, seeded, cap)

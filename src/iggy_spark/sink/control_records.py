@@ -1,8 +1,8 @@
 """The records of a query's control topic, and what a reader concludes from them (no I/O).
 
-The sink keeps its query state in Iggy (:mod:`iggy_spark.sink.state` reads and appends): one topic
-per query with one partition, so the partition's order is the one total order every task and
-the driver agree on. Three kinds of record, small JSON objects:
+The sink keeps its query state in Iggy (:class:`~iggy_spark.sink.control_topic.ControlTopic`
+reads and appends): one topic per query with one partition, so the partition's order is the
+one total order every task and the driver agree on. Three kinds of record, small JSON objects:
 
 * ``ledger``: the whole :class:`~iggy_spark.sink.report.Ledger` after batch ``batch``, appended by
   the driver's ``commit``. The newest one by batch is the query's state; anything older than
