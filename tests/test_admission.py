@@ -16,16 +16,21 @@ from iggy_spark.sink.admission import (
     WILDCARD,
     Admission,
     AdmissionMode,
+    AdmissionReason,
     AdmissionRules,
     Destination,
     Entry,
     MissingDestination,
     MissingPolicy,
-    Reason,
     ReservedIds,
-    check_partition_id,
     is_valid_name,
     parse_entries,
+)
+from iggy_spark.sink.refusals import (
+    REASONS,
+    DeliveryReason,
+    Reason,
+    check_partition_id,
     rejection,
 )
 
@@ -115,26 +120,26 @@ def test_entry_grammar_matches_reference(pairs: list[tuple[str, str]]) -> None:
 
 def reference_admission(
     rules: AdmissionRules, seed: set[Destination], sequence: list[Destination]
-) -> tuple[list[Reason | None], set[Destination]]:
+) -> tuple[list[AdmissionReason | None], set[Destination]]:
     admitted = set(seed) - rules.exempt
-    verdicts: list[Reason | None] = []
+    verdicts: list[AdmissionReason | None] = []
     for dest in sequence:
         matched = any(
             e.stream in (WILDCARD, dest.stream) and e.topic in (WILDCARD, dest.topic)
             for e in rules.entries
         )
         if not (reference_valid(dest.stream) and reference_valid(dest.topic)):
-            verdicts.append(Reason.INVALID_NAME)
+            verdicts.append(AdmissionReason.INVALID_NAME)
         elif dest in rules.exempt or dest.stream == rules.reserved:
-            verdicts.append(Reason.RESERVED)  # whatever the lists say
+            verdicts.append(AdmissionReason.RESERVED)  # whatever the lists say
         elif rules.mode is AdmissionMode.DENYLIST and matched:
-            verdicts.append(Reason.DENYLIST)
+            verdicts.append(AdmissionReason.DENYLIST)
         elif rules.mode is AdmissionMode.ALLOWLIST and not matched:
-            verdicts.append(Reason.NOT_ALLOWLISTED)
+            verdicts.append(AdmissionReason.NOT_ALLOWLISTED)
         elif dest in admitted:
             verdicts.append(None)
         elif len(admitted) >= rules.max_destinations:
-            verdicts.append(Reason.CAP)
+            verdicts.append(AdmissionReason.CAP)
         else:
             admitted.add(dest)
             verdicts.append(None)
@@ -196,7 +201,7 @@ def test_cap_holds_in_every_mode(mode: AdmissionMode, entries: tuple[Entry, ...]
     admission = Admission(AdmissionRules(mode=mode, entries=entries, max_destinations=2))
     assert admission.check("s", "t1") is None
     assert admission.check("s", "t2") is None
-    assert admission.check("s", "t3") is Reason.CAP
+    assert admission.check("s", "t3") is AdmissionReason.CAP
     assert admission.check("s", "t1") is None  # already admitted: never capped
     assert admission.newly_admitted == {Destination("s", "t1"), Destination("s", "t2")}
 
@@ -206,7 +211,7 @@ def test_seeded_destinations_count_against_the_cap_once() -> None:
     admission = Admission(rules, admitted=[("s", "old")])
     assert admission.check("s", "old") is None
     assert admission.check("s", "new") is None
-    assert admission.check("s", "newer") is Reason.CAP
+    assert admission.check("s", "newer") is AdmissionReason.CAP
     assert admission.newly_admitted == {Destination("s", "new")}
     assert admission.admitted == {Destination("s", "old"), Destination("s", "new")}
 
@@ -214,7 +219,7 @@ def test_seeded_destinations_count_against_the_cap_once() -> None:
 def test_seeded_destinations_are_still_checked_against_the_lists() -> None:
     rules = AdmissionRules(mode=AdmissionMode.DENYLIST, entries=(Entry("s", "old"),))
     admission = Admission(rules, admitted=[Destination("s", "old")])
-    assert admission.check("s", "old") is Reason.DENYLIST
+    assert admission.check("s", "old") is AdmissionReason.DENYLIST
 
 
 def test_the_dlq_is_refused_to_rows_and_never_counted() -> None:
@@ -227,9 +232,9 @@ def test_the_dlq_is_refused_to_rows_and_never_counted() -> None:
     )
     admission = Admission(rules, admitted=[dlq])
     assert admission.check("app", "events") is None
-    assert admission.check(*dlq) is Reason.RESERVED  # a row would pass for a dead letter
-    assert admission.check("app", "more") is Reason.CAP
-    assert admission.check("ops", "other") is Reason.DENYLIST
+    assert admission.check(*dlq) is AdmissionReason.RESERVED  # a row would pass for a dead letter
+    assert admission.check("app", "more") is AdmissionReason.CAP
+    assert admission.check("ops", "other") is AdmissionReason.DENYLIST
     assert dlq not in admission.admitted
 
 
@@ -246,17 +251,17 @@ def test_the_state_stream_and_the_dlq_are_reserved_whatever_the_allowlist_says(
     admission = Admission(rules)
     for stream, topic in (("iggy_spark_state", "query-0b6f"), ("iggy_spark_state", "1"),
                           ("ops", "dead")):
-        assert admission.check(stream, topic) is Reason.RESERVED
-        assert rules.list_reason(Destination(stream, topic)) is Reason.RESERVED
+        assert admission.check(stream, topic) is AdmissionReason.RESERVED
+        assert rules.list_reason(Destination(stream, topic)) is AdmissionReason.RESERVED
     assert not admission.admitted
 
 
 def test_reserved_ids_refuse_the_state_streams_topics_and_the_dlq_topic_only() -> None:
     ids = ReservedIds(state_stream=3, dead_letters=(1, 7))
-    assert ids.check(3, 0) is ids.check(3, 9) is ids.check(1, 7) is Reason.RESERVED
+    assert ids.check(3, 0) is ids.check(3, 9) is ids.check(1, 7) is AdmissionReason.RESERVED
     assert ids.check(1, 6) is ids.check(2, 7) is ids.check(0, 0) is None
     assert ReservedIds().check(0, 0) is None  # nothing of the sink's exists yet
-    assert ReservedIds(0).check(0, 1) is Reason.RESERVED  # id 0 is an id like any other
+    assert ReservedIds(0).check(0, 1) is AdmissionReason.RESERVED  # id 0 is an id like any other
 
 
 def test_list_reason_ignores_names_and_cap() -> None:
@@ -264,7 +269,7 @@ def test_list_reason_ignores_names_and_cap() -> None:
         mode=AdmissionMode.ALLOWLIST, entries=(Entry("a", "b"),), max_destinations=1
     )
     assert rules.list_reason(Destination("a", "b")) is None
-    assert rules.list_reason(Destination("a", "c")) is Reason.NOT_ALLOWLISTED
+    assert rules.list_reason(Destination("a", "c")) is AdmissionReason.NOT_ALLOWLISTED
 
 
 def test_admission_state_pickles() -> None:
@@ -278,14 +283,15 @@ def test_admission_state_pickles() -> None:
 
 
 def test_reason_labels() -> None:
-    assert {r.value for r in Reason} == {
-        "cap", "denylist", "not_allowlisted", "invalid_name", "circuit_open", "unknown",
-        "too_large", "invalid_row",
-        "partition_id_out_of_range", "reserved",
-    }
+    """The admission rules' reasons and the others, apart; the labels users see as before."""
+    assert {r.value for r in AdmissionReason} == {
+        "cap", "denylist", "not_allowlisted", "invalid_name", "reserved"}
+    assert {r.value for r in DeliveryReason} == {
+        "circuit_open", "unknown", "too_large", "invalid_row", "partition_id_out_of_range"}
+    assert len({r.value for r in REASONS}) == len(REASONS) == 10
 
 
-@pytest.mark.parametrize("reason", list(Reason))
+@pytest.mark.parametrize("reason", REASONS)
 def test_rejection_errors_explain_and_pickle(reason: Reason) -> None:
     error = rejection("s", "t", reason)
     assert error.reason == reason.value and (error.stream, error.topic) == ("s", "t")
@@ -296,7 +302,7 @@ def test_rejection_errors_explain_and_pickle(reason: Reason) -> None:
 
 def test_hostile_names_are_quoted_and_truncated_in_errors() -> None:
     hostile = "x\nERROR fake log line " + "y" * 500
-    message = str(rejection(hostile, "t", Reason.INVALID_NAME))
+    message = str(rejection(hostile, "t", AdmissionReason.INVALID_NAME))
     assert "\n" not in message and len(message) < 400
 
 
@@ -305,7 +311,7 @@ def test_hostile_names_are_quoted_and_truncated_in_errors() -> None:
     [(0, 1, True), (3, 4, True), (4, 4, False), (-1, 4, False), (99, 4, False)],
 )
 def test_partition_ids_count_from_zero(partition: int, count: int, ok: bool) -> None:
-    expected = None if ok else Reason.PARTITION_ID_OUT_OF_RANGE
+    expected = None if ok else DeliveryReason.PARTITION_ID_OUT_OF_RANGE
     assert check_partition_id(partition, count) is expected
 
 

@@ -27,9 +27,9 @@ from support.broker_fixtures import Polled, apoll_all, connect, run
 from iggy_local import LocalIggy
 from iggy_spark import names
 from iggy_spark.identifiers import identifier, name_identifier, reads_as_id
-from iggy_spark.sink.admission import Reason
 from iggy_spark.sink.delivery import TaskIdentity
 from iggy_spark.sink.options import RoutedOptions, TopicDefaults
+from iggy_spark.sink.refusals import REASONS
 from iggy_spark.sink.report import TaskReport
 from iggy_spark.sink.topic_request import create_topic
 from iggy_spark.sink.writer import IggyRoutedStreamWriter
@@ -51,10 +51,10 @@ def test_an_int_is_always_the_numeric_id_and_digits_read_as_one() -> None:
     assert not reads_as_id(str(2**32))  # too large for a u32: the SDK sends it as a name
 
 
-def test_every_admission_reason_is_in_the_docs_table_and_only_those() -> None:
+def test_every_refusal_reason_is_in_the_docs_table_and_only_those() -> None:
     table = DOCS_PAGE.read_text().split("| reason | why |", 1)[1].split("\n\n", 1)[0]
     documented = re.findall(r"^\| `([a-z_]+)` \|", table, re.MULTILINE)
-    assert sorted(documented) == sorted(r.value for r in Reason)
+    assert sorted(documented) == sorted(r.value for r in REASONS)
 
 
 # -- services: the local broker ---------------------------------------------------------------

@@ -17,11 +17,16 @@ streams and topics without bound. Every row's destination goes through the same 
 7. the topic, found (or created) by name: at the id of the state stream or of the dead-letter
    topic → ``reserved`` (:class:`ReservedIds`).
 
-Steps 2-5 are :meth:`Admission.check`. Any :class:`Reason` then follows
-``on_admission_failure``. The sink writes to the dead-letter topic itself, without these steps
-and without counting it against the cap, so failures can always be parked somewhere; rows may
-not name it (a row would pass for a dead letter), except that defaults naming it take rows
-without a destination.
+Steps 2-5 are :meth:`Admission.check`. The rules' verdicts (steps 2-5 and 7) are an
+:class:`AdmissionReason`; the breaker's (step 6) and what the sink finds once a row passed them
+(a topic missing, a row that cannot become a message, a partition id past the topic's) are not
+rules of admission but a :class:`~iggy_spark.sink.refusals.DeliveryReason`. Any reason
+(:data:`~iggy_spark.sink.refusals.Reason`) then follows ``on_admission_failure``
+(:func:`~iggy_spark.sink.refusals.rejection`).
+
+The sink writes to the dead-letter topic itself, without these steps and without counting it
+against the cap, so failures can always be parked somewhere; rows may not name it (a row would
+pass for a dead letter), except that defaults naming it take rows without a destination.
 """
 
 from __future__ import annotations
@@ -39,17 +44,15 @@ __all__ = [
     "WILDCARD",
     "Admission",
     "AdmissionMode",
+    "AdmissionReason",
     "AdmissionRules",
     "Destination",
     "Entry",
     "MissingDestination",
     "MissingPolicy",
-    "Reason",
     "ReservedIds",
-    "check_partition_id",
     "is_valid_name",
     "parse_entries",
-    "rejection",
 ]
 
 WILDCARD = "*"
@@ -67,59 +70,36 @@ class Destination(NamedTuple):
         return f"{self.stream}/{self.topic}"
 
 
-class Reason(StrEnum):
-    """Why a row was refused; the values are the ``reason`` label of the rejection counter."""
+class AdmissionReason(StrEnum):
+    """Why the admission rules refused a row's destination; the values are the ``reason`` label
+    of the rejection counter and the ``iggy_spark.reason`` header of a dead letter."""
 
     CAP = "cap"
     DENYLIST = "denylist"
     NOT_ALLOWLISTED = "not_allowlisted"
     INVALID_NAME = "invalid_name"
-    CIRCUIT_OPEN = "circuit_open"
-    UNKNOWN = "unknown"
-    TOO_LARGE = "too_large"
-    INVALID_ROW = "invalid_row"
-    PARTITION_ID_OUT_OF_RANGE = "partition_id_out_of_range"
     RESERVED = "reserved"
+
+    @property
+    def advice(self) -> str:
+        """What the user can do about it, for the error under ``on_admission_failure=error``."""
+        return _ADVICE[self]
 
 
 _ADVICE = {
-    Reason.CAP: "the query already writes to admission.max_destinations destinations; raise the "
-    "cap if this destination is expected",
-    Reason.DENYLIST: "the destination matches admission.denylist",
-    Reason.NOT_ALLOWLISTED: "the destination matches no entry of admission.allowlist",
-    Reason.INVALID_NAME: f"stream and topic names must be {NAME_RULE}",
-    Reason.CIRCUIT_OPEN: "recent sends to this destination failed; its circuit breaker retries "
-    "after circuit_breaker.cool_down",
-    Reason.UNKNOWN: "the destination does not exist and create_destinations is false: create "
-    "it, or allow the sink to",
-    Reason.TOO_LARGE: "the row's payload is over max_message_bytes",
-    Reason.INVALID_ROW: "the row cannot become an Iggy message (null or empty payload, bad "
-    "header, id or key)",
-    Reason.PARTITION_ID_OUT_OF_RANGE: "partition ids count from 0 and must be below the topic's "
-    "partition count",
-    Reason.RESERVED: "the destination is the sink's own: its state_stream (the queries' control "
-    "topics) or its dlq.stream/dlq.topic, which rows may never name",
+    AdmissionReason.CAP: "the query already writes to admission.max_destinations destinations; "
+    "raise the cap if this destination is expected",
+    AdmissionReason.DENYLIST: "the destination matches admission.denylist",
+    AdmissionReason.NOT_ALLOWLISTED: "the destination matches no entry of admission.allowlist",
+    AdmissionReason.INVALID_NAME: f"stream and topic names must be {NAME_RULE}",
+    AdmissionReason.RESERVED: "the destination is the sink's own: its state_stream (the "
+    "queries' control topics) or its dlq.stream/dlq.topic, which rows may never name",
 }
-
-
-def rejection(stream: str, topic: str, reason: Reason) -> AdmissionError:
-    """The error for a rejected row under ``on_admission_failure=error``."""
-    advice = f"{_ADVICE[reason]}; on_admission_failure=drop or dlq keeps the query running"
-    return AdmissionError(stream, topic, reason.value, advice)
 
 
 def is_valid_name(name: str) -> bool:
     """Whether ``name`` may name a stream or topic created by this sink."""
     return _NAME.fullmatch(name) is not None
-
-
-def check_partition_id(partition_id: int, partitions_count: int) -> Reason | None:
-    """Iggy partitions are numbered ``0 .. partitions_count - 1``.
-
-    A bad id is a data problem of one row, not a sign the topic is unhealthy, so the writer
-    counts this reason but does not report it to the destination's circuit breaker.
-    """
-    return None if 0 <= partition_id < partitions_count else Reason.PARTITION_ID_OUT_OF_RANGE
 
 
 class AdmissionMode(StrEnum):
@@ -216,7 +196,7 @@ class AdmissionRules:
     reserved: str | None = None
     """The sink's own state stream (``state_stream``): every topic of it refused to rows."""
 
-    def list_reason(self, destination: Destination) -> Reason | None:
+    def list_reason(self, destination: Destination) -> AdmissionReason | None:
         """The reserved and allow/deny verdicts alone (no name check, no cap): used to vet
         defaults."""
         return _list_verdict(self, _Matcher(self.entries), destination)
@@ -224,14 +204,14 @@ class AdmissionRules:
 
 def _list_verdict(
     rules: AdmissionRules, matcher: _Matcher, destination: Destination
-) -> Reason | None:
+) -> AdmissionReason | None:
     if destination.stream == rules.reserved or destination in rules.exempt:
-        return Reason.RESERVED
+        return AdmissionReason.RESERVED
     mode = rules.mode
     if mode is AdmissionMode.DENYLIST and matcher(destination):
-        return Reason.DENYLIST
+        return AdmissionReason.DENYLIST
     if mode is AdmissionMode.ALLOWLIST and not matcher(destination):
-        return Reason.NOT_ALLOWLISTED
+        return AdmissionReason.NOT_ALLOWLISTED
     return None
 
 
@@ -266,7 +246,7 @@ class Admission:
         self._matcher = _Matcher(rules.entries)
         self._seeded = frozenset(Destination(*d) for d in admitted) - rules.exempt
         self._admitted = set(self._seeded)
-        self._verdicts: dict[Destination, Reason | None] = {}
+        self._verdicts: dict[Destination, AdmissionReason | None] = {}
 
     @property
     def rules(self) -> AdmissionRules:
@@ -282,7 +262,7 @@ class Admission:
         """Destinations this instance admitted that were not in the seed."""
         return frozenset(self._admitted - self._seeded)
 
-    def check(self, stream: str, topic: str) -> Reason | None:
+    def check(self, stream: str, topic: str) -> AdmissionReason | None:
         """``None`` if the destination is admitted (recording it), else why not."""
         destination = Destination(stream, topic)
         try:
@@ -292,17 +272,17 @@ class Admission:
             self._verdicts[destination] = verdict
             return verdict
 
-    def _decide(self, destination: Destination) -> Reason | None:
+    def _decide(self, destination: Destination) -> AdmissionReason | None:
         if not (is_valid_name(destination.stream) and is_valid_name(destination.topic)):
-            return Reason.INVALID_NAME
+            return AdmissionReason.INVALID_NAME
         reason = _list_verdict(self._rules, self._matcher, destination)
         if reason is not None:
             return reason
         if destination not in self._admitted:
             if len(self._admitted) >= self._rules.max_destinations:
-                return Reason.CAP
+                return AdmissionReason.CAP
             if self._admit is not None and not self._admit(destination):
-                return Reason.CAP  # other tasks of the query took the places left
+                return AdmissionReason.CAP  # other tasks of the query took the places left
             self._admitted.add(destination)
         return None
 
@@ -321,10 +301,10 @@ class ReservedIds:
     state_stream: int | None = None
     dead_letters: tuple[int, int] | None = None
 
-    def check(self, stream_id: int, topic_id: int) -> Reason | None:
+    def check(self, stream_id: int, topic_id: int) -> AdmissionReason | None:
         """``reserved`` for a topic of the state stream or the dead-letter topic, else ``None``."""
         if stream_id == self.state_stream or (stream_id, topic_id) == self.dead_letters:
-            return Reason.RESERVED
+            return AdmissionReason.RESERVED
         return None
 
 

@@ -16,7 +16,7 @@ The row contract follows Spark's Kafka sink. Column names come from :class:`Colu
     little-endian bytes (what the Rust SDK's ``messages_key_u32`` sends).
 ``partition_id`` (encoding ``partition_id``)
     Integer, passed through as is (null means balanced); the writer checks it against the
-    topic's real partition count with :func:`iggy_spark.sink.admission.check_partition_id`.
+    topic's real partition count with :func:`iggy_spark.sink.refusals.check_partition_id`.
 ``value``
     String (sent as UTF-8) or binary, sent as is; the row's other columns are then ignored.
     Must be non-null and non-empty: Iggy has no tombstones and refuses empty payloads. Without

@@ -40,12 +40,12 @@ from iggy_spark.sink.admission import (
     WILDCARD,
     Admission,
     AdmissionMode,
+    AdmissionReason,
     AdmissionRules,
     Destination,
     Entry,
     MissingDestination,
     MissingPolicy,
-    Reason,
     is_valid_name,
     parse_entries,
 )
@@ -404,7 +404,7 @@ def _missing_destination(
     if default is not None and default not in admission.exempt:
         reason = admission.list_reason(default)
         if reason is not None:
-            option = ("default_stream" if reason is Reason.RESERVED
+            option = ("default_stream" if reason is AdmissionReason.RESERVED
                       else f"admission.{admission.mode}")
             raise ConfigError(option, f"refuses the default destination {default} ({reason}); "
                               "every row without a destination would be refused")

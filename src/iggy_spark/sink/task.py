@@ -31,19 +31,14 @@ from iggy_spark.errors import (
     UnknownDestination,
 )
 from iggy_spark.sink import sending
-from iggy_spark.sink.admission import (
-    Destination,
-    Reason,
-    ReservedIds,
-    check_partition_id,
-    rejection,
-)
+from iggy_spark.sink.admission import Destination, ReservedIds
 from iggy_spark.sink.breaker import BreakerBoard
 from iggy_spark.sink.delivery import Origin
 from iggy_spark.sink.encoding import EncodedBatch, encode_batch
 from iggy_spark.sink.options import FailurePolicy, RoutedOptions
 from iggy_spark.sink.outbox import Headers, Message, Outbox, backoff
 from iggy_spark.sink.partitioning import partition_for_key
+from iggy_spark.sink.refusals import DeliveryReason, Reason, check_partition_id, rejection
 from iggy_spark.sink.report import TaskReport
 
 if TYPE_CHECKING:
@@ -155,9 +150,9 @@ class RoutingTask:
             return self.verdicts[destination]
         except KeyError:
             pass
-        reason = self.admission.check(*destination)
+        reason: Reason | None = self.admission.check(*destination)
         if reason is None and not self.board.allow(destination):
-            reason = Reason.CIRCUIT_OPEN
+            reason = DeliveryReason.CIRCUIT_OPEN
         attempt = 0
         while reason is None:
             try:
@@ -165,11 +160,11 @@ class RoutingTask:
                 reason = self.reserved_ids().check(found.stream_id, found.topic_id)
                 break
             except UnknownDestination:
-                reason = Reason.UNKNOWN
+                reason = DeliveryReason.UNKNOWN
             except DestinationError as exc:
                 attempt += 1
                 if self.board.record_failed_attempt(destination, str(exc), attempt):
-                    reason = Reason.CIRCUIT_OPEN
+                    reason = DeliveryReason.CIRCUIT_OPEN
                 else:
                     time.sleep(backoff(attempt))
         self.verdicts[destination] = reason
@@ -262,7 +257,8 @@ class RoutingTask:
         Its payload may be what is wrong with it (empty, too large): then the dead letter
         carries a small JSON note instead; the reason and the error are in its headers.
         """
-        reason = Reason.TOO_LARGE if isinstance(error, PayloadTooLarge) else Reason.INVALID_ROW
+        reason: Reason = (DeliveryReason.TOO_LARGE if isinstance(error, PayloadTooLarge)
+                          else DeliveryReason.INVALID_ROW)
         payload = enc.payloads[i]
         if not payload or len(payload) > self.options.max_message_bytes:
             payload = orjson.dumps({_DLQ_ERROR: str(error)})
@@ -298,8 +294,8 @@ class RoutingTask:
             self.outbox.add((dlq, None), payload, {**(headers or {}), **extra}, message_id)
 
     def _refused_by_breaker(self, destination: Destination, messages: list[Message]) -> None:
-        self.verdicts[destination] = Reason.CIRCUIT_OPEN  # the rest of this task's rows too
-        self.refuse(destination, Reason.CIRCUIT_OPEN, messages)
+        self.verdicts[destination] = DeliveryReason.CIRCUIT_OPEN  # the rest of this task's rows
+        self.refuse(destination, DeliveryReason.CIRCUIT_OPEN, messages)
 
     def finish(self) -> TaskReport:
         self.outbox.flush()
