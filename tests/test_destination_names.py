@@ -22,6 +22,7 @@ from typing import Any
 import pyarrow as pa
 import pytest
 from apache_iggy import IggyClient
+from pyspark.sql import SparkSession
 from support.broker_fixtures import Polled, apoll_all, connect, run
 
 from iggy_local import LocalIggy
@@ -257,3 +258,40 @@ def test_a_default_dlq_takes_rows_without_a_destination_but_rows_may_not_name_it
     assert report.rejected == {"reserved": 1} and report.routed == {"ops/dead": 2}
     assert [(json.loads(m.payload)["n"], m.headers.get("iggy_spark.reason")) for m in dead] == [
         (0, None), (1, "reserved")]
+
+
+@pytest.mark.e2e
+def test_a_spark_query_writes_rows_named_with_digits_to_those_names_and_never_its_own_state(
+    spark: SparkSession, tmp_path: Path
+) -> None:
+    """The report's case through Spark: query A's destinations and control topic are numbered
+    0 to 2; a streaming query B whose rows name the digits, the state stream and the DLQ writes
+    the digits' rows to the destinations of those names and parks the others in its DLQ."""
+    rows = _digit_rows()
+    rows["stream"] += ["iggy_spark_state", "dead"]
+    rows["topic"] += ["query-x", "letters"]
+    rows["n"] += [60, 61]
+    feed = tmp_path / "feed"
+    spark.createDataFrame(list(zip(rows["stream"], rows["topic"], rows["n"], strict=True)),
+                          "stream string, topic string, n int").write.parquet(str(feed))
+    with LocalIggy() as broker:
+        a = _query_a(broker)
+        before = _contents_now(broker)
+        query = (spark.readStream.schema("stream string, topic string, n int")
+                 .parquet(str(feed)).writeStream.format("iggy_routed")
+                 .option("url", broker.url).option("checkpointLocation", str(tmp_path / "chk"))
+                 .option("on_admission_failure", "dlq")
+                 .option("dlq.stream", "dead").option("dlq.topic", "letters")
+                 .trigger(availableNow=True).start())
+        query.awaitTermination()
+        after = _contents_now(broker)
+    assert query.exception() is None
+    for where in (("alpha", "beta"), ("alpha", "1"), a.control_topic):
+        assert after[where] == before[where], f"query B's rows reached {where}"
+    for stream in DIGITS:
+        for topic in DIGITS:
+            got = sorted(json.loads(m.payload)["n"] for m in after[stream, topic])
+            assert got == [n for n in range(60) if (DIGITS[n % 3], DIGITS[n // 3 % 3]) == (
+                stream, topic)]
+    assert sorted(json.loads(m.payload)["n"] for m in after["dead", "letters"]) == [60, 61]
+    assert ("iggy_spark_state", "query-x") not in after
