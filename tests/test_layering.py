@@ -1,6 +1,7 @@
-"""``postgres_cdc_source``'s imports follow its layers, read from the source with ``ast`` (lazy
-imports inside functions included): no two folders (or top-level modules) import each other,
-even through others, and none imports one of a higher layer."""
+"""Each layered package's imports follow its layers (:data:`PACKAGES`), read from the source with
+``ast`` (lazy imports inside functions included): no two of its folders (or top-level modules)
+import each other, even through others, and none imports one of a higher layer; and no module
+of the repository imports one that imports it back."""
 
 from __future__ import annotations
 
@@ -20,15 +21,59 @@ LAYERS: tuple[frozenset[str], ...] = (
                "struct_json", "struct_history", "variant_types"}),
     frozenset({"snapshot", "backfill", "polling"}),
     frozenset({"stream"}),
-    frozenset({"source", "abandon", PACKAGE}),
+    frozenset({"source", "abandon", "monitoring", PACKAGE}),
 )
 """Lowest first: the shared rules, then decoding and the server's replication, then the read
 modes, then the change stream that sequences them, then the entry points (the package's own
 ``__init__`` is named ``postgres_cdc_source``)."""
 
 
-def _modules() -> dict[str, Path]:
-    files = sorted((ROOT / PACKAGE).rglob("*.py"))
+IGGY_SPARK_LAYERS: tuple[frozenset[str], ...] = (
+    frozenset({"errors", "sdk", "identifiers", "iggy_url", "handshake", "connection", "failures",
+               "names"}),
+    frozenset({"source"}),
+    frozenset({"sink"}),
+    frozenset({"monitoring", "iggy_spark"}),
+)
+"""``iggy_spark``: the Iggy client pieces both formats use, then the ``iggy`` source (below the
+sink, so it loads none of it), then the ``iggy_routed`` sink, then the faces over both."""
+
+SINK_LAYERS: tuple[frozenset[str], ...] = (
+    frozenset({"admission", "breaker", "refusals", "options", "columns", "arrow_types",
+               "json_payloads", "encoding", "partitioning", "delivery", "control_records",
+               "report", "logs", "json_route"}),
+    frozenset({"topic_request", "sending", "outbox", "control_topic", "migration"}),
+    frozenset({"task"}),
+    frozenset({"writer"}),
+    frozenset({"datasource", "monitoring", "sink"}),
+)
+"""``iggy_spark.sink``: the pure rules (admission, breakers, refusals, options, encoding,
+effectively-once's decisions, the control topic's records, the ledger), then what talks to Iggy
+(topics, sends, the outbox, the control topic), then the task, then the writer, then what Spark
+and users call (the data source, the destinations table)."""
+
+SOURCE_LAYERS: tuple[frozenset[str], ...] = (
+    frozenset({"errors", "offsets", "options", "schema", "payloads", "progress", "wire"}),
+    frozenset({"catalog", "polling"}),
+    frozenset({"reader"}),
+    frozenset({"datasource", "source"}),
+)
+"""``iggy_spark.source``: the pure rules (offsets, options, the schema, payloads, the progress
+report, the wire layout), then what talks to Iggy (the catalog, polling), then the reader, then
+the data source and the package's face."""
+
+PACKAGES: dict[str, tuple[frozenset[str], ...]] = {
+    PACKAGE: LAYERS,
+    "iggy_spark": IGGY_SPARK_LAYERS,
+    "iggy_spark.sink": SINK_LAYERS,
+    "iggy_spark.source": SOURCE_LAYERS,
+}
+"""Every package that has layers, lowest first; a unit is a folder or a module directly in the
+package, the package's own ``__init__`` named by its last name."""
+
+
+def _modules(package: str = PACKAGE) -> dict[str, Path]:
+    files = sorted((ROOT / package.replace(".", "/")).rglob("*.py"))
     names = {}
     for path in files:
         parts = path.relative_to(ROOT).with_suffix("").parts
@@ -54,20 +99,22 @@ def _imports(path: Path, module: str, known: Mapping[str, Path]) -> Iterator[str
                     yield base
 
 
-def _unit(module: str) -> str:
-    """The folder (or top-level module) ``module`` belongs to."""
-    parts = module.split(".")
-    return parts[1] if len(parts) > 1 else PACKAGE
+def _unit(module: str, package: str = PACKAGE) -> str:
+    """The folder (or module) directly in ``package`` that ``module`` belongs to."""
+    inner = module.removeprefix(package).lstrip(".")
+    return inner.split(".")[0] if inner else package.rpartition(".")[2]
 
 
-def _graph(key: str) -> dict[str, set[str]]:
-    known = _modules()
+def _graph(key: str, package: str = PACKAGE) -> dict[str, set[str]]:
+    """``package``'s imports between modules, or between units (``key="folder"``); every module
+    or unit is a node, importing nothing or not."""
+    known = _modules(package)
     graph: dict[str, set[str]] = {}
     for module, path in known.items():
-        source = module if key == "module" else _unit(module)
+        source = module if key == "module" else _unit(module, package)
+        graph.setdefault(source, set())
         for target in _imports(path, module, known):
-            target = target if key == "module" else _unit(target)
-            graph.setdefault(source, set())
+            target = target if key == "module" else _unit(target, package)
             if target != source:
                 graph[source].add(target)
     return graph
@@ -96,15 +143,21 @@ def _cycle(graph: Mapping[str, set[str]]) -> list[str] | None:
     return None
 
 
+@pytest.mark.parametrize("package", PACKAGES)
 @pytest.mark.parametrize("key", ["folder", "module"])
-def test_imports_have_no_cycle(key: str) -> None:
-    assert _cycle(_graph(key)) is None
+def test_imports_have_no_cycle(package: str, key: str) -> None:
+    assert _cycle(_graph(key, package)) is None
 
 
-def test_no_folder_imports_a_higher_layer() -> None:
-    layer = {unit: rank for rank, units in enumerate(LAYERS) for unit in units}
-    graph = _graph("folder")
-    assert set(graph) <= set(layer), f"place these in LAYERS: {sorted(set(graph) - set(layer))}"
+@pytest.mark.parametrize("package", PACKAGES)
+def test_no_folder_imports_a_higher_layer(package: str) -> None:
+    layers = PACKAGES[package]
+    layer = {unit: rank for rank, units in enumerate(layers) for unit in units}
+    assert sum(map(len, layers)) == len(layer), f"{package}: a unit is in two layers"
+    graph = _graph("folder", package)
+    assert set(graph) == set(layer), (
+        f"{package}: place these in its layers: {sorted(set(graph) - set(layer))}; "
+        f"these are gone: {sorted(set(layer) - set(graph))}")
     upward = sorted((source, target) for source, targets in graph.items() for target in targets
                     if layer[target] > layer[source])
     assert not upward, upward

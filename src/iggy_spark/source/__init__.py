@@ -8,7 +8,9 @@ so reads the same messages.
 
 The names in ``__all__`` are the source's public API (its option errors are
 :class:`iggy_spark.ConfigError`); every module under ``iggy_spark.source`` is internal and may
-move between versions.
+move between versions. They are in layers, lowest first: the pure rules (``offsets``,
+``options``, ``schema``, ``payloads``, ``progress``, ``wire``), what talks to Iggy (``catalog``,
+``polling``), the ``reader``, the ``datasource`` (held by ``tests/test_layering.py``).
 """
 
 from __future__ import annotations
