@@ -109,9 +109,12 @@ def killed_mid_send(
                 stop_at = messages_in(broker.url, name, held) + HELD
                 broker.refuse_sends(name, held, after=stop_at)
                 job.start()
-                wait_until(lambda at=stop_at: messages_in(broker.url, name, held) >= at, 300,
-                           "the first sends of a batch", alive=lambda: job.running)
-                time.sleep(2)  # the sink is retrying the refused sends now
+
+                def stalled(at: int = stop_at) -> bool:
+                    return (messages_in(broker.url, name, held) >= at
+                            and _in_flight(s3, checkpoint))
+
+                wait_until(stalled, 300, "the first sends of a batch", alive=lambda: job.running)
                 job.kill()
                 planned = batches(s3, checkpoint, "offsets")
                 assert planned and max(planned) not in batches(s3, checkpoint, "commits"), (
@@ -136,3 +139,10 @@ def killed_mid_send(
                 job.kill()
     return Outcome(work, _query_id(s3, checkpoint), s3.uri(checkpoint), kills,
                    time.monotonic() - started, log)
+
+
+def _in_flight(s3: SeaweedS3, checkpoint: str) -> bool:
+    """Whether the checkpoint's last planned batch is not committed: the batch whose sends of
+    the held topic the broker refuses, so it cannot commit until the kill."""
+    planned = batches(s3, checkpoint, "offsets")
+    return bool(planned) and max(planned) not in batches(s3, checkpoint, "commits")
