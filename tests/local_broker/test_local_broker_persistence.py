@@ -171,7 +171,7 @@ def test_a_deleted_topic_is_gone_with_its_messages_and_stays_gone_after_a_restar
                                        [SendMessage(b"old")])
             await client.delete_topic("s", "t")
             assert await client.get_topic("s", "t") is None
-            with pytest.raises(RuntimeError):
+            with pytest.raises(RuntimeError, match=r"Topic with name: .* was not found"):
                 await client.delete_topic("s", "t")
             await create_topic(client, "s", "t", 1)
 
@@ -212,7 +212,8 @@ def test_a_deleted_consumer_offset_is_gone_and_stays_gone_after_a_restart(
             await client.send_binary_request(wire.DELETE_CONSUMER_OFFSET,
                                              wire.delete_offset_request(*target))
             assert not await stored()
-            with pytest.raises(RuntimeError):
+            with pytest.raises(RuntimeError,
+                               match=r"Consumer offset for consumer with ID: .* was not found"):
                 await client.send_binary_request(wire.DELETE_CONSUMER_OFFSET,
                                                  wire.delete_offset_request(*target))
 
