@@ -209,7 +209,11 @@ class BrokerServer:
                                          f"most {PRE_LOGIN_BODY_LIMIT})")
                     body = (await reader.readexactly(header.body_size) if header.body_size
                             else b"")
-                    writer.writelines(self.handle(conn, header, body))
+                    # without the empty bodies: from CPython 3.12 writelines sends with
+                    # sendmsg, and an empty chunk is never drained, so the loop spins on the
+                    # connection and it never closes (python/cpython#155888; 3.12.1, 3.13.0)
+                    writer.writelines([frame for frame in self.handle(conn, header, body)
+                                       if frame])
                     await writer.drain()
         except TimeoutError:
             log.warning("%s: no complete request and reply in %s s, closing the connection",
