@@ -27,7 +27,7 @@ from postgres_cdc_source.catalog import CATALOG_QUERY, TableInfo, table_info_fro
 from postgres_cdc_source.decoding import Change, Decoder, PeekRow
 from postgres_cdc_source.decoding.pgoutput import PgOutputDecoder, pgoutput_options
 from postgres_cdc_source.decoding.text_format import TEST_DECODING_OPTIONS, TextFormatDecoder
-from postgres_cdc_source.values import SESSION_SETTINGS
+from postgres_cdc_source.pg_types import SESSION_SETTINGS
 
 REFERENCE = 65_000  # changes/s of the hand-written pgoutput loop, decode + JSON
 PEEK = ("SELECT (lsn - '0/0')::int8, xid::text::int8, data FROM {}(%s, NULL, NULL,"

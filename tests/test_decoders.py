@@ -37,7 +37,7 @@ from postgres_cdc_source.decoding import (
 )
 from postgres_cdc_source.decoding.pgoutput import PgOutputDecoder, pgoutput_options
 from postgres_cdc_source.decoding.text_format import TEST_DECODING_OPTIONS, TextFormatDecoder
-from postgres_cdc_source.values import SESSION_SETTINGS
+from postgres_cdc_source.pg_types import SESSION_SETTINGS
 
 pytestmark = pytest.mark.contrib  # every real-server test compares the two plugins
 

@@ -23,15 +23,16 @@ from connector_common.change_rows import ARROW_SCHEMA
 from connector_common.lsn import parse_lsn
 from connector_common.spark_versions import ReadAllAvailable
 from iggy_spark_testing.harness import LocalPostgres
-from postgres_cdc_source import variant
 from postgres_cdc_source.assembly import record_batches, transactions
 from postgres_cdc_source.decoding.pgoutput import PgOutputDecoder
 from postgres_cdc_source.destination_columns import Router
 from postgres_cdc_source.errors import DecodeError
 from postgres_cdc_source.options import CdcOptions
+from postgres_cdc_source.rows.variant import encoding as variant
+from postgres_cdc_source.rows.variant.format import VARIANT_ROWS
+from postgres_cdc_source.rows.variant.values import MAX_JSON_DEPTH, converter_for
 from postgres_cdc_source.source import PgCdcDataSource
 from postgres_cdc_source.stream.reader import CdcPartition
-from postgres_cdc_source.variant_types import MAX_JSON_DEPTH, VARIANT_ROWS, converter_for
 
 JSONB = 3802
 DEEP = 5000

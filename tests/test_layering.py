@@ -15,17 +15,18 @@ ROOT = Path(__file__).resolve().parent.parent / "src"
 PACKAGE = "postgres_cdc_source"
 
 LAYERS: tuple[frozenset[str], ...] = (
-    frozenset({"errors", "options", "option_docs", "connections", "sql_names", "sql_json",
-               "values", "catalog", "health", "variant", "partitions"}),
-    frozenset({"decoding", "replication", "destination_columns", "assembly", "struct_types",
-               "struct_json", "struct_history", "variant_types"}),
+    frozenset({"errors", "options", "option_docs", "connections", "sql_names", "pg_types",
+               "catalog", "health", "partitions"}),
+    frozenset({"rows"}),
+    frozenset({"decoding", "replication", "destination_columns", "assembly"}),
     frozenset({"snapshot", "backfill", "polling"}),
     frozenset({"stream"}),
     frozenset({"source", "abandon", "monitoring", PACKAGE}),
 )
-"""Lowest first: the shared rules, then decoding and the server's replication, then the read
-modes, then the change stream that sequences them, then the entry points (the package's own
-``__init__`` is named ``postgres_cdc_source``)."""
+"""Lowest first: the shared rules (the built-in types by name among them), then the row
+formats (whose converters and shapes the decoders apply), then decoding and the server's
+replication, then the read modes, then the change stream that sequences them, then the entry
+points (the package's own ``__init__`` is named ``postgres_cdc_source``)."""
 
 
 IGGY_SPARK_LAYERS: tuple[frozenset[str], ...] = (

@@ -210,7 +210,7 @@ def test_typed_rows_of_a_partitioned_table_have_its_struct(
     query = DrivenQuery(pg, {"slot": name, "plugin": plugin, "row_format": "struct",
                              "include_tables": rf"public\.{name}"})
     try:
-        assert list(query.reader.typed.tables) == [f"public.{name}"]  # type: ignore[union-attr]
+        assert list(query.reader.rows.fixed_tables) == [f"public.{name}"]  # type: ignore[arg-type]
         with pg.connect() as conn:
             conn.execute(f"INSERT INTO {name} VALUES (1, '2026-11-05', 'a'), "
                          "(2, '2026-12-05', 'b')")

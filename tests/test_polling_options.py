@@ -14,7 +14,7 @@ from postgres_cdc_source.errors import ConfigError
 from postgres_cdc_source.option_docs import CDC_ONLY, OPTION_DOCS, POLLING_ONLY
 from postgres_cdc_source.options import CdcOptions
 from postgres_cdc_source.polling.offset import PollOffset
-from postgres_cdc_source.values import converter_for_oid
+from postgres_cdc_source.rows.json.values import converter_for_oid
 
 POLLING = {"dsn": "dbname=x", "mode": "polling", "table": "t", "tracking_column": "ts"}
 CDC = {"dsn": "dbname=x", "slot": "s"}

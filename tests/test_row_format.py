@@ -22,15 +22,10 @@ from postgres_cdc_source.decoding.text_format import TextFormatDecoder
 from postgres_cdc_source.destination_columns import Router
 from postgres_cdc_source.errors import ConfigError, DecodeError, SchemaChangedError
 from postgres_cdc_source.options import CdcOptions
-from postgres_cdc_source.struct_json import json_batches
-from postgres_cdc_source.struct_types import (
-    PgType,
-    StructRows,
-    TableStruct,
-    checkpoint_difference,
-    typed_columns,
-)
-from postgres_cdc_source.values import builtin_types
+from postgres_cdc_source.pg_types import builtin_types
+from postgres_cdc_source.rows.struct.json_text import json_batches
+from postgres_cdc_source.rows.struct.structs import StructRows, checkpoint_difference
+from postgres_cdc_source.rows.struct.types import PgType, TableStruct, typed_columns
 
 CDC = {"dsn": "dbname=x", "slot": "s"}
 INT4, NUMERIC, TEXT, TSTZ = 23, 1700, 25, 1184
@@ -294,7 +289,8 @@ def test_fail_refuses_other_structs_naming_the_difference() -> None:
     problem = checkpoint_difference(TYPED.stamp(), _widened(EXTRA), "fail")
     assert problem is not None
     assert problem.startswith("the tables' columns differ from the structs this checkpoint "
-                              "was written with: columns added: 'extra'. Restart with "
+                              "was written with: table shop.orders: columns added: 'extra'. "
+                              "Restart with "
                               "schema_evolution=add_columns to evolve the structs")
 
 

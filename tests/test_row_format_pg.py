@@ -28,9 +28,9 @@ from postgres_cdc_source.destination_columns import Router
 from postgres_cdc_source.errors import ConfigError, SchemaChangedError
 from postgres_cdc_source.options import CdcOptions
 from postgres_cdc_source.replication import peeking
+from postgres_cdc_source.rows.struct.catalog import evolve_kept, struct_rows
+from postgres_cdc_source.rows.struct.structs import StructRows, checkpoint_difference
 from postgres_cdc_source.stream.schema_watch import catalog_changed, typed_end
-from postgres_cdc_source.struct_history import evolve_kept
-from postgres_cdc_source.struct_types import StructRows, checkpoint_difference, struct_rows
 
 pytestmark = pytest.mark.services
 

@@ -207,7 +207,8 @@ def test_add_columns_evolves_the_struct_through_add_drop_rename_and_widen(
     assert [(r.op, r.after.id) for r in rows] == [
         ("read", 1), ("read", 2), ("read", 3), ("insert", 20), ("update", 1)]
     assert ("option 'schema_evolution': fail: the tables' columns differ from the structs "
-            "this checkpoint was written with: columns added: 'extra'") in _failing(
+            f"this checkpoint was written with: table {name}.t: columns added: 'extra'"
+            ) in _failing(
                 _collecting(spark, pg, name, "pgoutput", checkpoint, rows), "ConfigError")
     query = run("ALTER TABLE {} DROP COLUMN note", "INSERT INTO {} (id) VALUES (22)",
                 **adding)  # a drop does not stop add_columns: its rows are typed by name

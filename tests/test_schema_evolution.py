@@ -27,22 +27,22 @@ from postgres_cdc_source.decoding.text_format import TextFormatDecoder
 from postgres_cdc_source.destination_columns import Router
 from postgres_cdc_source.errors import SchemaChangedError
 from postgres_cdc_source.options import CdcOptions
-from postgres_cdc_source.struct_json import (
+from postgres_cdc_source.pg_types import builtin_types
+from postgres_cdc_source.rows.json.values import converter_for_oid
+from postgres_cdc_source.rows.struct.evolution import widens
+from postgres_cdc_source.rows.struct.json_text import (
     field_metadata,
     json_batches,
     pg_text,
     value_renderer,
 )
-from postgres_cdc_source.struct_types import (
-    StructRows,
+from postgres_cdc_source.rows.struct.structs import StructRows, checkpoint_difference
+from postgres_cdc_source.rows.struct.types import (
     TableStruct,
-    checkpoint_difference,
     column_type,
     spark_typed,
     typed_columns,
-    widens,
 )
-from postgres_cdc_source.values import builtin_types, converter_for_oid
 
 INT2, INT4, INT8, FLOAT4, FLOAT8, NUMERIC, TEXT, VARCHAR, JSONB = (
     21, 23, 20, 700, 701, 1700, 25, 1043, 3802)

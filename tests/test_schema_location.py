@@ -11,7 +11,7 @@ import pytest
 
 from postgres_cdc_source.errors import ConfigError
 from postgres_cdc_source.options import CdcOptions
-from postgres_cdc_source.struct_history import shown_location, structs_path
+from postgres_cdc_source.rows.struct.history import shown_location, structs_path
 
 SECRET = "hunter2"
 

@@ -27,9 +27,9 @@ from iggy_spark_testing.oracle import read_tables
 from iggy_spark_testing.records import Column, TableSpec
 from iggy_spark_testing.workload import Workload
 from postgres_cdc_source import snapshot
+from postgres_cdc_source.rows.struct.json_text import image_renderer
+from postgres_cdc_source.rows.struct.structs import StructRows
 from postgres_cdc_source.snapshot import reading as snapshot_reading
-from postgres_cdc_source.struct_json import image_renderer
-from postgres_cdc_source.struct_types import StructRows
 
 pytestmark = pytest.mark.services
 
@@ -226,7 +226,7 @@ def test_resumed_snapshot_completes_unchanged_toast_values_from_the_table(
 def _as_json(query: InProcessQuery, rows: list[dict[str, Any]]) -> list[dict[str, Any]]:
     """A ``row_format=struct`` query's rows with the JSON mode's ``key`` and ``after`` text; a
     ``variant`` one's decoded to JSON (the same for the table's int and text columns)."""
-    typed = query.reader.typed
+    typed = query.reader.rows
     if isinstance(typed, StructRows):
         key, after = image_renderer(typed.key), image_renderer(typed.row)
         return [{**r, "key": key(r["key"], ()), "after": after(r["after"], r["unchanged"])}

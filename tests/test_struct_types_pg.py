@@ -39,15 +39,12 @@ from postgres_cdc_source.decoding.pgoutput import PgOutputDecoder, pgoutput_opti
 from postgres_cdc_source.decoding.text_format import TEST_DECODING_OPTIONS, TextFormatDecoder
 from postgres_cdc_source.destination_columns import Router
 from postgres_cdc_source.options import CdcOptions
-from postgres_cdc_source.struct_json import image_renderer
-from postgres_cdc_source.struct_types import (
-    StructRows,
-    image_array,
-    spark_typed,
-    struct_schema,
-    table_struct,
-)
-from postgres_cdc_source.values import SESSION_SETTINGS
+from postgres_cdc_source.pg_types import SESSION_SETTINGS
+from postgres_cdc_source.rows.struct.catalog import table_struct
+from postgres_cdc_source.rows.struct.images import image_array
+from postgres_cdc_source.rows.struct.json_text import image_renderer
+from postgres_cdc_source.rows.struct.structs import StructRows, struct_schema
+from postgres_cdc_source.rows.struct.types import spark_typed
 
 pytestmark = [pytest.mark.services, pytest.mark.contrib]  # both decoders: test_decoding too
 

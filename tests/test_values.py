@@ -13,13 +13,8 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 
 from iggy_spark_testing.harness import LocalPostgres
-from postgres_cdc_source.values import (
-    SESSION_SETTINGS,
-    builtin_types,
-    converter_for_oid,
-    converter_for_type_name,
-    parse_array,
-)
+from postgres_cdc_source.pg_types import SESSION_SETTINGS, builtin_types, parse_array
+from postgres_cdc_source.rows.json.values import converter_for_oid, converter_for_type_name
 
 
 def convert(type_name: str, text: str) -> Any:

@@ -17,8 +17,8 @@ import pytest
 from pyspark.sql.types import VariantVal
 from test_struct_types_pg import _changes_of_every_kind, _peek, add_every_type, table
 
-from postgres_cdc_source.variant import variant_array
-from postgres_cdc_source.variant_types import VARIANT_ROWS
+from postgres_cdc_source.rows.variant.encoding import variant_array
+from postgres_cdc_source.rows.variant.format import VARIANT_ROWS
 
 pytestmark = [pytest.mark.services, pytest.mark.contrib]  # both decoders: test_decoding too
 

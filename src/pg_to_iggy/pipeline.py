@@ -72,7 +72,7 @@ def start_pipeline(
     The payloads are the JSON mode's: with ``row_format=struct`` in ``source`` (typed rows,
     whose structs are fixed when the query starts and stop it when a table's columns change),
     ``key``/``before``/``after`` are turned back into the JSON mode's text before the sink,
-    byte for byte (:func:`postgres_cdc_source.struct_json.json_rows`). ``row_format=variant``
+    byte for byte (:func:`postgres_cdc_source.json_rows`). ``row_format=variant``
     is refused (``ConfigError``): a variant object sorts its keys and keeps no Postgres type,
     so its JSON is not the JSON mode's byte for byte (column order, ``json`` text, numbers
     beyond 38 digits).
@@ -91,7 +91,7 @@ def start_pipeline(
         reader = reader.option(key, value)
     changes = reader.load()  # validates the options, min_partitions included
     if row_format == "struct":
-        from postgres_cdc_source.struct_json import json_rows
+        from postgres_cdc_source import json_rows
 
         changes = json_rows(changes)
     if int(options.get("min_partitions", "1")) > 1:  # a valid number: load() checked it

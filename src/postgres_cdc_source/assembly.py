@@ -31,8 +31,8 @@ from postgres_cdc_source.decoding import Begin, Change, Commit, LoneMessage
 from postgres_cdc_source.decoding.changes import conversion_error
 from postgres_cdc_source.destination_columns import Router
 from postgres_cdc_source.errors import DecodeError
-from postgres_cdc_source.struct_types import UnconvertibleValue, image_array
-from postgres_cdc_source.variant import is_variant, variant_array
+from postgres_cdc_source.rows.struct.images import UnconvertibleValue, image_array
+from postgres_cdc_source.rows.variant.encoding import is_variant, variant_array
 
 __all__ = ["Spill", "image_column", "record_batches", "transactions"]
 
@@ -204,9 +204,10 @@ class _Columns:
 def image_column(images: Sequence[Any], arrow_type: pa.DataType) -> pa.Array:
     """A ``key``/``before``/``after`` column of ``arrow_type`` from the changes' images: JSON
     text, ``row_format=struct``'s dicts, made structs here
-    (:func:`~postgres_cdc_source.struct_types.image_array`, which raises
-    :class:`~postgres_cdc_source.struct_types.UnconvertibleValue`), or ``variant``'s dicts of
-    encoded values, made variants here (:func:`~postgres_cdc_source.variant.variant_array`)."""
+    (:func:`~postgres_cdc_source.rows.struct.images.image_array`, which raises
+    :class:`~postgres_cdc_source.rows.struct.images.UnconvertibleValue`), or ``variant``'s dicts
+    of encoded values, made variants here
+    (:func:`~postgres_cdc_source.rows.variant.encoding.variant_array`)."""
     if is_variant(arrow_type):
         return variant_array(images)
     if pa.types.is_struct(arrow_type):

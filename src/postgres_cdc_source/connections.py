@@ -21,7 +21,7 @@ from psycopg.conninfo import conninfo_to_dict
 
 from postgres_cdc_source.errors import SourceError
 from postgres_cdc_source.options import CdcOptions
-from postgres_cdc_source.values import SESSION_SETTINGS
+from postgres_cdc_source.pg_types import SESSION_SETTINGS
 
 __all__ = [
     "DriverConnection", "connect", "connect_with_retry", "is_transient", "riding_out_restarts",

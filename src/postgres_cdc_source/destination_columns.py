@@ -14,24 +14,22 @@ topic named by its prefix, ``stream_from=schema`` to ``default_stream``, ``parti
 key`` by its key ``{"prefix": ...}``; a column route reads its ``prefix``/``content`` fields.
 
 With ``row_format=struct`` the values and the key are the struct's; each is turned back into
-the JSON mode's value first (:func:`~postgres_cdc_source.struct_types.image_json`), so a row
-goes where the JSON mode sends it, whichever format the query reads.
+the JSON mode's value first, as the row format says
+(:meth:`~postgres_cdc_source.rows.RowFormat.value_json`,
+:meth:`~postgres_cdc_source.rows.RowFormat.key_text`), so a row goes where the JSON mode sends
+it, whichever format the query reads.
 """
 
 from __future__ import annotations
 
 from collections.abc import Callable
-from typing import TYPE_CHECKING, Any
 
 import orjson
 
 from postgres_cdc_source.decoding import MESSAGE, Change, message_prefix
 from postgres_cdc_source.options import CdcOptions
-from postgres_cdc_source.struct_json import PG_TYPE_OID, image_renderer
-from postgres_cdc_source.struct_types import StructRows, image_json
-
-if TYPE_CHECKING:
-    from postgres_cdc_source.variant_types import VariantRows
+from postgres_cdc_source.rows import RowFormat
+from postgres_cdc_source.rows.json.format import JSON_ROWS
 
 __all__ = ["Router"]
 
@@ -47,12 +45,12 @@ def _as_text(value: object) -> str | None:
     return orjson.dumps(value).decode()
 
 
-def _picker(spec: str | None, builtin: str, attr: _Pick, typed: StructRows | None) -> _Pick | None:
+def _picker(spec: str | None, builtin: str, attr: _Pick, rows: RowFormat) -> _Pick | None:
     if spec is None:
         return None
     if spec == builtin:
         return attr
-    as_json = _json_value(typed, spec)
+    as_json = rows.value_json(spec)
 
     def column(change: Change) -> str | None:
         values = change.values
@@ -64,21 +62,12 @@ def _picker(spec: str | None, builtin: str, attr: _Pick, typed: StructRows | Non
     return column
 
 
-def _json_value(typed: StructRows | None, name: str) -> Callable[[Any], Any] | None:
-    """A struct value of column ``name`` -> its JSON mode's value (``None``: the values are the
-    JSON mode's already, or the query has no such column)."""
-    if typed is None or name not in typed.row.names:
-        return None
-    field = typed.row[name]
-    return image_json(int(field.metadata[PG_TYPE_OID]), field.dataType)
-
-
-def _key_text(typed: StructRows | None) -> _Pick:
+def _key_text(rows: RowFormat) -> _Pick:
     """A change's key as the JSON mode's text."""
-    if typed is None:
+    text = rows.key_text()
+    if text is None:
         return lambda c: c.key
-    render = image_renderer(typed.key, image_json)
-    return lambda c: render(c.key, ())
+    return lambda c: text(c.key)
 
 
 def _table_or_prefix(change: Change) -> str | None:
@@ -88,13 +77,10 @@ def _table_or_prefix(change: Change) -> str | None:
 class Router:
     """Compute a change's destination columns; built once per read from :class:`CdcOptions`."""
 
-    def __init__(self, options: CdcOptions, typed: StructRows | VariantRows | None = None
-                 ) -> None:
-        if not isinstance(typed, StructRows):  # variant: the routing options are refused
-            typed = None
-        self._stream = _picker(options.stream_from, "schema", lambda c: c.schema, typed)
-        self._topic = _picker(options.topic_from, "table", _table_or_prefix, typed)
-        self._key = _picker(options.partition_key_from, "key", _key_text(typed), typed)
+    def __init__(self, options: CdcOptions, rows: RowFormat = JSON_ROWS) -> None:
+        self._stream = _picker(options.stream_from, "schema", lambda c: c.schema, rows)
+        self._topic = _picker(options.topic_from, "table", _table_or_prefix, rows)
+        self._key = _picker(options.partition_key_from, "key", _key_text(rows), rows)
         self._default_stream = options.default_stream
         self._default_topic = options.default_topic
         self.by_column = any(

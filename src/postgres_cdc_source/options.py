@@ -21,6 +21,7 @@ from connector_common.options import OptionSet, parsed
 from connector_common.units import parse_bool, parse_duration, parse_int, parse_positive_size
 from postgres_cdc_source.errors import ConfigError
 from postgres_cdc_source.option_docs import CDC_ONLY, OPTION_DOCS, POLLING_ONLY
+from postgres_cdc_source.sql_names import qualified_name
 
 __all__ = [
     "BACKFILL_CHANNEL",
@@ -32,11 +33,11 @@ __all__ = [
     "REQUESTS_TABLE",
     "REQUEST_PREFIX",
     "ROW_FORMATS",
+    "ROW_FORMAT_REFUSALS",
     "SCHEMA_EVOLUTION",
     "SNAPSHOT_MODES",
     "CdcOptions",
     "PollingOptions",
-    "qualified_name",
     "redact_dsn",
 ]
 
@@ -119,25 +120,6 @@ def _regex(option: str, text: str | None) -> re.Pattern[str] | None:
         raise ConfigError(option, f"bad regular expression {text!r}: {exc}") from None
 
 
-def qualified_name(schema: str, table: str) -> str:
-    """The text ``include_tables``/``exclude_tables`` match: ``schema.table``, each name as it
-    is unless it holds a ``.`` or a ``"``, which is written double-quoted with its ``"``
-    doubled, as in SQL (``a."b.c"`` is table ``b.c`` of schema ``a``, ``"a.b".c`` table ``c``
-    of schema ``a.b``).
-
-    Two tables never share a text, so a pattern picks the (schema, table) pairs it means;
-    names without either character (``public.Orders``, ``public.7``) read as they always did,
-    so the patterns of existing queries keep their tables.
-    """
-    return f"{_name_text(schema)}.{_name_text(table)}"
-
-
-def _name_text(name: str) -> str:
-    if "." in name or '"' in name:
-        return '"' + name.replace('"', '""') + '"'
-    return name
-
-
 def redact_dsn(dsn: str) -> str:
     """The conninfo with every secret replaced by ``***``, safe for logs and errors."""
     try:
@@ -205,15 +187,15 @@ class CdcOptions:
     :mod:`~postgres_cdc_source.replication.publication`)."""
     row_format: str = "json"
     """``json``: ``key``/``before``/``after`` as JSON text; ``struct``: as structs of the
-    captured tables' columns (:mod:`postgres_cdc_source.struct_types`); ``variant``: as
-    VARIANT values (:mod:`postgres_cdc_source.variant_types`)."""
+    captured tables' columns (:mod:`postgres_cdc_source.rows.struct`); ``variant``: as
+    VARIANT values (:mod:`postgres_cdc_source.rows.variant`)."""
     schema_evolution: str = "fail"
     """``row_format=struct``: what a restart on a checkpoint written with other structs does
-    (:func:`postgres_cdc_source.struct_types.checkpoint_difference`), and how a change is
-    typed (:meth:`postgres_cdc_source.struct_types.StructRows.retyped`)."""
+    (:func:`postgres_cdc_source.rows.struct.structs.checkpoint_difference`), and how a change is
+    typed (:meth:`postgres_cdc_source.rows.struct.structs.StructRows.retyped`)."""
     schema_location: str | None = None
     """``schema_evolution=add_columns``: the directory where the query keeps its structs
-    between runs (:mod:`postgres_cdc_source.struct_history`)."""
+    between runs (:mod:`postgres_cdc_source.rows.struct.history`)."""
     generated_columns: str = "exclude"
     """Whether the rows carry stored generated columns (``include``) or leave them out."""
     include_schema_changes: bool = False
@@ -341,24 +323,26 @@ def _all_tables(opts: Options, given: Options, plugin: str) -> bool:
     return _parse(opts, "all_tables_publication", parse_bool)
 
 
-_NOT_TYPED = {
-    "message_prefixes": "a logical message has no row of the captured tables' columns",
+_NO_MESSAGE_ROW = "a logical message has no row of the captured tables' columns"
+ROW_FORMAT_REFUSALS: dict[str, dict[str, str]] = {
+    "json": {},
+    "struct": {"message_prefixes": _NO_MESSAGE_ROW},
+    "variant": {"message_prefixes": _NO_MESSAGE_ROW, **dict.fromkeys(
+        ("topic_from", "stream_from", "partition_key_from"),
+        "its values are encoded variants; route with row_format=json or struct")},
 }
-_ROUTES = ("topic_from", "stream_from", "partition_key_from")
+"""The options each row format refuses when given (option -> why), checked here, when the
+options are parsed (:attr:`postgres_cdc_source.rows.RowFormat.refused_options`); besides,
+``schema_evolution`` applies with ``struct`` only and ``include_schema_changes`` with ``json``
+only."""
 
 
 def _row_format(opts: Options, given: Options) -> str:
-    """``row_format``, refusing the options ``struct`` and ``variant`` cannot serve."""
+    """``row_format``, refusing the options it cannot serve (:data:`ROW_FORMAT_REFUSALS`)."""
     row_format = _parse(opts, "row_format", _choice(ROW_FORMATS))
-    if row_format != "json":
-        for option, why in _NOT_TYPED.items():
-            if option in given:
-                raise ConfigError(option, f"not supported with row_format={row_format} ({why})")
-    if row_format == "variant":
-        for option in _ROUTES:
-            if option in given:
-                raise ConfigError(option, "not supported with row_format=variant (its values "
-                                  "are encoded variants; route with row_format=json or struct)")
+    for option, why in ROW_FORMAT_REFUSALS[row_format].items():
+        if option in given:
+            raise ConfigError(option, f"not supported with row_format={row_format} ({why})")
     return row_format
 
 

@@ -7,36 +7,21 @@ from typing import TYPE_CHECKING
 from pyspark.sql.datasource import DataSource, DataSourceStreamReader
 from pyspark.sql.types import StructType
 
-from connector_common.change_rows import SPARK_SCHEMA
 from connector_common.dependencies import require
 from postgres_cdc_source.errors import ConfigError
 
 if TYPE_CHECKING:
     from postgres_cdc_source.options import CdcOptions
-    from postgres_cdc_source.struct_types import StructRows
-    from postgres_cdc_source.variant_types import VariantRows
+    from postgres_cdc_source.rows import RowFormat
 
 __all__ = ["PgCdcDataSource"]
 
 
-def _typed(options: CdcOptions) -> StructRows | VariantRows | None:
-    """``row_format=struct``'s structs, from the catalog now, evolved from those kept in
-    ``schema_location`` when set (the union over time); ``variant``'s rows; ``None`` for
-    ``json``."""
-    if options.row_format == "variant":
-        from postgres_cdc_source.variant_types import VARIANT_ROWS
+def _rows(options: CdcOptions) -> RowFormat:
+    """The query's row format (:func:`postgres_cdc_source.rows.registry.rows_for`)."""
+    from postgres_cdc_source.rows.registry import rows_for
 
-        return VARIANT_ROWS
-    if options.row_format != "struct":
-        return None
-    from postgres_cdc_source.connections import connect_with_retry
-    from postgres_cdc_source.struct_history import evolve_kept
-    from postgres_cdc_source.struct_types import struct_rows
-
-    with connect_with_retry(options, autocommit=True) as conn:
-        typed = struct_rows(conn, options.keeps, options.schema_evolution,
-                            generated=options.delivers_generated)
-    return typed if options.schema_location is None else evolve_kept(options, typed)
+    return rows_for(options)
 
 
 class PgCdcDataSource(DataSource):
@@ -48,7 +33,7 @@ class PgCdcDataSource(DataSource):
     the schema's ``before``/``after``/``key`` are the captured tables' structs, read from the
     catalog there and again when the reader is made (they must agree); with
     ``schema_location``, evolved from the structs kept there, since Spark fixes the schema
-    here, before the query reads its checkpoint (:mod:`postgres_cdc_source.struct_history`);
+    here, before the query reads its checkpoint (:mod:`postgres_cdc_source.rows.struct.history`);
     with ``variant`` they are VARIANT columns.
     """
 
@@ -65,8 +50,7 @@ class PgCdcDataSource(DataSource):
         options = CdcOptions.from_options(self.options)
         if options.polling is not None:
             check_table(options)
-        typed = _typed(options)
-        return SPARK_SCHEMA if typed is None else typed.schemas()[0]
+        return _rows(options).schemas()[0]
 
     def streamReader(self, schema: StructType) -> DataSourceStreamReader:
         require("pg_cdc", "cdc", "psycopg")
@@ -75,8 +59,8 @@ class PgCdcDataSource(DataSource):
         from postgres_cdc_source.stream.reader import PgCdcStreamReader
 
         options = CdcOptions.from_options(self.options)
-        typed = _typed(options)
-        expected = SPARK_SCHEMA if typed is None else typed.schemas()[0]
+        rows = _rows(options)
+        expected = rows.schemas()[0]
         if schema.simpleString() != expected.simpleString():
             raise ConfigError(
                 "schema",
@@ -86,4 +70,4 @@ class PgCdcDataSource(DataSource):
             )
         if options.polling is not None:
             return PgPollingStreamReader(options)
-        return PgCdcStreamReader(options, typed)
+        return PgCdcStreamReader(options, rows)

@@ -26,7 +26,7 @@ class DrivenQuery:
         end = self.reader.latestOffset(self.offset, self.reader.getDefaultReadLimit())
         rows = rows_of(self.reader, self.offset, end)
         if replayed is not None:
-            replayed += rows_of(PgCdcStreamReader(self.reader.options, self.reader.typed),
+            replayed += rows_of(PgCdcStreamReader(self.reader.options, self.reader.rows),
                                 self.offset, end)
         self.reader.commit(end)
         self.offset = end

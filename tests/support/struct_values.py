@@ -25,7 +25,7 @@ from pyspark.sql.types import (
     TimestampType,
 )
 
-from postgres_cdc_source.values import parse_array
+from postgres_cdc_source.pg_types import parse_array
 
 __all__ = ["from_json", "same"]
 

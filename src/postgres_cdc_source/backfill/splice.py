@@ -4,23 +4,19 @@ from __future__ import annotations
 
 from collections.abc import Iterable, Iterator
 from dataclasses import dataclass
-from typing import TYPE_CHECKING
 
 import orjson
 import pyarrow as pa
 
-from connector_common.change_rows import ARROW_SCHEMA
 from postgres_cdc_source.assembly import record_batches
 from postgres_cdc_source.backfill.progress import ChunkPlan
 from postgres_cdc_source.backfill.visibility import wait_until_visible
 from postgres_cdc_source.decoding import MESSAGE, Change, Commit, message_prefix
 from postgres_cdc_source.destination_columns import Router
 from postgres_cdc_source.options import MARKER_PREFIX, CdcOptions
+from postgres_cdc_source.rows import RowFormat
+from postgres_cdc_source.rows.json.format import JSON_ROWS
 from postgres_cdc_source.snapshot import SnapshotPartition, SnapshotTable, read_chunk
-
-if TYPE_CHECKING:
-    from postgres_cdc_source.struct_types import StructRows
-    from postgres_cdc_source.variant_types import VariantRows
 
 __all__ = ["ChunkRead", "is_marker", "spliced"]
 
@@ -48,14 +44,13 @@ def _marker_nonce(change: Change) -> str | None:
 
 def spliced(
     units: Iterable[Unit], chunk: ChunkRead, options: CdcOptions, router: Router,
-    typed: StructRows | VariantRows | None = None,
+    rows: RowFormat = JSON_ROWS,
 ) -> Iterator[pa.RecordBatch]:
     """The stream's rows with the chunk's rows right after the transaction of its marker
     (markers themselves are left out). Without its marker in this range, no chunk rows. The
     chunk is read once the transactions before the marker are visible
-    (:mod:`~postgres_cdc_source.backfill.visibility`). ``typed``: ``row_format=struct``'s or
-    ``variant``'s."""
-    schema = ARROW_SCHEMA if typed is None else typed.schemas()[1]
+    (:mod:`~postgres_cdc_source.backfill.visibility`). ``rows``: the query's row format."""
+    schema = rows.schemas()[1]
     rest = iter(units)
     found: list[int] = []
     before: set[int] = set()
@@ -74,7 +69,7 @@ def spliced(
         wait_until_visible(options, before, ".".join(plan.table))
         yield from read_chunk(options, SnapshotPartition(
             chunk.table, plan.lo, plan.hi, None, found[0], where=plan.where or "true",
-            created=plan.created), typed)
+            created=plan.created), rows)
     yield from record_batches(rest, router, options.batch_rows, schema)
 
 

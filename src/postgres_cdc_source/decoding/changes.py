@@ -9,8 +9,8 @@ builds a fresh one per read.
 
 The two decoders differ only in parsing; from parsed column text onward they share
 :class:`RowShape` and :func:`build_change`, which is what makes them produce identical rows for
-the same changes: same converters (:mod:`postgres_cdc_source.values`), same key/before/after
-rules, same JSON serialization.
+the same changes: same converters (:mod:`postgres_cdc_source.rows.json.values`), same
+key/before/after rules, same JSON serialization.
 
 Row rules (the output contract):
 
@@ -43,7 +43,8 @@ import orjson
 
 from connector_common.lsn import format_lsn
 from postgres_cdc_source.errors import DecodeError
-from postgres_cdc_source.values import Converter
+from postgres_cdc_source.rows.json.values import Converter
+from postgres_cdc_source.rows.shape import Retyping, RowShape, json_text
 
 __all__ = [
     "DELETE",
@@ -179,60 +180,6 @@ RawValue = str | None | _Unchanged
 """A column as parsed: its output text, ``None`` for SQL NULL, or :data:`UNCHANGED`."""
 
 
-class RowShape:
-    """One relation's columns as a decoder sees them, precomputed once per relation.
-
-    ``names`` and ``converters`` are aligned with the tuples the decoder parses (dropped and
-    generated columns excluded, as pgoutput does); ``key`` holds the indexes of the replica
-    identity columns; ``keep`` is the table filter's verdict, so filtered changes are skipped
-    before their tuples are parsed. ``encode`` makes a row image of the converted values
-    (:func:`json_text`, or the dict itself for ``row_format=struct``, whose converters type
-    it); ``changed``, when set, is raised by :func:`build_change` instead of building
-    a change (the table no longer has the columns a ``row_format=struct`` query started with).
-    """
-
-    __slots__ = ("changed", "converters", "encode", "keep", "key", "key_names", "names",
-                 "schema", "table")
-
-    def __init__(
-        self,
-        schema: str,
-        table: str,
-        names: Sequence[str],
-        converters: Sequence[Converter],
-        key: Sequence[int],
-        keep: bool,
-        encode: Callable[[dict[str, Any]], Any] | None = None,
-        changed: Exception | None = None,
-    ) -> None:
-        if len(names) != len(converters):
-            raise ValueError("RowShape needs one converter per column")
-        self.schema = schema
-        self.table = table
-        self.names = tuple(names)
-        self.converters = tuple(converters)
-        self.key = tuple(key)
-        self.key_names = tuple(self.names[i] for i in self.key)
-        self.keep = keep
-        self.encode = json_text if encode is None else encode
-        self.changed = changed
-
-    def __repr__(self) -> str:
-        return f"RowShape({self.schema!r}, {self.table!r}, {self.names!r}, key={self.key!r})"
-
-
-class Retyping(Protocol):
-    """What types a ``row_format=struct`` query's rows
-    (:class:`~postgres_cdc_source.struct_types.StructRows`): a decoder hands it each
-    :class:`RowShape` it builds for a kept table, with the JSON mode's converters, and uses
-    the shape it returns."""
-
-    def retyped(self, shape: RowShape, *, whole: bool = True,
-                types: Sequence[int | str] | None = None) -> RowShape:
-        """``shape`` with typed converters and dict images (see ``StructRows.retyped``)."""
-        ...
-
-
 def decode_error(plugin: str, lsn: int, what: str) -> DecodeError:
     """The error for a row that cannot be decoded, naming the plugin and the row's LSN."""
     return DecodeError(f"{plugin} output at LSN {format_lsn(lsn)}: {what}", lsn)
@@ -260,11 +207,6 @@ def _key(shape: RowShape, values: Sequence[Any]) -> dict[str, Any] | None:
     if not indexes:
         return None
     return _object(shape.key_names, [values[i] for i in indexes])
-
-
-def json_text(obj: dict[str, Any]) -> str:
-    """A row image as JSON text (``row_format=json``)."""
-    return _dumps(obj).decode()
 
 
 def route_values(

@@ -58,7 +58,7 @@ from postgres_cdc_source.decoding.changes import (
 )
 from postgres_cdc_source.decoding.schema_changes import ColumnTracker
 from postgres_cdc_source.errors import DecodeError
-from postgres_cdc_source.values import Converter, converter_for_oid
+from postgres_cdc_source.rows.json.values import Converter, converter_for_oid
 
 __all__ = ["PGOUTPUT_OPTIONS", "PgOutputDecoder", "pgoutput_options", "read_message"]
 
@@ -196,7 +196,7 @@ class PgOutputDecoder:
     'true'``); every transactional message counts in ``seq``. Without it, messages are
     skipped and not counted (as when pgoutput does not send them). ``typed``
     (``row_format=struct``) types the kept tables' rows
-    (:meth:`~postgres_cdc_source.struct_types.StructRows.retyped`): the hot path then keeps
+    (:meth:`~postgres_cdc_source.rows.RowFormat.retyped`): the hot path then keeps
     their images as dicts of the struct's values. ``columns`` (``include_schema_changes``) is handed
     each kept table's Relation message inside a transaction; a ``ddl`` change it makes comes
     right there, before the change the message announces, and counts in ``seq``.

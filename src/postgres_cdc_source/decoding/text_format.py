@@ -112,7 +112,7 @@ class TextFormatDecoder:
     ``messages(prefix)`` picks the logical messages to deliver; with it every transactional
     message counts in ``seq``, as with pgoutput; without it they are skipped and not counted.
     ``typed`` (``row_format=struct``) types the kept tables' rows
-    (:meth:`~postgres_cdc_source.struct_types.StructRows.retyped`): the hot path then keeps
+    (:meth:`~postgres_cdc_source.rows.RowFormat.retyped`): the hot path then keeps
     their images as dicts of the struct's values. ``columns`` (``include_schema_changes``) is
     handed the printed columns of each kept table's insert and update; a ``ddl`` change it makes
     comes right before that change and counts in ``seq``. The hot path then takes only the tables

@@ -16,7 +16,7 @@ from postgres_cdc_source.decoding.text_lines import (
     parse_columns,
     value_pattern,
 )
-from postgres_cdc_source.values import converter_for_oid, converter_for_type_name
+from postgres_cdc_source.rows.json.values import converter_for_oid, converter_for_type_name
 
 __all__ = ["Printed", "TextTable", "align", "catalog_tuple", "new_tuple"]
 

@@ -77,7 +77,7 @@ from postgres_cdc_source.errors import SourceError
 from postgres_cdc_source.options import CdcOptions, PollingOptions
 from postgres_cdc_source.polling.offset import PollOffset
 from postgres_cdc_source.polling.table import FRONTIER_QUERY, PolledTable, inspect
-from postgres_cdc_source.values import converter_for_oid
+from postgres_cdc_source.rows.json.values import converter_for_oid
 
 __all__ = ["READ_OP", "PgPollingStreamReader", "PollingPartition", "check_table"]
 
@@ -267,8 +267,8 @@ def _frontier(conn: psycopg.Connection[Any]) -> int:
 
 def _raw_text(cur: psycopg.Cursor[Any], table: PolledTable) -> psycopg.Cursor[Any]:
     """``cur``, loading every value as the text Postgres printed (types psycopg does not know
-    are text already): :mod:`~postgres_cdc_source.values` converts it exactly as it converts
-    the decoders' text, so ``after`` matches theirs byte for byte."""
+    are text already): :mod:`~postgres_cdc_source.rows.json.values` converts it exactly as it
+    converts the decoders' text, so ``after`` matches theirs byte for byte."""
     oids = {*table.type_oids}
     for info in psycopg.postgres.types:
         oids.add(info.oid)

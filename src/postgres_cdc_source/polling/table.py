@@ -27,7 +27,7 @@ from postgres_cdc_source.catalog import table_info
 from postgres_cdc_source.errors import ConfigError
 from postgres_cdc_source.options import PollingOptions
 from postgres_cdc_source.polling.offset import PollOffset
-from postgres_cdc_source.sql_json import row_json_sql
+from postgres_cdc_source.rows.json.sql import row_json_sql
 from postgres_cdc_source.sql_names import Name
 
 __all__ = ["PolledTable", "inspect"]
@@ -123,7 +123,7 @@ class PolledTable:
 
     def json_columns(self) -> sql.Composable | None:
         """The row's ``key`` and ``after`` JSON, built by Postgres (:mod:`~postgres_cdc_source.
-        sql_json`); ``None`` when a column's type needs converting in Python."""
+        rows.json.sql`); ``None`` when a column's type needs converting in Python."""
         after = row_json_sql(self.columns, self.type_oids, [self._col(c) for c in self.columns])
         names = [self.columns[i] for i in self.key]
         key = row_json_sql(names, [self.type_oids[i] for i in self.key],

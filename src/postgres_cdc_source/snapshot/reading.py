@@ -7,7 +7,7 @@ from __future__ import annotations
 import logging
 from collections.abc import Generator, Iterator
 from dataclasses import dataclass
-from typing import TYPE_CHECKING, Any
+from typing import Any
 
 import orjson
 import psycopg
@@ -27,16 +27,14 @@ from postgres_cdc_source.decoding import INSERT, Change, RowShape, build_change
 from postgres_cdc_source.decoding.changes import conversion_error
 from postgres_cdc_source.destination_columns import Router
 from postgres_cdc_source.options import CdcOptions
+from postgres_cdc_source.rows import RowFormat
+from postgres_cdc_source.rows.json.format import JSON_ROWS
+from postgres_cdc_source.rows.json.sql import row_json_sql, text_json_sql
+from postgres_cdc_source.rows.json.values import converter_for_oid
+from postgres_cdc_source.rows.struct.images import UnconvertibleValue
 from postgres_cdc_source.snapshot.offsets import Creation, Key
 from postgres_cdc_source.snapshot.planning import SnapshotTable, key_range
-from postgres_cdc_source.sql_json import row_json_sql, text_json_sql
 from postgres_cdc_source.sql_names import Name
-from postgres_cdc_source.struct_types import UnconvertibleValue
-from postgres_cdc_source.values import converter_for_oid
-
-if TYPE_CHECKING:
-    from postgres_cdc_source.struct_types import StructRows
-    from postgres_cdc_source.variant_types import VariantRows
 
 __all__ = ["READ", "SnapshotPartition", "read_chunk"]
 
@@ -74,12 +72,11 @@ _TEXT_ONLY.register_dumper(int, IntDumper)  # the server-side cursor's FETCH cou
 
 
 def read_chunk(
-    options: CdcOptions, part: SnapshotPartition, typed: StructRows | VariantRows | None = None
+    options: CdcOptions, part: SnapshotPartition, rows: RowFormat = JSON_ROWS
 ) -> Generator[pa.RecordBatch, None, None]:
     """The chunk's rows as Arrow batches of ``batch_rows``, streamed through a server-side
-    cursor (``fetch_rows`` per round trip), so memory does not grow with the table; with
-    ``typed`` (``row_format=struct`` or ``variant``) ``key`` and ``after`` are its structs or
-    variants.
+    cursor (``fetch_rows`` per round trip), so memory does not grow with the table; ``key``
+    and ``after`` of the row format ``rows`` (JSON text, structs or variants).
 
     The transaction imports the exported snapshot when there is one. Once it is gone (its
     exporter, the driver, died), the chunk is read at the current state instead: that state
@@ -101,7 +98,7 @@ def read_chunk(
                             "at the current state", part.snapshot, exc.diag.message_primary,
                             part.table.schema, part.table.table)
         table = part.table
-        router = Router(options, typed)
+        router = Router(options, rows)
         where, params = key_range(table, part.lo, part.hi)
         params_in_range = bool(params)
         conditions: list[sql.Composable] = []
@@ -116,8 +113,8 @@ def read_chunk(
             where = (sql.SQL("{} AND {}") if params_in_range else sql.SQL("{} WHERE {}")
                      ).format(where, sql.SQL(" AND ").join(conditions))
         name = table.relation()  # ONLY, but a partitioned table whole
-        in_sql = (None if router.by_column or typed is not None
-                  else _json_columns(table, part.consistent_point))
+        in_sql = (_json_columns(table, part.consistent_point)
+                  if rows.json_in_sql and not router.by_column else None)
         with conn.cursor(name="pg_cdc_snapshot") as cur:
             if in_sql is not None:  # the JSON built by Postgres, the worker only moves it
                 cur.execute(sql.SQL("SELECT {} FROM {}{}").format(in_sql, name, where),
@@ -130,14 +127,14 @@ def read_chunk(
                     sql.SQL(", ").join(map(Name, table.columns)),
                     sql.SQL(", ").join(map(Name, table.chunk_key)), name, where),
                     params)
-                yield from _batches(cur, part, router, options.batch_rows, typed)
+                yield from _batches(cur, part, router, options.batch_rows, rows)
         conn.rollback()
     finally:
         conn.close()
 
 
 def _json_columns(table: SnapshotTable, consistent_point: int) -> sql.Composable | None:
-    """``key``, ``after`` and ``id`` of a row as SQL (:mod:`postgres_cdc_source.sql_json`);
+    """``key``, ``after`` and ``id`` of a row as SQL (:mod:`postgres_cdc_source.rows.json.sql`);
     ``None`` when a column's type needs converting in Python."""
     after = row_json_sql(table.columns, table.type_oids)
     key = row_json_sql([table.columns[i] for i in table.identity],
@@ -176,21 +173,19 @@ def _ready_batches(
 
 def _batches(
     rows: Iterator[tuple[Any, ...]], part: SnapshotPartition, router: Router, batch_rows: int,
-    typed: StructRows | VariantRows | None = None,
+    rows_format: RowFormat = JSON_ROWS,
 ) -> Iterator[pa.RecordBatch]:
     """Rows -> Arrow batches. Each row is converted and serialized as pgoutput's decoder does an
-    insert (same converters, same ``orjson`` objects in column order, or with ``typed`` the
-    same typed dicts), inlined here because it is the snapshot's hot path; a value a converter
-    rejects is reported by :func:`build_change`, which names the column."""
+    insert (same converters, same ``orjson`` objects in column order, or the same typed dicts
+    of the row format's shape), inlined here because it is the snapshot's hot path; a value a
+    converter rejects is reported by :func:`build_change`, which names the column."""
     table = part.table
     shape = RowShape(table.schema, table.table, table.columns,
                      [converter_for_oid(oid) for oid in table.type_oids], table.identity, True)
-    schema = ARROW_SCHEMA
-    if typed is not None:
-        shape = typed.retyped(shape, types=list(table.type_oids))
-        if shape.changed is not None:
-            raise shape.changed
-        schema = typed.schemas()[1]
+    shape = rows_format.retyped(shape, types=list(table.type_oids))
+    if shape.changed is not None:
+        raise shape.changed
+    schema = rows_format.schemas()[1]
     names, converters, identity, encode = shape.names, shape.converters, shape.key, shape.encode
     key_names = shape.key_names
     width = len(names)

@@ -44,7 +44,7 @@ from postgres_cdc_source.stream.ranges import RangePlanner
 from postgres_cdc_source.stream.schema_watch import catalog_changed, typed_end
 
 if TYPE_CHECKING:
-    from postgres_cdc_source.struct_types import StructRows
+    from postgres_cdc_source.rows import RowFormat
 
 __all__ = ["Coordinator"]
 
@@ -59,11 +59,12 @@ class Coordinator:
     connection, exported snapshot or planned chunks."""
 
     def __init__(self, options: CdcOptions, ranges: RangePlanner,
-                 typed: StructRows | None = None) -> None:
+                 rows: RowFormat | None = None) -> None:
         self.options = options
         self.ranges = ranges
-        self.typed = typed
-        """``row_format=struct``'s structs: a batch ends before a change they cannot type
+        self.rows = rows
+        """The query's row format; one with :attr:`~postgres_cdc_source.rows.RowFormat.
+        fixed_tables` ends a batch before a change it cannot type
         (:mod:`~postgres_cdc_source.stream.schema_watch`)."""
         self.backfills = BackfillPlanner(options, ranges.primary)
         self.checked = False
@@ -162,10 +163,10 @@ class Coordinator:
             if not self._resnapshots:
                 raise
             return self._resnapshot(lost)
-        typed = self.typed
-        if typed is not None and end_lsn > start.lsn and self.run(
-                lambda conn: catalog_changed(conn, self.options, typed)):
-            end_lsn = typed_end(self.options, typed, start.lsn, end_lsn)
+        rows = self.rows
+        if (rows is not None and rows.fixed_tables is not None and end_lsn > start.lsn
+                and self.run(lambda conn: catalog_changed(conn, self.options, rows))):
+            end_lsn = typed_end(self.options, rows, start.lsn, end_lsn)
         caught_up = self.ranges.caught_up(end_lsn)
         backfills, end_lsn = self.run(lambda conn: self.backfills.plan(
             conn, start.backfill.delivered(), start.lsn, caught_up, end_lsn))

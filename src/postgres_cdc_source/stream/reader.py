@@ -32,13 +32,12 @@ import logging
 from collections.abc import Generator, Iterator, Sequence
 from contextlib import contextmanager
 from dataclasses import dataclass
-from typing import TYPE_CHECKING, Any
+from typing import Any
 
 import psycopg
 import pyarrow as pa
 from pyspark.sql.datasource import DataSourceStreamReader, InputPartition
 
-from connector_common.change_rows import ARROW_SCHEMA
 from connector_common.lsn import format_lsn
 from connector_common.spark_versions import (
     BatchStarts,
@@ -55,19 +54,15 @@ from postgres_cdc_source.connections import connect_with_retry, riding_out_resta
 from postgres_cdc_source.decoding.factory import make_decoder
 from postgres_cdc_source.decoding.schema_changes import ColumnState, ColumnTracker
 from postgres_cdc_source.destination_columns import Router
-from postgres_cdc_source.errors import ConfigError
 from postgres_cdc_source.health import SourceHealth, TableBackfill
 from postgres_cdc_source.options import CdcOptions
 from postgres_cdc_source.replication import diagnostics, peeking, positions
+from postgres_cdc_source.rows import RowFormat
+from postgres_cdc_source.rows.json.format import JSON_ROWS
 from postgres_cdc_source.stream import reselect, splitting
 from postgres_cdc_source.stream.coordinator import Coordinator
 from postgres_cdc_source.stream.offset import PENDING, StreamOffset
 from postgres_cdc_source.stream.ranges import RangePlanner
-from postgres_cdc_source.struct_history import keep
-from postgres_cdc_source.struct_types import StructRows, checkpoint_difference
-
-if TYPE_CHECKING:
-    from postgres_cdc_source.variant_types import VariantRows
 
 __all__ = ["CdcPartition", "PgCdcStreamReader"]
 
@@ -96,17 +91,14 @@ class CdcPartition(InputPartition):
 
 
 class PgCdcStreamReader(DataSourceStreamReader, SupportsTriggerAvailableNow):
-    """Reads a logical replication slot as a stream of micro-batches bounded by LSNs; with
-    ``typed`` (``row_format=struct``, fixed when the query started) rows carry its structs;
-    with ``variant``'s, variants."""
+    """Reads a logical replication slot as a stream of micro-batches bounded by LSNs, its rows
+    of the format ``rows`` (fixed when the query started; the JSON mode's by default)."""
 
-    def __init__(self, options: CdcOptions,
-                 typed: StructRows | VariantRows | None = None) -> None:
+    def __init__(self, options: CdcOptions, rows: RowFormat = JSON_ROWS) -> None:
         self.options = options
-        self.typed = typed
-        self.structs = typed if isinstance(typed, StructRows) else None
+        self.rows = rows
         self._ranges = RangePlanner(options)
-        self._phases = Coordinator(options, self._ranges, self.structs)
+        self._phases = Coordinator(options, self._ranges, rows)
         self._commit_failures = 0
         self._starts = BatchStarts()
 
@@ -118,26 +110,12 @@ class PgCdcStreamReader(DataSourceStreamReader, SupportsTriggerAvailableNow):
         return self._stamped(self._phases.initial().to_json())
 
     def _stamped(self, offset: dict[str, Any]) -> dict[str, Any]:
-        """``offset`` with ``row_format=struct``'s structs (the JSON mode's as it is)."""
-        return offset if self.structs is None else {**offset, "struct": self.structs.stamp()}
+        """``offset`` with what the row format keeps there (``struct``'s structs)."""
+        return self.rows.stamped(offset)
 
     def _check_structs(self, offset: dict[str, Any]) -> None:
-        """Refuse to go on from a checkpoint's offset written with other structs, unless
-        ``schema_evolution`` takes the difference."""
-        written = offset.get("struct")
-        location = self.options.schema_location is not None
-        problem = checkpoint_difference(written, self.structs, self.options.schema_evolution,
-                                        location, self.options.row_format)
-        if problem is None:
-            return
-        if location and written is not None and self.structs is not None:
-            try:  # fields of dropped or renamed columns the structs load() gave lack
-                evolved = self.structs.evolved(written)
-            except ValueError:
-                evolved = self.structs  # refused: the problem says why
-            if len(evolved.row) > len(self.structs.row):
-                keep(self.options, evolved)
-        raise ConfigError("schema_evolution", f"{self.options.schema_evolution}: {problem}")
+        """Refuse to go on from a checkpoint's offset the row format cannot go on from."""
+        self.rows.check_offset(offset, self.options)
 
     def getDefaultReadLimit(self) -> ReadLimit:
         if self.options.max_bytes_per_trigger is None:
@@ -253,20 +231,20 @@ class PgCdcStreamReader(DataSourceStreamReader, SupportsTriggerAvailableNow):
         (or read one snapshot chunk)."""
         if isinstance(partition, snapshot.SnapshotPartition):
             yield from riding_out_restarts(
-                lambda: snapshot.read_chunk(self.options, partition, self.typed), self.options,
+                lambda: snapshot.read_chunk(self.options, partition, self.rows), self.options,
                 repeatable=False,
             )
             return
         assert isinstance(partition, CdcPartition)
         # a chunk's rows are read anew each time: not the same rows, so never skipped by count
         yield from riding_out_restarts(
-            lambda: _peeked(self.options, partition, self.typed), self.options,
+            lambda: _peeked(self.options, partition, self.rows), self.options,
             repeatable=partition.backfill is None,
         )
 
 
 def _peeked(
-    options: CdcOptions, partition: CdcPartition, typed: StructRows | VariantRows | None = None
+    options: CdcOptions, partition: CdcPartition, rows_format: RowFormat = JSON_ROWS
 ) -> Generator[pa.RecordBatch, None, None]:
     """The batch's rows: the slot (or a temporary copy) put at the partition's start and
     peeked to its end, which gives the same rows however often it is done."""
@@ -278,17 +256,18 @@ def _peeked(
         if options.include_schema_changes:
             columns = ColumnTracker(partition.columns,
                                     lambda old, new, keys: column_lists(conn, old, new, keys))
-        decoder = make_decoder(options, conn, is_marker if partition.backfill else None, typed,
-                               columns)
+        decoder = make_decoder(options, conn, is_marker if partition.backfill else None,
+                               rows_format.retyping, columns)
         events = decoder.events(rows)
         txns = transactions(events, options.spill_rows)
-        txns = reselect.complete(txns, options, partition.reselect_until, typed)
-        schema = ARROW_SCHEMA if typed is None else typed.schemas()[1]
+        txns = reselect.complete(txns, options, partition.reselect_until, rows_format)
+        schema = rows_format.schemas()[1]
+        router = Router(options, rows_format)
         with _collector_paused():
             if partition.backfill is not None:
-                yield from spliced(txns, partition.backfill, options, Router(options, typed), typed)
+                yield from spliced(txns, partition.backfill, options, router, rows_format)
             else:
-                yield from record_batches(txns, Router(options, typed), options.batch_rows, schema)
+                yield from record_batches(txns, router, options.batch_rows, schema)
     finally:
         conn.close()
 

@@ -27,12 +27,11 @@ types whose JSON does not read back as the same value (``bytea``, floats, arrays
 sent.
 
 With ``row_format=struct`` and ``variant`` the same rule holds: a value read is converted as
-the query's decoders convert it (:func:`~postgres_cdc_source.struct_types.image_converter`,
-:func:`~postgres_cdc_source.variant_types.converter_for`), and a key is matched by its JSON
-mode's text (:func:`~postgres_cdc_source.struct_types.image_json`,
-:func:`~postgres_cdc_source.variant_types.json_value`), so every mode completes the same
-changes with the same values (in ``variant`` mode, not those of a table keyed by a json or
-jsonb column).
+the query's decoders convert it, and a key is matched by its JSON mode's text, both as the
+query's row format gives them
+(:meth:`~postgres_cdc_source.rows.RowFormat.reselect_converters`), so every mode completes the
+same changes with the same values (in ``variant`` mode, not those of a table keyed by a json
+or jsonb column).
 """
 
 from __future__ import annotations
@@ -48,11 +47,12 @@ from psycopg import sql
 from postgres_cdc_source import connections, snapshot
 from postgres_cdc_source.decoding import UNCHANGED, UPDATE, Change, Commit
 from postgres_cdc_source.options import CdcOptions
-from postgres_cdc_source.sql_json import row_json_sql
+from postgres_cdc_source.rows import RowFormat
+from postgres_cdc_source.rows.json.format import JSON_ROWS
+from postgres_cdc_source.rows.json.sql import row_json_sql
+from postgres_cdc_source.rows.json.values import Converter
+from postgres_cdc_source.rows.shape import json_text
 from postgres_cdc_source.sql_names import Name
-from postgres_cdc_source.struct_types import StructRows, image_converter, image_json
-from postgres_cdc_source.values import Converter, converter_for_oid
-from postgres_cdc_source.variant_types import VariantRows, converter_for, json_value
 
 __all__ = ["complete"]
 
@@ -66,16 +66,15 @@ Transactions = Iterable[tuple[Commit, Iterator[list[Change]]]]
 
 def complete(
     txns: Transactions, options: CdcOptions, horizon: int | None,
-    typed: StructRows | VariantRows | None = None,
+    rows: RowFormat = JSON_ROWS,
 ) -> Iterator[tuple[Commit, Iterator[list[Change]]]]:
     """``txns`` with the changes the rule above names completed; as is when ``horizon`` is
-    ``None`` (the snapshot was exact, or there was none). ``typed``: the changes are a
-    ``row_format=struct`` query's, their images dicts of the struct's values, or a
-    ``variant`` one's, dicts of encoded values."""
+    ``None`` (the snapshot was exact, or there was none). ``rows``: the query's row format,
+    which converts the values read and makes the completed images."""
     if horizon is None:
         yield from txns
         return
-    tables = _Tables(options, typed)
+    tables = _Tables(options, rows)
     try:
         for commit, chunks in txns:
             every = commit.end_lsn <= horizon
@@ -136,9 +135,9 @@ class _Tables:
     """The lookups of one partition's read: a connection opened on first need, tables described
     once."""
 
-    def __init__(self, options: CdcOptions, typed: StructRows | VariantRows | None) -> None:
+    def __init__(self, options: CdcOptions, rows: RowFormat) -> None:
         self.options = options
-        self.typed = typed
+        self.rows = rows
         self._conn: psycopg.Connection[Any] | None = None
         self._tables: dict[tuple[str, str], _Table | None] = {}
 
@@ -155,7 +154,7 @@ class _Tables:
     def _table(self, schema: str, table: str) -> _Table | None:
         if (schema, table) not in self._tables:
             self._tables[schema, table] = _lookup_table(
-                self._connection(), schema, table, self.typed, self.options.delivers_generated)
+                self._connection(), schema, table, self.rows, self.options.delivers_generated)
         return self._tables[schema, table]
 
     def complete(self, changes: list[Change], every: bool) -> list[Change]:
@@ -196,15 +195,16 @@ class _Tables:
                 for c, t in zip(columns, texts, strict=True)
             }
             for i in keys.pop(key, ()):
-                changes[i] = _completed(changes[i], current, self.typed is not None)
+                changes[i] = _completed(changes[i], current, self.rows.encode_image)
         if keys:
             log.info("pg_cdc reselect: %d changed rows of %s no longer under their key; "
                      "left as Postgres sent them", len(keys), table.label)
 
 
-def _completed(change: Change, current: dict[str, Any], typed: bool = False) -> Change:
-    """``change`` with its unchanged columns filled from ``current``; ``typed``: its images
-    are ``row_format=struct``'s or ``variant``'s dicts, not JSON text."""
+def _completed(change: Change, current: dict[str, Any],
+               encode: Callable[[dict[str, Any]], Any] = json_text) -> Change:
+    """``change`` with its unchanged columns filled from ``current``, its new image made by
+    ``encode`` (the row format's: JSON text, or the dict itself)."""
     row = change.new_row
     assert row is not None
     if any(c not in current for c in change.unchanged):
@@ -213,15 +213,17 @@ def _completed(change: Change, current: dict[str, Any], typed: bool = False) -> 
     values = change.values
     if values is not None:
         values = {**values, **{c: current[c] for c in change.unchanged}}
-    return change._replace(after=after if typed else orjson.dumps(after).decode(),
+    return change._replace(after=encode(after),
                            unchanged=(), values=values, new_row=None)
 
 
 def _lookup_table(conn: psycopg.Connection[Any], schema: str, table: str,
-                  typed: StructRows | VariantRows | None, generated: bool) -> _Table | None:
+                  rows: RowFormat, generated: bool) -> _Table | None:
     """The table's lookup, or ``None`` when rows cannot be found by key: the table is gone, has
-    no primary key, or a key column's JSON would not read back as its value; with ``typed``,
-    also when it is not one of the query's tables (its changes fail the batch anyway)."""
+    no primary key, a key column's JSON would not read back as its value, or the row format
+    cannot convert its rows back (:meth:`~postgres_cdc_source.rows.RowFormat.
+    reselect_converters`: ``struct`` a table not the query's, whose changes fail the batch
+    anyway)."""
     described = snapshot.describe(conn, schema, table, generated=generated)
     if described is None or not described.keyed:
         return None
@@ -232,26 +234,7 @@ def _lookup_table(conn: psycopg.Connection[Any], schema: str, table: str,
     key_json = row_json_sql(key, [oids[k] for k in key], [Name("t", k) for k in key])
     if key_json is None:
         return None
-    if typed is None:
-        return _Table(described, key_json, {c: converter_for_oid(o) for c, o in oids.items()},
-                      {k: _same for k in key})
-    if isinstance(typed, VariantRows):
-        json_values = {k: json_value(oids[k]) for k in key}
-        if any(v is None for v in json_values.values()):
-            return None
-        return _Table(described, key_json, {c: converter_for(o) for c, o in oids.items()},
-                      {k: v for k, v in json_values.items() if v is not None})
-    struct = typed.tables.get(f"{schema}.{table}")
-    if struct is None:
+    converters = rows.reselect_converters(schema, table, oids, key)
+    if converters is None:
         return None
-    columns = {c.name: c for c in struct.columns}
-    if any(k not in columns for k in key):
-        return None
-    return _Table(described, key_json,
-                  {c: image_converter(columns[c].spark) for c in described.columns
-                   if c in columns},
-                  {k: image_json(columns[k].type_oid, columns[k].spark) for k in key})
-
-
-def _same(value: Any) -> Any:
-    return value
+    return _Table(described, key_json, *converters)

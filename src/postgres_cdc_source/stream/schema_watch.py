@@ -26,18 +26,22 @@ from postgres_cdc_source.decoding.factory import make_decoder
 from postgres_cdc_source.errors import SchemaChangedError
 from postgres_cdc_source.options import CdcOptions
 from postgres_cdc_source.replication import peeking
-from postgres_cdc_source.struct_types import StructRows, captured_now
+from postgres_cdc_source.rows import RowFormat
+from postgres_cdc_source.rows.struct.catalog import captured_now
 
 __all__ = ["catalog_changed", "typed_end"]
 
 
 def catalog_changed(conn: psycopg.Connection[Any], options: CdcOptions,
-                    typed: StructRows) -> bool:
-    """Whether a captured table's published columns (names, types) differ from what the query
-    started with, or the include rules cover other tables now (one created, one dropped)."""
-    if {f"{s}.{t}" for s, t in captured_now(conn, options.keeps)} != set(typed.tables):
+                    rows: RowFormat) -> bool:
+    """Whether a captured table's published columns (names, types) differ from those the
+    query's rows were fixed with (:attr:`~postgres_cdc_source.rows.RowFormat.fixed_tables`),
+    or the include rules cover other tables now (one created, one dropped)."""
+    tables = rows.fixed_tables
+    assert tables is not None, "a row format that fixes no tables has nothing to watch"
+    if {f"{s}.{t}" for s, t in captured_now(conn, options.keeps)} != set(tables):
         return True
-    for name, table in typed.tables.items():
+    for name, table in tables.items():
         schema, _, relname = name.partition(".")
         info = table_info(conn, schema, relname, generated=options.delivers_generated)
         if info is None:
@@ -48,17 +52,18 @@ def catalog_changed(conn: psycopg.Connection[Any], options: CdcOptions,
     return False
 
 
-def typed_end(options: CdcOptions, typed: StructRows, start: int, end: int) -> int:
+def typed_end(options: CdcOptions, rows: RowFormat, start: int, end: int) -> int:
     """``end``, or the end of the last transaction of ``(start, end]`` before the first one
-    holding a change the structs cannot type; raises that change's
+    holding a change the rows cannot type; raises that change's
     :class:`SchemaChangedError` when it is in the first transaction after ``start``."""
     conn = connect_with_retry(options, autocommit=False)
     try:
-        rows = peeking.peek_range(conn, options, start, end)
+        peeked = peeking.peek_range(conn, options, start, end)
         last = start
         try:
             for commit, chunks in transactions(
-                    make_decoder(options, conn, None, typed).events(rows), options.spill_rows):
+                    make_decoder(options, conn, None, rows.retyping).events(peeked),
+                    options.spill_rows):
                 for _ in chunks:
                     pass
                 last = commit.end_lsn

@@ -105,7 +105,8 @@ def read_tables(dsn: str, schema: str, tables: Iterable[TableSpec]) -> dict[str,
     import psycopg
     from psycopg import sql
 
-    from postgres_cdc_source.values import SESSION_SETTINGS, converter_for_oid
+    from postgres_cdc_source.pg_types import SESSION_SETTINGS
+    from postgres_cdc_source.rows.json.values import converter_for_oid
 
     session = " ".join(f"-c {k}={v}" for k, v in SESSION_SETTINGS.items())
     found: dict[str, dict[Key, Row]] = {}

@@ -5,10 +5,10 @@ structs an earlier run delivered (which the checkpoint's offsets carry) are not 
 and without them ``load()`` could only give the tables' columns now: a column dropped or renamed
 since would lose its field. So ``load()`` reads the earlier structs from ``schema_location``,
 evolves them with the tables' columns now
-(:meth:`~postgres_cdc_source.struct_types.StructRows.evolved`: the union over time) and writes
+(:meth:`.structs.StructRows.evolved`: the union over time, :func:`.catalog.evolve_kept`) and writes
 the result back before the query reads a change. The file therefore always holds structs at
 least as wide as those of any offset the checkpoint has, which the reader checks when it starts
-(:func:`~postgres_cdc_source.struct_types.checkpoint_difference`). The union only grows, so a
+(:func:`.structs.checkpoint_difference`). The union only grows, so a
 run that fails after writing it leaves nothing a later run cannot take.
 
 The file is read and written on the driver with pyarrow's file systems: ``schema_location`` is
@@ -33,9 +33,8 @@ from pyarrow import ArrowException, fs
 
 from postgres_cdc_source.errors import ConfigError
 from postgres_cdc_source.options import CdcOptions
-from postgres_cdc_source.struct_types import StructRows
 
-__all__ = ["evolve_kept", "keep", "shown_location", "structs_path"]
+__all__ = ["keep", "read_kept", "shown_location", "structs_path"]
 
 
 def shown_location(location: str) -> str:
@@ -89,7 +88,9 @@ def structs_path(options: CdcOptions) -> tuple[fs.FileSystem, str]:
     return filesystem, posixpath.join(directory, f"pg_cdc_structs_{options.slot}.json")
 
 
-def _read(options: CdcOptions) -> dict[str, Any] | None:
+def read_kept(options: CdcOptions) -> dict[str, Any] | None:
+    """The structs kept in the query's file (:meth:`.structs.StructRows.stamp`), ``None`` if
+    there is none yet."""
     filesystem, path = structs_path(options)
     try:
         with filesystem.open_input_stream(path) as stream:
@@ -101,11 +102,10 @@ def _read(options: CdcOptions) -> dict[str, Any] | None:
     return written
 
 
-def keep(options: CdcOptions, typed: StructRows) -> None:
-    """Write ``typed``'s structs to the query's file (whole: see above), unless it holds them
-    already."""
-    stamp = typed.stamp()
-    if _read(options) == stamp:
+def keep(options: CdcOptions, stamp: dict[str, Any]) -> None:
+    """Write the structs ``stamp`` (:meth:`.structs.StructRows.stamp`) to the query's file
+    (whole: see above), unless it holds them already."""
+    if read_kept(options) == stamp:
         return
     filesystem, path = structs_path(options)
     try:
@@ -120,16 +120,3 @@ def keep(options: CdcOptions, typed: StructRows) -> None:
                 out.write(orjson.dumps(stamp))
     except (ArrowException, OSError) as exc:
         _fail("cannot write the structs to", options, exc)
-
-
-def evolve_kept(options: CdcOptions, typed: StructRows) -> StructRows:
-    """``typed`` (the tables' columns now) evolved from the structs kept in
-    ``schema_location`` (as they are when none are), kept there for the next run;
-    :class:`ConfigError` (option ``schema_evolution``) naming what add_columns refuses."""
-    written = _read(options)
-    try:
-        evolved = typed if written is None else typed.evolved(written)
-    except ValueError as exc:
-        raise ConfigError("schema_evolution", f"add_columns: {exc}") from exc
-    keep(options, evolved)
-    return evolved

@@ -2,7 +2,7 @@
 
 Readers of whole rows (the snapshot's chunks, polling's batches) would otherwise fetch every
 value as text and convert and serialize it in Python, one value at a time: that per-value work
-was most of a snapshot's cost. For the types whose converter (:mod:`postgres_cdc_source.values`)
+was most of a snapshot's cost. For the types whose converter (:mod:`.values`)
 is a plain rewrite of the output text, the same JSON can be written by a SQL expression, so the
 row arrives as ready strings and the worker only moves them into Arrow.
 
@@ -35,7 +35,8 @@ from collections.abc import Callable, Sequence
 import orjson
 from psycopg import sql
 
-from postgres_cdc_source import values
+from postgres_cdc_source.pg_types import TYPES
+from postgres_cdc_source.rows.json import values
 from postgres_cdc_source.sql_names import Name
 
 __all__ = ["column_json_sql", "row_json_sql", "text_json_sql"]
@@ -103,20 +104,23 @@ def _cast(template: str) -> _Render:
 
 # Types whose value text needs no format(): the cast to text is the output function itself
 # (ints, numeric, uuid, date, jsonb: I/O casts; json and text types: the stored text).
-_BY_OID: dict[int, _Render] = {
-    **dict.fromkeys((20, 21, 23, 26), _cast("{}::text")),
-    **dict.fromkeys((1700, 2950, 1082), _cast("to_json({}::text)::text")),
-    **dict.fromkeys((25, 1043), _cast("to_json({})::text")),
-    **dict.fromkeys((114, 3802), _cast("{}::text")),
-    1114: _xsd(_timestamp, "'0001-01-02 00:00:00'::timestamp"),
-    1184: _xsd(_timestamptz, "'0001-01-02 00:00:00+00'::timestamptz"),
+_INTEGERS = ("bigint", "smallint", "integer", "oid")
+_STRING_NAMES = ("numeric", "uuid", "date", "text", "character varying")
+_BY_NAME: dict[str, _Render] = {
+    **dict.fromkeys(_INTEGERS, _cast("{}::text")),
+    **dict.fromkeys(("numeric", "uuid", "date"), _cast("to_json({}::text)::text")),
+    **dict.fromkeys(("text", "character varying"), _cast("to_json({})::text")),
+    **dict.fromkeys(("json", "jsonb"), _cast("{}::text")),
+    "timestamp without time zone": _xsd(_timestamp, "'0001-01-02 00:00:00'::timestamp"),
+    "timestamp with time zone": _xsd(_timestamptz, "'0001-01-02 00:00:00+00'::timestamptz"),
 }
-_STRINGS = frozenset((1700, 2950, 1082, 25, 1043))  # converter str, a cheaper spelling
+_BY_OID: dict[int, _Render] = {TYPES.oid(name): render for name, render in _BY_NAME.items()}
+_STRINGS = frozenset(map(TYPES.oid, _STRING_NAMES))  # converter str, a cheaper spelling
 _BY_CONVERTER: dict[object, _Render] = {
     str: _string,
     int: _number,
     orjson.Fragment: _number,
-    values.converter_for_oid(16): _bool,
+    values.converter_for_type_name("boolean"): _bool,
 }
 
 
@@ -130,7 +134,7 @@ def column_json_sql(type_oid: int, column: sql.Composable) -> sql.Composable | N
         c=column, json=render(column))
 
 
-_INT_TEXT = frozenset((20, 21, 23, 26))
+_INT_TEXT = frozenset(map(TYPES.oid, _INTEGERS))
 
 
 def text_json_sql(type_oid: int, column: sql.Composable) -> sql.Composable:

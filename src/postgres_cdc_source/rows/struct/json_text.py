@@ -1,19 +1,21 @@
 """``row_format=struct``'s row images back to the JSON mode's text, byte for byte.
 
-The inverse of :mod:`postgres_cdc_source.struct_types`' values: a typed value is printed as the
+The inverse of :mod:`.types`' values: a typed value is printed as the
 Postgres output text it was typed from (in the peek sessions' settings,
-:data:`~postgres_cdc_source.values.SESSION_SETTINGS`), and that text goes through the JSON
-mode's converter of the column's type (:func:`~postgres_cdc_source.values.converter_for_oid`),
+:data:`~postgres_cdc_source.pg_types.SESSION_SETTINGS`), and that text goes through the JSON
+mode's converter of the column's type
+(:func:`~postgres_cdc_source.rows.json.values.converter_for_oid`),
 so a rendered image is ``orjson.dumps`` of what the JSON mode converted:
 ``2024-01-02T03:04:05.5+00:00`` for a timestamptz, base64 for bytea, numeric as a string of
 its digits, json/jsonb embedded, a domain's or an enum array's Postgres text as a string.
 
 The JSON converter depends on the column's Postgres type, which the Spark type does not tell
 (a string field may be text, jsonb or an interval; an int field an integer or a domain), so
-:func:`~postgres_cdc_source.struct_types.struct_schema` puts it in each struct field's
+:func:`.structs.struct_schema` puts it in each struct field's
 metadata (:data:`PG_TYPE_OID`, :data:`PG_TYPE`). Spark keeps that metadata from the source's
 schema into the DataFrame's, so the renderers are built from a DataFrame's schema alone
-(:func:`json_rows` on the driver, for ``pg-to-iggy``).
+(:func:`json_rows` on the driver, for ``pg-to-iggy``; public as
+``postgres_cdc_source.json_rows``).
 
 What the structs do not keep cannot come back: an array's lower bound other than 1
 (``[0:1]={7,8}``) is lost in a struct, so an array of a type that is not built in (the JSON
@@ -50,7 +52,7 @@ from pyspark.sql.types import (
 )
 
 from connector_common.change_rows import SPARK_SCHEMA
-from postgres_cdc_source.values import converter_for_oid
+from postgres_cdc_source.rows.json.values import converter_for_oid
 
 if TYPE_CHECKING:
     from pyspark.sql import DataFrame
@@ -160,7 +162,7 @@ def _element(text: str | None) -> str:
 
 
 def pg_text(spark: DataType) -> Callable[[Any], str]:
-    """The Postgres output text of a non-null value of ``spark`` as ``struct_types`` typed it:
+    """The Postgres output text of a non-null value of ``spark`` as :mod:`.types` typed it:
     the inverse of its converters."""
     if isinstance(spark, (ShortType, IntegerType, LongType)):
         return str
@@ -210,7 +212,7 @@ def image_renderer(row: StructType, renderer: Callable[[int, DataType], Render] 
     it (``None`` for ``None``); unchanged columns are left out, as the JSON mode does.
     ``renderer`` makes a field's value the JSON mode's: of a typed value by default; a change's
     images before their batch is built hold some values as text
-    (:func:`~postgres_cdc_source.struct_types.image_json`).
+    (:func:`.images.image_json`).
 
     Raises :class:`ValueError` naming a field without its Postgres type.
     """

@@ -3,7 +3,7 @@
 ``key``, ``before`` and ``after`` become Spark VARIANT values: objects of the columns (an
 unchanged TOAST value left out, as in the JSON mode), whatever the table, so one query reads
 tables of any shape and a column change needs no restart. Each value is the JSON mode's value
-(:mod:`postgres_cdc_source.values`, from the same output text) with its type kept exact:
+(:mod:`postgres_cdc_source.rows.json.values`, from the same output text) with its type kept exact:
 
 ================================  =============================================================
 Postgres                          variant value
@@ -32,8 +32,8 @@ anything else                     string, the JSON mode's: text, varchar, uuid, 
 ================================  =============================================================
 
 Converters turn a value's output text straight into its encoded bytes
-(:mod:`postgres_cdc_source.variant`), once per column per change; only JSON objects wait for
-the row's key dictionary, which :func:`~postgres_cdc_source.variant.variant_array` builds.
+(:mod:`.encoding`), once per column per change; only JSON objects wait for
+the row's key dictionary, which :func:`.encoding.variant_array` builds.
 """
 
 from __future__ import annotations
@@ -41,7 +41,7 @@ from __future__ import annotations
 import json
 import math
 import re
-from collections.abc import Callable, Sequence
+from collections.abc import Callable
 from datetime import UTC, date, datetime, timedelta
 from decimal import Decimal, localcontext
 from functools import partial
@@ -49,7 +49,6 @@ from itertools import accumulate
 from struct import Struct
 from typing import Any
 
-import pyarrow as pa
 from pyspark.sql.types import (
     BinaryType,
     BooleanType,
@@ -57,20 +56,17 @@ from pyspark.sql.types import (
     DateType,
     DecimalType,
     LongType,
-    StructType,
     TimestampNTZType,
     TimestampType,
-    VariantType,
     VariantVal,
 )
 
-from connector_common.change_rows import typed_schemas
-from postgres_cdc_source import variant
-from postgres_cdc_source.decoding.changes import RowShape
-from postgres_cdc_source.struct_json import pg_text
-from postgres_cdc_source.values import builtin_types, converter_for_oid, parse_array
+from postgres_cdc_source.pg_types import TYPES, parse_array
+from postgres_cdc_source.rows.json.values import converter_for_oid, converter_for_type_name
+from postgres_cdc_source.rows.struct.json_text import pg_text
+from postgres_cdc_source.rows.variant import encoding as variant
 
-__all__ = ["MAX_JSON_DEPTH", "VARIANT_ROWS", "VariantRows", "converter_for", "json_value"]
+__all__ = ["MAX_JSON_DEPTH", "converter_for", "json_value"]
 
 Converter = Callable[[str], Any]
 
@@ -162,8 +158,10 @@ def _stamps(epoch: datetime, encode: Callable[[int], bytes], json_text: Converte
     return convert
 
 
-_timestamp = _stamps(_EPOCH, variant.timestamp_ntz, converter_for_oid(1114))
-_timestamptz = _stamps(_EPOCH_UTC, variant.timestamp, converter_for_oid(1184))
+_timestamp = _stamps(_EPOCH, variant.timestamp_ntz,
+                    converter_for_type_name("timestamp without time zone"))
+_timestamptz = _stamps(_EPOCH_UTC, variant.timestamp,
+                      converter_for_type_name("timestamp with time zone"))
 
 
 def _json_number(text: str) -> bytes:
@@ -233,34 +231,34 @@ def _has_object(items: list[Any]) -> bool:
     return any(type(v) is dict or (type(v) is list and _has_object(v)) for v in items)
 
 
-_BY_OID: dict[int, Converter] = {
-    16: _BOOL.__getitem__,
-    17: _bytea,
-    20: _int8,
-    21: _int2,
-    23: _int4,
-    26: _int8,  # oid: unsigned 32-bit
-    114: _json,
-    700: _float4,
-    701: _float8,
-    1082: _date,
-    1114: _timestamp,
-    1184: _timestamptz,
-    1700: _numeric,
-    3802: _json,
+_BY_NAME: dict[str, Converter] = {
+    "boolean": _BOOL.__getitem__,
+    "bytea": _bytea,
+    "bigint": _int8,
+    "smallint": _int2,
+    "integer": _int4,
+    "oid": _int8,  # unsigned 32-bit
+    "json": _json,
+    "real": _float4,
+    "double precision": _float8,
+    "date": _date,
+    "timestamp without time zone": _timestamp,
+    "timestamp with time zone": _timestamptz,
+    "numeric": _numeric,
+    "jsonb": _json,
 }
 
 
 def _tables() -> tuple[dict[int, Converter], dict[str, Converter]]:
     """Every built-in type's converter and its array's, by OID and by ``format_type`` name:
-    the JSON mode's table (:func:`~postgres_cdc_source.values.builtin_types`), whose other
-    types are its strings."""
+    the registry's types (:data:`~postgres_cdc_source.pg_types.TYPES`), whose other types are
+    strings."""
     by_oid: dict[int, Converter] = {}
     by_name: dict[str, Converter] = {}
-    for oid, array_oid, name in builtin_types():
-        convert = _BY_OID.get(oid, variant.string)
-        by_oid[oid] = by_name[name] = convert
-        by_oid[array_oid] = by_name[name + "[]"] = partial(_array, convert)
+    for builtin in TYPES:
+        convert = _BY_NAME.get(builtin.name, variant.string)
+        by_oid[builtin.oid] = by_name[builtin.name] = convert
+        by_oid[builtin.array_oid] = by_name[builtin.name + "[]"] = partial(_array, convert)
     return by_oid, by_name
 
 
@@ -281,6 +279,11 @@ _SPARK_TEXT: dict[type, DataType] = {  # a decoded scalar -> the Spark type prin
     bytes: BinaryType()}
 
 
+_JSON_OIDS = frozenset(map(TYPES.oid, ("json", "jsonb")))
+_TIMESTAMPS: dict[int, DataType] = {TYPES.oid("timestamp without time zone"): TimestampNTZType(),
+                                    TYPES.oid("timestamp with time zone"): TimestampType()}
+
+
 def json_value(type_oid: int) -> Callable[[bytes], Any] | None:
     """A value of a column of ``type_oid`` as its converter encoded it (in a change's image) ->
     the JSON mode's value of the column, for matching a row's key (TOAST values read back,
@@ -288,10 +291,10 @@ def json_value(type_oid: int) -> Callable[[bytes], Any] | None:
     the Postgres text it came from and converted as the JSON mode converts that text; a
     string (the JSON mode's value already, or text a variant type could not hold) as it is.
     ``None`` for json and jsonb, whose objects are encoded with their row."""
-    if type_oid in (114, 3802):
+    if type_oid in _JSON_OIDS:
         return None
     convert = converter_for_oid(type_oid)
-    timestamp = {1114: TimestampNTZType(), 1184: TimestampType()}.get(type_oid)
+    timestamp = _TIMESTAMPS.get(type_oid)
 
     def json_value(encoded: bytes) -> Any:
         with localcontext(prec=_DIGITS):  # pyspark computes a decimal in the current context
@@ -303,33 +306,3 @@ def json_value(type_oid: int) -> Callable[[bytes], Any] | None:
         return convert(pg_text(spark)(value))
 
     return json_value
-
-
-def _as_is(image: dict[str, Any]) -> dict[str, Any]:
-    return image
-
-
-class VariantRows:
-    """What makes a ``pg_cdc`` query's rows variants: the decoders' :class:`RowShape` of any
-    table retyped to this module's converters, and the rows' schemas. Stateless: every table
-    of any shape, then and later, is read the same way."""
-
-    __slots__ = ()
-
-    def retyped(self, shape: RowShape, *, whole: bool = True,
-                types: Sequence[int | str] | None = None) -> RowShape:
-        """``shape`` with the variant converters of its columns' ``types`` (OIDs or
-        ``format_type`` names; always given by the decoders and readers); its row images stay
-        dicts of encoded values, made variants when the batch is built."""
-        if types is None:
-            raise ValueError("row_format=variant needs the columns' types")
-        return RowShape(shape.schema, shape.table, shape.names, [converter_for(t) for t in types],
-                        shape.key, shape.keep, _as_is)
-
-    def schemas(self) -> tuple[StructType, pa.Schema]:
-        """The change rows' Spark and Arrow schemas, ``key``/``before``/``after`` variants."""
-        return typed_schemas(VariantType(), VariantType(), variant.VARIANT_ARROW,
-                             variant.VARIANT_ARROW)
-
-
-VARIANT_ROWS = VariantRows()
