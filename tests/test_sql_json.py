@@ -13,8 +13,9 @@ from hypothesis import strategies as st
 from psycopg import sql
 
 from iggy_spark_testing.harness import LocalPostgres
-from postgres_cdc_source.sql_json import column_json_sql, row_json_sql, text_json_sql
-from postgres_cdc_source.values import SESSION_SETTINGS, converter_for_oid
+from postgres_cdc_source.pg_types import SESSION_SETTINGS
+from postgres_cdc_source.rows.json.sql import column_json_sql, row_json_sql, text_json_sql
+from postgres_cdc_source.rows.json.values import converter_for_oid
 
 pytestmark = pytest.mark.services
 

@@ -39,21 +39,24 @@ from support.struct_values import from_json, same
 
 from connector_common.spark_versions import arrow_schema
 from postgres_cdc_source.catalog import ColumnInfo
-from postgres_cdc_source.struct_json import image_renderer, value_renderer
-from postgres_cdc_source.struct_types import (
-    PgType,
-    TableStruct,
+from postgres_cdc_source.pg_types import builtin_types
+from postgres_cdc_source.rows.json.values import converter_for_oid
+from postgres_cdc_source.rows.struct.images import (
     UnconvertibleValue,
-    _decimal,
     _decimal_digits,
-    column_type,
     image_array,
     image_converter,
+)
+from postgres_cdc_source.rows.struct.json_text import image_renderer, value_renderer
+from postgres_cdc_source.rows.struct.structs import struct_schema
+from postgres_cdc_source.rows.struct.types import (
+    PgType,
+    TableStruct,
+    _decimal,
+    column_type,
     spark_typed,
-    struct_schema,
     typed_columns,
 )
-from postgres_cdc_source.values import builtin_types, converter_for_oid
 
 ENUM, INT_DOMAIN, MONEY_DOMAIN, COMPOSITE, DOMAIN_ARRAY = 90001, 90002, 90003, 90004, 90005
 # domains of types whose JSON is not their text (the JSON mode writes a domain's text), and an

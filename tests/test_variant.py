@@ -21,15 +21,16 @@ from pyspark.sql.types import VariantType, VariantVal
 from test_decoders_pgoutput import m_relation, m_update, txn
 from test_row_format import CDC, INFO, ROW, _insert, _relation
 
-from postgres_cdc_source import variant
 from postgres_cdc_source.assembly import record_batches, transactions
 from postgres_cdc_source.decoding import UNCHANGED, Change
 from postgres_cdc_source.decoding.pgoutput import PgOutputDecoder
 from postgres_cdc_source.decoding.text_format import TextFormatDecoder
 from postgres_cdc_source.destination_columns import Router
 from postgres_cdc_source.options import CdcOptions
-from postgres_cdc_source.values import converter_for_oid
-from postgres_cdc_source.variant_types import VARIANT_ROWS, converter_for, json_value
+from postgres_cdc_source.rows.json.values import converter_for_oid
+from postgres_cdc_source.rows.variant import encoding as variant
+from postgres_cdc_source.rows.variant.format import VARIANT_ROWS
+from postgres_cdc_source.rows.variant.values import converter_for, json_value
 
 AT = datetime(2024, 1, 2, 3, 4, 5, 500000, UTC)
 
