@@ -48,7 +48,10 @@ class RowFormat(Protocol):
       batch is built (:func:`postgres_cdc_source.assembly.image_column`, by the Arrow type
       :meth:`schemas` gives). A shape whose ``changed`` is set raises it at the table's first
       change (a table ``struct`` cannot type). :attr:`retyping` is what the decoders are handed
-      for this: ``None`` keeps their JSON shapes and the fast paths that write JSON text.
+      for this: ``None`` keeps their JSON shapes and the fast paths that write JSON text; with
+      it set, a change's images are dicts of the converted values until the batch is built
+      (the decoders' fast paths make them so), whose Arrow type :meth:`schemas` gives (a
+      struct, or :data:`~postgres_cdc_source.rows.variant.encoding.VARIANT_ARROW`).
     * On the driver, per planned batch: :meth:`stamped` adds what the format keeps in each
       offset (``struct``'s structs), and :meth:`check_offset`, on every offset a batch starts
       from, refuses a checkpoint written with another format or structs this one cannot go
