@@ -32,7 +32,8 @@ __all__ = ["NEW_CHECKPOINT", "column_difference", "described", "names_text", "ty
            "untypable", "widens"]
 
 NEW_CHECKPOINT = ("start the query on a new checkpoint with the same slot (it goes on from "
-                   "the last delivered change with the columns as they are now)")
+                  "the last delivered change with the columns as they are now)")
+"""The way out of every restart add_columns refuses."""
 
 _INTEGERS: tuple[DataType, ...] = (ShortType(), IntegerType(), LongType())
 
@@ -124,7 +125,7 @@ def _renamed_in(table: TableStruct, names: Sequence[str], whole: bool, known: Co
 
 
 def untypable(row: StructType, table: TableStruct, names: Sequence[str], whole: bool,
-               types: Sequence[int | str] | None) -> str | None:
+              types: Sequence[int | str] | None) -> str | None:
     """Why a change of the columns ``names`` (``types``) cannot be typed by name with the
     fields of ``row`` (``schema_evolution=add_columns``), ``None`` if it can."""
     fields = {f.name: f for f in row.fields}
@@ -140,7 +141,7 @@ def untypable(row: StructType, table: TableStruct, names: Sequence[str], whole: 
 
 
 def column_difference(table: TableStruct, names: Sequence[str], whole: bool,
-                       types: Sequence[int | str] | None) -> str | None:
+                      types: Sequence[int | str] | None) -> str | None:
     """What differs between the columns a query started with and ``names`` (``types``),
     ``None`` if nothing does."""
     started = {c.name: c for c in table.columns}
