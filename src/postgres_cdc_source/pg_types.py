@@ -139,10 +139,6 @@ class TypeRegistry:
         """The OID of the built-in type ``name``."""
         return self[name].oid
 
-    def by_oid(self, values: dict[str, Any], default: Any) -> dict[int, Any]:
-        """``values`` (by type name) by OID, and every other built-in type's ``default``."""
-        return {t.oid: values.get(t.name, default) for t in self._types}
-
 
 TYPES = TypeRegistry(_BUILTINS)
 """The built-in types pg_cdc knows by name."""
