@@ -29,6 +29,7 @@ SAMPLE = {
     "min_partitions": "4", "min_bytes_per_partition": "1MB", "on_slot_lost": "resnapshot",
     "message_prefixes": "outbox", "backfill_chunk_rows": "100", "row_format": "json",
     "schema_evolution": "fail", "schema_location": "/structs", "include_schema_changes": "true",
+    "primary_dsn": "dbname=primary",
 }
 
 
