@@ -361,7 +361,8 @@ def test_a_large_body_before_login_closes_the_connection_unread() -> None:
             writer.close()
             raw = RawClient(f"127.0.0.1:{server.port}")
             try:
-                assert (await asyncio.to_thread(raw.login)).status == 0
+                login = await asyncio.to_thread(raw.login, line=server.dialect)
+                assert login.status == 0
                 reply = await asyncio.to_thread(raw.call, Operation.NON_REPLICATED,
                                                 bytes(PRE_LOGIN_BODY_LIMIT + 1),
                                                 code=ReadCode.PING)
