@@ -314,7 +314,8 @@ def test_names_built_to_break_sql_go_through_a_real_read(
     work = Workload(pg.dsn, name, seed=13, tables=(spec,))
     work.setup()
     options = {"dsn": pg.dsn, "slot": name, "plugin": plugin,
-               "include_tables": re.escape(f"{name}.{evil}")}
+               # a name holding " is written double-quoted, its " doubled (docs: Choosing tables)
+               "include_tables": re.escape(f'{name}."a""; drop table {canary}; --"')}
     if plugin == "pgoutput":
         options["publication"] = evil
     ensure_slot(CdcOptions.from_options(options))

@@ -82,6 +82,7 @@ class LocalIggy:
         self._child: subprocess.Popen[bytes] | None = None
         self._child_log: IO[bytes] | None = None
         self._refused_sends: dict[tuple[str, str], int] = {}
+        self._server: BrokerServer | None = None
 
     # -- public surface -----------------------------------------------------------------------
 
@@ -147,6 +148,15 @@ class LocalIggy:
         else:
             self._refused_sends.pop((stream, topic), None)
 
+    def connections(self) -> int:
+        """The client connections being served now (thread mode only). The broker reads a
+        connection's end after every frame sent on it, so once a killed client's connections are
+        gone, all it had sent has been read: a test heals a fault (:meth:`refuse_sends`) only
+        then, or frames still in the socket would be taken after it."""
+        if self._server is None:
+            raise RuntimeError("connections works with the in-process broker (process=False)")
+        return self._server.connection_count
+
     def kill(self) -> None:
         """Crash the broker: SIGKILL in process mode (no flush, no goodbye); else :meth:`stop`."""
         if self._child is None:
@@ -182,6 +192,7 @@ class LocalIggy:
 
         def on_ready(server: BrokerServer) -> None:
             self.port = server.port
+            self._server = server
             ready.set()
 
         async def main() -> None:

@@ -165,6 +165,11 @@ class BrokerServer:
             Operation.DELETE_CONSUMER_OFFSET: self._delete_consumer_offset,
         }
 
+    @property
+    def connection_count(self) -> int:
+        """The client connections being served now."""
+        return len(self._clients)
+
     async def start(self) -> None:
         self._server = await asyncio.start_server(self._serve, self.host, self.port,
                                                   ssl=self.tls)
