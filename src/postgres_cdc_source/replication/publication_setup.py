@@ -85,24 +85,11 @@ def _send_generated(conn: Conn, publication: str) -> None:
     identity (``FULL``, or an index) holds a generated column the publication does not send.
     The decoders leave them out of the rows again (:func:`~..decoding.factory.sends_generated`),
     so rows are as on every other version."""
-    if not sends_generated(conn):
-        return
-    for pub in (publication, inserts_name(publication)):
-        row = conn.execute("SELECT pubgencols FROM pg_catalog.pg_publication WHERE pubname = %s",
-                           (pub,)).fetchone()
-        if row is None or row[0] == "s":
-            continue
-        try:
-            with conn.transaction():
-                conn.execute(sql.SQL("ALTER PUBLICATION {} SET (publish_generated_columns = "
-                                     "stored)").format(sql.Identifier(pub)))
-        except pgerrors.InsufficientPrivilege as exc:
-            log.warning(
-                "pg_cdc: cannot have publication %s send generated columns (%s): on Postgres "
-                "18 the owner's UPDATE and DELETE fail on a captured table whose replica "
-                "identity holds a stored generated column (REPLICA IDENTITY FULL, say); its "
-                "owner can run ALTER PUBLICATION %s SET (publish_generated_columns = stored)",
-                pub, exc.diag.message_primary, sql.Identifier(pub).as_string(conn))
+    if sends_generated(conn):
+        _set_on_pair(conn, publication, "pubgencols", "s", "publish_generated_columns = stored",
+                     "send generated columns", "on Postgres 18 the owner's UPDATE and DELETE "
+                     "fail on a captured table whose replica identity holds a stored generated "
+                     "column (REPLICA IDENTITY FULL, say)")
 
 
 def _via_root(conn: Conn, publication: str) -> None:
@@ -111,23 +98,30 @@ def _via_root(conn: Conn, publication: str) -> None:
     an earlier release gets it here. From the ``ALTER`` on, the changes of a partition whose
     partitioned table the rules match name that table (batches before it are read as they
     were); the pair holds partitioned tables only since then, so nothing else changes."""
+    _set_on_pair(conn, publication, "pubviaroot", True, "publish_via_partition_root = true",
+                 "publish partitions as their partitioned table", "the changes of a captured "
+                 "partitioned table name its partitions, which the rules may not match")
+
+
+def _set_on_pair(conn: Conn, publication: str, column: str, wanted: object, setting: str,
+                 what: str, why: str) -> None:
+    """``ALTER PUBLICATION ... SET (setting)`` on each publication of the managed pair whose
+    ``pg_publication.column`` is not ``wanted``; where the role may not, a warning saying
+    ``why`` it matters and the statement its owner can run."""
     for pub in (publication, inserts_name(publication)):
-        row = conn.execute("SELECT pubviaroot FROM pg_catalog.pg_publication WHERE pubname = %s",
-                           (pub,)).fetchone()
-        if row is None or row[0]:
+        row = conn.execute(sql.SQL("SELECT {} FROM pg_catalog.pg_publication WHERE pubname = %s")
+                           .format(sql.Identifier(column)), (pub,)).fetchone()
+        if row is None or row[0] == wanted:
             continue
+        statement = sql.SQL("ALTER PUBLICATION {} SET ({})").format(sql.Identifier(pub),
+                                                                   sql.SQL(setting))
         try:
             with conn.transaction():
-                conn.execute(sql.SQL("ALTER PUBLICATION {} SET (publish_via_partition_root = "
-                                     "true)").format(sql.Identifier(pub)))
-            log.info("publication %s: publish_via_partition_root = true", pub)
+                conn.execute(statement)
+            log.info("publication %s: %s", pub, setting)
         except pgerrors.InsufficientPrivilege as exc:
-            log.warning(
-                "pg_cdc: cannot have publication %s publish partitions as their partitioned "
-                "table (%s): the changes of a captured partitioned table name its partitions, "
-                "which the rules may not match; its owner can run ALTER PUBLICATION %s SET "
-                "(publish_via_partition_root = true)",
-                pub, exc.diag.message_primary, sql.Identifier(pub).as_string(conn))
+            log.warning("pg_cdc: cannot have publication %s %s (%s): %s; its owner can run %s",
+                        pub, what, exc.diag.message_primary, why, statement.as_string(conn))
 
 
 def _create(conn: Conn, options: CdcOptions) -> None:
