@@ -208,3 +208,14 @@ def test_no_import_cycle_anywhere_in_the_repository() -> None:
              for module, path in known.items()}
     cycle = _cycle(graph)
     assert cycle is None, " -> ".join(cycle)
+
+
+MAX_MODULE_LINES = 500
+
+
+def test_no_module_of_the_product_is_over_500_lines() -> None:
+    """A module past that holds more than one concern: split it by concern, as the rows room's
+    struct format is (types, catalog, images, evolution)."""
+    long = {str(path.relative_to(ROOT)): lines for path in sorted(ROOT.rglob("*.py"))
+            if (lines := len(path.read_text().splitlines())) > MAX_MODULE_LINES}
+    assert long == {}

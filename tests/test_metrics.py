@@ -31,7 +31,7 @@ from iggy_spark.monitoring import LagReader, LedgerReader
 from iggy_spark.sink.report import Ledger, TaskReport
 from iggy_spark_testing.chaos import wait_until
 from iggy_spark_testing.harness import LocalPostgres
-from pg_to_iggy import metrics
+from pg_to_iggy import endpoint
 from pg_to_iggy.metrics import _Collector, _require_classic, serve_metrics
 from postgres_cdc_source.backfill import request_backfill
 from postgres_cdc_source.backfill.progress import Backfills, ChunkPlan, Request
@@ -263,13 +263,13 @@ def test_the_endpoint_listens_on_loopback_and_serves_a_few_clients_at_a_time(
 ) -> None:
     """A client past the workers is closed at accept, a silent one after the client timeout;
     neither holds a thread for longer, and the endpoint serves the next scrape."""
-    monkeypatch.setattr(metrics, "_CLIENT_TIMEOUT", 2.0)
+    monkeypatch.setattr(endpoint, "CLIENT_TIMEOUT", 2.0)
     served = serve_metrics(_no_spark(), port=0)
     try:
         assert served._server.server_address[0] == "127.0.0.1"
         assert served.url == f"http://127.0.0.1:{served.port}/metrics"
         silent = [socket.create_connection(("127.0.0.1", served.port), timeout=10)
-                  for _ in range(metrics._WORKERS)]
+                  for _ in range(endpoint.WORKERS)]
         extra = socket.create_connection(("127.0.0.1", served.port), timeout=10)
         assert extra.recv(1) == b""  # closed at accept (a timeout here: served, unbounded)
         for client in silent:  # still held: the extra one was closed before any timed out

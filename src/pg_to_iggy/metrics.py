@@ -33,12 +33,9 @@ other hosts; see :func:`serve_metrics` for TLS and basic auth). Where each figur
 It spans both connectors, so it lives with the job that joins them, and reads each through its
 monitoring face (:mod:`iggy_spark.monitoring`, :mod:`postgres_cdc_source.monitoring`).
 
-The endpoint is prometheus_client's WSGI app on a server of this module's own, because
-``prometheus_client.start_http_server`` starts a thread per connection without a bound and
-never times a client out: here at most :data:`_WORKERS` requests are served at once (a
-connection past them is closed at accept), each socket read or write, the TLS handshake
-included, gives up after :data:`_CLIENT_TIMEOUT` seconds, and a scrape reads each query's slot on
-the one connection its :class:`~postgres_cdc_source.monitoring.HealthReader` keeps.
+The endpoint is prometheus_client's WSGI app on a bounded server of the job's own
+(:mod:`pg_to_iggy.endpoint`), and a scrape reads each query's slot on the one connection its
+:class:`~postgres_cdc_source.monitoring.HealthReader` keeps.
 
 Labels stay low-cardinality: the query's name (or id when unnamed), a rejection ``reason``,
 a missing-destination ``action``, a ``component``; never a stream or topic of the sink, whose
@@ -53,18 +50,12 @@ this process.
 
 from __future__ import annotations
 
-import base64
-import binascii
-import hmac
 import logging
-import socket
-import ssl
 import threading
 from collections import Counter
-from collections.abc import Callable, Iterable, Iterator, Mapping
+from collections.abc import Iterator, Mapping
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any
-from wsgiref.simple_server import WSGIRequestHandler, WSGIServer
 
 from iggy_spark.monitoring import (
     STATE_STREAM,
@@ -75,6 +66,7 @@ from iggy_spark.monitoring import (
     end_from_progress,
     lag_from_progress,
 )
+from pg_to_iggy.endpoint import BoundedServer, tls_context, with_basic_auth
 from postgres_cdc_source.monitoring import (
     Backfills,
     HealthReader,
@@ -93,11 +85,6 @@ log = logging.getLogger(__name__)
 
 _SINK_DEGRADED, _SOURCE_DEGRADED = "iggy_routed", "pg_cdc"
 _READ_TIMEOUT = 10.0
-_WORKERS = 4
-"""Requests served at once: Prometheus scrapes one at a time; more are closed at accept."""
-_CLIENT_TIMEOUT = 10.0
-"""Seconds a client may take for each read or write of its request and reply (and for the TLS
-handshake) before its connection is closed."""
 _QUERY = ("query",)
 _FAMILIES: tuple[tuple[str, str, str, tuple[str, ...]], ...] = (
     # (kind, name, help, labels), served in this order
@@ -375,86 +362,6 @@ def _add_iggy_lag(families: dict[str, Any], query: str, lag: dict[str, dict[str,
             families["iggy_source_lag_messages"].add_metric([query, topic, partition], messages)
 
 
-class _Handler(WSGIRequestHandler):
-    """A request handler that logs nothing per request (a scrape every few seconds)."""
-
-    def log_message(self, format: str, *args: Any) -> None:
-        pass
-
-
-class _BoundedServer(WSGIServer):
-    """A WSGI server that serves at most ``workers`` requests at once, each in a thread of its
-    own, and closes a connection past them at accept; every client socket gets ``timeout``
-    before the TLS handshake (done in that thread, not in the accepting one, so a client that
-    never finishes it holds one worker for ``timeout`` at most, never the port)."""
-
-    def __init__(self, addr: str, port: int, workers: int, timeout: float,
-                 tls: ssl.SSLContext | None) -> None:
-        # as prometheus_client does: the address's family, so "::" binds IPv6
-        self.address_family = socket.getaddrinfo(addr, port, type=socket.SOCK_STREAM,
-                                                 flags=socket.AI_PASSIVE)[0][0]
-        super().__init__((addr, port), _Handler)
-        self.workers = workers
-        self.slots = threading.BoundedSemaphore(workers)
-        self.timeout_seconds = timeout
-        self.tls = tls
-
-    def process_request(self, request: Any, client_address: Any) -> None:
-        if not self.slots.acquire(blocking=False):
-            log.warning("serve_metrics: %d requests in progress, closing a connection from %s",
-                        self.workers, client_address[0])
-            self.shutdown_request(request)
-            return
-        threading.Thread(target=self._serve, args=(request, client_address),
-                         name="serve_metrics", daemon=True).start()
-
-    def _serve(self, request: socket.socket, client_address: Any) -> None:
-        conn = request
-        try:
-            request.settimeout(self.timeout_seconds)
-            if self.tls is not None:
-                conn = self.tls.wrap_socket(request, server_side=True)
-            self.finish_request(conn, client_address)
-        except OSError as exc:  # a slow, gone or non-TLS client (ssl.SSLError too): its loss
-            log.debug("serve_metrics: connection from %s: %s", client_address[0], exc)
-        finally:
-            self.shutdown_request(conn)
-            self.slots.release()
-
-
-def _basic_auth(app: Callable[..., Iterable[bytes]], user: str, password: str
-                ) -> Callable[..., Iterable[bytes]]:
-    """``app`` behind HTTP basic auth (prometheus_client serves TLS but not this): a request
-    without ``user:password`` gets 401; compared in constant time."""
-    expected = f"{user}:{password}".encode()
-
-    def guarded(environ: dict[str, Any], start_response: Callable[..., Any]) -> Iterable[bytes]:
-        scheme, _, token = environ.get("HTTP_AUTHORIZATION", "").partition(" ")
-        try:
-            given = base64.b64decode(token, validate=True)
-        except (binascii.Error, ValueError):
-            given = b""
-        if scheme.lower() == "basic" and hmac.compare_digest(given, expected):
-            return app(environ, start_response)
-        start_response("401 Unauthorized", [("WWW-Authenticate", 'Basic realm="metrics"'),
-                                            ("Content-Type", "text/plain")])
-        return [b"401 Unauthorized\n"]
-
-    return guarded
-
-
-def _tls_context(certfile: str, keyfile: str | None, client_cafile: str | None
-                 ) -> ssl.SSLContext:
-    """A server context with the certificate; with ``client_cafile``, clients must present a
-    certificate it signed (mutual TLS)."""
-    context = ssl.create_default_context(ssl.Purpose.CLIENT_AUTH)
-    context.load_cert_chain(certfile, keyfile)
-    if client_cafile is not None:
-        context.load_verify_locations(client_cafile)
-        context.verify_mode = ssl.CERT_REQUIRED
-    return context
-
-
 @dataclass
 class MetricsServer:
     """A running metrics endpoint; :meth:`stop` removes the listener, closes the port and the
@@ -535,7 +442,7 @@ def serve_metrics(
     slots = {query: slot_reader(options, "serve_metrics")
              for query, options in (pg_cdc or {}).items()}
     sources = {query: LagReader(options) for query, options in (iggy or {}).items()}
-    tls = None if certfile is None else _tls_context(certfile, keyfile, client_cafile)
+    tls = None if certfile is None else tls_context(certfile, keyfile, client_cafile)
     ledgers = None if url is None else LedgerReader(url, state_stream, timeout=_READ_TIMEOUT)
     collector = _Collector(ledgers, slots, sources)
 
@@ -555,8 +462,8 @@ def serve_metrics(
     registry = CollectorRegistry(auto_describe=False)
     registry.register(collector)
     app = make_wsgi_app(registry)
-    server = _BoundedServer(addr, port, _WORKERS, _CLIENT_TIMEOUT, tls)
-    server.set_app(app if basic_auth is None else _basic_auth(app, *basic_auth))
+    server = BoundedServer(addr, port, tls)
+    server.set_app(app if basic_auth is None else with_basic_auth(app, *basic_auth))
     threading.Thread(target=server.serve_forever, name="serve_metrics", daemon=True).start()
     listener = Listener()
     spark.streams.addListener(listener)
