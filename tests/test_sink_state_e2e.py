@@ -12,7 +12,6 @@ test's.)
 
 from __future__ import annotations
 
-import asyncio
 import json
 import re
 import sys
@@ -34,7 +33,6 @@ from iggy_spark_testing.chaos import (
 from iggy_spark_testing.harness import LocalPostgres
 from iggy_spark_testing.job import PipelineJob
 from iggy_spark_testing.oracle import read_back
-from iggy_spark_testing.readback import connect
 
 pytestmark = pytest.mark.e2e
 
@@ -52,14 +50,6 @@ class SessionCheckpointJob(PipelineJob):
         job = Path(__file__).parent / "support" / "session_checkpoint_job.py"
         self.command = [sys.executable, str(job),
                         pg.dsn, slot, url, str(root), slot, json.dumps(source), json.dumps(sink)]
-
-
-def _landed(url: str, stream: str) -> int:
-    async def count() -> int:
-        details = await (await connect(url)).get_topic(stream, "t")
-        return 0 if details is None else sum(p.messages_count for p in details.partitions)
-
-    return asyncio.run(count())
 
 
 def test_a_kill_and_a_deleted_control_topic_with_a_session_wide_checkpoint_lose_nothing(
@@ -94,16 +84,18 @@ def test_a_kill_and_a_deleted_control_topic_with_a_session_wide_checkpoint_lose_
         once that many are in, the batch holds sends the broker refuses: it cannot commit, and
         the kill lands mid-send as soon as the checkpoint shows it planned."""
         broker.refuse_sends(name, "t", after=landed)
+        mark = broker.accepted()
         job.start()
-        wait_until(lambda: _landed(broker.url, name) >= landed and sending(), 180,
+        wait_until(lambda: broker.messages(name, "t") >= landed and sending(), 180,
                    f"{landed} messages, their batch in flight", alive=lambda: job.running)
         job.kill()
         # the frames the job had sent are read before the fault heals, so none lands after
-        wait_until(lambda: broker.connections() == 0, 30, "the killed job's connections to close")
+        wait_until(lambda: broker.open_since(mark) == 0, 30,
+                   "the killed job's connections to close")
         broker.refuse_sends(name, "t", refuse=False)
         last = read_checkpoint(checkpoint)[-1]
         assert last.committed_at is None and last.id > 0, "the kill missed the batch"
-        return _landed(broker.url, name) - last.id * PER_BATCH
+        return broker.messages(name, "t") - last.id * PER_BATCH
 
     try:
         halves = kill_while_sending(600)  # batch 1, half sent; then its state is lost

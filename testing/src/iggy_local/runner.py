@@ -148,14 +148,28 @@ class LocalIggy:
         else:
             self._refused_sends.pop((stream, topic), None)
 
-    def connections(self) -> int:
-        """The client connections being served now (thread mode only). The broker reads a
-        connection's end after every frame sent on it, so once a killed client's connections are
-        gone, all it had sent has been read: a test heals a fault (:meth:`refuse_sends`) only
-        then, or frames still in the socket would be taken after it."""
+    def accepted(self) -> int:
+        """Client connections accepted so far: a mark for :meth:`open_since` (thread mode)."""
+        return self._thread_server().accepted
+
+    def open_since(self, mark: int) -> int:
+        """Connections accepted after ``mark`` still being served (thread mode). The broker reads
+        a connection's end after every frame sent on it, so once a killed client's connections
+        are gone, all it had sent has been read: a test heals a fault (:meth:`refuse_sends`)
+        only then, or frames still in a socket would be taken after it."""
+        return self._thread_server().open_since(mark)
+
+    def messages(self, stream: str, topic: str) -> int:
+        """Messages topic ``stream/topic`` (names) holds, 0 while it does not exist (thread
+        mode): read off the broker's store, so counting opens no connection of its own."""
+        found = self._thread_server().store.find_topic(stream, topic)
+        return 0 if found is None else sum(p.next_offset for p in found.partitions)
+
+    def _thread_server(self) -> BrokerServer:
         if self._server is None:
-            raise RuntimeError("connections works with the in-process broker (process=False)")
-        return self._server.connection_count
+            raise RuntimeError("connection counts work with the in-process broker "
+                               "(process=False)")
+        return self._server
 
     def kill(self) -> None:
         """Crash the broker: SIGKILL in process mode (no flush, no goodbye); else :meth:`stop`."""

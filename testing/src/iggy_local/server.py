@@ -124,6 +124,9 @@ class BrokerServer:
     _clients: dict[asyncio.StreamWriter, asyncio.Task[None]] = field(
         default_factory=dict, init=False, repr=False
     )
+    _serials: dict[asyncio.StreamWriter, int] = field(default_factory=dict, init=False,
+                                                     repr=False)
+    _accepted: int = field(default=0, init=False, repr=False)
     _sessions: count[int] = field(default_factory=lambda: count(1), init=False, repr=False)
     _ops: count[int] = field(default_factory=lambda: count(1), init=False, repr=False)
     tls: ssl.SSLContext | None = field(default=None, repr=False)
@@ -166,9 +169,13 @@ class BrokerServer:
         }
 
     @property
-    def connection_count(self) -> int:
-        """The client connections being served now."""
-        return len(self._clients)
+    def accepted(self) -> int:
+        """Client connections accepted so far (a mark for :meth:`open_since`)."""
+        return self._accepted
+
+    def open_since(self, mark: int) -> int:
+        """Client connections accepted after ``mark`` (an :attr:`accepted`) still being served."""
+        return sum(serial > mark for serial in self._serials.values())
 
     async def start(self) -> None:
         self._server = await asyncio.start_server(self._serve, self.host, self.port,
@@ -194,6 +201,8 @@ class BrokerServer:
         conn = Connection(peer)
         task = asyncio.current_task()
         assert task is not None, "asyncio.start_server runs every handler in a task"
+        self._accepted += 1
+        self._serials[writer] = self._accepted
         try:
             if len(self._clients) >= self.max_connections:
                 log.warning("%s: %d connections already, closing this one", peer,
@@ -231,6 +240,7 @@ class BrokerServer:
             log.debug("%s: connection lost", peer)
         finally:
             self._clients.pop(writer, None)
+            self._serials.pop(writer, None)
             writer.close()
             with contextlib.suppress(ConnectionError):
                 await writer.wait_closed()
