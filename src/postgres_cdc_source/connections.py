@@ -25,7 +25,7 @@ from postgres_cdc_source.pg_types import SESSION_SETTINGS
 
 __all__ = [
     "DriverConnection", "connect", "connect_with_retry", "is_transient", "riding_out_restarts",
-    "source_error",
+    "server_version", "source_error",
 ]
 
 log = logging.getLogger(__name__)
@@ -124,6 +124,11 @@ def _scrub(message: str, options: CdcOptions) -> str:
 # (57P01-57P03), full for now (53300), or the connection failed (class 08, or no SQLSTATE:
 # dropped before the server answered).
 _TRANSIENT_SQLSTATES = frozenset({"57P01", "57P02", "57P03", "53300"})
+
+
+def server_version(number: int) -> str:
+    """``server_version_num`` (``conn.info.server_version``, 170004) as errors name it: 17.4."""
+    return f"{number // 10000}.{number % 10000}"
 
 
 def is_transient(exc: psycopg.Error) -> bool:

@@ -9,7 +9,7 @@ import psycopg
 from psycopg import errors as pgerrors
 
 from postgres_cdc_source import partitions
-from postgres_cdc_source.connections import connect_with_retry
+from postgres_cdc_source.connections import connect_with_retry, server_version
 from postgres_cdc_source.errors import ConfigError, SlotError, SlotLostError
 from postgres_cdc_source.options import CdcOptions
 from postgres_cdc_source.replication import (
@@ -137,13 +137,9 @@ def check_failover_supported(conn: Conn, options: CdcOptions) -> None:
     if options.failover and version < FAILOVER_VERSION:
         raise ConfigError(
             "failover",
-            f"failover slots need Postgres 17 or later; this server is {_version(version)}: "
+            f"failover slots need Postgres 17 or later; this server is {server_version(version)}: "
             "set failover=false (a slot lives only on the primary: see Failover slots)",
         )
-
-
-def _version(number: int) -> str:
-    return f"{number // 10000}.{number % 10000}"
 
 
 def _create_slot(conn: Conn, options: CdcOptions, on_standby: bool = False) -> None:

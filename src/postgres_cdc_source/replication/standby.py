@@ -36,7 +36,11 @@ import psycopg
 from psycopg import errors as pgerrors
 
 from connector_common.lsn import format_lsn
-from postgres_cdc_source.connections import DriverConnection, connect_with_retry
+from postgres_cdc_source.connections import (
+    DriverConnection,
+    connect_with_retry,
+    server_version,
+)
 from postgres_cdc_source.errors import ConfigError, SlotError
 from postgres_cdc_source.options import CdcOptions
 
@@ -61,10 +65,6 @@ def in_recovery(conn: Conn) -> bool:
     return bool(row and row[0])
 
 
-def _version(number: int) -> str:
-    return f"{number // 10000}.{number % 10000}"
-
-
 def check(conn: Conn, options: CdcOptions, primary: Conn | None) -> None:
     """Refuse, before anything is created, a standby the query cannot read; warn of what it
     goes without. ``conn`` is the standby's connection, ``primary`` one to ``primary_dsn``
@@ -72,7 +72,7 @@ def check(conn: Conn, options: CdcOptions, primary: Conn | None) -> None:
     version = conn.info.server_version
     if version < STANDBY_VERSION:
         raise ConfigError(
-            "dsn", f"connects to a standby of Postgres {_version(version)}, which cannot "
+            "dsn", f"connects to a standby of Postgres {server_version(version)}, which cannot "
             "decode: logical decoding on a standby needs Postgres 16 or later; point dsn at "
             "the primary (docs: deployment, Reading a standby)")
     if options.failover:
