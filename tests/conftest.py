@@ -48,6 +48,7 @@ from iggy_spark_testing.harness import (
     default_version,
     postgres,
 )
+from postgres_cdc_source.decoding import compiled
 
 # Spark's Python workers must run this interpreter (the venv's), whatever launched pytest.
 os.environ.setdefault("PYSPARK_PYTHON", sys.executable)
@@ -120,6 +121,11 @@ EXPECT_PYTHON_ENV = "IGGY_SPARK_EXPECT_PYTHON"
 """Set by ``./run test-tier`` for a tier on another Python (``3.12``): the session refuses to
 start on any other."""
 
+EXPECT_CORE_ENV = "IGGY_SPARK_EXPECT_CORE"
+"""Set by ``./run`` where it built the compiled core (``compiled``), and by the tier that runs
+on the pure-Python path (``python``): the session refuses to start on the other path, so the
+suite never runs on the wrong one unnoticed."""
+
 
 def pytest_configure(config: pytest.Config) -> None:
     config.addinivalue_line(
@@ -136,6 +142,12 @@ def pytest_configure(config: pytest.Config) -> None:
         raise pytest.UsageError(
             f"{EXPECT_PYTHON_ENV}={python}, but this is Python {sys.version.split()[0]}"
             f" ({sys.executable})"
+        )
+    core = os.environ.get(EXPECT_CORE_ENV)
+    if core and compiled.path() != core:
+        raise pytest.UsageError(
+            f"{EXPECT_CORE_ENV}={core}, but pg_cdc decodes on the {compiled.path()} path here"
+            f" ({compiled.ENVIRONMENT}={os.environ.get(compiled.ENVIRONMENT, '')!r})"
         )
     if expected:
         settings.load_profile("tier")

@@ -10,6 +10,7 @@ from __future__ import annotations
 from datetime import UTC, datetime, timedelta
 from typing import Any
 
+import orjson
 import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
@@ -18,6 +19,8 @@ from connector_common.change_rows import ARROW_SCHEMA, LONE_MESSAGE_SEQ, READ_SE
 from connector_common.lsn import format_lsn, parse_lsn
 from postgres_cdc_source.assembly import record_batches, transactions
 from postgres_cdc_source.decoding import (
+    UNCHANGED,
+    UPDATE,
     Begin,
     Change,
     Commit,
@@ -174,3 +177,18 @@ def test_position_of_a_row_without_one(
 ) -> None:
     assert position(commit_lsn, seq, op) == expected
     assert READ_SEQ > 2**31 - 1  # past every seq (an int)
+
+
+def test_a_spilled_transaction_keeps_json_values_of_unchanged_toast_updates() -> None:
+    """A change with an unchanged TOAST column keeps its new row's values (for reselect), a
+    jsonb column's as an ``orjson.Fragment``, which pickle cannot take by itself: the spill of
+    a transaction longer than ``spill_rows`` failed with a TypeError."""
+    doc = orjson.Fragment('{"a": [1, 2.50]}')
+    changes = [Change(0x100 + i, i, "s", "t", UPDATE, '{"id":1}', None, '{"id":1}', ("big",),
+                      None, {"id": 1, "doc": doc, "big": UNCHANGED}) for i in range(3)]
+    events = [Begin(7, 0x100), *changes, Commit(7, 0x200, None)]
+    ((_, chunks),) = list(transactions(events, spill_rows=2))
+    back = [change for chunk in chunks for change in chunk]
+    assert [c.lsn for c in back] == [0x100, 0x101, 0x102]
+    assert back[0].new_row is not None and back[0].new_row["big"] is UNCHANGED
+    assert orjson.dumps(back[0].new_row["doc"]) == b'{"a": [1, 2.50]}'

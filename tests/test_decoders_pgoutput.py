@@ -11,6 +11,17 @@ from typing import Any
 
 import pytest
 from support.decoding import changes, loads
+from support.pgoutput_messages import (
+    cstr,
+    m_commit,
+    m_delete,
+    m_insert,
+    m_relation,
+    m_truncate,
+    m_update,
+    tup,
+    txn,
+)
 
 from postgres_cdc_source.decoding import (
     UNCHANGED,
@@ -18,7 +29,6 @@ from postgres_cdc_source.decoding import (
     Change,
     Commit,
     PeekRow,
-    RawValue,
 )
 from postgres_cdc_source.decoding.pgoutput import PgOutputDecoder
 from postgres_cdc_source.decoding.schema_changes import ColumnTracker
@@ -26,69 +36,11 @@ from postgres_cdc_source.errors import DecodeError
 
 # === pgoutput, handmade messages ================================================================
 
-def _cstr(text: str) -> bytes:
-    return text.encode() + b"\0"
-
-
-def m_begin(xid: int, micros: int = 0) -> bytes:
-    return b"B" + struct.pack(">QqI", 0x1000, micros, xid)
-
-
-def m_commit(end_lsn: int, micros: int = 0) -> bytes:
-    return b"C" + struct.pack(">BQQq", 0, end_lsn - 8, end_lsn, micros)
-
-
-def m_relation(relid: int, schema: str, table: str, replident: bytes,
-               columns: Sequence[tuple[int, str, int]]) -> bytes:
-    """``columns``: (flags, name, type OID)."""
-    body = b"".join(bytes([f]) + _cstr(n) + struct.pack(">Ii", oid, -1) for f, n, oid in columns)
-    return (b"R" + struct.pack(">I", relid) + _cstr(schema) + _cstr(table) + replident
-            + struct.pack(">H", len(columns)) + body)
-
-
-def tup(values: Sequence[RawValue]) -> bytes:
-    out = [struct.pack(">H", len(values))]
-    for v in values:
-        if v is None:
-            out.append(b"n")
-        elif v is UNCHANGED:
-            out.append(b"u")
-        else:
-            data = str(v).encode()
-            out.append(b"t" + struct.pack(">I", len(data)) + data)
-    return b"".join(out)
-
-
-def m_insert(relid: int, new: Sequence[RawValue]) -> bytes:
-    return b"I" + struct.pack(">I", relid) + b"N" + tup(new)
-
-
-def m_update(relid: int, new: Sequence[RawValue], old: Sequence[RawValue] | None = None,
-             kind: bytes = b"K") -> bytes:
-    old_part = b"" if old is None else kind + tup(old)
-    return b"U" + struct.pack(">I", relid) + old_part + b"N" + tup(new)
-
-
-def m_delete(relid: int, old: Sequence[RawValue], kind: bytes = b"K") -> bytes:
-    return b"D" + struct.pack(">I", relid) + kind + tup(old)
-
-
-def m_truncate(relids: Sequence[int], flags: int) -> bytes:
-    return b"T" + struct.pack(">IB", len(relids), flags) + b"".join(struct.pack(">I", r)
-                                                                     for r in relids)
-
-
 INT4, TEXT, JSONB, TEXT_ARRAY, NUMERIC = 23, 25, 3802, 1009, 1700
 ITEMS = m_relation(16400, "shop", "items", b"d", [
     (1, "id", INT4), (0, "name", TEXT), (0, "doc", JSONB), (0, "tags", TEXT_ARRAY),
     (0, "big", TEXT),
 ])
-
-
-def txn(*messages: bytes, xid: int = 700, start: int = 0x100) -> list[PeekRow]:
-    """Rows of one transaction: B, the messages, C, at consecutive LSNs."""
-    body = [m_begin(xid), *messages, m_commit(start + 8 * (len(messages) + 1))]
-    return [(start + 8 * i, xid, data) for i, data in enumerate(body)]
 
 
 def decode_po(rows: Sequence[PeekRow], table_filter: Callable[[str, str], bool] | None = None
@@ -186,9 +138,9 @@ def test_pgoutput_rejected_relation_is_skipped_by_its_id_alone_until_it_is_kept(
 
 
 def test_pgoutput_skips_type_origin_and_message_and_maps_empty_namespace() -> None:
-    type_msg = b"Y" + struct.pack(">I", 16390) + _cstr("public") + _cstr("mood")
-    origin = b"O" + struct.pack(">Q", 0x99) + _cstr("upstream")
-    message = b"M" + struct.pack(">BQ", 1, 0x88) + _cstr("prefix") + struct.pack(">I", 2) + b"hi"
+    type_msg = b"Y" + struct.pack(">I", 16390) + cstr("public") + cstr("mood")
+    origin = b"O" + struct.pack(">Q", 0x99) + cstr("upstream")
+    message = b"M" + struct.pack(">BQ", 1, 0x88) + cstr("prefix") + struct.pack(">I", 2) + b"hi"
     rel = m_relation(7, "", "pg_thing", b"n", [(0, "mood", 16390)])
     events = decode_po(txn(type_msg, origin, message, rel, m_insert(7, ["ok"])))
     (change,) = changes(events)

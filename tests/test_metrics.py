@@ -107,9 +107,10 @@ def test_a_backfills_progress_is_per_table() -> None:
     collector = _Collector(None)
     collector.started("id-5", "orders")
     health = SourceHealth(None, 0, False, 1, {"public.a": TableBackfill(20000, 4, 950.5),
-                                              "s.b": TableBackfill(70, 1, 0.0)}, 2)
+                                              "s.b": TableBackfill(70, 1, 0.0)}, 2, True)
     collector.progress(progress("id-5", 1, json.dumps(health.as_progress())))
     got = samples(collector)
+    assert got[("pg_cdc_compiled_core", (("query", "orders"),))] == 1
     a = (("query", "orders"), ("table", "public.a"))
     b = (("query", "orders"), ("table", "s.b"))
     assert got[("pg_cdc_backfill_requests", (("query", "orders"),))] == 1
@@ -467,12 +468,13 @@ def test_the_source_health_contract_round_trips_with_the_keys_dashboards_read() 
                    SourceHealth(SlotHealth(True, 10, 20, "unreserved", 4096, 30), 0, False),
                    SourceHealth(None, 5, True),
                    SourceHealth(None, 0, False, 2, {"public.t": TableBackfill(30, 3, 12.5)}),
-                   SourceHealth(None, 0, False, skipped_requests=3)):
+                   SourceHealth(None, 0, False, skipped_requests=3),
+                   SourceHealth(None, 0, False, compiled_core=True)):
         report = {"lsn": "0/10", **health.as_progress()}
         assert SourceHealth.from_progress(json.dumps(report)) == health
     assert set(SourceHealth(SlotHealth(True, 1, 2), 0, False).as_progress()) == {
         "slot_active", "slot_lag_bytes", "retained_wal_bytes", "wal_status", "safe_wal_bytes",
         "reread_wal_bytes", "commit_failures", "degraded", "backfill_requests", "backfills",
-        "skipped_requests"}
+        "skipped_requests", "compiled_core"}
     for other in (None, "", "not json", "[1]", '{"logOffset": 3}'):
         assert SourceHealth.from_progress(other) is None

@@ -129,6 +129,8 @@ _FAMILIES: tuple[tuple[str, str, str, tuple[str, ...]], ...] = (
     ("counter", "pg_cdc_backfill_requests_skipped", "backfill request messages skipped since "
      "the driver's process started: no row of public.pg_cdc_requests placed them (forged), or "
      "a row the query cannot take", _QUERY),
+    ("gauge", "pg_cdc_compiled_core", "1 while the driver's process decodes pgoutput with the "
+     "compiled core (iggy-spark-core), 0 on the pure-Python path", _QUERY),
     ("counter", "pg_cdc_backfill_rows", "rows in the key ranges of the backfill chunks "
      "planned, per table (before a request's where)", ("query", "table")),
     ("counter", "pg_cdc_backfill_chunks", "backfill chunks planned, per table",
@@ -334,6 +336,7 @@ def _add_pg_cdc(families: dict[str, Any], query: str, source: SourceHealth) -> N
     families["iggy_spark_degraded"].add_metric([query, _SOURCE_DEGRADED], float(source.degraded))
     families["pg_cdc_backfill_requests"].add_metric(label, source.backfill_requests)
     families["pg_cdc_backfill_requests_skipped"].add_metric(label, source.skipped_requests)
+    families["pg_cdc_compiled_core"].add_metric(label, float(source.compiled_core))
     for table, backfill in sorted(source.backfills.items()):
         families["pg_cdc_backfill_rows"].add_metric([query, table], backfill.rows)
         families["pg_cdc_backfill_chunks"].add_metric([query, table], backfill.chunks)

@@ -10,6 +10,7 @@ joined by Arrow (the reader's Python work per change is its decoding, not its ro
 
 from __future__ import annotations
 
+import copyreg
 import pickle
 import tempfile
 from collections.abc import Callable, Iterable, Iterator, Sequence
@@ -17,6 +18,7 @@ from datetime import UTC, datetime, timedelta
 from itertools import chain
 from typing import IO, Any
 
+import orjson
 import pyarrow as pa
 import pyarrow.compute as pc
 
@@ -28,6 +30,7 @@ from connector_common.change_rows import (
 )
 from connector_common.lsn import format_lsn
 from postgres_cdc_source.decoding import Begin, Change, Commit, LoneMessage
+from postgres_cdc_source.decoding.blocks import ChangeBlock, Chunk
 from postgres_cdc_source.decoding.changes import conversion_error
 from postgres_cdc_source.destination_columns import Router
 from postgres_cdc_source.errors import DecodeError
@@ -37,6 +40,22 @@ from postgres_cdc_source.rows.variant.encoding import is_variant, variant_array
 __all__ = ["Spill", "image_column", "record_batches", "transactions"]
 
 
+def _fragment(value: orjson.Fragment) -> tuple[type[orjson.Fragment], tuple[bytes]]:
+    return orjson.Fragment, (orjson.dumps(value),)  # a Fragment's JSON is its text
+
+
+_DISPATCH = {**copyreg.dispatch_table, orjson.Fragment: _fragment}
+
+
+class _Pickler(pickle.Pickler):
+    """Pickles changes whose values hold ``orjson.Fragment`` (json/jsonb columns kept in
+    ``values`` or ``new_row``), which has no pickling of its own."""
+
+    def __init__(self, file: IO[bytes]) -> None:
+        super().__init__(file, protocol=pickle.HIGHEST_PROTOCOL)
+        self.dispatch_table = _DISPATCH
+
+
 class Spill:
     """Chunks of changes pickled to an unnamed temporary file, read back once in order."""
 
@@ -44,11 +63,11 @@ class Spill:
         self._file: IO[bytes] = tempfile.TemporaryFile(prefix="pg-cdc-spill-")  # noqa: SIM115 - closed by drain()
         self.chunks = 0
 
-    def write(self, changes: list[Change]) -> None:
-        pickle.dump(changes, self._file, protocol=pickle.HIGHEST_PROTOCOL)
+    def write(self, changes: Chunk) -> None:
+        _Pickler(self._file).dump(changes)
         self.chunks += 1
 
-    def drain(self) -> Iterator[list[Change]]:
+    def drain(self) -> Iterator[Chunk]:
         """Yield every spilled chunk, in order, then delete the file."""
         try:
             self._file.seek(0)
@@ -58,36 +77,54 @@ class Spill:
             self._file.close()
 
 
-def _committed(spill: Spill | None, pending: list[Change]) -> Iterator[list[Change]]:
+def _committed(spill: Spill | None, held: list[Chunk], pending: list[Change]
+               ) -> Iterator[Chunk]:
     if spill is not None:
         yield from spill.drain()
+    yield from held
     if pending:
         yield pending
 
 
 def transactions(
-    events: Iterable[Begin | Change | Commit | LoneMessage], spill_rows: int
-) -> Iterator[tuple[Commit, Iterator[list[Change]]]]:
+    events: Iterable[Begin | Change | Commit | LoneMessage | ChangeBlock], spill_rows: int
+) -> Iterator[tuple[Commit, Iterator[Chunk]]]:
     """Group events into ``(commit, chunks of changes)`` in commit order, spilling large
     transactions. A message written outside a transaction is a unit of its own, at its LSN.
+    A :class:`ChangeBlock` is a chunk of its own, between the runs of single changes.
 
     The caller must exhaust each chunk iterator before asking for the next transaction.
     """
     pending: list[Change] = []
+    held: list[Chunk] = []  # the transaction's chunks before ``pending``, with blocks
+    room = spill_rows  # rows ``pending`` may hold before it all goes to the spill
     spill: Spill | None = None
     for event in events:
         kind = type(event)
         if kind is Change:
             pending.append(event)  # type: ignore[arg-type]
-            if len(pending) >= spill_rows:
+            if len(pending) >= room:
                 spill = spill or Spill()
+                for chunk in held:
+                    spill.write(chunk)
                 spill.write(pending)
+                pending, held, room = [], [], spill_rows
+        elif kind is ChangeBlock:
+            if pending:
+                held.append(pending)
                 pending = []
+            held.append(event)  # type: ignore[arg-type]
+            room = spill_rows - sum(map(len, held))
+            if room <= 0:
+                spill = spill or Spill()
+                for chunk in held:
+                    spill.write(chunk)
+                held, room = [], spill_rows
         elif kind is Commit:
-            yield event, _committed(spill, pending)  # type: ignore[misc]
-            pending, spill = [], None
+            yield event, _committed(spill, held, pending)  # type: ignore[misc]
+            pending, held, room, spill = [], [], spill_rows, None
         elif kind is Begin:
-            pending, spill = [], None
+            pending, held, room, spill = [], [], spill_rows, None
         elif kind is LoneMessage:  # Postgres sends it between transactions, never inside one
             lone: LoneMessage = event  # type: ignore[assignment]
             yield Commit(lone.xid, lone.change.lsn, None), iter([[lone.change]])
@@ -124,13 +161,17 @@ class _Columns:
     once (one ``zip``) when it is built. The transaction's own values (commit LSN, xid, time) are
     kept once per chunk and repeated by Arrow, ``id`` is joined by Arrow, LSN texts are
     formatted in one operation. Per change, Python does nothing here but route it (when routing
-    is on).
+    is on). A :class:`ChangeBlock` chunk is already columns: they are concatenated with those
+    of the single changes around it.
     """
 
-    def __init__(self, schema: pa.Schema) -> None:
+    def __init__(self, schema: pa.Schema, router: Router) -> None:
         self.schema = schema  # ARROW_SCHEMA, or row_format=struct's or variant's
+        self.router = router
         self.rows = 0
-        self.parts: list[list[Change]] = []
+        self.parts: list[Chunk] = []
+        self.blocks = False  # whether a part is a ChangeBlock
+        self.marks: list[int] = []  # len(destinations) after each part
         self.ends: list[int] = []  # the row each chunk ends at
         self.commit_lsn: list[str] = []  # per chunk
         self.commit_lsn_number: list[int] = []  # per chunk
@@ -139,8 +180,7 @@ class _Columns:
         self.destinations: list[tuple[str | None, str | None, str | None]] = []
 
     def add(
-        self, changes: list[Change], commit: tuple[str, int], xid: int | None,
-        micros: int | None,
+        self, changes: Chunk, commit: tuple[str, int], xid: int | None, micros: int | None,
         route: Callable[[Change], tuple[str | None, str | None, str | None]] | None,
     ) -> None:
         self.parts.append(changes)
@@ -150,55 +190,100 @@ class _Columns:
         self.commit_lsn_number.append(commit[1])
         self.xid.append(xid)
         self.micros.append(micros)
-        if route is not None:
+        if isinstance(changes, ChangeBlock):
+            self.blocks = True
+        elif route is not None:
             self.destinations.extend(map(route, changes))
+        self.marks.append(len(self.destinations))
 
     def batch(self) -> pa.RecordBatch:
-        rows = self.parts[0] if len(self.parts) == 1 else list(chain.from_iterable(self.parts))
-        lsn, seq, schema, table, op, key, before, after, unchanged, _values, _new_row = zip(
-            *rows, strict=True)  # values and new_row are for the router and reselect only
+        if self.blocks:
+            columns = self._joined()
+        else:
+            rows = self.parts[0] if len(self.parts) == 1 else list(
+                chain.from_iterable(self.parts))  # type: ignore[arg-type]
+            columns = self._changes(rows, self.destinations)  # type: ignore[arg-type]
+        lsn, seq_array, schema, table, op, key, before, after, names, *destinations = columns
         string = pa.string()
-        arrow = self.schema
         ends = self.ends
         commit_lsn = _repeated(ends, pa.array(self.commit_lsn, string))
-        seq_array = pa.array(seq, pa.int32())
-        if any(unchanged):
-            names = pa.array(unchanged, _NAMES)
-        else:  # the usual case: every row has an empty list
-            names = pa.ListArray.from_arrays(pa.array([0] * (self.rows + 1), pa.int32()),
-                                             pa.array([], string))
-        if self.destinations:
-            stream, topic, key_column = (
-                pa.array(c, string) for c in zip(*self.destinations, strict=True))
-        else:
-            stream = topic = key_column = pa.nulls(self.rows, string)
-        try:
-            images = [image_column(column, arrow.field(name).type)
-                      for name, column in (("key", key), ("before", before), ("after", after))]
-        except UnconvertibleValue as exc:
-            raise conversion_error(lsn[exc.row], f"{schema[exc.row]}.{table[exc.row]}",
-                                   exc.column, exc.text, exc.__cause__ or exc) from exc
         return pa.RecordBatch.from_arrays(
             [
-                pa.array(_lsn_texts(lsn), string),
+                lsn,
                 commit_lsn,
                 _repeated(ends, pa.array(self.xid, pa.int64())),
                 _repeated(ends, pa.array(self.micros, pa.int64())).view(_TIMESTAMP),
                 seq_array,
-                pa.array(schema, string),
-                pa.array(table, string),
-                pa.array(op, string),
-                *images,
+                schema,
+                table,
+                op,
+                key,
+                before,
+                after,
                 names,
                 _ids(commit_lsn, seq_array),
-                stream,
-                topic,
-                key_column,
+                *destinations,
                 _positions(_repeated(ends, pa.array(self.commit_lsn_number, pa.int64())),
                            seq_array),
             ],
-            schema=arrow,
+            schema=self.schema,
         )
+
+    def _changes(self, rows: Sequence[Change],
+                 destinations: Sequence[tuple[str | None, str | None, str | None]]
+                 ) -> list[pa.Array]:
+        """The per-change columns of single changes, ``destinations`` their routes (empty
+        without routing)."""
+        lsn, seq, schema, table, op, key, before, after, unchanged, _values, _new_row = zip(
+            *rows, strict=True)  # values and new_row are for the router and reselect only
+        string = pa.string()
+        count = len(rows)
+        # the usual case: every row has an empty list
+        names = pa.array(unchanged, _NAMES) if any(unchanged) else _no_names(count)
+        if destinations:
+            stream, topic, key_column = (
+                pa.array(c, string) for c in zip(*destinations, strict=True))
+        else:
+            stream = topic = key_column = pa.nulls(count, string)
+        try:
+            images = [image_column(column, self.schema.field(name).type)
+                      for name, column in (("key", key), ("before", before), ("after", after))]
+        except UnconvertibleValue as exc:
+            raise conversion_error(lsn[exc.row], f"{schema[exc.row]}.{table[exc.row]}",
+                                   exc.column, exc.text, exc.__cause__ or exc) from exc
+        return [pa.array(_lsn_texts(lsn), string), pa.array(seq, pa.int32()),
+                pa.array(schema, string), pa.array(table, string), pa.array(op, string),
+                *images, names, stream, topic, key_column]
+
+    def _joined(self) -> list[pa.Array]:
+        """The per-change columns of parts some of which are blocks."""
+        pieces: list[list[pa.Array]] = []
+        run: list[Change] = []
+        taken = 0  # destinations of the parts before ``run``
+        for part, mark in zip(self.parts, self.marks, strict=True):
+            if type(part) is ChangeBlock:
+                if run:
+                    pieces.append(self._changes(run, self.destinations[taken:mark]))
+                    run = []
+                pieces.append(self._block(part))
+                taken = mark
+            else:
+                run.extend(part)  # type: ignore[arg-type]
+        if run:
+            pieces.append(self._changes(run, self.destinations[taken:]))
+        return [pa.concat_arrays(column) for column in zip(*pieces, strict=True)]
+
+    def _block(self, block: ChangeBlock) -> list[pa.Array]:
+        count = len(block)
+        return [block.lsn, block.seq, block.schema, block.table, block.op, block.key,
+                pa.nulls(count, pa.string()), block.after, _no_names(count),
+                *self.router.block_columns(block)]
+
+
+def _no_names(count: int) -> pa.Array:
+    """``unchanged`` of ``count`` changes that have none."""
+    return pa.ListArray.from_arrays(pa.array([0] * (count + 1), pa.int32()),
+                                    pa.array([], pa.string()), type=_NAMES)
 
 
 def image_column(images: Sequence[Any], arrow_type: pa.DataType) -> pa.Array:
@@ -235,7 +320,7 @@ def _ids(commit_lsn: pa.Array, seq: pa.Array) -> pa.Array:
 
 
 def record_batches(
-    txns: Iterable[tuple[Commit, Iterator[list[Change]]]], router: Router, batch_rows: int,
+    txns: Iterable[tuple[Commit, Iterator[Chunk]]], router: Router, batch_rows: int,
     schema: pa.Schema = ARROW_SCHEMA,
 ) -> Iterator[pa.RecordBatch]:
     """Rows in :data:`~connector_common.change_rows.ARROW_SCHEMA` order, ``batch_rows`` at a
@@ -243,7 +328,7 @@ def record_batches(
     structs the changes' dicts fill (a column a dict lacks, an unchanged TOAST value, is
     null)."""
     route = router.route if router.active else None
-    columns = _Columns(schema)
+    columns = _Columns(schema, router)
     for commit, chunks in txns:
         try:
             commit_lsn = (format_lsn(commit.end_lsn), position_lsn(commit.end_lsn))
@@ -260,6 +345,6 @@ def record_batches(
                 start += len(part)
                 if columns.rows >= batch_rows:
                     yield columns.batch()
-                    columns = _Columns(schema)
+                    columns = _Columns(schema, router)
     if columns.rows:
         yield columns.batch()

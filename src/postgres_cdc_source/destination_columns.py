@@ -25,8 +25,10 @@ from __future__ import annotations
 from collections.abc import Callable
 
 import orjson
+import pyarrow as pa
 
 from postgres_cdc_source.decoding import MESSAGE, Change, message_prefix
+from postgres_cdc_source.decoding.blocks import ChangeBlock
 from postgres_cdc_source.options import CdcOptions
 from postgres_cdc_source.rows import RowFormat
 from postgres_cdc_source.rows.json.format import JSON_ROWS
@@ -83,6 +85,7 @@ class Router:
         self._key = _picker(options.partition_key_from, "key", _key_text(rows), rows)
         self._default_stream = options.default_stream
         self._default_topic = options.default_topic
+        self._specs = (options.stream_from, options.topic_from, options.partition_key_from)
         self.by_column = any(
             spec is not None and spec != builtin
             for spec, builtin in ((options.stream_from, "schema"), (options.topic_from, "table"),
@@ -109,3 +112,26 @@ class Router:
             topic if topic is not None else self._default_topic,
             key,
         )
+
+    def block_columns(self, block: ChangeBlock) -> tuple[pa.Array, pa.Array, pa.Array]:
+        """``stream``, ``topic`` and ``partition_key`` of a block's changes, which
+        :meth:`route` would give each of them: a block holds row changes of the JSON mode, and
+        is made only when no route reads a column (:attr:`by_column`)."""
+        assert not self.by_column
+        stream_from, topic_from, key_from = self._specs
+        count = len(block)
+        return (
+            _filled(block.schema if stream_from == "schema" else None, self._default_stream,
+                    count),
+            _filled(block.table if topic_from == "table" else None, self._default_topic, count),
+            block.key if key_from == "key" else pa.nulls(count, pa.string()),
+        )
+
+
+def _filled(column: pa.Array | None, default: str | None, count: int) -> pa.Array:
+    """``column`` (never null), or ``default`` for each of ``count`` changes."""
+    if column is not None:
+        return column
+    if default is None:
+        return pa.nulls(count, pa.string())
+    return pa.repeat(pa.scalar(default, pa.string()), count)

@@ -67,13 +67,17 @@ class SourceHealth:
     skipped_requests: int = 0
     """Backfill request messages skipped since the process started: forged (no row of the
     requests table placed them) or malformed; each was logged with its LSN."""
+    compiled_core: bool = False
+    """Whether the driver's process decodes with the compiled core (iggy-spark-core): the
+    pure-Python path is the fallback where it is not installed."""
 
     def as_progress(self) -> dict[str, Any]:
         """The keys merged into the reader's ``reportLatestOffset``."""
         report = {"commit_failures": self.commit_failures, "degraded": self.degraded,
                   "backfill_requests": self.backfill_requests,
                   "backfills": {t: asdict(b) for t, b in self.backfills.items()},
-                  "skipped_requests": self.skipped_requests}
+                  "skipped_requests": self.skipped_requests,
+                  "compiled_core": self.compiled_core}
         return {**(asdict(self.slot) if self.slot is not None else {}), **report}
 
     @classmethod
@@ -99,4 +103,4 @@ class SourceHealth:
                      for t, b in (data.get("backfills") or {}).items()}
         return cls(slot, int(data["commit_failures"]), bool(data.get("degraded")),
                    int(data.get("backfill_requests", 0)), backfills,
-                   int(data.get("skipped_requests", 0)))
+                   int(data.get("skipped_requests", 0)), bool(data.get("compiled_core")))

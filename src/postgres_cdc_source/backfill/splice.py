@@ -12,6 +12,7 @@ from postgres_cdc_source.assembly import record_batches
 from postgres_cdc_source.backfill.progress import ChunkPlan
 from postgres_cdc_source.backfill.visibility import wait_until_visible
 from postgres_cdc_source.decoding import MESSAGE, Change, Commit, message_prefix
+from postgres_cdc_source.decoding.blocks import ChangeBlock, Chunk
 from postgres_cdc_source.destination_columns import Router
 from postgres_cdc_source.options import MARKER_PREFIX, CdcOptions
 from postgres_cdc_source.rows import RowFormat
@@ -20,7 +21,7 @@ from postgres_cdc_source.snapshot import SnapshotPartition, SnapshotTable, read_
 
 __all__ = ["ChunkRead", "is_marker", "spliced"]
 
-Unit = tuple[Commit, Iterator[list[Change]]]
+Unit = tuple[Commit, Iterator[Chunk]]
 
 
 @dataclass(frozen=True)
@@ -74,9 +75,12 @@ def spliced(
 
 
 def _without_markers(
-    chunks: Iterator[list[Change]], nonce: str, commit: Commit, found: list[int]
-) -> Iterator[list[Change]]:
+    chunks: Iterator[Chunk], nonce: str, commit: Commit, found: list[int]
+) -> Iterator[Chunk]:
     for changes in chunks:
+        if isinstance(changes, ChangeBlock):  # row changes only: no marker among them
+            yield changes
+            continue
         kept = []
         for change in changes:
             marker = _marker_nonce(change)

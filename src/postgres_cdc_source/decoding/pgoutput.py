@@ -60,7 +60,8 @@ from postgres_cdc_source.decoding.schema_changes import ColumnTracker
 from postgres_cdc_source.errors import DecodeError
 from postgres_cdc_source.rows.json.values import Converter, converter_for_oid
 
-__all__ = ["PGOUTPUT_OPTIONS", "PgOutputDecoder", "pgoutput_options", "read_message"]
+__all__ = ["DECODE_FAILURES", "PGOUTPUT_OPTIONS", "FastShape", "PgOutputDecoder",
+           "decode_failure", "payload_bytes", "pgoutput_options", "read_message"]
 
 PGOUTPUT_OPTIONS: dict[str, str] = {"proto_version": "1"}
 """Options for every pgoutput peek, besides ``publication_names`` (see :func:`pgoutput_options`).
@@ -164,7 +165,7 @@ def _new_row(columns: tuple[tuple[str, Converter], ...], data: bytes) -> dict[st
     return row if pos == len(data) else None
 
 
-class _FastShape(NamedTuple):
+class FastShape(NamedTuple):
     """What :meth:`PgOutputDecoder.events`' hot path needs of a kept relation, in one lookup."""
 
     schema: str
@@ -177,7 +178,7 @@ class _FastShape(NamedTuple):
     """``row_format=struct``: the images stay dicts of the struct's values (no JSON text)."""
 
     @classmethod
-    def of(cls, shape: RowShape, typed: bool) -> _FastShape:
+    def of(cls, shape: RowShape, typed: bool) -> FastShape:
         return cls(shape.schema, shape.table, tuple(zip(shape.names, shape.converters,
                                                         strict=True)),
                    shape.key_names, shape.key_names[0] if len(shape.key_names) == 1 else None,
@@ -220,24 +221,19 @@ class PgOutputDecoder:
         self._keep_values = keep_values
         self._messages = messages
         self._relations: dict[int, RowShape] = {}
-        self._fast: dict[int, _FastShape] = {}  # kept relations only
+        self._fast: dict[int, FastShape] = {}  # kept relations only
         self._skipped: set[int] = set()  # relations the filter rejects
 
-    # one branch per message type, inline: a call per message would cost in this hot loop
-    def events(self, rows: Iterable[PeekRow]) -> Iterator[Event]:  # noqa: C901
+    # the hot path inline (a call per change would cost in this loop); the rest in step()
+    def events(self, rows: Iterable[PeekRow]) -> Iterator[Event]:
         xid = -1  # xid of the open transaction; -1 outside one
         seq = 0
         fast = self._fast
         skipped = self._skipped
         keep_values = self._keep_values
+        out: list[Event] = []  # what step() read from one message
         for lsn, row_xid, payload in rows:
-            if type(payload) is bytes:
-                data = payload
-            elif isinstance(payload, str):
-                raise decode_error(_PLUGIN, lsn, "got text, expected bytes: peek pgoutput with "
-                                   "pg_logical_slot_peek_binary_changes")
-            else:
-                data = bytes(payload)
+            data = payload if type(payload) is bytes else payload_bytes(lsn, payload)
             try:
                 kind = data[0]
                 # A change of a table the filter rejects: counted, nothing else read (a busy
@@ -276,46 +272,68 @@ class PgOutputDecoder:
                                                 after, (), row if keep_values else None, None))
                             seq += 1
                             continue
-                if kind in _CHANGE_KINDS:
-                    if xid < 0:
-                        raise ValueError(f"{chr(kind)!r} message outside a transaction")
-                    yield self._change(kind, lsn, seq, data)
-                    seq += 1
-                elif kind == 84:  # 'T'
-                    if xid < 0:
-                        raise ValueError("'T' message outside a transaction")
-                    for change in self._truncate(lsn, seq, data):
-                        if change is not None:
-                            yield change
-                        seq += 1
-                elif kind == 66:  # 'B'
-                    _final_lsn, _ts, xid = _begin(data, 1)
-                    seq = 0
-                    yield Begin(xid, lsn)
-                elif kind == 67:  # 'C'
-                    _flags, _commit_lsn, end_lsn, micros = _commit(data, 1)
-                    if xid < 0:
-                        raise ValueError("'C' message outside a transaction")
-                    yield Commit(xid, end_lsn, _timestamp(micros))
-                    xid = -1
-                elif kind == 82:  # 'R'
-                    ddl = self._relation(data, lsn, seq if xid >= 0 else None)
-                    if ddl is not None:
-                        yield ddl
-                        seq += 1
-                elif kind == 77 and self._messages is not None:  # 'M'
-                    parsed = read_message(data)
-                    event, seq = message_event(self._messages, lsn, xid, row_xid, seq, parsed,
-                                               keep_values=keep_values)
-                    if event is not None:
-                        yield event
-                elif kind not in _SKIPPED_KINDS:
-                    raise ValueError(f"unsupported message type {chr(kind)!r} (use "
-                                     f"proto_version 1 without streaming or two_phase)")
+                xid, seq = self.step(kind, lsn, row_xid, data, xid, seq, out)
+                if out:
+                    yield from out
+                    out.clear()
             except DecodeError:
                 raise
-            except (ValueError, IndexError, KeyError, struct.error) as exc:
-                raise decode_error(_PLUGIN, lsn, _describe(exc, data)) from exc
+            except DECODE_FAILURES as exc:
+                raise decode_failure(lsn, exc, data) from exc
+
+    def fast(self, relid: int) -> FastShape | None:
+        """The hot path's view of kept relation ``relid`` (``None``: not kept, or its changes
+        go the general way)."""
+        return self._fast.get(relid)
+
+    def skips(self, relid: int) -> bool:
+        """Whether the filter rejected relation ``relid``: its changes are only counted."""
+        return relid in self._skipped
+
+    def step(self, kind: int, lsn: int, row_xid: int, data: bytes, xid: int, seq: int,
+             out: list[Event]) -> tuple[int, int]:
+        """Read one message the hot path in :meth:`events` did not take, appending its events
+        to ``out``: the open transaction's xid (-1: none) and next ``seq`` after it.
+
+        Shared with :mod:`postgres_cdc_source.decoding.compiled`, whose core takes the hot path;
+        raises what :meth:`events` turns into a :class:`DecodeError` naming the LSN.
+        """
+        if kind in _CHANGE_KINDS:
+            if xid < 0:
+                raise ValueError(f"{chr(kind)!r} message outside a transaction")
+            out.append(self._change(kind, lsn, seq, data))
+            seq += 1
+        elif kind == 84:  # 'T'
+            if xid < 0:
+                raise ValueError("'T' message outside a transaction")
+            for change in self._truncate(lsn, seq, data):
+                if change is not None:
+                    out.append(change)
+                seq += 1
+        elif kind == 66:  # 'B'
+            _final_lsn, _ts, xid = _begin(data, 1)
+            seq = 0
+            out.append(Begin(xid, lsn))
+        elif kind == 67:  # 'C'
+            _flags, _commit_lsn, end_lsn, micros = _commit(data, 1)
+            if xid < 0:
+                raise ValueError("'C' message outside a transaction")
+            out.append(Commit(xid, end_lsn, _timestamp(micros)))
+            xid = -1
+        elif kind == 82:  # 'R'
+            ddl = self._relation(data, lsn, seq if xid >= 0 else None)
+            if ddl is not None:
+                out.append(ddl)
+                seq += 1
+        elif kind == 77 and self._messages is not None:  # 'M'
+            event, seq = message_event(self._messages, lsn, xid, row_xid, seq,
+                                       read_message(data), keep_values=self._keep_values)
+            if event is not None:
+                out.append(event)
+        elif kind not in _SKIPPED_KINDS:
+            raise ValueError(f"unsupported message type {chr(kind)!r} (use "
+                             f"proto_version 1 without streaming or two_phase)")
+        return xid, seq
 
     def _relation(self, data: bytes, lsn: int, seq: int | None) -> Change | None:
         """Take a Relation message; the ``ddl`` change it makes at ``seq`` (``None``: outside a
@@ -360,7 +378,7 @@ class PgOutputDecoder:
         self._relations[relid] = shape
         if keep:
             if shape.changed is None and not left_out:
-                self._fast[relid] = _FastShape.of(shape, self._typed is not None)
+                self._fast[relid] = FastShape.of(shape, self._typed is not None)
             else:  # the general way raises its error at the table's first change
                 self._fast.pop(relid, None)
             self._skipped.discard(relid)
@@ -450,6 +468,23 @@ def read_message(data: bytes) -> tuple[bool, str, bytes]:
 
 _CHANGE_KINDS = frozenset(b"IUD")
 _SKIPPED_KINDS = frozenset(b"YOM")
+
+
+DECODE_FAILURES = (ValueError, IndexError, KeyError, struct.error)
+"""What reading a malformed message raises; :func:`decode_failure` names it."""
+
+
+def payload_bytes(lsn: int, payload: bytes | bytearray | memoryview | str) -> bytes:
+    """A peek row's ``data`` as bytes; a text one is refused (pgoutput is peeked binary)."""
+    if isinstance(payload, str):
+        raise decode_error(_PLUGIN, lsn, "got text, expected bytes: peek pgoutput with "
+                           "pg_logical_slot_peek_binary_changes")
+    return bytes(payload)
+
+
+def decode_failure(lsn: int, exc: Exception, data: bytes) -> DecodeError:
+    """The :class:`DecodeError` for message ``data`` at ``lsn``, which raised ``exc``."""
+    return decode_error(_PLUGIN, lsn, _describe(exc, data))
 
 
 def _describe(exc: Exception, data: bytes) -> str:

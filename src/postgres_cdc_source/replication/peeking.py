@@ -19,7 +19,16 @@ from postgres_cdc_source.replication import publication
 from postgres_cdc_source.replication.positions import bring_to, temporary_copy
 from postgres_cdc_source.replication.slots import in_use
 
-__all__ = ["Row", "first_commit_end", "peek", "peek_messages", "peek_range", "publications"]
+__all__ = [
+    "Row",
+    "fetched_range",
+    "fetches",
+    "first_commit_end",
+    "peek",
+    "peek_messages",
+    "peek_range",
+    "publications",
+]
 
 Row = tuple[int, int, "bytes | str"]
 """A peeked change: ``(lsn, xid, data)``."""
@@ -40,6 +49,16 @@ def peek_range(
     then peeked up to ``end``. The slot is placed (and that committed) now; the rows are read as
     the iterator is consumed. ``conn`` must not be in autocommit mode. ``relations`` keeps only
     pgoutput's Relation messages, filtered by the server."""
+    for rows in fetched_range(conn, options, start, end, copy_from, relations=relations):
+        yield from rows
+
+
+def fetched_range(
+    conn: Conn, options: CdcOptions, start: int, end: int, copy_from: int | None = None,
+    *, relations: bool = False,
+) -> Iterator[list[Row]]:
+    """:func:`peek_range`'s rows a fetch (a list of up to ``fetch_rows``) at a time, for the
+    compiled core, which reads a fetch in one call. Placed as :func:`peek_range` places."""
     if copy_from is None:
         copy = None
         bring_to(conn, options, start)
@@ -47,7 +66,7 @@ def peek_range(
         copy = temporary_copy(conn, options, copy_from, start)
     pubs = publications(conn, options, start)
     conn.commit()
-    return peek(conn, options, end, pubs, copy, relations=relations)
+    return fetches(conn, options, end, pubs, copy, relations=relations)
 
 
 def _peek_query(options: CdcOptions, pubs: list[str]) -> tuple[sql.Composed, list[str]]:
@@ -88,6 +107,20 @@ def peek(
     ``conn`` must not be in autocommit mode. ``slot`` names a temporary copy to read instead of
     the query's slot; ``relations`` keeps only pgoutput's Relation messages.
     """
+    for rows in fetches(conn, options, upto, pubs, slot, relations=relations):
+        yield from rows
+
+
+def fetches(
+    conn: Conn,
+    options: CdcOptions,
+    upto: int,
+    pubs: list[str],
+    slot: str | None = None,
+    *,
+    relations: bool = False,
+) -> Iterator[list[Row]]:
+    """:func:`peek`'s rows, each fetch's as the list the cursor returns."""
     query, plugin_options = _peek_query(options, pubs)
     if relations:
         query = sql.SQL("SELECT * FROM ({}) AS peeked(lsn, xid, data) "
@@ -97,7 +130,7 @@ def peek(
         with conn.cursor(name="pg_cdc_peek", binary=True) as cur:
             cur.execute(query, (name, format_lsn(upto), None, plugin_options))
             while rows := cur.fetchmany(options.fetch_rows):
-                yield from rows
+                yield rows
     except pgerrors.ObjectInUse as exc:
         raise in_use(name, exc) from None
 

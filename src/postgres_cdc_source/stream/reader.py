@@ -29,9 +29,10 @@ from __future__ import annotations
 
 import gc
 import logging
-from collections.abc import Generator, Iterator, Sequence
+from collections.abc import Generator, Iterable, Iterator, Sequence
 from contextlib import contextmanager
 from dataclasses import dataclass
+from types import ModuleType
 from typing import Any
 
 import psycopg
@@ -51,7 +52,9 @@ from postgres_cdc_source.assembly import record_batches, transactions
 from postgres_cdc_source.backfill.splice import ChunkRead, is_marker, spliced
 from postgres_cdc_source.catalog import column_lists
 from postgres_cdc_source.connections import connect_with_retry, riding_out_restarts
+from postgres_cdc_source.decoding import compiled
 from postgres_cdc_source.decoding.factory import make_decoder
+from postgres_cdc_source.decoding.pgoutput import PgOutputDecoder
 from postgres_cdc_source.decoding.schema_changes import ColumnState, ColumnTracker
 from postgres_cdc_source.destination_columns import Router
 from postgres_cdc_source.health import SourceHealth, TableBackfill
@@ -101,6 +104,8 @@ class PgCdcStreamReader(DataSourceStreamReader, SupportsTriggerAvailableNow):
         self._phases = Coordinator(options, self._ranges, rows)
         self._commit_failures = 0
         self._starts = BatchStarts()
+        if options.plugin == "pgoutput":
+            compiled.announce()
 
     # -- driver side ---------------------------------------------------------------------------
 
@@ -146,7 +151,8 @@ class PgCdcStreamReader(DataSourceStreamReader, SupportsTriggerAvailableNow):
                          for name, t in planner.tables.items()}
             health = SourceHealth(diagnostics.health(conn, self.options.slot),
                                   self._commit_failures, self._commit_failures >= DEGRADED_AFTER,
-                                  planner.requests, backfills, planner.skipped)
+                                  planner.requests, backfills, planner.skipped,
+                                  compiled.core() is not None)
             return {**StreamOffset(positions.flush_lsn(conn)).to_json(), **health.as_progress()}
 
         return self._phases.run(report)
@@ -250,15 +256,20 @@ def _peeked(
     peeked to its end, which gives the same rows however often it is done."""
     conn = connect_with_retry(options, autocommit=False)
     try:
-        rows = peeking.peek_range(conn, options, partition.start, partition.end,
-                                  partition.copy_from)
         columns = None
         if options.include_schema_changes:
             columns = ColumnTracker(partition.columns,
                                     lambda old, new, keys: column_lists(conn, old, new, keys))
         decoder = make_decoder(options, conn, is_marker if partition.backfill else None,
                                rows_format.retyping, columns)
-        events = decoder.events(rows)
+        core = _compiled(options, rows_format)
+        if core is not None and isinstance(decoder, PgOutputDecoder):
+            events: Iterable[Any] = compiled.CompiledPgOutput(decoder, core).events(
+                peeking.fetched_range(conn, options, partition.start, partition.end,
+                                      partition.copy_from))
+        else:
+            events = decoder.events(peeking.peek_range(conn, options, partition.start,
+                                                       partition.end, partition.copy_from))
         txns = transactions(events, options.spill_rows)
         txns = reselect.complete(txns, options, partition.reselect_until, rows_format)
         schema = rows_format.schemas()[1]
@@ -270,6 +281,14 @@ def _peeked(
                 yield from record_batches(txns, router, options.batch_rows, schema)
     finally:
         conn.close()
+
+
+def _compiled(options: CdcOptions, rows: RowFormat) -> ModuleType | None:
+    """The compiled core, when it reads the batch: pgoutput's rows of the JSON mode with no
+    route by a column; otherwise the Python decoder reads it."""
+    if options.plugin != "pgoutput" or rows.retyping is not None or options.routes_by_column:
+        return None
+    return compiled.core()
 
 
 @contextmanager

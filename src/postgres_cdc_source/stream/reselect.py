@@ -46,6 +46,7 @@ from psycopg import sql
 
 from postgres_cdc_source import connections, snapshot
 from postgres_cdc_source.decoding import UNCHANGED, UPDATE, Change, Commit
+from postgres_cdc_source.decoding.blocks import ChangeBlock, Chunk
 from postgres_cdc_source.options import CdcOptions
 from postgres_cdc_source.rows import RowFormat
 from postgres_cdc_source.rows.json.format import JSON_ROWS
@@ -61,13 +62,13 @@ log = logging.getLogger(__name__)
 _BATCH_KEYS = 1000
 """Keys looked up per query (a batch of changes rarely needs more; the limit bounds one query)."""
 
-Transactions = Iterable[tuple[Commit, Iterator[list[Change]]]]
+Transactions = Iterable[tuple[Commit, Iterator[Chunk]]]
 
 
 def complete(
     txns: Transactions, options: CdcOptions, horizon: int | None,
     rows: RowFormat = JSON_ROWS,
-) -> Iterator[tuple[Commit, Iterator[list[Change]]]]:
+) -> Iterator[tuple[Commit, Iterator[Chunk]]]:
     """``txns`` with the changes the rule above names completed; as is when ``horizon`` is
     ``None`` (the snapshot was exact, or there was none). ``rows``: the query's row format,
     which converts the values read and makes the completed images."""
@@ -78,7 +79,9 @@ def complete(
     try:
         for commit, chunks in txns:
             every = commit.end_lsn <= horizon
-            yield commit, (tables.complete(chunk, every) for chunk in chunks)
+            # a block the compiled core decoded holds no change with unchanged columns
+            yield commit, (chunk if isinstance(chunk, ChangeBlock) else tables.complete(
+                chunk, every) for chunk in chunks)
     finally:
         tables.close()
 

@@ -29,6 +29,7 @@ import orjson
 from postgres_cdc_source.pg_types import TYPES, parse_array
 
 __all__ = [
+    "TEXT_FORMS",
     "Converter",
     "converter_for_oid",
     "converter_for_type_name",
@@ -100,6 +101,15 @@ _CONVERTERS: dict[str, Converter] = {
     "timestamp with time zone": _timestamptz,
     "jsonb": orjson.Fragment,
 }
+
+
+TEXT_FORMS: dict[Converter, str] = {
+    str: "text", int: "integer", _bool: "boolean", _float: "float", orjson.Fragment: "json",
+    _bytea: "bytea", _timestamp: "timestamp", _timestamptz: "timestamptz",
+}
+"""The plain converters by the form of text each takes, for the compiled core
+(:mod:`postgres_cdc_source.decoding.compiled`), which writes these forms' JSON itself and hands
+every other value to its converter."""
 
 
 def _tables() -> tuple[dict[int, Converter], dict[str, Converter]]:

@@ -1,0 +1,154 @@
+"""pgoutput read through the compiled core, ``iggy_spark_core`` (the ``iggy-spark-core`` wheel).
+
+The core is optional, as psycopg's C implementation is: where it is installed, a batch of the
+JSON mode (:func:`takes`) is decoded by it; everywhere else, and for every other batch, the
+pure-Python decoder (:mod:`.pgoutput`) reads it, as the reference. The two give the same rows:
+the core takes exactly the messages the Python hot path takes, writes the JSON the Python
+converters and orjson write, and stops before any row it cannot take, which the Python decoder
+then reads (property tests and a workload after Postgres's own decoding tests hold them equal).
+
+``IGGY_SPARK_CORE=python`` in the environment keeps the Python path where the core is installed
+(to compare, or to rule the core out). Which path a process uses is logged once
+(:func:`announce`) and shown in the source's progress (:func:`path`).
+"""
+
+from __future__ import annotations
+
+import importlib
+import logging
+import os
+import struct
+from collections.abc import Iterable, Iterator, Sequence
+from functools import cache
+from importlib import metadata
+from types import ModuleType
+
+import orjson
+
+from postgres_cdc_source.decoding.blocks import ChangeBlock
+from postgres_cdc_source.decoding.changes import Event, PeekRow
+from postgres_cdc_source.decoding.pgoutput import (
+    DECODE_FAILURES,
+    PgOutputDecoder,
+    decode_failure,
+    payload_bytes,
+)
+from postgres_cdc_source.errors import DecodeError
+from postgres_cdc_source.rows.json.values import TEXT_FORMS
+
+__all__ = ["ENVIRONMENT", "CompiledPgOutput", "announce", "core", "path"]
+
+log = logging.getLogger(__name__)
+
+ENVIRONMENT = "IGGY_SPARK_CORE"
+"""Set to ``python`` to use the pure-Python path although the core is installed."""
+
+_INTERFACE = 1  # the core's INTERFACE this module is written for
+_FORMS = ("text", "integer", "boolean", "float", "json", "bytea", "timestamp", "timestamptz")
+_u32 = struct.Struct(">I").unpack_from
+
+
+@cache
+def core() -> ModuleType | None:
+    """The compiled core, or ``None``: not installed, of another interface, or turned off by
+    :data:`ENVIRONMENT`."""
+    if os.environ.get(ENVIRONMENT, "").strip().lower() == "python":
+        return None
+    try:
+        module = importlib.import_module("iggy_spark_core")
+    except ImportError:
+        return None
+    if getattr(module, "INTERFACE", None) != _INTERFACE:
+        log.warning("pg_cdc: iggy-spark-core %s has interface %s, this release needs %s: "
+                    "decoding in Python", _version(), getattr(module, "INTERFACE", "?"),
+                    _INTERFACE)
+        return None
+    return module
+
+
+def path() -> str:
+    """``compiled`` or ``python``: which path this process decodes the JSON mode's batches on."""
+    return "python" if core() is None else "compiled"
+
+
+def _version() -> str:
+    try:
+        return metadata.version("iggy-spark-core")
+    except metadata.PackageNotFoundError:
+        return "(unknown version)"
+
+
+@cache
+def announce() -> str:
+    """Log, once per process, which path decodes; returns :func:`path`."""
+    if core() is not None:
+        log.info("pg_cdc: decoding pgoutput with the compiled core (iggy-spark-core %s)",
+                 _version())
+    elif os.environ.get(ENVIRONMENT, "").strip().lower() == "python":
+        log.info("pg_cdc: decoding in Python (%s=python)", ENVIRONMENT)
+    else:
+        log.warning("pg_cdc: the compiled core (iggy-spark-core) is not installed: decoding in "
+                    "Python, at about half the speed; see the docs' Performance page")
+    return path()
+
+
+class CompiledPgOutput:
+    """Reads one pgoutput peek session through the core, and through ``decoder`` (a fresh
+    :class:`~.pgoutput.PgOutputDecoder` without typed rows or kept values) every message the
+    core does not take: its events, in order, with :class:`ChangeBlock` in place of the changes
+    the core took."""
+
+    def __init__(self, decoder: PgOutputDecoder, module: ModuleType) -> None:
+        self._decoder = decoder
+        self._core = module
+        self._kinds = dict(zip(_FORMS, module.KINDS, strict=False))
+        self._python = module.KINDS[-1]  # the kind of a value the core hands to its converter
+
+    def events(self, fetches: Iterable[Sequence[PeekRow]]) -> Iterator[Event | ChangeBlock]:
+        """Decode the peek's rows, given a fetch (a list of rows) at a time; raises
+        :class:`DecodeError` naming the LSN of a bad row, as the Python decoder does."""
+        scanner = self._core.Scanner(orjson.dumps)
+        step = self._decoder.step
+        xid = -1  # the open transaction's; -1 outside one
+        seq = 0
+        out: list[Event] = []
+        for rows in fetches:
+            index, count = 0, len(rows)
+            while index < count:
+                if xid >= 0:
+                    index, seq, block = scanner.scan(rows, index, seq)
+                    if block is not None:
+                        yield ChangeBlock.of(block)
+                    if index == count:
+                        break
+                lsn, row_xid, payload = rows[index]
+                data = payload if type(payload) is bytes else payload_bytes(lsn, payload)
+                try:
+                    kind = data[0]
+                    xid, seq = step(kind, lsn, row_xid, data, xid, seq, out)
+                except DecodeError:
+                    raise
+                except DECODE_FAILURES as exc:
+                    raise decode_failure(lsn, exc, data) from exc
+                if kind == 82:  # 'R': tell the core what the decoder made of the relation
+                    self._tell(scanner, _u32(data, 1)[0])
+                if out:
+                    yield from out
+                    out.clear()
+                index += 1
+
+    def _tell(self, scanner: object, relid: int) -> None:
+        shape = self._decoder.fast(relid)
+        if shape is not None and not shape.typed:
+            names = [name for name, _ in shape.columns]
+            scanner.relation(  # type: ignore[attr-defined]
+                relid, shape.schema, shape.table,
+                [orjson.dumps(name) + b":" for name in names],
+                [self._kinds.get(TEXT_FORMS.get(convert, ""), self._python)
+                 for _, convert in shape.columns],
+                [convert for _, convert in shape.columns],
+                [names.index(name) for name in shape.key_names])
+        elif self._decoder.skips(relid):
+            scanner.skip(relid)  # type: ignore[attr-defined]
+        else:
+            scanner.forget(relid)  # type: ignore[attr-defined]
