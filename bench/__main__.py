@@ -93,9 +93,10 @@ def main(argv: list[str] | None = None) -> int:
     figures = build()
     log(f"all done in {time.monotonic() - started:.0f}s; wrote latest.json, results.md and "
         f"plots in {results_dir()}")
-    headline = {k: figures[k] for k in ("source_ratio", "source_raw_ratio", "sink_ratio",
-                                        "e2e_ratio", "rss_ratio_1m_vs_100k", "latency_p50_s",
-                                        "latency_p99_s")}
+    headline = {k: figures[k] for k in ("source_ratio", "source_raw_ratio",
+                                        "source_compiled_vs_python", "sink_ratio", "e2e_ratio",
+                                        "e2e_compiled_vs_python", "rss_ratio_1m_vs_100k",
+                                        "latency_p50_s", "latency_p99_s")}
     print(" ".join(f"{k}={v}" for k, v in headline.items()))
     if failed:
         log(f"failed: {', '.join(failed)}")

@@ -1,25 +1,33 @@
 """``pg_cdc`` read speed against a hand-written psycopg loop and against the bare peek.
 
     python -m bench.bench_source [--changes 500000] [--rounds 5] [--sweep 1MB,4MB,16MB,64MB]
+                                 [--no-python-path]
 
 One throwaway Postgres, one workload (``bench.cdc``: half inserts, half updates, 1,000 changes
-per transaction, 6 columns), read by three contenders per plugin, interleaved round by round:
+per transaction, 6 columns), read by these contenders per plugin, interleaved round by round:
 
 * ``spark``: ``spark.readStream.format("pg_cdc")`` into Spark's ``noop`` sink with
   ``trigger(availableNow=True)``, on a fresh copy of the template slot. Timed from the first
   micro-batch's start to the last one's end (Spark's progress reports): the peek, decoding,
   Arrow batches, the hand-over to the JVM. JVM and query start-up are excluded (reported as
-  ``wall_seconds``); a discarded warm-up round runs first.
+  ``wall_seconds``); a discarded warm-up round runs first. pgoutput decodes on the compiled
+  core: checked in this process, its Python workers and every run's source runner
+  (:mod:`bench.decoding_path`); the benchmark fails if it is not.
+* ``spark_python`` (pgoutput only): the same read on the pure-Python path, in a second session
+  of its own process (:mod:`bench.spark_peer`, ``IGGY_SPARK_CORE=python``), timed the same way;
+  checked to be on the Python path the same way. test_decoding has no compiled decoder (it is
+  Python for both), so it has no such contender. ``--no-python-path`` leaves it out.
 * ``handwritten``: :func:`bench.handwritten.count_rows`, a competent user's loop: peek through a
   server-side cursor, decode every change to the same key/before/after JSON, group by
   transaction and build each output row. Timed from connecting to the last row.
 * ``raw_peek``: the same peek fetched and thrown away, the floor under any reader.
 
 Each run also records the CPU seconds spent by the JVM, Spark's Python workers, Postgres and the
-benchmark process itself. Then the ``max_bytes_per_trigger`` sweep: ``spark`` (pgoutput) again
-with each limit, once. Then parallel decoding: ``spark`` (pgoutput) with ``min_partitions`` 1, 2
-and 4 interleaved round by round, plus the cost of ``pg_replication_slot_advance`` over the whole
-workload (one backend): the inputs of the scaling model in :func:`scaling_model`.
+benchmark process itself (for ``spark_python``, the peer's JVM, workers and process). Then the
+``max_bytes_per_trigger`` sweep: ``spark`` (pgoutput) again with each limit, once. Then
+parallel decoding: ``spark`` (pgoutput) with ``min_partitions`` 1, 2 and 4 interleaved round by
+round, plus the cost of ``pg_replication_slot_advance`` over the whole workload (one backend):
+the inputs of the scaling model in :func:`scaling_model`.
 Writes ``bench/results/source.json``; the hand-written loop's JSON is first checked equal to
 ``pg_cdc``'s on the first transactions, so the ratio compares the same work.
 """
@@ -30,11 +38,14 @@ import argparse
 import os
 import sys
 import tempfile
+from collections.abc import Callable
+from contextlib import ExitStack
 from typing import Any
 
 import psycopg
 
-from bench import cdc, common, handwritten
+from bench import cdc, common, decoding_path, handwritten
+from bench.spark_peer import PURE_PYTHON, SparkPeer
 from connector_common.units import parse_byte_size
 from iggy_spark_testing.harness import postgres
 
@@ -45,15 +56,20 @@ RAW_TIMED = "connect, fetch every peek row through a server-side cursor, no pars
 
 
 def spark_read(spark: Any, options: dict[str, str]) -> common.Measure:
-    """One ``pg_cdc`` → ``noop`` run with ``trigger(availableNow=True)``."""
+    """One ``pg_cdc`` → ``noop`` run with ``trigger(availableNow=True)``; the source runner's
+    decoding path in ``extra["runner_path"]``. Also run in a :class:`SparkPeer`."""
     checkpoint = tempfile.mkdtemp(prefix="bench-source-")
+    started: list[Any] = []
 
     def start() -> Any:
-        return (spark.readStream.format("pg_cdc").options(**options).load()
-                .writeStream.format("noop").option("checkpointLocation", checkpoint)
-                .trigger(availableNow=True).start())
+        started.append(spark.readStream.format("pg_cdc").options(**options).load()
+                       .writeStream.format("noop").option("checkpointLocation", checkpoint)
+                       .trigger(availableNow=True).start())
+        return started[-1]
 
-    return common.run_available_now(start, SPARK_TIMED)
+    measure = common.run_available_now(start, SPARK_TIMED)
+    measure.extra["runner_path"] = decoding_path.runner(started[-1])
+    return measure
 
 
 def check_same_json(conn: psycopg.Connection[Any], workload: cdc.CdcWorkload, plugin: str,
@@ -105,21 +121,44 @@ def baselines(workload: cdc.CdcWorkload, plugin: str) -> dict[str, common.Conten
 
 
 def compare_plugin(spark: Any, conn: psycopg.Connection[Any], workload: cdc.CdcWorkload,
-                   plugin: str, rounds: int, cpu: common.CpuMeter) -> dict[str, Any]:
-    """The three contenders on one plugin, interleaved, after a warm-up round."""
+                   plugin: str, rounds: int, cpu: common.CpuMeter,
+                   peer: SparkPeer | None = None) -> dict[str, Any]:
+    """The contenders on one plugin, interleaved, after a warm-up round: the baselines,
+    ``spark`` and, with a ``peer`` (pgoutput), ``spark_python``."""
     template = workload.template[plugin]
 
-    def spark_run(number: int) -> common.Measure:
-        with cdc.slot_copy(conn, template, f"run_{plugin}_{number + 1}") as slot:
-            measure = spark_read(spark, workload.spark_options(plugin, slot))
-        if measure.items != workload.changes:
-            raise AssertionError(f"pg_cdc read {measure.items}, not {workload.changes}")
-        return measure
+    def read(name: str, path: str | None,
+             run: Callable[[dict[str, str]], common.Measure]) -> common.Contender:
+        def contender(number: int) -> common.Measure:
+            with cdc.slot_copy(conn, template, f"run_{plugin}_{name}_{number + 1}") as slot:
+                measure = run(workload.spark_options(plugin, slot))
+            if measure.items != workload.changes:
+                raise AssertionError(f"{name} read {measure.items}, not {workload.changes}")
+            if path is not None:
+                decoding_path.expect(name, path, {"source runner": measure.extra["runner_path"]})
+            return measure
+        return contender
 
-    contenders: dict[str, common.Contender] = {**baselines(workload, plugin), "spark": spark_run}
+    pgoutput = plugin == "pgoutput"
+    contenders: dict[str, common.Contender] = {
+        **baselines(workload, plugin),
+        "spark": read("spark", decoding_path.COMPILED if pgoutput else None,
+                      lambda options: spark_read(spark, options)),
+    }
+    if peer is not None and pgoutput:
+        contenders["spark_python"] = read(
+            "spark_python", decoding_path.PYTHON,
+            lambda options: peer.call("bench.bench_source:spark_read", options=options))
     runs = common.paired_rounds(contenders, rounds, f"source {plugin}", warm_up=True, cpu=cpu)
-    return {**common.compared(runs, baselines=("handwritten", "raw_peek")),
-            "handwritten_vs_raw_peek": common.ratio(runs["handwritten"], runs["raw_peek"])}
+    results = {**common.compared(runs, baselines=("handwritten", "raw_peek", *(
+                   ["spark_python"] if "spark_python" in runs else []))),
+               "handwritten_vs_raw_peek": common.ratio(runs["handwritten"], runs["raw_peek"])}
+    if "spark_python" in runs:
+        results["spark_python_vs_handwritten"] = common.ratio(runs["spark_python"],
+                                                              runs["handwritten"])
+        results["spark_python_vs_raw_peek"] = common.ratio(runs["spark_python"],
+                                                           runs["raw_peek"])
+    return results
 
 
 def sweep(spark: Any, conn: psycopg.Connection[Any], workload: cdc.CdcWorkload,
@@ -244,14 +283,18 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--partitions-only", action="store_true",
                         help="only the min_partitions comparison (pgoutput, with its baselines), "
                              "written to source_partitions.json")
+    parser.add_argument("--no-python-path", action="store_true",
+                        help="leave out spark_python, the pgoutput read on the pure-Python path "
+                             "(it runs in a second Spark session, in a process of its own)")
     args = parser.parse_args(argv)
     only = args.partitions_only
     plugins = ["pgoutput"] if only else [p for p in args.plugins.split(",") if p]
     limits = [] if only else [s for s in args.sweep.split(",") if s]
     counts = [int(s) for s in args.partitions.split(",") if s]
+    with_peer = "pgoutput" in plugins and not only and not args.no_python_path
 
     load = os.getloadavg()[0]
-    with postgres() as pg, pg.connect() as conn:
+    with postgres() as pg, pg.connect() as conn, ExitStack() as stack:
         before = conn.execute("SELECT pg_current_wal_lsn() - '0/0'").fetchone()
         with common.stopwatch() as elapsed:
             workload = cdc.write_workload(conn, pg.dsn, args.changes, args.txn_rows)
@@ -262,25 +305,49 @@ def main(argv: list[str] | None = None) -> int:
             f"written in {elapsed():.1f}s")
         checked = {plugin: check_same_json(conn, workload, plugin) for plugin in plugins}
         common.log(f"hand-written loops produce pg_cdc's JSON: {checked} rows compared")
+        # the peer's JVM starts while this one does; stopped on the way out, errors included
+        peer = stack.enter_context(SparkPeer("bench-source-python", PURE_PYTHON)) \
+            if with_peer else None
         spark = common.spark_session("bench-source")
-        cpu = common.CpuMeter(cdc.with_postgres(common.spark_groups(spark), pg))
+        paths: dict[str, dict[str, str]] = {}
+        if "pgoutput" in plugins:
+            paths["spark"] = decoding_path.session(spark)
+            decoding_path.expect("spark", decoding_path.COMPILED, paths["spark"])
+        if peer is not None:
+            paths["spark_python"] = peer.paths
+            decoding_path.expect("spark_python", decoding_path.PYTHON, paths["spark_python"])
+        cpu = common.CpuMeter(cdc.with_postgres(common.spark_groups(
+            spark, [(peer.pid, peer.jvm_pid)] if peer is not None else []), pg))
         results: dict[str, Any] = {} if only else {
-            plugin: compare_plugin(spark, conn, workload, plugin, args.rounds, cpu)
+            plugin: compare_plugin(spark, conn, workload, plugin, args.rounds, cpu, peer)
             for plugin in plugins
         }
+        if peer is not None:
+            peer.close()  # before the sweeps: a second idle JVM is of no use to them
         if limits and "pgoutput" in plugins:
             results["max_bytes_sweep"] = sweep(spark, conn, workload, limits)
         if counts and "pgoutput" in plugins:
-            parts = by_partitions(spark, conn, workload, counts, args.rounds, cpu)
-            if "partitions_1" in parts:
-                parts["model"] = scaling_model(parts, workload.changes, wal_bytes)
-            results["partitions"] = parts
+            partitioned = by_partitions(spark, conn, workload, counts, args.rounds, cpu)
+            if "partitions_1" in partitioned:
+                partitioned["model"] = scaling_model(partitioned, workload.changes, wal_bytes)
+            results["partitions"] = partitioned
         spark.stop()
 
     config = {"changes": workload.changes, "txn_rows": args.txn_rows, "rounds": args.rounds,
               "wal_bytes": wal_bytes, "plugins": plugins, "partitions": counts,
               "min_bytes_per_partition": "1MB", "load_1m_at_start": round(load, 2),
-              "equivalence_rows_checked": checked}
+              "equivalence_rows_checked": checked,
+              # pgoutput's: each session's process and Python workers, checked before the
+              # rounds (each run's source runner is checked too, in its runs_extra); the
+              # pure-Python contender is pgoutput's only: test_decoding is Python on both
+              "decoding_paths": {
+                  **({"spark": {"path": decoding_path.COMPILED, **paths["spark"]}}
+                     if "spark" in paths else {}),
+                  **({"spark_python": {"path": decoding_path.PYTHON, **paths["spark_python"],
+                                       "environment": dict(PURE_PYTHON)}}
+                     if "spark_python" in paths else {}),
+                  **({"test_decoding": "python (no compiled decoder)"}
+                     if "test_decoding" in plugins else {})}}
     if only:
         by = results["partitions"]
         return common.publish("source_partitions", {
@@ -301,6 +368,13 @@ def main(argv: list[str] | None = None) -> int:
         f"({results[p]['raw_peek']['per_second']:,}/s)"
         for p in plugins
     ]
+    pure = results.get("pgoutput", {})
+    if "spark_python" in pure:
+        parts.append(
+            f"pgoutput on the pure-Python path: {pure['spark_python']['per_second']:,}/s = "
+            f"{pure['spark_python_vs_handwritten']['median']:.2f}x hand-written, "
+            f"{pure['spark_python_vs_raw_peek']['median']:.2f}x raw peek; compiled / pure "
+            f"{pure['ratio_vs_spark_python']['median']:.2f}x")
     if "partitions" in results:
         parts.append("min_partitions " + ", ".join(
             f"{n}: {results['partitions'][f'partitions_{n}']['per_second']:,}/s"

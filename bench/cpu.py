@@ -3,12 +3,17 @@ Postgres, the benchmark itself) during one measured run, read with psutil.
 
 A rate says how fast; this says which process was busy, which is what tells a slow Python
 decoder from a busy JVM or a waiting task. Used by :func:`bench.common.paired_rounds`.
+
+A benchmark that runs a second Spark session in a child process (:mod:`bench.spark_peer`)
+counts it in the same groups (:func:`spark_groups`'s ``peers``): a contender's ``jvm`` is then
+whichever JVM did its work, so the per-contender rows of the report compare like with like
+(the idle session's JVM and workers spend next to nothing meanwhile).
 """
 
 from __future__ import annotations
 
 import os
-from collections.abc import Callable, Iterable, Mapping
+from collections.abc import Callable, Iterable, Mapping, Sequence
 from contextlib import suppress
 from typing import TYPE_CHECKING
 
@@ -19,36 +24,38 @@ if TYPE_CHECKING:
 __all__ = ["CpuMeter", "Finder", "descendants", "process", "spark_groups"]
 
 Finder = Callable[[], Iterable["psutil.Process"]]
-ProcessGroups = Mapping[str, "Finder | tuple[Finder, int]"]
+ProcessGroups = Mapping[str, "Finder | tuple[Finder, int | Sequence[int]]"]
 
 
 class CpuMeter:
     """CPU seconds (user + system) that groups of processes spend between two snapshots.
 
-    A group is a function finding its live processes, optionally with the pid of the process
-    that reaps the group's short-lived members (the postmaster for backends, the JVM for the
-    per-query Python runner): a member that exits between the snapshots is then counted through
-    its reaper's ``children`` CPU times instead of being lost. Processes are told apart by pid,
-    so members started during the run count whole.
+    A group is a function finding its live processes, optionally with the pid (or pids) of the
+    processes that reap the group's short-lived members (the postmaster for backends, the JVM
+    for the per-query Python runner): a member that exits between the snapshots is then counted
+    through its reaper's ``children`` CPU times instead of being lost. Processes are told apart
+    by pid, so members started during the run count whole.
     """
 
     def __init__(self, groups: ProcessGroups) -> None:
-        self.groups = {name: g if isinstance(g, tuple) else (g, None) for name, g in groups.items()}
+        self.groups: dict[str, tuple[Finder, tuple[int, ...]]] = {
+            name: (g[0], _pids(g[1])) if isinstance(g, tuple) else (g, ())
+            for name, g in groups.items()}
 
     def snapshot(self) -> dict[str, dict[int | str, float]]:
         import psutil
 
         taken: dict[str, dict[int | str, float]] = {}
-        for name, (find, reaper) in self.groups.items():
+        for name, (find, reapers) in self.groups.items():
             entries: dict[int | str, float] = {}
             for member in find():
                 with suppress(psutil.Error):
                     times = member.cpu_times()
                     entries[member.pid] = times.user + times.system
-            if reaper is not None:
+            for reaper in reapers:
                 with suppress(psutil.Error):
                     times = psutil.Process(reaper).cpu_times()
-                    entries["reaped"] = times.children_user + times.children_system
+                    entries[f"reaped by {reaper}"] = times.children_user + times.children_system
             taken[name] = entries
         return taken
 
@@ -58,8 +65,8 @@ class CpuMeter:
         for name, now in self.snapshot().items():
             then = before.get(name, {})
             total = sum(value - then.get(key, 0.0) for key, value in now.items())
-            if self.groups[name][1] is not None:  # exited members are in "reaped" whole
-                total -= sum(v for k, v in then.items() if k not in now and k != "reaped")
+            if self.groups[name][1]:  # exited members are in their reaper's "reaped by" whole
+                total -= sum(v for k, v in then.items() if k not in now and isinstance(k, int))
             used[name] = round(total, 2)
         return used
 
@@ -86,14 +93,27 @@ def process(pid: int) -> list[psutil.Process]:
         return []
 
 
-def spark_groups(spark: SparkSession) -> dict[str, Finder | tuple[Finder, int]]:
+def _pids(reapers: int | Sequence[int]) -> tuple[int, ...]:
+    return (reapers,) if isinstance(reapers, int) else tuple(reapers)
+
+
+def spark_groups(
+    spark: SparkSession, peers: Sequence[tuple[int, int]] = ()
+) -> dict[str, Finder | tuple[Finder, tuple[int, ...]]]:
     """Process groups of a local Spark session and this benchmark: the JVM, its Python worker
-    processes, the local brokers (child processes of this one) and this process itself."""
-    jvm = int(spark.sparkContext._gateway.proc.pid)  # type: ignore[union-attr]
+    processes, the local brokers (child processes of this one) and this process itself.
+
+    ``peers``: ``(process pid, JVM pid)`` of other sessions this benchmark runs in child
+    processes (:class:`bench.spark_peer.SparkPeer`), counted in the same groups: their JVMs in
+    ``jvm``, their workers in ``python_workers``, their driver processes in ``bench_process``.
+    """
+    jvms = (int(spark.sparkContext._gateway.proc.pid),  # type: ignore[union-attr]
+            *(jvm for _, jvm in peers))
     me = os.getpid()
+    drivers = (me, *(pid for pid, _ in peers))
     return {
-        "jvm": lambda: process(jvm),
-        "python_workers": (lambda: descendants(jvm, "python"), jvm),
+        "jvm": lambda: [p for jvm in jvms for p in process(jvm)],
+        "python_workers": (lambda: [p for jvm in jvms for p in descendants(jvm, "python")], jvms),
         "broker": lambda: descendants(me, "iggy_local"),
-        "bench_process": lambda: process(me),
+        "bench_process": lambda: [p for pid in drivers for p in process(pid)],
     }

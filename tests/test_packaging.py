@@ -133,3 +133,79 @@ def test_a_missing_iggy_sdk_names_the_extra_of_each_iggy_line() -> None:
     assert "format 'iggy_routed' needs the Python package 'apache_iggy'" in result.stdout
     assert ('Iggy 0.9: pip install "iggy-spark[iggy]"; '
             'Iggy 0.10: pip install "iggy-spark[iggy-0-10]"') in result.stdout
+
+
+def test_without_the_compiled_core_pg_cdc_decodes_in_python_and_says_so_once() -> None:
+    """A machine without the ``iggy-spark-core`` wheel (no wheel for it, no toolchain) runs as
+    before: the reader logs once per process that it decodes in Python, and its progress and
+    the ``pg_cdc_compiled_core`` metric say so."""
+    result = _run(_blocking("iggy_spark_core") + (
+        "import logging\n"
+        "logging.basicConfig(level=logging.INFO, format='%(levelname)s %(message)s')\n"
+        "from postgres_cdc_source.decoding import compiled\n"
+        "from postgres_cdc_source.options import CdcOptions\n"
+        "from postgres_cdc_source.stream.reader import PgCdcStreamReader\n"
+        "options = CdcOptions.from_options({'dsn': 'host=x', 'slot': 's'})\n"
+        "PgCdcStreamReader(options); PgCdcStreamReader(options)\n"
+        "print('path', compiled.path())\n"
+    ))
+    assert result.returncode == 0, result.stderr
+    assert "path python" in result.stdout
+    said = [line for line in result.stderr.splitlines() if "compiled core" in line]
+    assert len(said) == 1 and said[0].startswith("WARNING") and "decoding in Python" in said[0]
+
+
+def test_a_core_of_another_interface_is_left_unused_naming_both(
+    monkeypatch: pytest.MonkeyPatch, caplog: pytest.LogCaptureFixture,
+) -> None:
+    from types import ModuleType
+
+    from postgres_cdc_source.decoding import compiled
+
+    other = ModuleType("iggy_spark_core")
+    other.INTERFACE = 99  # type: ignore[attr-defined]
+    monkeypatch.setitem(sys.modules, "iggy_spark_core", other)
+    monkeypatch.delenv(compiled.ENVIRONMENT, raising=False)
+    compiled.core.cache_clear()
+    try:
+        assert compiled.core() is None and compiled.path() == "python"
+    finally:
+        compiled.core.cache_clear()
+    assert "has interface 99, this release needs 2" in caplog.text
+
+
+def test_the_package_builds_without_a_rust_toolchain_and_the_core_as_one_abi3_wheel(
+    tmp_path: Path,
+) -> None:
+    """The connectors' wheel (and so an install from the sdist) needs no compiler; the core is
+    a wheel of its own, one for CPython 3.11 and later (abi3), holding only the module."""
+    import os
+    import shutil
+
+    python_only = {**os.environ, "PATH": str(Path(sys.executable).parent)}
+    assert shutil.which("cargo", path=python_only["PATH"]) is None
+    built = subprocess.run(
+        [sys.executable, "-m", "pip", "wheel", "--no-deps", "-q", "-w", str(tmp_path / "pure"),
+         str(ROOT)], env=python_only, capture_output=True, text=True, timeout=300)
+    assert built.returncode == 0, built.stdout + built.stderr
+    (pure,) = (tmp_path / "pure").glob("iggy_spark-*-py3-none-any.whl")
+    assert not [n for n in zipfile.ZipFile(pure).namelist() if n.endswith((".so", ".pyd"))]
+    core = subprocess.run([str(ROOT / "native" / "build-wheel"), sys.executable,
+                           str(tmp_path / "core")], capture_output=True, text=True, timeout=600)
+    assert core.returncode == 0, core.stderr
+    wheel_path = Path(core.stdout.strip())
+    assert "-cp311-abi3-" in wheel_path.name
+    names = zipfile.ZipFile(wheel_path).namelist()
+    assert [n for n in names if not n.startswith("iggy_spark_core-")] == [
+        n for n in names if n.startswith("iggy_spark_core/") or n.startswith("iggy_spark_core.")]
+    assert any(n.endswith(".so") for n in names)
+
+
+def test_the_core_is_versioned_with_the_package_that_pins_it() -> None:
+    import tomllib
+
+    main = tomllib.loads((ROOT / "pyproject.toml").read_text())["project"]
+    core = tomllib.loads((ROOT / "native" / "pyproject.toml").read_text())["project"]
+    cargo = tomllib.loads((ROOT / "native" / "Cargo.toml").read_text())["package"]
+    assert core["version"] == cargo["version"] == main["version"]
+    assert main["optional-dependencies"]["fast"] == [f"iggy-spark-core=={main['version']}"]

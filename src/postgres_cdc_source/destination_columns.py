@@ -117,14 +117,19 @@ class Router:
         """``stream``, ``topic`` and ``partition_key`` of a block's changes, which
         :meth:`route` would give each of them: a block holds row changes of the JSON mode, and
         is made only when no route reads a column (:attr:`by_column`)."""
+        return self.columns_of(len(block), block.schema, block.table, block.key)
+
+    def columns_of(self, count: int, schema: pa.Array, table: pa.Array, key: pa.Array
+                   ) -> tuple[pa.Array, pa.Array, pa.Array]:
+        """``stream``, ``topic`` and ``partition_key`` of ``count`` rows of the JSON mode, of
+        the tables ``schema.table`` and with keys ``key`` (JSON text), routed by name or key
+        only (never :attr:`by_column`), as :meth:`route` routes each."""
         assert not self.by_column
         stream_from, topic_from, key_from = self._specs
-        count = len(block)
         return (
-            _filled(block.schema if stream_from == "schema" else None, self._default_stream,
-                    count),
-            _filled(block.table if topic_from == "table" else None, self._default_topic, count),
-            block.key if key_from == "key" else pa.nulls(count, pa.string()),
+            _filled(schema if stream_from == "schema" else None, self._default_stream, count),
+            _filled(table if topic_from == "table" else None, self._default_topic, count),
+            key if key_from == "key" else pa.nulls(count, pa.string()),
         )
 
 

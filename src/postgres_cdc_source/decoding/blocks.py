@@ -16,12 +16,14 @@ import pyarrow as pa
 
 from postgres_cdc_source.decoding.changes import Change
 
-__all__ = ["ChangeBlock", "Chunk"]
+__all__ = ["ChangeBlock", "Chunk", "strings_of"]
 
 _STRING = pa.string()
 
 
-def _strings(count: int, buffers: tuple[bytes, bytes, bytes | None, int]) -> pa.Array:
+def strings_of(count: int, buffers: tuple[bytes, bytes, bytes | None, int]) -> pa.Array:
+    """The string array of ``count`` values over the core's ``(offsets, data, validity or
+    None, null count)``, without copying them."""
     offsets, data, validity, nulls = buffers
     return pa.StringArray.from_buffers(
         count, pa.py_buffer(offsets), pa.py_buffer(data),
@@ -50,7 +52,7 @@ class ChangeBlock:
         """The arrays over a core ``Block``'s buffers, without copying them."""
         count = len(block)
         columns: dict[str, Any] = dict(block.buffers())
-        strings = {name: _strings(count, columns[name])
+        strings = {name: strings_of(count, columns[name])
                    for name in ("lsn", "schema", "table", "op", "key", "after")}
         seq = pa.Array.from_buffers(pa.int32(), count, [None, pa.py_buffer(columns["seq"])])
         return cls(strings["lsn"], seq, strings["schema"], strings["table"], strings["op"],

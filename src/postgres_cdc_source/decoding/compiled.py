@@ -34,16 +34,16 @@ from postgres_cdc_source.decoding.pgoutput import (
     payload_bytes,
 )
 from postgres_cdc_source.errors import DecodeError
-from postgres_cdc_source.rows.json.values import TEXT_FORMS
+from postgres_cdc_source.rows.json.values import TEXT_FORMS, Converter
 
-__all__ = ["ENVIRONMENT", "CompiledPgOutput", "announce", "core", "path"]
+__all__ = ["ENVIRONMENT", "CompiledPgOutput", "announce", "core", "core_columns", "path"]
 
 log = logging.getLogger(__name__)
 
 ENVIRONMENT = "IGGY_SPARK_CORE"
 """Set to ``python`` to use the pure-Python path although the core is installed."""
 
-_INTERFACE = 1  # the core's INTERFACE this module is written for
+_INTERFACE = 2  # the core's INTERFACE this module is written for
 _FORMS = ("text", "integer", "boolean", "float", "json", "bytea", "timestamp", "timestamptz")
 _u32 = struct.Struct(">I").unpack_from
 
@@ -92,6 +92,18 @@ def announce() -> str:
     return path()
 
 
+def core_columns(module: ModuleType, names: Sequence[str], converters: Sequence[Converter]
+                 ) -> tuple[list[bytes], list[int], list[Converter]]:
+    """A table's columns as the core takes them: each name as ``"name":``, the kind of text
+    its converter reads (one the core writes itself, or the last kind: through the
+    converter), and the converters."""
+    kinds = dict(zip(_FORMS, module.KINDS, strict=False))
+    through = module.KINDS[-1]
+    return ([orjson.dumps(name) + b":" for name in names],
+            [kinds.get(TEXT_FORMS.get(convert, ""), through) for convert in converters],
+            list(converters))
+
+
 class CompiledPgOutput:
     """Reads one pgoutput peek session through the core, and through ``decoder`` (a fresh
     :class:`~.pgoutput.PgOutputDecoder` without typed rows or kept values) every message the
@@ -101,8 +113,6 @@ class CompiledPgOutput:
     def __init__(self, decoder: PgOutputDecoder, module: ModuleType) -> None:
         self._decoder = decoder
         self._core = module
-        self._kinds = dict(zip(_FORMS, module.KINDS, strict=False))
-        self._python = module.KINDS[-1]  # the kind of a value the core hands to its converter
 
     def events(self, fetches: Iterable[Sequence[PeekRow]]) -> Iterator[Event | ChangeBlock]:
         """Decode the peek's rows, given a fetch (a list of rows) at a time; raises
@@ -143,10 +153,7 @@ class CompiledPgOutput:
             names = [name for name, _ in shape.columns]
             scanner.relation(  # type: ignore[attr-defined]
                 relid, shape.schema, shape.table,
-                [orjson.dumps(name) + b":" for name in names],
-                [self._kinds.get(TEXT_FORMS.get(convert, ""), self._python)
-                 for _, convert in shape.columns],
-                [convert for _, convert in shape.columns],
+                *core_columns(self._core, names, [convert for _, convert in shape.columns]),
                 [names.index(name) for name in shape.key_names])
         elif self._decoder.skips(relid):
             scanner.skip(relid)  # type: ignore[attr-defined]

@@ -23,7 +23,7 @@ from connector_common.change_rows import ARROW_SCHEMA, POSITION_TYPE, READ_SEQ, 
 from connector_common.lsn import format_lsn
 from postgres_cdc_source import connections
 from postgres_cdc_source.assembly import image_column
-from postgres_cdc_source.decoding import INSERT, Change, RowShape, build_change
+from postgres_cdc_source.decoding import INSERT, Change, RowShape, build_change, compiled
 from postgres_cdc_source.decoding.changes import conversion_error
 from postgres_cdc_source.destination_columns import Router
 from postgres_cdc_source.options import CdcOptions
@@ -32,6 +32,7 @@ from postgres_cdc_source.rows.json.format import JSON_ROWS
 from postgres_cdc_source.rows.json.sql import row_json_sql, text_json_sql
 from postgres_cdc_source.rows.json.values import converter_for_oid
 from postgres_cdc_source.rows.struct.images import UnconvertibleValue
+from postgres_cdc_source.snapshot.copying import copied_columns
 from postgres_cdc_source.snapshot.offsets import Creation, Key
 from postgres_cdc_source.snapshot.planning import SnapshotTable, key_range
 from postgres_cdc_source.sql_names import Name
@@ -113,6 +114,22 @@ def read_chunk(
             where = (sql.SQL("{} AND {}") if params_in_range else sql.SQL("{} WHERE {}")
                      ).format(where, sql.SQL(" AND ").join(conditions))
         name = table.relation()  # ONLY, but a partitioned table whole
+        select = sql.SQL("SELECT {}, {} FROM {}{}").format(
+            sql.SQL(", ").join(map(Name, table.columns)),
+            sql.SQL(", ").join(map(Name, table.chunk_key)), name, where)
+        core = (compiled.core() if rows.retyping is None and not router.by_column else None)
+        if core is not None:  # COPY's text, the rows written by the compiled core
+            point = part.consistent_point
+            with conn.cursor() as copying:
+                for key, after, ids, places in copied_columns(
+                        copying, select, params, table, point, router, options.fetch_rows, core):
+                    for start in range(0, len(ids), options.batch_rows):
+                        yield _batch(table, point, key.slice(start, options.batch_rows),
+                                     after.slice(start, options.batch_rows),
+                                     ids.slice(start, options.batch_rows),
+                                     tuple(c.slice(start, options.batch_rows) for c in places))
+            conn.rollback()
+            return
         in_sql = (_json_columns(table, part.consistent_point)
                   if rows.json_in_sql and not router.by_column else None)
         with conn.cursor(name="pg_cdc_snapshot") as cur:
@@ -123,10 +140,7 @@ def read_chunk(
                                           options.batch_rows)
             else:
                 cur.itersize = options.fetch_rows
-                cur.execute(sql.SQL("SELECT {}, {} FROM {}{}").format(
-                    sql.SQL(", ").join(map(Name, table.columns)),
-                    sql.SQL(", ").join(map(Name, table.chunk_key)), name, where),
-                    params)
+                cur.execute(select, params)
                 yield from _batches(cur, part, router, options.batch_rows, rows)
         conn.rollback()
     finally:
@@ -168,7 +182,7 @@ def _ready_batches(
             places = [route(Change(part.consistent_point, 0, table.schema, table.table, READ, k,
                                    None, a, ())) for k, a in zip(keys, afters, strict=True)
                       ] if route is not None else []
-            yield _batch(table, part.consistent_point, keys, afters, ids, places)
+            yield _listed(table, part.consistent_point, keys, afters, ids, places)
 
 
 def _batches(
@@ -215,34 +229,47 @@ def _batches(
             places.append(route(Change(part.consistent_point, 0, table.schema, table.table, READ,
                                        key, None, after, (), row_values)))
         if len(ids) >= batch_rows:
-            yield _batch(table, part.consistent_point, keys, afters, ids, places, schema)
+            yield _listed(table, part.consistent_point, keys, afters, ids, places, schema)
             keys, afters, ids, places = [], [], [], []
     if ids:
-        yield _batch(table, part.consistent_point, keys, afters, ids, places, schema)
+        yield _listed(table, part.consistent_point, keys, afters, ids, places, schema)
 
 
-def _batch(
+def _listed(
     table: SnapshotTable, consistent_point: int, keys: list[Any], afters: list[Any],
     ids: list[str], places: list[tuple[str | None, str | None, str | None]],
     schema: pa.Schema = ARROW_SCHEMA,
 ) -> pa.RecordBatch:
-    n = len(ids)
+    """:func:`_batch` of rows given as lists of their images, ids and routes."""
     string = pa.string()
-    point = format_lsn(consistent_point)
-
-    def repeat(value: str) -> pa.Array:
-        return pa.array([value] * n, string)
-
     if places:
         stream, topic, partition_key = (pa.array(c, string) for c in zip(*places, strict=True))
     else:
-        stream = topic = partition_key = pa.nulls(n, string)
+        stream = topic = partition_key = pa.nulls(len(ids), string)
     try:
         key_column = image_column(keys, schema.field("key").type)
         after_column = image_column(afters, schema.field("after").type)
     except UnconvertibleValue as exc:
         raise conversion_error(consistent_point, f"{table.schema}.{table.table}", exc.column,
                                exc.text, exc.__cause__ or exc) from exc
+    return _batch(table, consistent_point, key_column, after_column, pa.array(ids, string),
+                  (stream, topic, partition_key), schema)
+
+
+def _batch(
+    table: SnapshotTable, consistent_point: int, key_column: pa.Array, after_column: pa.Array,
+    ids: pa.Array, places: tuple[pa.Array, ...], schema: pa.Schema = ARROW_SCHEMA,
+) -> pa.RecordBatch:
+    """The batch of a chunk's rows: their ``key``, ``after``, ``id`` and destination columns
+    (``stream``, ``topic``, ``partition_key``), the rest the chunk's own."""
+    n = len(ids)
+    string = pa.string()
+    point = format_lsn(consistent_point)
+    stream, topic, partition_key = places
+
+    def repeat(value: str) -> pa.Array:
+        return pa.repeat(pa.scalar(value, string), n)
+
     return pa.RecordBatch.from_arrays(
         [
             repeat(point),
@@ -257,7 +284,7 @@ def _batch(
             pa.nulls(n, schema.field("before").type),
             after_column,
             pa.ListArray.from_arrays(pa.array([0] * (n + 1), pa.int32()), pa.array([], string)),
-            pa.array(ids, string),
+            ids,
             stream,
             topic,
             partition_key,

@@ -1,0 +1,193 @@
+//! pgoutput's hot path: the messages the Python decoder's `events()` takes inline.
+//!
+//! [`Scanner::scan`] walks the rows of one peek fetch from a given index and takes every row the
+//! Python hot path takes (an insert, or an update whose new tuple comes alone, of a table whose
+//! Relation message it was given, every column sent) and every change of a table the filter
+//! rejects; it stops at the first row it does not take, which the Python decoder then reads.
+//! A row the Python hot path would give up on (an unchanged TOAST value, a width or length
+//! mismatch, text that is not UTF-8, a value its converter rejects) ends the scan before it, so
+//! the Python decoder reads it and gives the same row or the precise error.
+
+use std::collections::{HashMap, HashSet};
+
+use pyo3::prelude::*;
+use pyo3::types::{PyBytes, PyList, PyTuple};
+
+use crate::arrow::{as_bytes, Strings};
+use crate::values::Relation;
+
+/// The rows one [`Scanner::scan`] took, as Arrow buffers.
+#[pyclass(frozen, module = "iggy_spark_core")]
+pub struct Block {
+    lsn: Strings,
+    seq: Vec<i32>,
+    schema: Strings,
+    table: Strings,
+    op: Strings,
+    key: Strings,
+    after: Strings,
+}
+
+#[pymethods]
+impl Block {
+    fn __len__(&self) -> usize {
+        self.seq.len()
+    }
+
+    /// `(column, buffers)` pairs: for the string columns `lsn`, `schema`, `table`, `op`,
+    /// `key` and `after` `(offsets, data, validity or None, null count)`, for `seq` its int32
+    /// values.
+    fn buffers<'py>(&self, py: Python<'py>) -> PyResult<Bound<'py, PyTuple>> {
+        let strings = [("lsn", &self.lsn), ("schema", &self.schema), ("table", &self.table),
+                       ("op", &self.op), ("key", &self.key), ("after", &self.after)];
+        let mut items: Vec<Bound<'py, PyAny>> = Vec::with_capacity(7);
+        for (name, column) in strings {
+            items.push((name, column.buffers(py)).into_pyobject(py)?.into_any());
+        }
+        items.push(("seq", PyBytes::new(py, as_bytes(&self.seq))).into_pyobject(py)?.into_any());
+        PyTuple::new(py, items)
+    }
+}
+
+impl Block {
+    fn new() -> Self {
+        Block { lsn: Strings::new(), seq: Vec::new(), schema: Strings::new(),
+                table: Strings::new(), op: Strings::new(), key: Strings::new(),
+                after: Strings::new() }
+    }
+}
+
+/// pgoutput's hot path for one peek session: the kept relations it may decode, the rejected
+/// ones it may skip. The Python decoder tells it of each Relation message's verdict.
+#[pyclass(module = "iggy_spark_core")]
+pub struct Scanner {
+    relations: HashMap<u32, Relation>,
+    skipped: HashSet<u32>,
+    dumps: Py<PyAny>,
+}
+
+#[pymethods]
+impl Scanner {
+    /// `dumps` is `orjson.dumps`, for the values the core hands to their Python converter.
+    #[new]
+    fn new(dumps: Py<PyAny>) -> Self {
+        Scanner { relations: HashMap::new(), skipped: HashSet::new(), dumps }
+    }
+
+    /// Decode relation `relid`'s changes: its columns' names (`"name":` JSON-escaped), kinds
+    /// and Python converters, and the indexes of its key columns.
+    #[allow(clippy::too_many_arguments)]
+    fn relation(&mut self, py: Python<'_>, relid: u32, schema: String, table: String,
+                names: Vec<Vec<u8>>, kinds: Vec<u8>, converters: Vec<Py<PyAny>>,
+                key: Vec<usize>) -> PyResult<()> {
+        let relation = Relation::new(schema, table, names, kinds, converters, key,
+                                     self.dumps.clone_ref(py))?;
+        self.skipped.remove(&relid);
+        self.relations.insert(relid, relation);
+        Ok(())
+    }
+
+    /// Skip relation `relid`'s changes: the table filter rejects it.
+    fn skip(&mut self, relid: u32) {
+        self.relations.remove(&relid);
+        self.skipped.insert(relid);
+    }
+
+    /// Leave relation `relid`'s changes to the Python decoder.
+    fn forget(&mut self, relid: u32) {
+        self.relations.remove(&relid);
+        self.skipped.remove(&relid);
+    }
+
+    /// Take `rows[start:]` (`(lsn, xid, data)` tuples, inside a transaction) up to the first
+    /// row this core does not take: `(index of that row or len(rows), next seq, block or
+    /// None)`. `seq` is the transaction's next change number.
+    fn scan<'py>(&self, py: Python<'py>, rows: &Bound<'py, PyList>, start: usize, mut seq: i64)
+                 -> PyResult<(usize, i64, Option<Block>)> {
+        let mut block: Option<Block> = None;
+        let mut spans: Vec<(usize, usize)> = Vec::new();
+        let count = rows.len();
+        let mut index = start;
+        while index < count {
+            let row = rows.get_item(index)?;
+            let Ok(row) = row.downcast::<PyTuple>() else { break };
+            if row.len() != 3 {
+                break;
+            }
+            let item = row.get_item(2)?;
+            let Ok(payload) = item.downcast::<PyBytes>() else { break };
+            let data = payload.as_bytes();
+            if data.len() < 5 || !matches!(data[0], b'I' | b'U' | b'D') {
+                break;
+            }
+            let relid = u32::from_be_bytes([data[1], data[2], data[3], data[4]]);
+            if self.skipped.contains(&relid) {
+                seq += 1;
+                index += 1;
+                continue;
+            }
+            if data[0] == b'D' || data.len() < 8 || data[5] != b'N' || seq > i32::MAX as i64 {
+                break;
+            }
+            let Some(relation) = self.relations.get(&relid) else { break };
+            let Ok(lsn) = row.get_item(0)?.extract::<u64>() else { break };
+            let out = block.get_or_insert_with(Block::new);
+            let mut values = Vec::with_capacity(relation.width());
+            if out.after.full() || out.key.full() || !new_tuple(data, relation.width(), &mut values)
+                || !relation.write_row(py, &values, &mut out.after.data, &mut spans)? {
+                break;
+            }
+            out.after.end(true);
+            if relation.has_key() {
+                relation.write_key(&out.after.data, &spans, &mut out.key.data);
+                out.key.end(true);
+            } else {
+                out.key.end(false);
+            }
+            write_lsn(&mut out.lsn, lsn);
+            out.seq.push(seq as i32);
+            out.schema.push(relation.schema.as_bytes());
+            out.table.push(relation.table.as_bytes());
+            out.op.push(if data[0] == b'I' { b"insert" } else { b"update" });
+            seq += 1;
+            index += 1;
+        }
+        Ok((index, seq, block.filter(|b| !b.seq.is_empty())))
+    }
+}
+
+/// The texts of the lone new tuple at byte 8 of `data`, if it has `width` columns, every one
+/// sent as text or NULL, and ends where `data` does; `false` for anything else.
+fn new_tuple<'a>(data: &'a [u8], width: usize, values: &mut Vec<Option<&'a str>>) -> bool {
+    values.clear();
+    if usize::from(u16::from_be_bytes([data[6], data[7]])) != width {
+        return false;
+    }
+    let mut pos = 8;
+    for _ in 0..width {
+        match data.get(pos) {
+            Some(b't') => {
+                let Some(length) = data.get(pos + 1..pos + 5) else { return false };
+                let start = pos + 5;
+                let end = start + u32::from_be_bytes(length.try_into().unwrap()) as usize;
+                let Some(text) = data.get(start..end) else { return false };
+                let Ok(text) = std::str::from_utf8(text) else { return false };
+                values.push(Some(text));
+                pos = end;
+            }
+            Some(b'n') => {
+                values.push(None);
+                pos += 1;
+            }
+            _ => return false, // 'u' (an unchanged TOAST value) or garbage
+        }
+    }
+    pos == data.len()
+}
+
+/// An LSN as Postgres prints it: `%X/%X`.
+fn write_lsn(column: &mut Strings, lsn: u64) {
+    use std::io::Write;
+    write!(column.data, "{:X}/{:X}", lsn >> 32, lsn & 0xFFFF_FFFF).unwrap();
+    column.end(true);
+}

@@ -1,0 +1,299 @@
+//! Column texts as the JSON the Python path writes: its converters
+//! (`postgres_cdc_source.rows.json.values`), then orjson.
+//!
+//! A value is written here when its text has the form Postgres's output function gives it (a
+//! canonical integer, a float of at most 15 significant digits without exponent, hex `bytea`,
+//! ASCII timestamps, ...), and otherwise handed to the column's own Python converter and to
+//! `orjson.dumps`; a value the converter rejects is reported, never written.
+
+use pyo3::exceptions::PyValueError;
+use pyo3::prelude::*;
+use pyo3::types::PyBytes;
+
+/// What the Python side passes for each column: how its text becomes JSON.
+const STR: u8 = 0;
+const INT: u8 = 1;
+const BOOL: u8 = 2;
+const FLOAT: u8 = 3;
+const JSON: u8 = 4;
+const BYTEA: u8 = 5;
+const TIMESTAMP: u8 = 6;
+const TIMESTAMPTZ: u8 = 7;
+const PYTHON: u8 = 8;
+
+/// The kinds, in the order of `postgres_cdc_source.decoding.compiled`'s forms.
+pub const KINDS: (u8, u8, u8, u8, u8, u8, u8, u8, u8) =
+    (STR, INT, BOOL, FLOAT, JSON, BYTEA, TIMESTAMP, TIMESTAMPTZ, PYTHON);
+
+/// One table's columns as the rows' JSON needs them.
+pub struct Relation {
+    pub schema: String,
+    pub table: String,
+    /// `"name":` of each column, JSON-escaped once.
+    names: Vec<Vec<u8>>,
+    kinds: Vec<u8>,
+    converters: Vec<Py<PyAny>>,
+    key: Vec<usize>,
+    dumps: Py<PyAny>,
+}
+
+impl Relation {
+    /// `names` are the columns' `"name":`, `kinds` how each is written, `converters` the Python
+    /// ones (for the values written through them), `key` the key columns' indexes; `dumps` is
+    /// `orjson.dumps`.
+    #[allow(clippy::too_many_arguments)]
+    pub fn new(schema: String, table: String, names: Vec<Vec<u8>>, kinds: Vec<u8>,
+               converters: Vec<Py<PyAny>>, key: Vec<usize>, dumps: Py<PyAny>)
+               -> PyResult<Relation> {
+        if names.len() != kinds.len() || names.len() != converters.len()
+            || kinds.iter().any(|&k| k > PYTHON) || key.iter().any(|&k| k >= names.len()) {
+            return Err(PyValueError::new_err("relation: columns, kinds and key do not agree"));
+        }
+        Ok(Relation { schema, table, names, kinds, converters, key, dumps })
+    }
+
+    pub fn width(&self) -> usize {
+        self.kinds.len()
+    }
+
+    pub fn has_key(&self) -> bool {
+        !self.key.is_empty()
+    }
+
+    /// Write `{"name":value,...}` of `values` (`None`: SQL NULL) to `out`, noting where each
+    /// value's JSON lies in `spans`; `false`, with `out` as it was, if a converter rejects one.
+    pub fn write_row(&self, py: Python<'_>, values: &[Option<&str>], out: &mut Vec<u8>,
+                     spans: &mut Vec<(usize, usize)>) -> PyResult<bool> {
+        let mark = out.len();
+        spans.clear();
+        out.push(b'{');
+        for (i, value) in values.iter().enumerate() {
+            if i > 0 {
+                out.push(b',');
+            }
+            out.extend_from_slice(&self.names[i]);
+            let from = out.len();
+            match value {
+                None => out.extend_from_slice(b"null"),
+                Some(text) => {
+                    if !self.write_value(py, i, text, out)? {
+                        out.truncate(mark);
+                        return Ok(false);
+                    }
+                }
+            }
+            spans.push((from, out.len()));
+        }
+        out.push(b'}');
+        Ok(true)
+    }
+
+    /// Write the key object of the row whose values `spans` locates in `row` to `out`.
+    pub fn write_key(&self, row: &[u8], spans: &[(usize, usize)], out: &mut Vec<u8>) {
+        out.push(b'{');
+        for (n, &i) in self.key.iter().enumerate() {
+            if n > 0 {
+                out.push(b',');
+            }
+            out.extend_from_slice(&self.names[i]);
+            let (from, to) = spans[i];
+            out.extend_from_slice(&row[from..to]);
+        }
+        out.push(b'}');
+    }
+
+    /// Write column `i`'s `text` as the Python converter and orjson would; `false` if the
+    /// converter rejects it.
+    fn write_value(&self, py: Python<'_>, i: usize, text: &str, out: &mut Vec<u8>)
+                   -> PyResult<bool> {
+        let written = match self.kinds[i] {
+            STR => {
+                json_string(out, text);
+                true
+            }
+            INT => canonical_int(text) && {
+                out.extend_from_slice(text.as_bytes());
+                true
+            },
+            BOOL => {
+                match text {
+                    "t" | "true" => out.extend_from_slice(b"true"),
+                    "f" | "false" => out.extend_from_slice(b"false"),
+                    _ => return Ok(false), // the converter's KeyError: the Python path names it
+                }
+                true
+            }
+            FLOAT => float(out, text),
+            JSON => {
+                out.extend_from_slice(text.as_bytes());
+                true
+            }
+            BYTEA => return Ok(bytea(out, text)),
+            TIMESTAMP => text.is_ascii() && {
+                if text.ends_with(" BC") {
+                    json_string(out, text);
+                } else {
+                    json_string(out, &text.replacen(' ', "T", 1));
+                }
+                true
+            },
+            TIMESTAMPTZ => text.is_ascii() && {
+                json_string(out, &timestamptz(text));
+                true
+            },
+            _ => false,
+        };
+        if written {
+            return Ok(true);
+        }
+        // Python's converter, then orjson: the value's own rules, whatever its text
+        let Ok(converted) = self.converters[i].call1(py, (text,)) else { return Ok(false) };
+        match self.dumps.call1(py, (converted,)) {
+            Ok(json) => {
+                out.extend_from_slice(json.bind(py).downcast::<PyBytes>()?.as_bytes());
+                Ok(true)
+            }
+            Err(_) => Ok(false),
+        }
+    }
+}
+
+/// `text` as a JSON string, escaped as orjson escapes: `"`, `\` and control characters.
+pub fn json_string(out: &mut Vec<u8>, text: &str) {
+    const HEX: &[u8; 16] = b"0123456789abcdef";
+    out.push(b'"');
+    let bytes = text.as_bytes();
+    let mut run = 0;
+    for (i, &b) in bytes.iter().enumerate() {
+        let escape: &[u8] = match b {
+            b'"' => b"\\\"",
+            b'\\' => b"\\\\",
+            b'\n' => b"\\n",
+            b'\r' => b"\\r",
+            b'\t' => b"\\t",
+            0x08 => b"\\b",
+            0x0c => b"\\f",
+            0x00..=0x1f => b"",
+            _ => continue,
+        };
+        out.extend_from_slice(&bytes[run..i]);
+        if escape.is_empty() {
+            out.extend_from_slice(&[b'\\', b'u', b'0', b'0', HEX[(b >> 4) as usize],
+                                    HEX[(b & 15) as usize]]);
+        } else {
+            out.extend_from_slice(escape);
+        }
+        run = i + 1;
+    }
+    out.extend_from_slice(&bytes[run..]);
+    out.push(b'"');
+}
+
+/// `0|-?[1-9][0-9]*` of at most 18 digits: the text of an int2/int4/int8/oid, which
+/// Python's `int` and orjson write back unchanged (`-0` they write as `0`).
+fn canonical_int(text: &str) -> bool {
+    let digits = text.strip_prefix('-').unwrap_or(text).as_bytes();
+    !digits.is_empty() && digits.len() <= 18 && digits.iter().all(u8::is_ascii_digit)
+        && (digits[0] != b'0' || text == "0")
+}
+
+/// float4/float8: `NaN` and the infinities as strings; a plain decimal of at most 15
+/// significant digits, at least 1e-4 in size, without trailing zeros, which orjson writes back
+/// as its digits (`.0` added to a whole number): with 15 digits or fewer a decimal is the
+/// shortest text of the double it reads as. `false` for any other text.
+fn float(out: &mut Vec<u8>, text: &str) -> bool {
+    if matches!(text, "NaN" | "Infinity" | "-Infinity") {
+        json_string(out, text);
+        return true;
+    }
+    let unsigned = text.strip_prefix('-').unwrap_or(text);
+    let (whole, fraction) = match unsigned.split_once('.') {
+        Some((w, f)) => (w, Some(f)),
+        None => (unsigned, None),
+    };
+    let all_digits = |s: &str| !s.is_empty() && s.bytes().all(|b| b.is_ascii_digit());
+    if !all_digits(whole) || (whole.len() > 1 && whole.starts_with('0')) {
+        return false;
+    }
+    let significant = match fraction {
+        None => whole.len(),
+        Some(f) => {
+            if !all_digits(f) || f.ends_with('0') {
+                return false;
+            }
+            if whole == "0" {
+                let zeros = f.len() - f.trim_start_matches('0').len();
+                if zeros > 3 {
+                    return false;
+                }
+                f.len() - zeros
+            } else {
+                whole.len() + f.len()
+            }
+        }
+    };
+    if significant > 15 {
+        return false;
+    }
+    out.extend_from_slice(text.as_bytes());
+    if fraction.is_none() {
+        out.extend_from_slice(b".0");
+    }
+    true
+}
+
+/// `\x` + hex as base64 in a JSON string; `false` for any other text.
+fn bytea(out: &mut Vec<u8>, text: &str) -> bool {
+    const ALPHABET: &[u8; 64] =
+        b"ABCDEFGHIJKLMNOPQRSTUVWXYZabcdefghijklmnopqrstuvwxyz0123456789+/";
+    let Some(hex) = text.strip_prefix("\\x") else { return false };
+    let hex = hex.as_bytes();
+    if hex.len() % 2 != 0 {
+        return false;
+    }
+    let nibble = |c: u8| match c {
+        b'0'..=b'9' => Some(c - b'0'),
+        b'a'..=b'f' => Some(c - b'a' + 10),
+        b'A'..=b'F' => Some(c - b'A' + 10),
+        _ => None,
+    };
+    let mut bytes = Vec::with_capacity(hex.len() / 2);
+    for pair in hex.chunks_exact(2) {
+        let (Some(high), Some(low)) = (nibble(pair[0]), nibble(pair[1])) else { return false };
+        bytes.push(high << 4 | low);
+    }
+    out.push(b'"');
+    for chunk in bytes.chunks(3) {
+        let n = chunk.len();
+        let b = [chunk[0], if n > 1 { chunk[1] } else { 0 }, if n > 2 { chunk[2] } else { 0 }];
+        let sextets = [b[0] >> 2, (b[0] & 3) << 4 | b[1] >> 4, (b[1] & 15) << 2 | b[2] >> 6,
+                       b[2] & 63];
+        for (j, &s) in sextets.iter().enumerate() {
+            out.push(if j <= n { ALPHABET[s as usize] } else { b'=' });
+        }
+    }
+    out.push(b'"');
+    true
+}
+
+/// The Python converter's ISO form of a timestamptz text (ASCII).
+fn timestamptz(text: &str) -> String {
+    if let Some(stamp) = text.strip_suffix("+00") {
+        return stamp.replacen(' ', "T", 1) + "+00:00";
+    }
+    if text.ends_with(" BC") || !text.contains(' ') {
+        return text.to_string();
+    }
+    let stamp = text.replacen(' ', "T", 1);
+    let sign = match (stamp.rfind('+'), stamp.rfind('-')) {
+        (None, None) => -1,
+        (a, b) => a.max(b).unwrap() as isize,
+    };
+    if stamp.len() as isize - sign == 3 {
+        stamp + ":00"
+    } else {
+        stamp
+    }
+}
+
+
