@@ -185,8 +185,15 @@ def test_text_that_is_not_utf8_fails_both_paths_naming_the_lsn() -> None:
     assert compiled == python
 
 
-@given(st.floats(allow_nan=True, allow_infinity=True, width=64))
+@settings(max_examples=2000)
+@given(st.one_of(st.floats(allow_nan=True, allow_infinity=True, width=64),
+                 st.floats(width=32), st.integers(-10**20, 10**20).map(float),
+                 st.builds(lambda m, e: m * 10.0**e, st.integers(-99, 99), st.integers(-8, 18))))
 @example(0.1 + 0.2)
+@example(1e-5)
+@example(1e-6)
+@example(1e16)
+@example(5e-324)
 @example(1e-4)
 @example(9.999999999999999e14)
 @example(-0.0)

@@ -197,49 +197,92 @@ fn canonical_int(text: &str) -> bool {
         && (digits[0] != b'0' || text == "0")
 }
 
-/// float4/float8: `NaN` and the infinities as strings; a plain decimal of at most 15
-/// significant digits, at least 1e-4 in size, without trailing zeros, which orjson writes back
-/// as its digits (`.0` added to a whole number): with 15 digits or fewer a decimal is the
-/// shortest text of the double it reads as. `false` for any other text.
+/// float4/float8: `NaN` and the infinities as strings (JSON has no literal for them); any
+/// other text of the form `-?D+(.D+)?(e[+-]?D+)?` read as the double Python's `float` reads
+/// (both round correctly) and written as orjson writes a double. `false` for any other text,
+/// or one out of a double's range.
 fn float(out: &mut Vec<u8>, text: &str) -> bool {
     if matches!(text, "NaN" | "Infinity" | "-Infinity") {
         json_string(out, text);
         return true;
     }
-    let unsigned = text.strip_prefix('-').unwrap_or(text);
-    let (whole, fraction) = match unsigned.split_once('.') {
-        Some((w, f)) => (w, Some(f)),
-        None => (unsigned, None),
-    };
-    let all_digits = |s: &str| !s.is_empty() && s.bytes().all(|b| b.is_ascii_digit());
-    if !all_digits(whole) || (whole.len() > 1 && whole.starts_with('0')) {
+    if !plain_float(text) {
         return false;
     }
-    let significant = match fraction {
-        None => whole.len(),
-        Some(f) => {
-            if !all_digits(f) || f.ends_with('0') {
-                return false;
-            }
-            if whole == "0" {
-                let zeros = f.len() - f.trim_start_matches('0').len();
-                if zeros > 3 {
-                    return false;
-                }
-                f.len() - zeros
-            } else {
-                whole.len() + f.len()
-            }
+    match text.parse::<f64>() {
+        Ok(value) if value.is_finite() => {
+            orjson_float(out, value);
+            true
         }
-    };
-    if significant > 15 {
+        _ => false, // orjson writes an infinity as null: the converter's way, not this one
+    }
+}
+
+/// Whether `text` is `-?D+(.D+)?([eE][+-]?D+)?`, ASCII digits `D`.
+fn plain_float(text: &str) -> bool {
+    fn digits(s: &[u8]) -> usize {
+        s.iter().take_while(|b| b.is_ascii_digit()).count()
+    }
+    let bytes = text.strip_prefix('-').unwrap_or(text).as_bytes();
+    let mut pos = digits(bytes);
+    if pos == 0 {
         return false;
     }
-    out.extend_from_slice(text.as_bytes());
-    if fraction.is_none() {
-        out.extend_from_slice(b".0");
+    if bytes.get(pos) == Some(&b'.') {
+        let fraction = digits(&bytes[pos + 1..]);
+        if fraction == 0 {
+            return false;
+        }
+        pos += 1 + fraction;
     }
-    true
+    if matches!(bytes.get(pos), Some(b'e' | b'E')) {
+        pos += 1;
+        if matches!(bytes.get(pos), Some(b'+' | b'-')) {
+            pos += 1;
+        }
+        let exponent = digits(&bytes[pos..]);
+        if exponent == 0 {
+            return false;
+        }
+        pos += exponent;
+    }
+    pos == bytes.len()
+}
+
+/// A finite double as orjson writes it: its shortest round-trip digits, positional from 1e-5
+/// to below 1e16 (`.0` after a whole number), else `d.ddde+X`/`d.ddde-X`.
+fn orjson_float(out: &mut Vec<u8>, value: f64) {
+    use std::io::Write;
+    let scientific = format!("{value:e}"); // shortest digits: "-1.2345e-7", "1e16", "0e0"
+    let (mantissa, exponent) = scientific.split_once('e').unwrap();
+    let exponent: i32 = exponent.parse().unwrap();
+    let (sign, mantissa) = match mantissa.strip_prefix('-') {
+        Some(m) => ("-", m),
+        None => ("", mantissa),
+    };
+    out.extend_from_slice(sign.as_bytes());
+    if !(-5..16).contains(&exponent) {
+        let sign = if exponent < 0 { '-' } else { '+' };
+        write!(out, "{mantissa}e{sign}{}", exponent.abs()).unwrap();
+        return;
+    }
+    let digits: String = mantissa.chars().filter(|c| *c != '.').collect();
+    if exponent < 0 {
+        out.extend_from_slice(b"0.");
+        out.extend(std::iter::repeat_n(b'0', (-exponent - 1) as usize));
+        out.extend_from_slice(digits.as_bytes());
+        return;
+    }
+    let whole = exponent as usize + 1;
+    if digits.len() <= whole {
+        out.extend_from_slice(digits.as_bytes());
+        out.extend(std::iter::repeat_n(b'0', whole - digits.len()));
+        out.extend_from_slice(b".0");
+    } else {
+        out.extend_from_slice(&digits.as_bytes()[..whole]);
+        out.push(b'.');
+        out.extend_from_slice(&digits.as_bytes()[whole..]);
+    }
 }
 
 /// `\x` + hex as base64 in a JSON string; `false` for any other text.
