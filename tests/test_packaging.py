@@ -19,9 +19,9 @@ import pytest
 ROOT = Path(__file__).resolve().parent.parent
 
 
-def _run(code: str) -> subprocess.CompletedProcess[str]:
+def _run(code: str, env: dict[str, str] | None = None) -> subprocess.CompletedProcess[str]:
     return subprocess.run([sys.executable, "-c", code], capture_output=True, text=True,
-                          timeout=120)
+                          timeout=120, env=env)
 
 
 def _blocking(*modules: str) -> str:
@@ -138,7 +138,13 @@ def test_a_missing_iggy_sdk_names_the_extra_of_each_iggy_line() -> None:
 def test_without_the_compiled_core_pg_cdc_decodes_in_python_and_says_so_once() -> None:
     """A machine without the ``iggy-spark-core`` wheel (no wheel for it, no toolchain) runs as
     before: the reader logs once per process that it decodes in Python, and its progress and
-    the ``pg_cdc_compiled_core`` metric say so."""
+    the ``pg_cdc_compiled_core`` metric say so (whatever ``IGGY_SPARK_CORE`` says here: the
+    tier on the pure path sets it)."""
+    import os
+
+    from postgres_cdc_source.decoding.compiled import ENVIRONMENT
+
+    unset = {k: v for k, v in os.environ.items() if k != ENVIRONMENT}
     result = _run(_blocking("iggy_spark_core") + (
         "import logging\n"
         "logging.basicConfig(level=logging.INFO, format='%(levelname)s %(message)s')\n"
@@ -148,7 +154,7 @@ def test_without_the_compiled_core_pg_cdc_decodes_in_python_and_says_so_once() -
         "options = CdcOptions.from_options({'dsn': 'host=x', 'slot': 's'})\n"
         "PgCdcStreamReader(options); PgCdcStreamReader(options)\n"
         "print('path', compiled.path())\n"
-    ))
+    ), unset)
     assert result.returncode == 0, result.stderr
     assert "path python" in result.stdout
     said = [line for line in result.stderr.splitlines() if "compiled core" in line]
