@@ -200,11 +200,7 @@ def main(argv: list[str] | None = None) -> int:
         peer = None if args.no_python_path else stack.enter_context(
             SparkPeer("bench-e2e-python", PURE_PYTHON))
         spark = common.spark_session("bench-e2e")
-        paths = {"spark": decoding_path.session(spark)}
-        decoding_path.expect("spark", decoding_path.COMPILED, paths["spark"])
-        if peer is not None:
-            paths["spark_python"] = peer.paths
-            decoding_path.expect("spark_python", decoding_path.PYTHON, paths["spark_python"])
+        paths = decoding_path.checked(spark, peer)
         cpu = common.CpuMeter(cdc.with_postgres(common.spark_groups(
             spark, [(peer.pid, peer.jvm_pid)] if peer is not None else []), pg))
         results, checked = compare(spark, conn, workload, args.rounds, cpu, partitions, peer)

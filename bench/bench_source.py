@@ -309,13 +309,7 @@ def main(argv: list[str] | None = None) -> int:
         peer = stack.enter_context(SparkPeer("bench-source-python", PURE_PYTHON)) \
             if with_peer else None
         spark = common.spark_session("bench-source")
-        paths: dict[str, dict[str, str]] = {}
-        if "pgoutput" in plugins:
-            paths["spark"] = decoding_path.session(spark)
-            decoding_path.expect("spark", decoding_path.COMPILED, paths["spark"])
-        if peer is not None:
-            paths["spark_python"] = peer.paths
-            decoding_path.expect("spark_python", decoding_path.PYTHON, paths["spark_python"])
+        paths = decoding_path.checked(spark, peer, compiled="pgoutput" in plugins)
         cpu = common.CpuMeter(cdc.with_postgres(common.spark_groups(
             spark, [(peer.pid, peer.jvm_pid)] if peer is not None else []), pg))
         results: dict[str, Any] = {} if only else {

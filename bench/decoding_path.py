@@ -27,7 +27,7 @@ if TYPE_CHECKING:
     from pyspark.sql import SparkSession
     from pyspark.sql.streaming.query import StreamingQuery
 
-__all__ = ["COMPILED", "PYTHON", "expect", "here", "runner", "session", "workers"]
+__all__ = ["COMPILED", "PYTHON", "checked", "expect", "here", "runner", "session", "workers"]
 
 COMPILED = "compiled"
 PYTHON = "python"
@@ -87,3 +87,18 @@ def expect(contender: str, path: str, found: Mapping[str, str | None]) -> None:
         raise AssertionError(f"{contender} must decode on the {path} path, but "
                              + ", ".join(f"{name} is on {got}" for name, got in wrong.items())
                              + f": {fix}")
+
+
+def checked(spark: SparkSession, peer: Any | None, *, compiled: bool = True
+            ) -> dict[str, dict[str, str]]:
+    """The decoding paths of the benchmark's session (``spark``, checked on the compiled core
+    unless ``compiled`` is false: a run without pgoutput) and of its :mod:`bench.spark_peer`
+    (``spark_python``, checked on the pure-Python path), as the results record them."""
+    paths: dict[str, dict[str, str]] = {}
+    if compiled:
+        paths["spark"] = session(spark)
+        expect("spark", COMPILED, paths["spark"])
+    if peer is not None:
+        paths["spark_python"] = peer.paths
+        expect("spark_python", PYTHON, paths["spark_python"])
+    return paths

@@ -24,7 +24,6 @@ __all__ = [
     "fetched_range",
     "fetches",
     "first_commit_end",
-    "peek",
     "peek_messages",
     "peek_range",
     "publications",
@@ -57,8 +56,9 @@ def fetched_range(
     conn: Conn, options: CdcOptions, start: int, end: int, copy_from: int | None = None,
     *, relations: bool = False,
 ) -> Iterator[list[Row]]:
-    """:func:`peek_range`'s rows a fetch (a list of up to ``fetch_rows``) at a time, for the
-    compiled core, which reads a fetch in one call. Placed as :func:`peek_range` places."""
+    """:func:`peek_range`'s rows a fetch (a list of up to ``fetch_rows``) at a time
+    (:func:`fetches`), for the compiled core, which reads a fetch in one call. Placed as
+    :func:`peek_range` places."""
     if copy_from is None:
         copy = None
         bring_to(conn, options, start)
@@ -90,27 +90,6 @@ content is printed raw, and bytes that are not text in the client encoding would
 (:mod:`postgres_cdc_source.decoding.text_format` reads both forms)."""
 
 
-def peek(
-    conn: Conn,
-    options: CdcOptions,
-    upto: int,
-    pubs: list[str],
-    slot: str | None = None,
-    *,
-    relations: bool = False,
-) -> Iterator[Row]:
-    """Stream ``(lsn, xid, data)`` rows up to ``upto`` without consuming them.
-
-    A server-side cursor fetches ``fetch_rows`` at a time, so a transaction of a million changes
-    never sits whole in this process. The rows of each fetch are handed on from its list, not
-    through the cursor's per-row ``__next__`` (a Python call per change, 2-3% of a read).
-    ``conn`` must not be in autocommit mode. ``slot`` names a temporary copy to read instead of
-    the query's slot; ``relations`` keeps only pgoutput's Relation messages.
-    """
-    for rows in fetches(conn, options, upto, pubs, slot, relations=relations):
-        yield from rows
-
-
 def fetches(
     conn: Conn,
     options: CdcOptions,
@@ -120,7 +99,16 @@ def fetches(
     *,
     relations: bool = False,
 ) -> Iterator[list[Row]]:
-    """:func:`peek`'s rows, each fetch's as the list the cursor returns."""
+    """Stream ``(lsn, xid, data)`` rows up to ``upto`` without consuming them, each fetch's as
+    the list the cursor returns.
+
+    A server-side cursor fetches ``fetch_rows`` at a time, so a transaction of a million changes
+    never sits whole in this process. The rows of each fetch are handed on as its list, not
+    through the cursor's per-row ``__next__`` (a Python call per change, 2-3% of a read), and
+    the compiled core reads a fetch in one call. ``conn`` must not be in autocommit mode.
+    ``slot`` names a temporary copy to read instead of the query's slot; ``relations`` keeps
+    only pgoutput's Relation messages.
+    """
     query, plugin_options = _peek_query(options, pubs)
     if relations:
         query = sql.SQL("SELECT * FROM ({}) AS peeked(lsn, xid, data) "
