@@ -45,6 +45,8 @@ BENCHMARKS: dict[str, tuple[list[str], list[str]]] = {
     "remote_checkpoint": ([], ["--kills", "1", "--changes", "500"]),
     "busy_db": ([], ["--changes", "4000", "--rounds", "1"]),
     "row_format": ([], ["--changes", "4000", "--rounds", "1"]),
+    # the pure-Python path against the last revision before the compiled core (a git worktree)
+    "pure_path": ([], ["--changes", "20000", "--rounds", "1"]),
     "held_back": ([], ["--batch", "10000", "--behind", "0,100000", "--rounds", "2"]),
     "snapshot_faults": ([], ["--rows", "3000", "--kills", "1", "--chunk-rows", "300",
                              "--max-rows-per-trigger", "300"]),

@@ -36,6 +36,7 @@ from __future__ import annotations
 
 import argparse
 import os
+import shutil
 import sys
 import tempfile
 from collections.abc import Callable
@@ -55,9 +56,10 @@ HAND_TIMED = "connect, peek, decode every change to JSON, build its row, count; 
 RAW_TIMED = "connect, fetch every peek row through a server-side cursor, no parsing"
 
 
-def spark_read(spark: Any, options: dict[str, str]) -> common.Measure:
-    """One ``pg_cdc`` → ``noop`` run with ``trigger(availableNow=True)``; the source runner's
-    decoding path in ``extra["runner_path"]``. Also run in a :class:`SparkPeer`."""
+def noop_read(spark: Any, options: dict[str, str], timed: str = SPARK_TIMED
+              ) -> tuple[common.Measure, Any]:
+    """One ``pg_cdc`` → ``noop`` run with ``trigger(availableNow=True)``: its measure and the
+    finished query (for its progress)."""
     checkpoint = tempfile.mkdtemp(prefix="bench-source-")
     started: list[Any] = []
 
@@ -67,8 +69,18 @@ def spark_read(spark: Any, options: dict[str, str]) -> common.Measure:
                        .trigger(availableNow=True).start())
         return started[-1]
 
-    measure = common.run_available_now(start, SPARK_TIMED)
-    measure.extra["runner_path"] = decoding_path.runner(started[-1])
+    try:
+        measure = common.run_available_now(start, timed)
+    finally:
+        shutil.rmtree(checkpoint, ignore_errors=True)
+    return measure, started[-1]
+
+
+def spark_read(spark: Any, options: dict[str, str]) -> common.Measure:
+    """:func:`noop_read`'s measure, the source runner's decoding path in
+    ``extra["runner_path"]``. Also run in a :class:`SparkPeer`."""
+    measure, query = noop_read(spark, options)
+    measure.extra["runner_path"] = decoding_path.runner(query)
     return measure
 
 

@@ -32,7 +32,7 @@ PATH_LABELS = {"compiled": "compiled core", "python": "pure Python", None: "path
 """How ``results.md`` names a figure's decoding path (:mod:`bench.decoding_path`); ``None``:
 a run from before the paths were recorded, i.e. before the compiled core (pure Python)."""
 _OTHERS = ("iggy_source_server", "iggy_source_server_varied", "iggy_source", "sink_state",
-           "remote_checkpoint", "held_back", "backfill", "busy_db", "row_format")
+           "remote_checkpoint", "held_back", "backfill", "busy_db", "row_format", "pure_path")
 """Benchmarks listed by their summary line only."""
 RSS_TARGET = 1.3  # 1M-change transaction within 1.3x the peak RSS of a 100k one
 CONTENDERS = ("spark", "spark_python", "handwritten", "raw_peek")

@@ -16,7 +16,9 @@ Contract:
   :meth:`~SparkPeer.wait` blocks until the child's session is up and its decoding paths are
   probed (:func:`bench.decoding_path.session`, in :attr:`~SparkPeer.paths`), and raises
   :class:`PeerError` if it failed. Start the peer early and wait late: both JVMs then start
-  together.
+  together. ``probe`` names another ``bench`` function ``probe(spark) -> dict[str, str]`` to
+  run instead (a peer importing a revision before the compiled core needs one that does not
+  import :mod:`postgres_cdc_source.decoding.compiled`: :mod:`bench.bench_pure_path`'s).
 * The child puts ``env`` in its own environment (its JVM and the JVM's driver-side Python
   runner inherit it) and sets ``spark.executorEnv.<KEY>`` for each key (the executors' Python
   workers, which run ``read()``, get it from there), then makes its session with
@@ -58,10 +60,13 @@ from bench import common
 if TYPE_CHECKING:
     import psutil
 
-__all__ = ["PURE_PYTHON", "PeerError", "SparkPeer", "serve"]
+__all__ = ["PROBE", "PURE_PYTHON", "PeerError", "SparkPeer", "serve"]
 
 PURE_PYTHON: Mapping[str, str] = {"IGGY_SPARK_CORE": "python"}
 """The environment of a peer whose pg_cdc decodes on the pure-Python path."""
+
+PROBE = "bench.decoding_path:session"
+"""What a peer runs on its session before its hello, for :attr:`SparkPeer.paths`."""
 
 _ROOT = Path(__file__).resolve().parent.parent  # where ``-m bench.spark_peer`` resolves
 
@@ -75,10 +80,12 @@ class SparkPeer:
     docstring for the contract)."""
 
     def __init__(self, app: str, env: Mapping[str, str], conf: Mapping[str, str] | None = None,
-                 *, ready_timeout: float = 600, call_timeout: float = 3600) -> None:
+                 *, ready_timeout: float = 600, call_timeout: float = 3600,
+                 probe: str = PROBE) -> None:
         self.app = app
         self.env = dict(env)
         self.conf = dict(conf or {})
+        self.probe = probe
         self.ready_timeout = ready_timeout
         self.call_timeout = call_timeout
         self._child: subprocess.Popen[bytes] | None = None
@@ -98,7 +105,8 @@ class SparkPeer:
         """Start the child (it begins making its session); returns at once."""
         if self._child is not None:
             return
-        spec = json.dumps({"app": self.app, "env": self.env, "conf": self.conf})
+        spec = json.dumps({"app": self.app, "env": self.env, "conf": self.conf,
+                           "probe": self.probe})
         common.log(f"peer {self.app}: starting a Spark session with {self.env}")
         self._child = subprocess.Popen(
             [sys.executable, "-m", "bench.spark_peer", spec], cwd=_ROOT,
@@ -124,7 +132,7 @@ class SparkPeer:
 
     @property
     def paths(self) -> dict[str, str]:
-        """The child's decoding paths (:func:`bench.decoding_path.session`)."""
+        """The child's decoding paths (:func:`bench.decoding_path.session`, or ``probe``'s)."""
         return dict(self.wait()["paths"])
 
     def call(self, function: str, **kwargs: Any) -> common.Measure:
@@ -233,19 +241,17 @@ def _process(pid: int) -> psutil.Process | None:
 # -- the child's side ------------------------------------------------------------------------------
 
 
-def _function(name: str) -> Callable[..., common.Measure]:
+def _function(name: str) -> Callable[..., Any]:
     module, _, attribute = name.partition(":")
     if not module.startswith("bench.") or not attribute:
         raise ValueError(f"bad function {name!r}: give 'bench.<module>:<function>'")
-    function: Callable[..., common.Measure] = getattr(import_module(module), attribute)
+    function: Callable[..., Any] = getattr(import_module(module), attribute)
     return function
 
 
 def serve(spec: Mapping[str, Any], requests: IO[str], answers: IO[str]) -> None:
     """The child's loop: make the session, say hello, answer requests until told to stop or
     ``requests`` ends; the session is stopped in every case."""
-    from bench import decoding_path
-
     def answer(message: Mapping[str, Any]) -> None:
         answers.write(json.dumps(message) + "\n")
         answers.flush()
@@ -262,7 +268,7 @@ def serve(spec: Mapping[str, Any], requests: IO[str], answers: IO[str]) -> None:
     try:
         answer({"ready": True, "pid": os.getpid(),
                 "jvm_pid": int(spark.sparkContext._gateway.proc.pid),  # type: ignore[union-attr]
-                "paths": decoding_path.session(spark)})
+                "paths": _function(str(spec.get("probe", PROBE)))(spark)})
         for line in requests:
             request = json.loads(line)
             if request.get("stop"):
@@ -277,7 +283,7 @@ def serve(spec: Mapping[str, Any], requests: IO[str], answers: IO[str]) -> None:
 
 
 def main(argv: list[str] | None = None) -> int:
-    """``python -m bench.spark_peer SPEC``: SPEC is JSON ``{"app", "env", "conf"}``."""
+    """``python -m bench.spark_peer SPEC``: SPEC is JSON ``{"app", "env", "conf", "probe"}``."""
     answers = os.fdopen(os.dup(sys.stdout.fileno()), "w", encoding="utf-8")
     sys.stdout.flush()
     os.dup2(sys.stderr.fileno(), sys.stdout.fileno())  # everything else on stdout -> stderr
