@@ -30,9 +30,10 @@ impl Strings {
         self.end(true);
     }
 
-    /// Close the value written straight into `data` since the last one (`false`: a null).
+    /// Close the value written straight into `data` since the last one (`false`: a null);
+    /// the caller has made sure the data [`Strings::fits`].
     pub fn end(&mut self, valid: bool) {
-        self.offsets.push(self.data.len() as i32);
+        self.offsets.push(i32::try_from(self.data.len()).expect("checked by fits()"));
         if self.len.is_multiple_of(8) {
             self.validity.push(0);
         }
@@ -46,6 +47,11 @@ impl Strings {
 
     pub fn full(&self) -> bool {
         self.data.len() > COLUMN_BYTES
+    }
+
+    /// Whether the data written so far can be closed as a value: Arrow's offsets are i32.
+    pub fn fits(&self) -> bool {
+        i32::try_from(self.data.len()).is_ok()
     }
 
     pub fn buffers<'py>(&self, py: Python<'py>) -> StringBuffers<'py> {

@@ -92,12 +92,8 @@ impl CopyRows {
                 let texts = fields.iter().map(|f| f.as_ref().map(|t| t.to_string())).collect();
                 return Ok((block, Some(texts)));
             }
-            block.after.end(true);
             if self.relation.has_key() {
                 self.relation.write_key(&block.after.data, &spans, &mut block.key.data);
-                block.key.end(true);
-            } else {
-                block.key.end(false);
             }
             let id = &mut block.id.data;
             id.extend_from_slice(&self.id_prefix);
@@ -109,6 +105,12 @@ impl CopyRows {
                 }
             }
             id.push(b']');
+            if !block.after.fits() || !block.key.fits() || !block.id.fits() {
+                return Err(PyValueError::new_err(
+                    "a fetch of a chunk's rows is over 2 GiB of JSON: lower fetch_rows"));
+            }
+            block.after.end(true);
+            block.key.end(self.relation.has_key());
             block.id.end(true);
             block.rows += 1;
         }

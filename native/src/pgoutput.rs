@@ -133,17 +133,23 @@ impl Scanner {
             let Ok(lsn) = row.get_item(0)?.extract::<u64>() else { break };
             let out = block.get_or_insert_with(Block::new);
             let mut values = Vec::with_capacity(relation.width());
+            let marks = (out.after.data.len(), out.key.data.len());
             if out.after.full() || out.key.full() || !new_tuple(data, relation.width(), &mut values)
                 || !relation.write_row(py, &values, &mut out.after.data, &mut spans)? {
                 break;
             }
-            out.after.end(true);
             if relation.has_key() {
                 relation.write_key(&out.after.data, &spans, &mut out.key.data);
-                out.key.end(true);
-            } else {
-                out.key.end(false);
             }
+            if !out.after.fits() || !out.key.fits() {
+                // past i32 offsets: the block ends before this row, which starts the next one
+                // (a row too large for any block is the Python path's to refuse)
+                out.after.data.truncate(marks.0);
+                out.key.data.truncate(marks.1);
+                break;
+            }
+            out.after.end(true);
+            out.key.end(relation.has_key());
             write_lsn(&mut out.lsn, lsn);
             out.seq.push(seq as i32);
             out.schema.push(relation.schema.as_bytes());

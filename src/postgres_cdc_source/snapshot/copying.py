@@ -52,7 +52,11 @@ def copied_columns(
 
     def columns(lines: bytes) -> tuple[pa.Array, pa.Array, pa.Array,
                                        tuple[pa.Array, pa.Array, pa.Array]]:
-        block, failed = rows.rows(lines)
+        try:
+            block, failed = rows.rows(lines)
+        except ValueError as exc:  # a line of another width, text not UTF-8, over 2 GiB
+            raise DecodeError(f"pg_cdc snapshot of {table.schema}.{table.table}: {exc}",
+                              consistent_point) from exc
         if failed is not None:  # the Python path names the column and the value
             build_change(shape, consistent_point, 0, INSERT, None, failed[:len(table.columns)],
                          old_is_full=False, new_has_unchanged=False)
