@@ -6,6 +6,7 @@ Reading is repeatable: a batch Spark replays after a crash decodes to exactly th
 from __future__ import annotations
 
 from collections.abc import Iterator
+from itertools import chain
 from typing import Any
 
 import psycopg
@@ -48,8 +49,8 @@ def peek_range(
     then peeked up to ``end``. The slot is placed (and that committed) now; the rows are read as
     the iterator is consumed. ``conn`` must not be in autocommit mode. ``relations`` keeps only
     pgoutput's Relation messages, filtered by the server."""
-    for rows in fetched_range(conn, options, start, end, copy_from, relations=relations):
-        yield from rows
+    return chain.from_iterable(
+        fetched_range(conn, options, start, end, copy_from, relations=relations))
 
 
 def fetched_range(

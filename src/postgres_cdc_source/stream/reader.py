@@ -32,6 +32,7 @@ import logging
 from collections.abc import Generator, Iterable, Iterator, Sequence
 from contextlib import contextmanager
 from dataclasses import dataclass
+from itertools import chain
 from types import ModuleType
 from typing import Any
 
@@ -256,20 +257,21 @@ def _peeked(
     peeked to its end, which gives the same rows however often it is done."""
     conn = connect_with_retry(options, autocommit=False)
     try:
+        core = _compiled(options, rows_format)
+        fetched = peeking.fetched_range(conn, options, partition.start, partition.end,
+                                        partition.copy_from)
         columns = None
         if options.include_schema_changes:
             columns = ColumnTracker(partition.columns,
                                     lambda old, new, keys: column_lists(conn, old, new, keys))
         decoder = make_decoder(options, conn, is_marker if partition.backfill else None,
                                rows_format.retyping, columns)
-        core = _compiled(options, rows_format)
-        if core is not None and isinstance(decoder, PgOutputDecoder):
-            events: Iterable[Any] = compiled.CompiledPgOutput(decoder, core).events(
-                peeking.fetched_range(conn, options, partition.start, partition.end,
-                                      partition.copy_from))
+        events: Iterable[Any]
+        if core is not None:
+            assert isinstance(decoder, PgOutputDecoder)  # _compiled takes pgoutput only
+            events = compiled.CompiledPgOutput(decoder, core).events(fetched)
         else:
-            events = decoder.events(peeking.peek_range(conn, options, partition.start,
-                                                       partition.end, partition.copy_from))
+            events = decoder.events(chain.from_iterable(fetched))
         txns = transactions(events, options.spill_rows)
         txns = reselect.complete(txns, options, partition.reselect_until, rows_format)
         schema = rows_format.schemas()[1]
