@@ -43,6 +43,7 @@ __all__ = [
     "POSITION_TYPE",
     "READ_SEQ",
     "SPARK_SCHEMA",
+    "no_unchanged",
     "position",
     "position_lsn",
     "typed_schemas",
@@ -204,3 +205,11 @@ def position(commit_lsn: str | None, seq: int | None, op: str | None) -> dict[st
     if seq is None:
         seq = READ_SEQ if op == "read" else LONE_MESSAGE_SEQ
     return {"commit_lsn": lsn, "seq": seq}
+
+
+def no_unchanged(count: int) -> pa.Array:
+    """The ``unchanged`` column of ``count`` rows that name no column (every row but a change
+    that left a TOAST value out): an empty list each."""
+    return pa.ListArray.from_arrays(pa.array([0] * (count + 1), pa.int32()),
+                                    pa.array([], pa.string()),
+                                    type=ARROW_SCHEMA.field("unchanged").type)

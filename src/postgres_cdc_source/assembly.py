@@ -26,6 +26,7 @@ from connector_common.change_rows import (
     ARROW_SCHEMA,
     LONE_MESSAGE_SEQ,
     POSITION_TYPE,
+    no_unchanged,
     position_lsn,
 )
 from connector_common.lsn import format_lsn
@@ -77,6 +78,14 @@ class Spill:
             self._file.close()
 
 
+def _spilled(spill: Spill | None, chunks: list[Chunk]) -> Spill:
+    """``spill`` (a new one if ``None``) with ``chunks`` written to it."""
+    spill = spill or Spill()
+    for chunk in chunks:
+        spill.write(chunk)
+    return spill
+
+
 def _committed(spill: Spill | None, held: list[Chunk], pending: list[Change]
                ) -> Iterator[Chunk]:
     if spill is not None:
@@ -104,10 +113,7 @@ def transactions(
         if kind is Change:
             pending.append(event)  # type: ignore[arg-type]
             if len(pending) >= room:
-                spill = spill or Spill()
-                for chunk in held:
-                    spill.write(chunk)
-                spill.write(pending)
+                spill = _spilled(spill, [*held, pending])
                 pending, held, room = [], [], spill_rows
         elif kind is ChangeBlock:
             if pending:
@@ -116,9 +122,7 @@ def transactions(
             held.append(event)  # type: ignore[arg-type]
             room = spill_rows - sum(map(len, held))
             if room <= 0:
-                spill = spill or Spill()
-                for chunk in held:
-                    spill.write(chunk)
+                spill = _spilled(spill, held)
                 held, room = [], spill_rows
         elif kind is Commit:
             yield event, _committed(spill, held, pending)  # type: ignore[misc]
@@ -239,7 +243,7 @@ class _Columns:
         string = pa.string()
         count = len(rows)
         # the usual case: every row has an empty list
-        names = pa.array(unchanged, _NAMES) if any(unchanged) else _no_names(count)
+        names = pa.array(unchanged, _NAMES) if any(unchanged) else no_unchanged(count)
         if destinations:
             stream, topic, key_column = (
                 pa.array(c, string) for c in zip(*destinations, strict=True))
@@ -276,14 +280,8 @@ class _Columns:
     def _block(self, block: ChangeBlock) -> list[pa.Array]:
         count = len(block)
         return [block.lsn, block.seq, block.schema, block.table, block.op, block.key,
-                pa.nulls(count, pa.string()), block.after, _no_names(count),
+                pa.nulls(count, pa.string()), block.after, no_unchanged(count),
                 *self.router.block_columns(block)]
-
-
-def _no_names(count: int) -> pa.Array:
-    """``unchanged`` of ``count`` changes that have none."""
-    return pa.ListArray.from_arrays(pa.array([0] * (count + 1), pa.int32()),
-                                    pa.array([], pa.string()), type=_NAMES)
 
 
 def image_column(images: Sequence[Any], arrow_type: pa.DataType) -> pa.Array:

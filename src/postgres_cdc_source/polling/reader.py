@@ -58,7 +58,7 @@ import pyarrow.compute as pc
 from psycopg.types.string import TextLoader
 from pyspark.sql.datasource import DataSourceStreamReader, InputPartition
 
-from connector_common.change_rows import ARROW_SCHEMA, POSITION_TYPE
+from connector_common.change_rows import ARROW_SCHEMA, POSITION_TYPE, no_unchanged
 from connector_common.spark_versions import (
     BatchStarts,
     ReadAllAvailable,
@@ -315,7 +315,7 @@ def _arrow(
             key,
             nulls,  # before
             pa.array(afters, string),
-            pa.ListArray.from_arrays(pa.array([0] * (n + 1), pa.int32()), pa.array([], string)),
+            no_unchanged(n),
             ids,
             stream,
             topic,

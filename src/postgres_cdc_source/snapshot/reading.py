@@ -19,7 +19,13 @@ from psycopg.types.numeric import IntDumper
 from psycopg.types.string import StrDumperUnknown, TextLoader
 from pyspark.sql.datasource import InputPartition
 
-from connector_common.change_rows import ARROW_SCHEMA, POSITION_TYPE, READ_SEQ, position_lsn
+from connector_common.change_rows import (
+    ARROW_SCHEMA,
+    POSITION_TYPE,
+    READ_SEQ,
+    no_unchanged,
+    position_lsn,
+)
 from connector_common.lsn import format_lsn
 from postgres_cdc_source import connections
 from postgres_cdc_source.assembly import image_column
@@ -283,7 +289,7 @@ def _batch(
             key_column,
             pa.nulls(n, schema.field("before").type),
             after_column,
-            pa.ListArray.from_arrays(pa.array([0] * (n + 1), pa.int32()), pa.array([], string)),
+            no_unchanged(n),
             ids,
             stream,
             topic,
