@@ -134,7 +134,8 @@ def _add_column(dsn: str) -> dict[int, dict[str, Any]]:
             conn.execute("ALTER TABLE public.orders ADD COLUMN note text")
             before = _postgres_rows(conn)
         for statement in ADDED:
-            with conn.transaction():
+            with conn.transaction():  # the workload's writers wait: no deadlock with theirs
+                conn.execute("LOCK TABLE public.orders IN SHARE ROW EXCLUSIVE MODE")
                 conn.execute(statement)
     return {key: {k: v for k, v in row.items() if k != "note"} for key, row in before.items()}
 
