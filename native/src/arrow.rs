@@ -6,14 +6,39 @@ use pyo3::types::PyBytes;
 /// A column stops growing at this many bytes, far inside Arrow's i32 offsets.
 pub const COLUMN_BYTES: usize = 1 << 30;
 
-/// An Arrow string column: i32 offsets, UTF-8 data, a validity bitmap.
+/// An Arrow validity bitmap being filled: one bit per value, set for a valid one.
+#[derive(Default)]
+pub struct Bits {
+    bytes: Vec<u8>,
+    len: usize,
+    unset: usize,
+}
+
+impl Bits {
+    pub fn push(&mut self, set: bool) {
+        if self.len.is_multiple_of(8) {
+            self.bytes.push(0);
+        }
+        if set {
+            *self.bytes.last_mut().unwrap() |= 1 << (self.len % 8);
+        } else {
+            self.unset += 1;
+        }
+        self.len += 1;
+    }
+
+    /// `(bitmap or None when every bit is set, unset count)`, as pyarrow takes a validity.
+    pub fn buffer<'py>(&self, py: Python<'py>) -> (Option<Bound<'py, PyBytes>>, usize) {
+        ((self.unset > 0).then(|| PyBytes::new(py, &self.bytes)), self.unset)
+    }
+}
+
+/// An Arrow string (or binary) column: i32 offsets, the data, a validity bitmap.
 #[derive(Default)]
 pub struct Strings {
     offsets: Vec<i32>,
     pub data: Vec<u8>,
-    validity: Vec<u8>,
-    nulls: usize,
-    len: usize,
+    validity: Bits,
 }
 
 /// `(offsets, data, validity or None, null count)` of a string column.
@@ -34,15 +59,7 @@ impl Strings {
     /// the caller has made sure the data [`Strings::fits`].
     pub fn end(&mut self, valid: bool) {
         self.offsets.push(i32::try_from(self.data.len()).expect("checked by fits()"));
-        if self.len.is_multiple_of(8) {
-            self.validity.push(0);
-        }
-        if valid {
-            *self.validity.last_mut().unwrap() |= 1 << (self.len % 8);
-        } else {
-            self.nulls += 1;
-        }
-        self.len += 1;
+        self.validity.push(valid);
     }
 
     pub fn full(&self) -> bool {
@@ -55,9 +72,8 @@ impl Strings {
     }
 
     pub fn buffers<'py>(&self, py: Python<'py>) -> StringBuffers<'py> {
-        let validity = (self.nulls > 0).then(|| PyBytes::new(py, &self.validity));
-        (PyBytes::new(py, as_bytes(&self.offsets)), PyBytes::new(py, &self.data), validity,
-         self.nulls)
+        let (validity, nulls) = self.validity.buffer(py);
+        (PyBytes::new(py, as_bytes(&self.offsets)), PyBytes::new(py, &self.data), validity, nulls)
     }
 }
 

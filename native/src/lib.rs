@@ -5,7 +5,8 @@
 //!
 //! * [`pgoutput::Scanner`] takes, from one peek fetch, every pgoutput message the Python
 //!   decoder's hot path takes (`postgres_cdc_source.decoding.pgoutput`) and stops at the first
-//!   it does not, which the Python decoder then reads;
+//!   it does not, which the Python decoder then reads; it writes the JSON mode's images, or
+//!   (`row_format=struct`) the fields of typed structs with [`typed::Fields`];
 //! * [`copy::CopyRows`] turns the text of `COPY ... TO STDOUT` into the rows of a snapshot or
 //!   backfill chunk, as `postgres_cdc_source.snapshot.reading` builds them in Python.
 //!
@@ -16,18 +17,20 @@
 mod arrow;
 mod copy;
 mod pgoutput;
+mod typed;
 mod values;
 
 use pyo3::prelude::*;
 
 /// Bumped whenever the interface with `postgres_cdc_source.decoding.compiled` changes; the
 /// Python side uses a core only of the interface it was written for.
-const INTERFACE: u32 = 2;
+const INTERFACE: u32 = 3;
 
 #[pymodule]
 fn iggy_spark_core(module: &Bound<'_, PyModule>) -> PyResult<()> {
     module.add("INTERFACE", INTERFACE)?;
     module.add("KINDS", values::KINDS)?;
+    module.add("TYPED_KINDS", typed::TYPED_KINDS)?;
     module.add_class::<pgoutput::Scanner>()?;
     module.add_class::<pgoutput::Block>()?;
     module.add_class::<copy::CopyRows>()?;

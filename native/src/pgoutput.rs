@@ -10,10 +10,12 @@
 
 use std::collections::{HashMap, HashSet};
 
+use pyo3::exceptions::PyValueError;
 use pyo3::prelude::*;
 use pyo3::types::{PyBytes, PyList, PyTuple};
 
 use crate::arrow::{as_bytes, Strings};
+use crate::typed::{take, Fields, TypedRelation};
 use crate::values::Relation;
 
 /// The rows one [`Scanner::scan`] took, as Arrow buffers.
@@ -26,6 +28,8 @@ pub struct Block {
     op: Strings,
     key: Strings,
     after: Strings,
+    /// `row_format=struct`: the fields' columns, in place of `key` and `after`.
+    fields: Option<Fields>,
 }
 
 #[pymethods]
@@ -36,7 +40,8 @@ impl Block {
 
     /// `(column, buffers)` pairs: for the string columns `lsn`, `schema`, `table`, `op`,
     /// `key` and `after` `(offsets, data, validity or None, null count)`, for `seq` its int32
-    /// values.
+    /// values; with typed structs, `fields` ([`Fields::buffers`]) in place of `key`/`after`'s
+    /// (then empty).
     fn buffers<'py>(&self, py: Python<'py>) -> PyResult<Bound<'py, PyTuple>> {
         let strings = [("lsn", &self.lsn), ("schema", &self.schema), ("table", &self.table),
                        ("op", &self.op), ("key", &self.key), ("after", &self.after)];
@@ -45,33 +50,45 @@ impl Block {
             items.push((name, column.buffers(py)).into_pyobject(py)?.into_any());
         }
         items.push(("seq", PyBytes::new(py, as_bytes(&self.seq))).into_pyobject(py)?.into_any());
+        if let Some(fields) = &self.fields {
+            items.push(("fields", fields.buffers(py)?).into_pyobject(py)?.into_any());
+        }
         PyTuple::new(py, items)
     }
 }
 
 impl Block {
-    fn new() -> Self {
+    fn new(fields: Option<&(Vec<u8>, usize)>) -> Self {
         Block { lsn: Strings::new(), seq: Vec::new(), schema: Strings::new(),
                 table: Strings::new(), op: Strings::new(), key: Strings::new(),
-                after: Strings::new() }
+                after: Strings::new(),
+                fields: fields.map(|(kinds, first_key)| Fields::new(kinds, *first_key)) }
     }
 }
 
 /// pgoutput's hot path for one peek session: the kept relations it may decode, the rejected
-/// ones it may skip. The Python decoder tells it of each Relation message's verdict.
+/// ones it may skip. The Python decoder tells it of each Relation message's verdict. A scanner
+/// writes the JSON mode's images, or with `fields` the fields of typed structs.
 #[pyclass(module = "iggy_spark_core")]
 pub struct Scanner {
     relations: HashMap<u32, Relation>,
+    typed: HashMap<u32, TypedRelation>,
     skipped: HashSet<u32>,
     dumps: Py<PyAny>,
+    /// The kinds of the row struct's then the key struct's fields, and where the key's start.
+    fields: Option<(Vec<u8>, usize)>,
 }
 
 #[pymethods]
 impl Scanner {
-    /// `dumps` is `orjson.dumps`, for the values the core hands to their Python converter.
+    /// `dumps` is `orjson.dumps`, for the values the core hands to their Python converter;
+    /// `fields`, for typed structs: the kind of each field of the row struct then of the key
+    /// struct, and the index of the key struct's first.
     #[new]
-    fn new(dumps: Py<PyAny>) -> Self {
-        Scanner { relations: HashMap::new(), skipped: HashSet::new(), dumps }
+    #[pyo3(signature = (dumps, fields=None))]
+    fn new(dumps: Py<PyAny>, fields: Option<(Vec<u8>, usize)>) -> Self {
+        Scanner { relations: HashMap::new(), typed: HashMap::new(), skipped: HashSet::new(),
+                  dumps, fields }
     }
 
     /// Decode relation `relid`'s changes: its columns' names (`"name":` JSON-escaped), kinds
@@ -80,6 +97,9 @@ impl Scanner {
     fn relation(&mut self, py: Python<'_>, relid: u32, schema: String, table: String,
                 names: Vec<Vec<u8>>, kinds: Vec<u8>, converters: Vec<Py<PyAny>>,
                 key: Vec<usize>) -> PyResult<()> {
+        if self.fields.is_some() {
+            return Err(PyValueError::new_err("relation: this scanner writes typed structs"));
+        }
         let relation = Relation::new(schema, table, names, kinds, converters, key,
                                      self.dumps.clone_ref(py))?;
         self.skipped.remove(&relid);
@@ -87,15 +107,34 @@ impl Scanner {
         Ok(())
     }
 
+    /// Decode relation `relid`'s changes into typed structs: each column's kind and converter,
+    /// the column filling each field (row struct's, then key struct's; `None`: no column of
+    /// this table), and whether the table has a replica identity.
+    #[allow(clippy::too_many_arguments)]
+    fn typed_relation(&mut self, relid: u32, schema: String, table: String, kinds: Vec<u8>,
+                      converters: Vec<Py<PyAny>>, sources: Vec<Option<usize>>, keyed: bool)
+                      -> PyResult<()> {
+        let Some((fields, _)) = &self.fields else {
+            return Err(PyValueError::new_err("typed_relation: this scanner writes JSON"));
+        };
+        let relation = TypedRelation::new(schema, table, kinds, converters, sources, keyed,
+                                          fields)?;
+        self.skipped.remove(&relid);
+        self.typed.insert(relid, relation);
+        Ok(())
+    }
+
     /// Skip relation `relid`'s changes: the table filter rejects it.
     fn skip(&mut self, relid: u32) {
         self.relations.remove(&relid);
+        self.typed.remove(&relid);
         self.skipped.insert(relid);
     }
 
     /// Leave relation `relid`'s changes to the Python decoder.
     fn forget(&mut self, relid: u32) {
         self.relations.remove(&relid);
+        self.typed.remove(&relid);
         self.skipped.remove(&relid);
     }
 
@@ -129,31 +168,42 @@ impl Scanner {
             if data[0] == b'D' || data.len() < 8 || data[5] != b'N' || seq > i32::MAX as i64 {
                 break;
             }
-            let Some(relation) = self.relations.get(&relid) else { break };
             let Ok(lsn) = row.get_item(0)?.extract::<u64>() else { break };
-            let out = block.get_or_insert_with(Block::new);
-            let mut values = Vec::with_capacity(relation.width());
-            let marks = (out.after.data.len(), out.key.data.len());
-            if out.after.full() || out.key.full() || !new_tuple(data, relation.width(), &mut values)
-                || !relation.write_row(py, &values, &mut out.after.data, &mut spans)? {
-                break;
-            }
-            if relation.has_key() {
-                relation.write_key(&out.after.data, &spans, &mut out.key.data);
-            }
-            if !out.after.fits() || !out.key.fits() {
-                // past i32 offsets: the block ends before this row, which starts the next one
-                // (a row too large for any block is the Python path's to refuse)
-                out.after.data.truncate(marks.0);
-                out.key.data.truncate(marks.1);
-                break;
-            }
-            out.after.end(true);
-            out.key.end(relation.has_key());
+            let out = block.get_or_insert_with(|| Block::new(self.fields.as_ref()));
+            let mut values = Vec::new();
+            let (schema, table) = if let Some(fields) = out.fields.as_mut() {
+                let Some(relation) = self.typed.get(&relid) else { break };
+                if !new_tuple(data, relation.width(), &mut values)
+                    || !take(py, relation, &values, fields) {
+                    break;
+                }
+                (&relation.schema, &relation.table)
+            } else {
+                let Some(relation) = self.relations.get(&relid) else { break };
+                let marks = (out.after.data.len(), out.key.data.len());
+                if out.after.full() || out.key.full()
+                    || !new_tuple(data, relation.width(), &mut values)
+                    || !relation.write_row(py, &values, &mut out.after.data, &mut spans)? {
+                    break;
+                }
+                if relation.has_key() {
+                    relation.write_key(&out.after.data, &spans, &mut out.key.data);
+                }
+                if !out.after.fits() || !out.key.fits() {
+                    // past i32 offsets: the block ends before this row, which starts the next
+                    // one (a row too large for any block is the Python path's to refuse)
+                    out.after.data.truncate(marks.0);
+                    out.key.data.truncate(marks.1);
+                    break;
+                }
+                out.after.end(true);
+                out.key.end(relation.has_key());
+                (&relation.schema, &relation.table)
+            };
             write_lsn(&mut out.lsn, lsn);
             out.seq.push(seq as i32);
-            out.schema.push(relation.schema.as_bytes());
-            out.table.push(relation.table.as_bytes());
+            out.schema.push(schema.as_bytes());
+            out.table.push(table.as_bytes());
             out.op.push(if data[0] == b'I' { b"insert" } else { b"update" });
             seq += 1;
             index += 1;

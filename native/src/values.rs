@@ -191,7 +191,7 @@ pub fn json_string(out: &mut Vec<u8>, text: &str) {
 
 /// `0|-?[1-9][0-9]*` of at most 18 digits: the text of an int2/int4/int8/oid, which
 /// Python's `int` and orjson write back unchanged (`-0` they write as `0`).
-fn canonical_int(text: &str) -> bool {
+pub fn canonical_int(text: &str) -> bool {
     let digits = text.strip_prefix('-').unwrap_or(text).as_bytes();
     !digits.is_empty() && digits.len() <= 18 && digits.iter().all(u8::is_ascii_digit)
         && (digits[0] != b'0' || text == "0")
@@ -219,7 +219,7 @@ fn float(out: &mut Vec<u8>, text: &str) -> bool {
 }
 
 /// Whether `text` is `-?D+(.D+)?([eE][+-]?D+)?`, ASCII digits `D`.
-fn plain_float(text: &str) -> bool {
+pub fn plain_float(text: &str) -> bool {
     fn digits(s: &[u8]) -> usize {
         s.iter().take_while(|b| b.is_ascii_digit()).count()
     }
@@ -289,22 +289,7 @@ fn orjson_float(out: &mut Vec<u8>, value: f64) {
 fn bytea(out: &mut Vec<u8>, text: &str) -> bool {
     const ALPHABET: &[u8; 64] =
         b"ABCDEFGHIJKLMNOPQRSTUVWXYZabcdefghijklmnopqrstuvwxyz0123456789+/";
-    let Some(hex) = text.strip_prefix("\\x") else { return false };
-    let hex = hex.as_bytes();
-    if hex.len() % 2 != 0 {
-        return false;
-    }
-    let nibble = |c: u8| match c {
-        b'0'..=b'9' => Some(c - b'0'),
-        b'a'..=b'f' => Some(c - b'a' + 10),
-        b'A'..=b'F' => Some(c - b'A' + 10),
-        _ => None,
-    };
-    let mut bytes = Vec::with_capacity(hex.len() / 2);
-    for pair in hex.chunks_exact(2) {
-        let (Some(high), Some(low)) = (nibble(pair[0]), nibble(pair[1])) else { return false };
-        bytes.push(high << 4 | low);
-    }
+    let Some(bytes) = hex_bytes(text) else { return false };
     out.push(b'"');
     for chunk in bytes.chunks(3) {
         let n = chunk.len();
@@ -317,6 +302,22 @@ fn bytea(out: &mut Vec<u8>, text: &str) -> bool {
     }
     out.push(b'"');
     true
+}
+
+/// The bytes of a `bytea` in hex output (`\\x` then pairs of hex digits); `None` for any other
+/// text (Python's `bytes.fromhex` also takes spaces: those values are the converter's).
+pub fn hex_bytes(text: &str) -> Option<Vec<u8>> {
+    let hex = text.strip_prefix("\\x")?.as_bytes();
+    if hex.len() % 2 != 0 {
+        return None;
+    }
+    let nibble = |c: u8| match c {
+        b'0'..=b'9' => Some(c - b'0'),
+        b'a'..=b'f' => Some(c - b'a' + 10),
+        b'A'..=b'F' => Some(c - b'A' + 10),
+        _ => None,
+    };
+    hex.chunks_exact(2).map(|pair| Some(nibble(pair[0])? << 4 | nibble(pair[1])?)).collect()
 }
 
 /// The Python converter's ISO form of a timestamptz text (ASCII).

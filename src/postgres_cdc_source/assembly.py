@@ -29,13 +29,19 @@ from connector_common.change_rows import (
     no_unchanged,
     position_lsn,
 )
-from connector_common.lsn import format_lsn
+from connector_common.lsn import format_lsn, parse_lsn
 from postgres_cdc_source.decoding import Begin, Change, Commit, LoneMessage
 from postgres_cdc_source.decoding.blocks import ChangeBlock, Chunk
 from postgres_cdc_source.decoding.changes import conversion_error
 from postgres_cdc_source.destination_columns import Router
 from postgres_cdc_source.errors import DecodeError
-from postgres_cdc_source.rows.struct.images import UnconvertibleValue, image_array
+from postgres_cdc_source.rows.struct.images import (
+    UnconvertibleValue,
+    cast_texts,
+    fields_texts,
+    image_array,
+    image_texts,
+)
 from postgres_cdc_source.rows.variant.encoding import is_variant, variant_array
 
 __all__ = ["Spill", "image_column", "record_batches", "transactions"]
@@ -234,10 +240,11 @@ class _Columns:
         )
 
     def _changes(self, rows: Sequence[Change],
-                 destinations: Sequence[tuple[str | None, str | None, str | None]]
-                 ) -> list[pa.Array]:
+                 destinations: Sequence[tuple[str | None, str | None, str | None]],
+                 cast: bool = True) -> list[pa.Array]:
         """The per-change columns of single changes, ``destinations`` their routes (empty
-        without routing)."""
+        without routing); without ``cast``, struct images with the values still text that
+        :func:`cast_texts` casts (:meth:`_joined`)."""
         lsn, seq, schema, table, op, key, before, after, unchanged, _values, _new_row = zip(
             *rows, strict=True)  # values and new_row are for the router and reselect only
         string = pa.string()
@@ -249,8 +256,9 @@ class _Columns:
                 pa.array(c, string) for c in zip(*destinations, strict=True))
         else:
             stream = topic = key_column = pa.nulls(count, string)
+        image = image_column if cast else _image_texts
         try:
-            images = [image_column(column, self.schema.field(name).type)
+            images = [image(column, self.schema.field(name).type)
                       for name, column in (("key", key), ("before", before), ("after", after))]
         except UnconvertibleValue as exc:
             raise conversion_error(lsn[exc.row], f"{schema[exc.row]}.{table[exc.row]}",
@@ -260,28 +268,47 @@ class _Columns:
                 *images, names, stream, topic, key_column]
 
     def _joined(self) -> list[pa.Array]:
-        """The per-change columns of parts some of which are blocks."""
+        """The per-change columns of parts some of which are blocks: a struct image column
+        cast once the parts' are joined, so that a value its type cannot hold fails at the row
+        and column it fails at on the Python path (which casts the batch's at once)."""
         pieces: list[list[pa.Array]] = []
         run: list[Change] = []
         taken = 0  # destinations of the parts before ``run``
         for part, mark in zip(self.parts, self.marks, strict=True):
             if type(part) is ChangeBlock:
                 if run:
-                    pieces.append(self._changes(run, self.destinations[taken:mark]))
+                    pieces.append(self._changes(run, self.destinations[taken:mark], False))
                     run = []
                 pieces.append(self._block(part))
                 taken = mark
             else:
                 run.extend(part)  # type: ignore[arg-type]
         if run:
-            pieces.append(self._changes(run, self.destinations[taken:]))
-        return [pa.concat_arrays(column) for column in zip(*pieces, strict=True)]
+            pieces.append(self._changes(run, self.destinations[taken:], False))
+        columns = [pa.concat_arrays(column) for column in zip(*pieces, strict=True)]
+        lsn, _seq, schema, table = columns[:4]
+        for i, name in ((5, "key"), (6, "before"), (7, "after")):
+            arrow = self.schema.field(name).type
+            if pa.types.is_struct(arrow):
+                try:
+                    columns[i] = cast_texts(columns[i], arrow)
+                except UnconvertibleValue as exc:
+                    raise conversion_error(
+                        parse_lsn(lsn[exc.row].as_py()),
+                        f"{schema[exc.row].as_py()}.{table[exc.row].as_py()}", exc.column,
+                        exc.text, exc.__cause__ or exc) from exc
+        return columns
 
     def _block(self, block: ChangeBlock) -> list[pa.Array]:
         count = len(block)
-        return [block.lsn, block.seq, block.schema, block.table, block.op, block.key,
-                pa.nulls(count, pa.string()), block.after, no_unchanged(count),
-                *self.router.block_columns(block)]
+        key, after = block.key, block.after
+        before = self.schema.field("before").type
+        if pa.types.is_struct(before):  # row_format=struct: its values as texts to cast
+            key = fields_texts(key, self.schema.field("key").type)
+            after = fields_texts(after, before)
+        return [block.lsn, block.seq, block.schema, block.table, block.op, key,
+                pa.nulls(count, before if not pa.types.is_struct(before) else after.type),
+                after, no_unchanged(count), *self.router.block_columns(block)]
 
 
 def image_column(images: Sequence[Any], arrow_type: pa.DataType) -> pa.Array:
@@ -296,6 +323,13 @@ def image_column(images: Sequence[Any], arrow_type: pa.DataType) -> pa.Array:
     if pa.types.is_struct(arrow_type):
         return image_array(images, arrow_type)
     return pa.array(images, arrow_type)
+
+
+def _image_texts(images: Sequence[Any], arrow_type: pa.DataType) -> pa.Array:
+    """:func:`image_column`'s column before its struct values are cast (:func:`cast_texts`);
+    the JSON mode's as it is."""
+    return image_texts(images, arrow_type) if pa.types.is_struct(arrow_type) else pa.array(
+        images, arrow_type)
 
 
 def _positions(commit_lsn: pa.Array, seq: pa.Array) -> pa.Array:

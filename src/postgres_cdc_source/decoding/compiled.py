@@ -1,10 +1,11 @@
 """pgoutput read through the compiled core, ``iggy_spark_core`` (the ``iggy-spark-core`` wheel).
 
 The core is optional, as psycopg's C implementation is: where it is installed, a batch of the
-JSON mode (:func:`takes`) is decoded by it; everywhere else, and for every other batch, the
-pure-Python decoder (:mod:`.pgoutput`) reads it, as the reference. The two give the same rows:
-the core takes exactly the messages the Python hot path takes, writes the JSON the Python
-converters and orjson write, and stops before any row it cannot take, which the Python decoder
+JSON mode or of ``row_format=struct`` is decoded by it; everywhere else, and for every other
+batch, the pure-Python decoder (:mod:`.pgoutput`) reads it, as the reference. The two give the
+same rows: the core takes exactly the messages the Python hot path takes, writes the JSON the
+Python converters and orjson write (or the struct fields' values, which Arrow then casts as it
+casts the Python path's), and stops before any row it cannot take, which the Python decoder
 then reads (property tests and a workload after Postgres's own decoding tests hold them equal).
 
 ``IGGY_SPARK_CORE=python`` in the environment keeps the Python path where the core is installed
@@ -25,16 +26,19 @@ from types import ModuleType
 
 import orjson
 
-from postgres_cdc_source.decoding.blocks import ChangeBlock
+from postgres_cdc_source.decoding.blocks import ChangeBlock, Typed
 from postgres_cdc_source.decoding.changes import Event, PeekRow
 from postgres_cdc_source.decoding.pgoutput import (
     DECODE_FAILURES,
+    FastShape,
     PgOutputDecoder,
     decode_failure,
     payload_bytes,
 )
 from postgres_cdc_source.errors import DecodeError
 from postgres_cdc_source.rows.json.values import TEXT_FORMS, Converter
+from postgres_cdc_source.rows.struct.images import image_form
+from postgres_cdc_source.rows.struct.structs import StructRows
 
 __all__ = ["ENVIRONMENT", "CompiledPgOutput", "announce", "core", "core_columns", "path"]
 
@@ -43,8 +47,9 @@ log = logging.getLogger(__name__)
 ENVIRONMENT = "IGGY_SPARK_CORE"
 """Set to ``python`` to use the pure-Python path although the core is installed."""
 
-_INTERFACE = 2  # the core's INTERFACE this module is written for
+_INTERFACE = 3  # the core's INTERFACE this module is written for
 _FORMS = ("text", "integer", "boolean", "float", "json", "bytea", "timestamp", "timestamptz")
+_TYPED_FORMS = ("text", "integer", "float", "boolean", "bytea", "python")  # TYPED_KINDS
 _u32 = struct.Struct(">I").unpack_from
 
 
@@ -106,18 +111,28 @@ def core_columns(module: ModuleType, names: Sequence[str], converters: Sequence[
 
 class CompiledPgOutput:
     """Reads one pgoutput peek session through the core, and through ``decoder`` (a fresh
-    :class:`~.pgoutput.PgOutputDecoder` without typed rows or kept values) every message the
-    core does not take: its events, in order, with :class:`ChangeBlock` in place of the changes
-    the core took."""
+    :class:`~.pgoutput.PgOutputDecoder` without kept values, typed by ``structs`` if given)
+    every message the core does not take: its events, in order, with :class:`ChangeBlock` in
+    place of the changes the core took."""
 
-    def __init__(self, decoder: PgOutputDecoder, module: ModuleType) -> None:
+    def __init__(self, decoder: PgOutputDecoder, module: ModuleType,
+                 structs: StructRows | None = None) -> None:
         self._decoder = decoder
         self._core = module
+        self._structs = structs
+        self._typed: Typed | None = None
+        if structs is not None:
+            fields = [*structs.row.fields, *structs.key.fields]
+            self._typed = (structs.row_arrow, structs.key_arrow,
+                           [image_form(f.dataType) for f in fields])
 
     def events(self, fetches: Iterable[Sequence[PeekRow]]) -> Iterator[Event | ChangeBlock]:
         """Decode the peek's rows, given a fetch (a list of rows) at a time; raises
         :class:`DecodeError` naming the LSN of a bad row, as the Python decoder does."""
-        scanner = self._core.Scanner(orjson.dumps)
+        typed = self._typed
+        scanner = self._core.Scanner(orjson.dumps, None if typed is None else (
+            [dict(zip(_TYPED_FORMS, self._core.TYPED_KINDS, strict=True))[f] for f in typed[2]],
+            len(typed[0])))
         step = self._decoder.step
         xid = -1  # the open transaction's; -1 outside one
         seq = 0
@@ -128,7 +143,7 @@ class CompiledPgOutput:
                 if xid >= 0:
                     index, seq, block = scanner.scan(rows, index, seq)
                     if block is not None:
-                        yield ChangeBlock.of(block)
+                        yield ChangeBlock.of(block, typed)
                     if index == count:
                         break
                 lsn, row_xid, payload = rows[index]
@@ -149,7 +164,9 @@ class CompiledPgOutput:
 
     def _tell(self, scanner: object, relid: int) -> None:
         shape = self._decoder.fast(relid)
-        if shape is not None and not shape.typed:
+        if shape is not None and self._structs is not None:
+            self._tell_typed(scanner, relid, shape, self._structs)
+        elif shape is not None and not shape.typed:
             names = [name for name, _ in shape.columns]
             scanner.relation(  # type: ignore[attr-defined]
                 relid, shape.schema, shape.table,
@@ -159,3 +176,24 @@ class CompiledPgOutput:
             scanner.skip(relid)  # type: ignore[attr-defined]
         else:
             scanner.forget(relid)  # type: ignore[attr-defined]
+
+    def _tell_typed(self, scanner: object, relid: int, shape: FastShape, structs: StructRows
+                    ) -> None:
+        """A kept relation's columns as the fields of ``structs``: each field filled by the
+        column of its name (a key field only by a replica identity column), of its field's
+        form (the decoder's retyped converters are the fields' own)."""
+        names = [name for name, _ in shape.columns]
+        fields = {f.name: f for f in structs.row.fields}
+        if not shape.typed or any(name not in fields for name in names):
+            scanner.forget(relid)  # type: ignore[attr-defined]
+            return
+        kinds = dict(zip(_TYPED_FORMS, self._core.TYPED_KINDS, strict=True))
+        place = {name: i for i, name in enumerate(names)}
+        keys = set(shape.key_names)
+        scanner.typed_relation(  # type: ignore[attr-defined]
+            relid, shape.schema, shape.table,
+            [kinds[image_form(fields[name].dataType)] for name in names],
+            [convert for _, convert in shape.columns],
+            [place.get(f.name) for f in structs.row.fields]
+            + [place.get(f.name) if f.name in keys else None for f in structs.key.fields],
+            bool(shape.key_names))

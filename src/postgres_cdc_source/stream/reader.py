@@ -63,6 +63,7 @@ from postgres_cdc_source.options import CdcOptions
 from postgres_cdc_source.replication import diagnostics, peeking, positions
 from postgres_cdc_source.rows import RowFormat
 from postgres_cdc_source.rows.json.format import JSON_ROWS
+from postgres_cdc_source.rows.struct.structs import StructRows
 from postgres_cdc_source.stream import reselect, splitting
 from postgres_cdc_source.stream.coordinator import Coordinator
 from postgres_cdc_source.stream.offset import PENDING, StreamOffset
@@ -269,7 +270,9 @@ def _peeked(
         events: Iterable[Any]
         if core is not None:
             assert isinstance(decoder, PgOutputDecoder)  # _compiled takes pgoutput only
-            events = compiled.CompiledPgOutput(decoder, core).events(fetched)
+            events = compiled.CompiledPgOutput(
+                decoder, core, rows_format if isinstance(rows_format, StructRows) else None,
+            ).events(fetched)
         else:
             events = decoder.events(chain.from_iterable(fetched))
         txns = transactions(events, options.spill_rows)
@@ -286,9 +289,13 @@ def _peeked(
 
 
 def _compiled(options: CdcOptions, rows: RowFormat) -> ModuleType | None:
-    """The compiled core, when it reads the batch: pgoutput's rows of the JSON mode with no
-    route by a column; otherwise the Python decoder reads it."""
-    if options.plugin != "pgoutput" or rows.retyping is not None or options.routes_by_column:
+    """The compiled core, when it reads the batch: pgoutput's rows of the JSON mode or of
+    ``row_format=struct`` with no route by a column (nor, with ``struct``, by the key's JSON
+    text); otherwise the Python decoder reads it."""
+    if options.plugin != "pgoutput" or options.routes_by_column:
+        return None
+    if rows.retyping is not None and (not isinstance(rows, StructRows)
+                                      or options.partition_key_from is not None):
         return None
     return compiled.core()
 

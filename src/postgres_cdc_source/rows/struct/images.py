@@ -4,7 +4,9 @@ decoded, decimals, dates and timestamps kept as their text and cast by Arrow per
 The decoders type a value with :func:`image_converter` (once per column per change);
 :func:`image_array` builds a ``key``/``before``/``after`` column of a batch from the images;
 :func:`image_json` gives the JSON mode's value of an image's value, for routing and for
-matching keys before the batch is built.
+matching keys before the batch is built. The compiled core keeps each field's values as
+:func:`image_form` says; :func:`fields_texts` makes them what :func:`image_texts` makes of the
+images, and a batch joining both is cast at once (:func:`cast_texts`).
 """
 
 from __future__ import annotations
@@ -15,7 +17,17 @@ from typing import Any
 
 import pyarrow as pa
 import pyarrow.compute as pc
-from pyspark.sql.types import DataType
+from pyspark.sql.types import (
+    BinaryType,
+    BooleanType,
+    DataType,
+    DoubleType,
+    FloatType,
+    IntegerType,
+    LongType,
+    ShortType,
+    StringType,
+)
 
 from postgres_cdc_source.rows.json.values import converter_for_oid
 from postgres_cdc_source.rows.struct.json_text import value_renderer
@@ -28,7 +40,8 @@ from postgres_cdc_source.rows.struct.types import (
     spark_typed,
 )
 
-__all__ = ["UnconvertibleValue", "image_array", "image_converter", "image_json"]
+__all__ = ["UnconvertibleValue", "cast_texts", "fields_texts", "image_array", "image_converter",
+           "image_form", "image_json", "image_texts"]
 
 _CAST: dict[pa.DataType, Callable[[str], Any]] = {
     pa.date32(): _date,
@@ -55,6 +68,19 @@ def image_converter(spark: DataType) -> Callable[[str], Any]:
     return str if _kept_as_text(spark) else spark_typed(spark)[2]
 
 
+_FORMS: dict[type[DataType], str] = {
+    StringType: "text", ShortType: "integer", IntegerType: "integer", LongType: "integer",
+    FloatType: "float", DoubleType: "float", BooleanType: "boolean", BinaryType: "bytea"}
+
+
+def image_form(spark: DataType) -> str:
+    """How the compiled core keeps a value of a field of ``spark``, which
+    :func:`image_converter` gives: ``text`` (a string, or a decimal, date or timestamp kept
+    as its text), ``integer``, ``float`` or ``boolean`` (checked, kept as text: ``t``/``f``
+    for a boolean), ``bytea`` (its bytes), or ``python`` (through the converter: arrays)."""
+    return "text" if _kept_as_text(spark) else _FORMS.get(type(spark), "python")
+
+
 def _kept_as_text(spark: DataType) -> bool:
     """Whether a change's image keeps a value of ``spark`` as its Postgres text."""
     return _cast_converter(spark_typed(spark)[1]) is not None
@@ -75,19 +101,54 @@ class UnconvertibleValue(ValueError):
 def image_array(images: Sequence[Mapping[str, Any] | None], arrow: pa.StructType) -> pa.Array:
     """A ``key``/``before``/``after`` column of ``arrow`` from the changes' images, dicts of
     :func:`image_converter`'s values (a field a dict lacks is null): the fields whose values
-    are still text are built as text and cast. A column Arrow refuses is converted one value
-    at a time, so a value its type cannot hold fails as in the decoders: an
-    :class:`UnconvertibleValue` from the converter's :class:`ValueError`."""
-    casts = {i: _cast_converter(f.type) for i, f in enumerate(arrow)}
-    if not any(casts.values()):
+    are still text are built as text and cast (:func:`image_texts`, :func:`cast_texts`)."""
+    if not any(_cast_converter(f.type) for f in arrow):
         return pa.array(images, arrow)
-    texts = pa.array(images, pa.struct([f.with_type(pa.string()) if casts[i] else f
-                                        for i, f in enumerate(arrow)]))
+    return cast_texts(image_texts(images, arrow), arrow)
+
+
+def _texts_type(arrow: pa.StructType) -> pa.StructType:
+    """``arrow`` with text in place of each type a change's images keep as text."""
+    return pa.struct([f.with_type(pa.string()) if _cast_converter(f.type) else f
+                      for f in arrow])
+
+
+def image_texts(images: Sequence[Mapping[str, Any] | None], arrow: pa.StructType
+                ) -> pa.StructArray:
+    """The images as a struct of ``arrow``'s fields, the values still text as text."""
+    return pa.array(images, _texts_type(arrow))
+
+
+def cast_texts(texts: pa.StructArray, arrow: pa.StructType) -> pa.Array:
+    """:func:`image_texts`'s column cast to ``arrow``. A field Arrow refuses is converted one
+    value at a time, so a value its type cannot hold fails as in the decoders: an
+    :class:`UnconvertibleValue` from the converter's :class:`ValueError`, at the first such
+    value of the first such field."""
     children = []
-    for i, (field, child) in enumerate(zip(arrow, texts.flatten(), strict=True)):
-        convert = casts[i]
+    for field, child in zip(arrow, texts.flatten(), strict=True):
+        convert = _cast_converter(field.type)
         children.append(child if convert is None else _cast(child, field, convert))
     return pa.StructArray.from_arrays(children, fields=list(arrow), mask=texts.is_null())
+
+
+def fields_texts(fields: pa.StructArray, arrow: pa.StructType) -> pa.StructArray:
+    """The compiled core's ``key``/``after`` fields (as :func:`image_form` keeps them) as
+    :func:`image_texts` gives the images' for ``arrow``: typed, but for the values still text
+    that :func:`cast_texts` casts. A float is read through a double, as Python's ``float``
+    reads it; the core checked every text it kept."""
+    children = []
+    for field, child in zip(_texts_type(arrow), fields.flatten(), strict=True):
+        kind = field.type
+        if child.type == kind:  # text, bytes, or values the converter made
+            children.append(child)
+        elif pa.types.is_boolean(kind):
+            children.append(pc.equal(child, "t"))
+        elif pa.types.is_floating(kind):
+            children.append(child.cast(pa.float64()).cast(kind))
+        else:
+            children.append(child.cast(kind))
+    return pa.StructArray.from_arrays(children, fields=list(_texts_type(arrow)),
+                                      mask=fields.is_null())
 
 
 def _cast(texts: pa.Array, field: pa.Field, convert: Callable[[str], Any]) -> pa.Array:
