@@ -156,13 +156,21 @@ def _cast(texts: pa.Array, field: pa.Field, convert: Callable[[str], Any]) -> pa
     decimal may need more than the 38 digits a decimal holds (:func:`_decimal_digits`): Arrow
     reads and rescales them in 128 bits without checking (``1.`` and 40 zeros became 0, and so
     did a 13-digit integer cast to ``decimal(28, 28)``), so the converter checks them."""
-    if pa.types.is_decimal(field.type) and _decimal_digits(texts, field.type.scale) > (
-            _MAX_PRECISION):
+    if pa.types.is_decimal(field.type) and _decimal_digits_above(texts, field.type.scale):
         return _one_by_one(texts, field, convert)
     try:
         return texts.cast(field.type)
     except pa.ArrowInvalid:
         return _one_by_one(texts, field, convert)
+
+
+def _decimal_digits_above(texts: pa.Array, scale: int) -> bool:
+    """Whether a text of ``texts`` needs more digits than a decimal holds at ``scale``
+    (:func:`_decimal_digits`). The longest text's length plus ``scale`` bounds the count: one
+    pass where the count takes ten (most of a batch's decimal cast), so they are counted only
+    when it is above the limit."""
+    longest = pc.max(pc.binary_length(texts)).as_py() or 0
+    return longest + scale > _MAX_PRECISION and _decimal_digits(texts, scale) > _MAX_PRECISION
 
 
 def _decimal_digits(texts: pa.Array, scale: int) -> int:
