@@ -125,6 +125,21 @@ class Outbox:
         self.raw[group].append((payload, headers, message_id))
         self.buffered += len(payload)
 
+    def add_run(self, group: Group, payloads: list[bytes], headers: list[Headers | None],
+                ids: list[int]) -> None:
+        """Buffer consecutive messages of one group, as :meth:`add` one by one would (not in a
+        replay, which checks each against what landed)."""
+        assert not self.scan
+        if self.prefix is not None:
+            seq = self.seqs.get(group, 0)
+            self.seqs[group] = seq + len(payloads)
+            if group not in self.groups:
+                self.first_seq[group] = seq
+        self.groups[group].extend(map(self._message, payloads, headers,
+                                      [message_id or None for message_id in ids]))
+        self.raw[group].extend(zip(payloads, headers, ids, strict=True))
+        self.buffered += sum(map(len, payloads))
+
     def _landed_before(self, group: Group, message_id: int) -> bool:
         """Whether this row of a replay landed in an earlier attempt (see
         :mod:`iggy_spark.sink.delivery`): by id when rows carry ids, else by its place in the group.

@@ -17,8 +17,10 @@ destination found at the id of the state stream or of the dead-letter topic is r
 from __future__ import annotations
 
 import time
-from collections.abc import Callable
-from typing import TYPE_CHECKING
+from bisect import bisect_left
+from collections.abc import Callable, Iterable
+from itertools import accumulate, groupby, islice, repeat
+from typing import TYPE_CHECKING, cast
 
 import orjson
 
@@ -184,14 +186,20 @@ class RoutingTask:
     # -- routing -------------------------------------------------------------------------------
 
     def route(self, batch: pa.RecordBatch) -> None:
-        """Admit or reject every row of ``batch`` and buffer it in its group.
+        """Admit or reject every row of ``batch`` and buffer it in its group: a run of rows of
+        one group at a time while that is the same as row by row (:meth:`_route_runs`), the
+        rest row by row (:meth:`_route_rows`)."""
+        enc = encode_batch(batch, self.options)
+        self.outbox.keyed = enc.keyed
+        self._route_rows(enc, self._route_runs(enc))
+
+    def _route_rows(self, enc: EncodedBatch, start: int) -> None:
+        """Route the rows of ``enc`` from ``start`` one at a time.
 
         This loop runs once per message, so per row it only looks things up in per-task dicts
         (the ``Destination`` of a ``(stream, topic)`` pair, its verdict) and appends the
         message; everything else is decided once per destination.
         """
-        enc = encode_batch(batch, self.options)
-        self.outbox.keyed = enc.keyed
         missing = self.options.missing
         by_id = self.options.partition_key_encoding.value == "partition_id"
         known = self.destinations
@@ -200,7 +208,8 @@ class RoutingTask:
         rows = zip(enc.streams, enc.topics, enc.partitioning, enc.payloads, enc.headers, enc.ids,
                    strict=True)
         invalid = enc.invalid
-        for i, (stream, topic, part, payload, headers, message_id) in enumerate(rows):
+        for i, (stream, topic, part, payload, headers, message_id) in enumerate(
+                islice(rows, start, None), start):
             if invalid and i in invalid:
                 self.dead_letter_invalid(enc, i, invalid[i])
                 continue
@@ -232,6 +241,63 @@ class RoutingTask:
                 self.reject(destination, reason, enc, i)
                 continue
             add((destination, partition), payload, headers, message_id)
+
+    def _route_runs(self, enc: EncodedBatch) -> int:
+        """Route ``enc``'s rows a run of one group at a time, while that is what
+        :meth:`_route_rows` would do row by row: every row a valid message of an admitted
+        destination, not a replay (which checks each row against what landed). The runs go to
+        the outbox in row order, split where a row fills it, as row by row: the same groups,
+        order, numbering and flushes. Returns the row it stopped at: 0 when the batch is not
+        such, an earlier row than the last when a flush opened a destination's breaker (its
+        rows are refused from then on, row by row)."""
+        if enc.invalid or self.outbox.scan or None in enc.streams or None in enc.topics:
+            return 0
+        streams, topics = cast("list[str]", enc.streams), cast("list[str]", enc.topics)
+        known = self.destinations
+        pairs = {pair: known.get(pair) or known.setdefault(pair, Destination(*pair))
+                 for pair in dict.fromkeys(zip(streams, topics, strict=True))}  # in row order
+        if any(self.verdict(destination) is not None for destination in pairs.values()):
+            return 0
+        partitions = self._partitions(enc.partitioning, zip(streams, topics, strict=True),
+                                      pairs)
+        if partitions is None:
+            return 0
+        outbox, limit = self.outbox, self.options.max_batch_bytes
+        payloads, headers, ids = enc.payloads, enc.headers, enc.ids
+        ends = list(accumulate(map(len, payloads), initial=0))  # ends[i]: bytes before row i
+        start = 0
+        for (stream, topic, partition), run in groupby(
+                zip(streams, topics, partitions, strict=False)):  # partitions may repeat None
+            stop = start + len(list(run))
+            group = (pairs[stream, topic], partition)
+            while start < stop:
+                # the row whose payload fills the outbox ends this part: then it is flushed
+                end = min(bisect_left(ends, ends[start] + limit - outbox.buffered, start + 1,
+                                      stop + 1), stop)
+                outbox.add_run(group, payloads[start:end], headers[start:end], ids[start:end])
+                start = end
+                if outbox.full:
+                    outbox.flush()
+                    if any(self.verdicts[d] is not None for d in pairs.values()):
+                        return start
+        return start
+
+    def _partitions(self, parts: list[bytes | int | None], named: Iterable[tuple[str, str]],
+                    pairs: dict[tuple[str, str], Destination]) -> Iterable[int | None] | None:
+        """Each row's partition, as :meth:`_route_rows` picks it (``named``: each row's
+        stream and topic); ``None`` when a row's partition id is refused (row by row then)."""
+        if parts.count(None) == len(parts):
+            return repeat(None)
+        counts = {pair: self.touched[d].partitions_count for pair, d in pairs.items()}
+        if self.options.partition_key_encoding.value == "partition_id":
+            ids = cast("list[int | None]", parts)
+            if any(p is not None and check_partition_id(p, counts[pair]) is not None
+                   for p, pair in zip(ids, named, strict=True)):
+                return None
+            return ids
+        keys = cast("list[bytes | None]", parts)
+        return [None if key is None else partition_for_key(key, counts[pair])
+                for key, pair in zip(keys, named, strict=True)]
 
     def _add(
         self, group: tuple[Destination, int | None], payload: bytes, headers: Headers | None,
