@@ -172,3 +172,32 @@ def test_a_contract_column_of_the_wrong_type_fails_at_query_start_naming_it(
     assert "column 'topic': has type int; the sink accepts string" in str(query.exception())
     with pytest.raises(LookupError):
         poll_all(broker.address, name, "1")  # nothing moved
+
+
+@pytest.mark.parametrize(("kind", "schema"), [
+    ("json", "stream string, topic string, text string, n int"),
+    ("text", "stream string, topic string, value string"),
+    ("binary", "stream string, topic string, value binary"),
+])
+def test_payloads_arrive_byte_for_byte_text_and_binary(
+    spark: SparkSession, broker: LocalIggy, name: str, tmp_path: Path, kind: str, schema: str,
+) -> None:
+    """The SDK's messages are made from ``str`` when the payloads are text (JSON rows, a
+    string value column) and from ``bytes`` otherwise: either way the payload that lands is the
+    row's bytes, non-ASCII, escapes and bytes that are not UTF-8 included."""
+    texts = ["plain", "é ü 中文 🎉", 'quo"te \\ \n tab\t', "\u2028", "x" * 3000]
+    feed = Feed(spark, tmp_path, schema)
+    if kind == "json":
+        rows: list[tuple[Any, ...]] = [(name, "t", text, i) for i, text in enumerate(texts)]
+        expected = [json.dumps({"text": t, "n": i}, ensure_ascii=False, separators=(",", ":"))
+                    .encode() for i, t in enumerate(texts)]
+    elif kind == "text":
+        rows = [(name, "t", text) for text in texts]
+        expected = [text.encode() for text in texts]
+    else:
+        expected = [b"\xff\xfe\x00 not utf-8", b"\xc3", bytes(range(256)), "é".encode()]
+        rows = [(name, "t", payload) for payload in expected]
+    feed.add(rows)
+    assert feed.run(broker.url).exception() is None
+    polled = sorted(poll_all(broker.address, name, "t"), key=lambda m: m.offset)
+    assert [m.payload for m in polled] == expected

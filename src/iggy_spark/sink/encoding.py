@@ -89,6 +89,8 @@ class EncodedBatch:
     keyed: bool = False
     """The batch has an id column: its rows say what each message is (0 in ``ids``: a null
     id), so a replay can skip what landed by id (:mod:`iggy_spark.sink.delivery`)."""
+    text: bool = False
+    """The payloads are UTF-8 text (the rows as JSON, or a string ``value`` column)."""
     invalid: dict[int, EncodingError] = field(default_factory=dict)
     """Rows that cannot become a message (null or oversize payload, bad header, id or key),
     collected instead of raised when bad rows have a dead-letter destination to go to; their
@@ -139,6 +141,7 @@ def encode_batch(batch: pa.RecordBatch, options: RoutedOptions) -> EncodedBatch:
         headers=_headers(batch, columns.headers, rows, problems),
         ids=_ids(batch, columns.id, rows, problems),
         keyed=columns.id in batch.schema.names,
+        text=columns.value not in names or is_text(batch.schema.field(columns.value).type),
         invalid=problems.rows,
     )
 
@@ -233,9 +236,11 @@ def _payloads(
     value = _column(batch, columns.value)
     if value is None:
         payloads = json_payloads(batch, columns.routing, options.json_columns, rows)
-        for row, payload in enumerate(payloads):
-            if len(payload) > limit:
-                problems(PayloadTooLarge("(the row as JSON)", row, _too_big(len(payload), limit)))
+        if payloads and max(map(len, payloads)) > limit:
+            for row, payload in enumerate(payloads):
+                if len(payload) > limit:
+                    problems(PayloadTooLarge("(the row as JSON)", row,
+                                             _too_big(len(payload), limit)))
         return payloads
     if not (is_text(value.type) or is_binary(value.type)):
         raise EncodingError(columns.value, None, f"must be string or binary, found "

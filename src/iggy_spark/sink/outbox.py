@@ -14,7 +14,7 @@ from __future__ import annotations
 import asyncio
 from collections import defaultdict
 from collections.abc import Callable
-from contextlib import AbstractAsyncContextManager, nullcontext
+from contextlib import AbstractAsyncContextManager, nullcontext, suppress
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any
 
@@ -100,6 +100,7 @@ class Outbox:
         self.scan = scan
         self.prefix = None if origin is None else f"{origin.query}:{origin.batch}:{origin.task}:"
         self.keyed = False  # rows carry message ids: a replay skips by id, not by count
+        self.text = False  # payloads are UTF-8 text: the SDK's messages are made from str
         self.seqs: dict[Group, int] = {}
         self.rows: dict[Group, int] = defaultdict(int)  # rows of the group routed so far
         self.landed: dict[Group, delivery.Landed] = {}
@@ -121,7 +122,7 @@ class Outbox:
             self.seqs[group] = seq + 1
             if group not in self.groups:
                 self.first_seq[group] = seq
-        self.groups[group].append(self._message(payload, headers, message_id or None))
+        self.groups[group].append(self._message(self._data(payload), headers, message_id or None))
         self.raw[group].append((payload, headers, message_id))
         self.buffered += len(payload)
 
@@ -135,10 +136,25 @@ class Outbox:
             self.seqs[group] = seq + len(payloads)
             if group not in self.groups:
                 self.first_seq[group] = seq
-        self.groups[group].extend(map(self._message, payloads, headers,
+        data: list[bytes] | list[str] = payloads
+        if self.text:
+            with suppress(UnicodeDecodeError):
+                data = list(map(bytes.decode, payloads))
+        self.groups[group].extend(map(self._message, data, headers,
                                       [message_id or None for message_id in ids]))
         self.raw[group].extend(zip(payloads, headers, ids, strict=True))
         self.buffered += sum(map(len, payloads))
+
+    def _data(self, payload: bytes) -> bytes | str:
+        """A payload as the SDK's message takes it fastest: text as ``str``, which it sends as
+        the same UTF-8 bytes (it tries ``str`` first: a ``bytes`` payload costs it a failed
+        conversion, about 0.7 µs, most of what making a message costs)."""
+        if self.text:
+            try:
+                return payload.decode()
+            except UnicodeDecodeError:
+                pass
+        return payload
 
     def _landed_before(self, group: Group, message_id: int) -> bool:
         """Whether this row of a replay landed in an earlier attempt (see

@@ -190,7 +190,7 @@ class RoutingTask:
         one group at a time while that is the same as row by row (:meth:`_route_runs`), the
         rest row by row (:meth:`_route_rows`)."""
         enc = encode_batch(batch, self.options)
-        self.outbox.keyed = enc.keyed
+        self.outbox.keyed, self.outbox.text = enc.keyed, enc.text
         self._route_rows(enc, self._route_runs(enc))
 
     def _route_rows(self, enc: EncodedBatch, start: int) -> None:
