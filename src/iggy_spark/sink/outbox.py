@@ -12,7 +12,7 @@ on.
 from __future__ import annotations
 
 import asyncio
-from collections import defaultdict
+from collections import Counter, defaultdict
 from collections.abc import Callable
 from contextlib import AbstractAsyncContextManager, nullcontext, suppress
 from dataclasses import dataclass, field
@@ -126,23 +126,32 @@ class Outbox:
         self.raw[group].append((payload, headers, message_id))
         self.buffered += len(payload)
 
-    def add_run(self, group: Group, payloads: list[bytes], headers: list[Headers | None],
-                ids: list[int]) -> None:
-        """Buffer consecutive messages of one group, as :meth:`add` one by one would (not in a
-        replay, which checks each against what landed)."""
+    def add_rows(self, groups: list[Group], payloads: list[bytes],
+                 headers: list[Headers | None], ids: list[int]) -> None:
+        """Buffer consecutive rows, each in its group (``groups``), as :meth:`add` one by one
+        would (not in a replay, which checks each against what landed)."""
         assert not self.scan
+        counts = Counter(groups)  # the groups in the order the rows name them
         if self.prefix is not None:
-            seq = self.seqs.get(group, 0)
-            self.seqs[group] = seq + len(payloads)
-            if group not in self.groups:
-                self.first_seq[group] = seq
+            for group, count in counts.items():
+                seq = self.seqs.get(group, 0)
+                self.seqs[group] = seq + count
+                if group not in self.groups:
+                    self.first_seq[group] = seq
         data: list[bytes] | list[str] = payloads
         if self.text:
             with suppress(UnicodeDecodeError):
                 data = list(map(bytes.decode, payloads))
-        self.groups[group].extend(map(self._message, data, headers,
-                                      [message_id or None for message_id in ids]))
-        self.raw[group].extend(zip(payloads, headers, ids, strict=True))
+        messages = map(self._message, data, headers, [message_id or None for message_id in ids])
+        raw = zip(payloads, headers, ids, strict=True)
+        if len(counts) == 1:
+            self.groups[groups[0]].extend(messages)
+            self.raw[groups[0]].extend(raw)
+        else:
+            buffered, kept = self.groups, self.raw
+            for group, message, one in zip(groups, messages, raw, strict=True):
+                buffered[group].append(message)
+                kept[group].append(one)
         self.buffered += sum(map(len, payloads))
 
     def _data(self, payload: bytes) -> bytes | str:

@@ -19,7 +19,7 @@ from __future__ import annotations
 import time
 from bisect import bisect_left
 from collections.abc import Callable, Iterable
-from itertools import accumulate, groupby, islice, repeat
+from itertools import accumulate, islice, repeat
 from typing import TYPE_CHECKING, cast
 
 import orjson
@@ -38,7 +38,7 @@ from iggy_spark.sink.breaker import BreakerBoard
 from iggy_spark.sink.delivery import Origin
 from iggy_spark.sink.encoding import EncodedBatch, encode_batch
 from iggy_spark.sink.options import FailurePolicy, RoutedOptions
-from iggy_spark.sink.outbox import Headers, Message, Outbox, backoff
+from iggy_spark.sink.outbox import Group, Headers, Message, Outbox, backoff
 from iggy_spark.sink.partitioning import partition_for_key
 from iggy_spark.sink.refusals import DeliveryReason, Reason, check_partition_id, rejection
 from iggy_spark.sink.report import TaskReport
@@ -186,12 +186,12 @@ class RoutingTask:
     # -- routing -------------------------------------------------------------------------------
 
     def route(self, batch: pa.RecordBatch) -> None:
-        """Admit or reject every row of ``batch`` and buffer it in its group: a run of rows of
-        one group at a time while that is the same as row by row (:meth:`_route_runs`), the
-        rest row by row (:meth:`_route_rows`)."""
+        """Admit or reject every row of ``batch`` and buffer it in its group: a stretch of rows
+        at a time while that is the same as row by row (:meth:`_route_admitted`), the rest row
+        by row (:meth:`_route_rows`)."""
         enc = encode_batch(batch, self.options)
         self.outbox.keyed, self.outbox.text = enc.keyed, enc.text
-        self._route_rows(enc, self._route_runs(enc))
+        self._route_rows(enc, self._route_admitted(enc))
 
     def _route_rows(self, enc: EncodedBatch, start: int) -> None:
         """Route the rows of ``enc`` from ``start`` one at a time.
@@ -242,14 +242,14 @@ class RoutingTask:
                 continue
             add((destination, partition), payload, headers, message_id)
 
-    def _route_runs(self, enc: EncodedBatch) -> int:
-        """Route ``enc``'s rows a run of one group at a time, while that is what
-        :meth:`_route_rows` would do row by row: every row a valid message of an admitted
-        destination, not a replay (which checks each row against what landed). The runs go to
-        the outbox in row order, split where a row fills it, as row by row: the same groups,
-        order, numbering and flushes. Returns the row it stopped at: 0 when the batch is not
-        such, an earlier row than the last when a flush opened a destination's breaker (its
-        rows are refused from then on, row by row)."""
+    def _route_admitted(self, enc: EncodedBatch) -> int:
+        """Route ``enc``'s rows a stretch at a time, while that is what :meth:`_route_rows`
+        would do row by row: every row a valid message of an admitted destination, not a
+        replay (which checks each row against what landed). The stretches end where a row fills
+        the outbox, which is then flushed, as row by row: the same groups, order, numbering
+        and flushes. Returns the row it stopped at: 0 when the batch is not such, an earlier row
+        than the last when a flush opened a destination's breaker (its rows are refused from
+        then on, row by row)."""
         if enc.invalid or self.outbox.scan or None in enc.streams or None in enc.topics:
             return 0
         streams, topics = cast("list[str]", enc.streams), cast("list[str]", enc.topics)
@@ -262,24 +262,27 @@ class RoutingTask:
                                       pairs)
         if partitions is None:
             return 0
+        rows = len(enc)
+        if len(pairs) == 1 and isinstance(partitions, repeat):
+            groups: list[Group] = [(next(iter(pairs.values())), None)] * rows
+        else:
+            groups = [(pairs[stream, topic], partition) for stream, topic, partition
+                      in zip(streams, topics, partitions, strict=False)]  # partitions may repeat
         outbox, limit = self.outbox, self.options.max_batch_bytes
         payloads, headers, ids = enc.payloads, enc.headers, enc.ids
         ends = list(accumulate(map(len, payloads), initial=0))  # ends[i]: bytes before row i
         start = 0
-        for (stream, topic, partition), run in groupby(
-                zip(streams, topics, partitions, strict=False)):  # partitions may repeat None
-            stop = start + len(list(run))
-            group = (pairs[stream, topic], partition)
-            while start < stop:
-                # the row whose payload fills the outbox ends this part: then it is flushed
-                end = min(bisect_left(ends, ends[start] + limit - outbox.buffered, start + 1,
-                                      stop + 1), stop)
-                outbox.add_run(group, payloads[start:end], headers[start:end], ids[start:end])
-                start = end
-                if outbox.full:
-                    outbox.flush()
-                    if any(self.verdicts[d] is not None for d in pairs.values()):
-                        return start
+        while start < rows:
+            # the row whose payload fills the outbox ends the stretch: then it is flushed
+            end = min(bisect_left(ends, ends[start] + limit - outbox.buffered, start + 1,
+                                  rows + 1), rows)
+            outbox.add_rows(groups[start:end], payloads[start:end], headers[start:end],
+                            ids[start:end])
+            start = end
+            if outbox.full:
+                outbox.flush()
+                if any(self.verdicts[d] is not None for d in pairs.values()):
+                    return start
         return start
 
     def _partitions(self, parts: list[bytes | int | None], named: Iterable[tuple[str, str]],

@@ -1,8 +1,8 @@
-"""A write task routes a batch a run of rows at a time exactly as it would row by row.
+"""A write task routes a batch a stretch of rows at a time exactly as it would row by row.
 
-:meth:`RoutingTask.route` hands the outbox runs of consecutive rows of one group while every row
-is a valid message of an admitted destination (:meth:`RoutingTask._route_runs`), and goes on row
-by row otherwise. Random batches (destinations interleaved, partition keys or ids or none, any
+:meth:`RoutingTask.route` hands the outbox stretches of consecutive rows, each row in its group,
+while every row is a valid message of an admitted destination
+(:meth:`RoutingTask._route_admitted`), and goes on row by row otherwise. Random batches (destinations interleaved, partition keys or ids or none, any
 payload sizes against a small ``max_batch_bytes``, effectively-once numbering or not, a
 breaker opening during a flush, a refused destination, a row naming none) are routed both
 ways by tasks whose outbox records each flush instead of sending: the same flushes, each of the
@@ -104,7 +104,7 @@ def _routed(batch: pa.RecordBatch, options: dict[str, str], origin: Origin | Non
 @given(batches(), st.integers(1, 200), st.booleans(), st.one_of(st.none(), st.integers(1, 4)),
        st.sampled_from([frozenset(), frozenset({Destination("s2", "b")})]),
        st.sampled_from(["dlq", "drop"]))
-def test_runs_route_a_batch_as_rows_do(
+def test_stretches_route_a_batch_as_rows_do(
     batch: pa.RecordBatch, max_bytes: int, numbered: bool, opens: int | None,
     refused: frozenset[Destination], policy: str,
 ) -> None:
@@ -123,16 +123,17 @@ def test_runs_route_a_batch_as_rows_do(
     assert sum(n for d, n in sent if d == DLQ) == dead_lettered
 
 
-def test_a_batch_of_one_destination_goes_in_runs_split_where_the_outbox_fills() -> None:
-    batch = pa.RecordBatch.from_pydict({"stream": ["s1"] * 10, "topic": ["a"] * 10,
+def test_a_batch_goes_in_stretches_split_where_the_outbox_fills() -> None:
+    batch = pa.RecordBatch.from_pydict({"stream": ["s1"] * 10, "topic": ["a", "b"] * 5,
                                         "value": [b"x" * 10] * 10})
     task = Recorded({"max_batch_bytes": "35"}, Origin("q", 1, 0, 0), None)
     calls: list[int] = []
-    add_run = task.outbox.add_run
-    task.outbox.add_run = lambda group, payloads, *rest: (  # type: ignore[method-assign]
-        calls.append(len(payloads)), add_run(group, payloads, *rest))[1]
+    add_rows = task.outbox.add_rows
+    task.outbox.add_rows = lambda groups, *rest: (  # type: ignore[method-assign]
+        calls.append(len(groups)), add_rows(groups, *rest))[1]
     task.route(batch)
     task.outbox.flush()
     assert calls == [4, 4, 2]  # the fourth row fills 35 bytes: flushed after it
-    assert [len(raw) for flush in task.flushes for _, raw, _ in flush] == [4, 4, 2]
-    assert [first for flush in task.flushes for _, _, first in flush] == [0, 4, 8]
+    assert [[(group[0].topic, len(raw), first) for group, raw, first in flush]
+            for flush in task.flushes] == [[("a", 2, 0), ("b", 2, 0)], [("a", 2, 2), ("b", 2, 2)],
+                                           [("a", 1, 4), ("b", 1, 4)]]
