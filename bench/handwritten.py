@@ -12,8 +12,11 @@ compared with, written the way an experienced Python data engineer would write i
 * every change's replica-identity key as JSON, inserts included (``pg_cdc``'s contract);
 * changes held per transaction until its COMMIT (every output row carries the commit's LSN and
   time, as ``pg_cdc``'s rows do), with no spilling (the benchmark's transactions are small);
-* the apache-iggy SDK driven directly: ``SendMessage`` objects, ``send_messages`` in batches of
-  1,000 per destination, awaited one after the other on one connection.
+* the apache-iggy SDK driven directly: ``SendMessage`` objects, made from the payload as
+  ``str`` (the SDK tries ``str`` first, so a ``bytes`` payload costs it a failed conversion: a
+  message from ``bytes`` took about 1 µs, from ``str`` 0.2 µs, decoding included 0.35 µs),
+  ``send_messages`` in batches of 1,000 per destination, awaited one after the other on one
+  connection.
 
 The loops are checked against the project on a sample (``bench_source`` compares their JSON with
 ``pg_cdc``'s decoders; ``bench_e2e`` compares the Iggy payloads byte for byte), so a ratio never
@@ -349,7 +352,7 @@ async def send_rows(client: IggyClient,
         batch = pending.get((stream, topic))
         if batch is None:
             batch = pending[stream, topic] = []
-        batch.append(SendMessage(payload, None, message_id))
+        batch.append(SendMessage(payload.decode(), None, message_id))  # str: see above
         if len(batch) == BATCH:
             await client.send_messages(stream, topic, balanced, batch)
             sent += BATCH
