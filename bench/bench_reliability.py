@@ -41,6 +41,7 @@ from dataclasses import asdict, dataclass
 from pathlib import Path
 from typing import Any
 
+from bench import decoding_path
 from bench.common import log, write_result
 from iggy_local import LocalIggy
 from iggy_spark import read_ledger
@@ -377,6 +378,8 @@ def _result(args: argparse.Namespace, runs: dict[str, Any], started: float) -> d
                    "off_faults": args.off_faults, "rate_per_second": args.rate,
                    "seed": args.seed, "partitions_per_topic": int(SINK["topic_defaults."
                                                                       "partitions_count"]),
+                   # the job's processes run this one's Python and environment
+                   "decoding_path": decoding_path.here(),
                    "pipeline": "python -m pg_to_iggy --master local[2], default trigger; "
                                "exceptions: the same query in the benchmark's Spark, "
                                "2 s trigger"},
