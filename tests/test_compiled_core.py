@@ -22,6 +22,7 @@ import pyarrow as pa
 import pytest
 from hypothesis import HealthCheck, example, given, settings
 from hypothesis import strategies as st
+from support.decoding import BlockCount, fetched
 from support.pgoutput_messages import (
     m_begin,
     m_commit,
@@ -72,10 +73,6 @@ def _read(events: Iterable[Any], router: Router, batch_rows: int, spill_rows: in
     return rows, None
 
 
-def _fetched(rows: Sequence[PeekRow], size: int) -> list[list[PeekRow]]:
-    return [list(rows[i:i + size]) for i in range(0, len(rows), size)]
-
-
 def both(rows: Sequence[PeekRow], *, fetch: int = 1000, batch_rows: int = 1000,
          spill_rows: int = 1000, routes: dict[str, str] | None = None,
          ) -> tuple[Outcome, Outcome, int]:
@@ -83,18 +80,10 @@ def both(rows: Sequence[PeekRow], *, fetch: int = 1000, batch_rows: int = 1000,
     router = Router(_options(**(routes or {})))
     python = _read(PgOutputDecoder(_keeps, messages=_delivers).events(rows), router,
                    batch_rows, spill_rows)
-    taken = 0
-
-    def counted(events: Iterable[Any]) -> Iterable[Any]:
-        nonlocal taken
-        for event in events:
-            if isinstance(event, ChangeBlock):
-                taken += len(event)
-            yield event
-
+    count = BlockCount()
     compiled = CompiledPgOutput(PgOutputDecoder(_keeps, messages=_delivers), CORE)
-    return (python, _read(counted(compiled.events(_fetched(rows, fetch))), router, batch_rows,
-                          spill_rows), taken)
+    return (python, _read(count(compiled.events(fetched(rows, fetch))), router, batch_rows,
+                          spill_rows), count.taken)
 
 
 def session(*transactions_: Sequence[bytes], start: int = 0x1000) -> list[PeekRow]:

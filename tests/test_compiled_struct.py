@@ -21,6 +21,7 @@ import pyarrow as pa
 import pytest
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
+from support.decoding import BlockCount, fetched
 from support.pgoutput_messages import m_begin, m_commit, m_delete, m_insert, m_relation, m_update
 
 from postgres_cdc_source.assembly import record_batches, transactions
@@ -185,19 +186,10 @@ def both(structs: StructRows, rows: Sequence[PeekRow], *, fetch: int = 1000,
     router = Router(options, structs)
     python = _read(PgOutputDecoder(typed=structs).events(rows), structs, batch_rows, spill_rows,
                    router)
-    taken = 0
-
-    def counted(events: Iterable[Any]) -> Iterable[Any]:
-        nonlocal taken
-        for event in events:
-            if isinstance(event, ChangeBlock):
-                taken += len(event)
-            yield event
-
-    fetched = [list(rows[i:i + fetch]) for i in range(0, len(rows), fetch)]
+    count = BlockCount()
     compiled = CompiledPgOutput(PgOutputDecoder(typed=structs), CORE, structs)
-    return (python, _read(counted(compiled.events(fetched)), structs, batch_rows, spill_rows,
-                          router), taken)
+    return (python, _read(count(compiled.events(fetched(rows, fetch))), structs, batch_rows,
+                          spill_rows, router), count.taken)
 
 
 @settings(max_examples=400, deadline=None, suppress_health_check=[HealthCheck.too_slow])

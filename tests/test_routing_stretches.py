@@ -2,12 +2,12 @@
 
 :meth:`RoutingTask.route` hands the outbox stretches of consecutive rows, each row in its group,
 while every row is a valid message of an admitted destination
-(:meth:`RoutingTask._route_admitted`), and goes on row by row otherwise. Random batches (destinations interleaved, partition keys or ids or none, any
-payload sizes against a small ``max_batch_bytes``, effectively-once numbering or not, a
-breaker opening during a flush, a refused destination, a row naming none) are routed both
-ways by tasks whose outbox records each flush instead of sending: the same flushes, each of the
-same groups holding the same messages in the same order with the same first numbers, and the
-same report.
+(:meth:`RoutingTask._route_admitted`), and goes on row by row otherwise. Random batches
+(destinations interleaved, partition keys or ids or none, any payload sizes against a small
+``max_batch_bytes``, effectively-once numbering or not, a breaker opening during a flush, a
+refused destination) are routed both ways by tasks whose outbox records each flush instead of
+sending: the same flushes, each of the same groups holding the same messages in the same order
+with the same first numbers, and the same report.
 """
 
 from __future__ import annotations

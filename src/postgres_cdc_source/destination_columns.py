@@ -115,8 +115,9 @@ class Router:
 
     def block_columns(self, block: ChangeBlock) -> tuple[pa.Array, pa.Array, pa.Array]:
         """``stream``, ``topic`` and ``partition_key`` of a block's changes, which
-        :meth:`route` would give each of them: a block holds row changes of the JSON mode, and
-        is made only when no route reads a column (:attr:`by_column`)."""
+        :meth:`route` would give each of them: a block holds row changes, and is made only when
+        no route reads a column (:attr:`by_column`), nor, with ``row_format=struct`` (whose
+        block's key is a struct), the key."""
         return self.columns_of(len(block), block.schema, block.table, block.key)
 
     def columns_of(self, count: int, schema: pa.Array, table: pa.Array, key: pa.Array
