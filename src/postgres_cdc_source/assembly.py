@@ -302,13 +302,14 @@ class _Columns:
     def _block(self, block: ChangeBlock) -> list[pa.Array]:
         count = len(block)
         key, after = block.key, block.after
-        before = self.schema.field("before").type
-        if pa.types.is_struct(before):  # row_format=struct: its values as texts to cast
+        image = self.schema.field("before").type
+        if pa.types.is_struct(image):  # row_format=struct: the values still text as text
             key = fields_texts(key, self.schema.field("key").type)
-            after = fields_texts(after, before)
+            after = fields_texts(after, image)
+            image = after.type
         return [block.lsn, block.seq, block.schema, block.table, block.op, key,
-                pa.nulls(count, before if not pa.types.is_struct(before) else after.type),
-                after, no_unchanged(count), *self.router.block_columns(block)]
+                pa.nulls(count, image), after, no_unchanged(count),
+                *self.router.block_columns(block)]
 
 
 def image_column(images: Sequence[Any], arrow_type: pa.DataType) -> pa.Array:

@@ -120,6 +120,7 @@ class CompiledPgOutput:
         self._decoder = decoder
         self._core = module
         self._structs = structs
+        self._kinds = dict(zip(_TYPED_FORMS, module.TYPED_KINDS, strict=True))
         self._typed: Typed | None = None
         if structs is not None:
             fields = [*structs.row.fields, *structs.key.fields]
@@ -131,8 +132,7 @@ class CompiledPgOutput:
         :class:`DecodeError` naming the LSN of a bad row, as the Python decoder does."""
         typed = self._typed
         scanner = self._core.Scanner(orjson.dumps, None if typed is None else (
-            [dict(zip(_TYPED_FORMS, self._core.TYPED_KINDS, strict=True))[f] for f in typed[2]],
-            len(typed[0])))
+            [self._kinds[form] for form in typed[2]], len(typed[0])))
         step = self._decoder.step
         xid = -1  # the open transaction's; -1 outside one
         seq = 0
@@ -187,7 +187,7 @@ class CompiledPgOutput:
         if not shape.typed or any(name not in fields for name in names):
             scanner.forget(relid)  # type: ignore[attr-defined]
             return
-        kinds = dict(zip(_TYPED_FORMS, self._core.TYPED_KINDS, strict=True))
+        kinds = self._kinds
         place = {name: i for i, name in enumerate(names)}
         keys = set(shape.key_names)
         scanner.typed_relation(  # type: ignore[attr-defined]
