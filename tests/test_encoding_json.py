@@ -1,12 +1,16 @@
 """Arrow batch → JSON payloads: round trips of every type, hostile strings and column names,
-zoned timestamps, non-finite floats, and the columns refused."""
+zoned timestamps, non-finite floats, and the columns refused; each on both ways of joining the
+payloads, the compiled core's and Arrow's (the pure-Python path)."""
 
 from __future__ import annotations
 
+import importlib
 import math
+import os
 import subprocess
 import sys
 import textwrap
+from collections.abc import Iterator
 from datetime import UTC, date, datetime, time, timedelta, timezone
 from decimal import Decimal
 from typing import Any
@@ -18,10 +22,23 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 from support.encoding import URL, encode, payload_json, refused
 
+from connector_common import compiled_core
+from iggy_spark.sink.encoding import encode_batch
 from iggy_spark.sink.options import RoutedOptions
 
 # Text hypothesis can put in an Arrow string: any code point but lone surrogates.
 _unicode = st.text(st.characters(blacklist_categories=["Cs"]), max_size=40)
+
+
+
+@pytest.fixture(autouse=True, scope="module", params=["compiled", "python"])
+def payload_path(request: pytest.FixtureRequest) -> Iterator[str]:
+    """Every test here runs on both paths: the payloads joined by the compiled core (which
+    ``./run`` installs wherever it runs the tests) and by Arrow."""
+    module = importlib.import_module("iggy_spark_core") if request.param == "compiled" else None
+    with pytest.MonkeyPatch.context() as patch:
+        patch.setattr(compiled_core, "core", lambda: module)
+        yield request.param
 
 
 # --- JSON payloads ---------------------------------------------------------------------------
@@ -40,7 +57,19 @@ def test_only_routing_columns_gives_an_empty_object() -> None:
     assert encode({"stream": ["s", "s"]}).payloads == [b"{}", b"{}"]
 
 
-def test_held_payloads_cost_about_their_own_size_in_memory() -> None:
+def test_a_slice_of_a_batch_gives_the_payloads_of_its_rows() -> None:
+    """Spark's batches can be views into bigger buffers: the core reads a column's strings,
+    nulls and JSON texts from the slice's offset (test_encoding slices the other columns)."""
+    texts = ["a", None, 'q"uote', "é", None, "z"]
+    batch = pa.record_batch({"s": pa.array(texts, pa.string()), "n": list(range(6)),
+                             "doc": pa.array([None, "[1]", "{}", None, "2", "3"])})
+    for start, length in [(0, 6), (1, 4), (3, 3), (5, 1), (2, 0)]:
+        whole = encode_batch(pa.record_batch(batch.slice(start, length).to_pydict(),
+                                             schema=batch.schema), _JSON_ROUTED).payloads
+        assert encode_batch(batch.slice(start, length), _JSON_ROUTED).payloads == whole
+
+
+def test_held_payloads_cost_about_their_own_size_in_memory(payload_path: str) -> None:
     """The writer holds a flush's worth of payloads (``max_batch_bytes`` of them): their memory
     must follow their bytes. orjson's output would keep a block of about 4 KB per payload (200
     MiB here for 6 MB of payloads), so ``max_batch_bytes`` would not bound memory at all."""
@@ -55,8 +84,10 @@ def test_held_payloads_cost_about_their_own_size_in_memory() -> None:
         held = [encode_batch(batch, options).payloads for _ in range(5)]
         print(process.memory_info().rss - before, sum(len(p) for b in held for p in b))
     """)
+    environment = {**os.environ, compiled_core.ENVIRONMENT: (
+        "python" if payload_path == "python" else "")}
     out = subprocess.run([sys.executable, "-c", script], check=True, capture_output=True,
-                         text=True).stdout  # a fresh interpreter: its allocator holds nothing
+                         text=True, env=environment).stdout  # its allocator holds nothing
     grown, payload_bytes = map(int, out.split())
     assert payload_bytes > 5_000_000
     assert grown < 3 * payload_bytes, f"{grown:,} bytes of memory for {payload_bytes:,}"

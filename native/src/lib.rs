@@ -1,4 +1,5 @@
-//! The compiled core of iggy-spark: the per-row work of `pg_cdc`, into Arrow buffers.
+//! The compiled core of iggy-spark: the per-row work of `pg_cdc`, into Arrow buffers, and of
+//! `iggy_routed`'s JSON payloads.
 //!
 //! The reference is the pure-Python path; this crate is its hot paths compiled, and nothing
 //! more:
@@ -8,14 +9,17 @@
 //!   it does not, which the Python decoder then reads; it writes the JSON mode's images, or
 //!   (`row_format=struct`) the fields of typed structs with [`typed::Fields`];
 //! * [`copy::CopyRows`] turns the text of `COPY ... TO STDOUT` into the rows of a snapshot or
-//!   backfill chunk, as `postgres_cdc_source.snapshot.reading` builds them in Python.
+//!   backfill chunk, as `postgres_cdc_source.snapshot.reading` builds them in Python;
+//! * [`payloads::json_objects`] joins the sink's JSON payloads from their columns' JSON texts,
+//!   as `iggy_spark.sink.json_payloads` joins them with Arrow.
 //!
-//! Both write their rows' JSON with [`values::Relation`], byte for byte what the Python path's
-//! converters and orjson write, into [`arrow::Strings`] columns that pyarrow wraps without
-//! copying.
+//! The first two write their rows' JSON with [`values::Relation`], byte for byte what the
+//! Python path's converters and orjson write, into [`arrow::Strings`] columns that pyarrow
+//! wraps without copying.
 
 mod arrow;
 mod copy;
+mod payloads;
 mod pgoutput;
 mod typed;
 mod values;
@@ -23,8 +27,9 @@ mod values;
 use pyo3::prelude::*;
 
 /// Bumped whenever the interface with `postgres_cdc_source.decoding.compiled` changes; the
-/// Python side uses a core only of the interface it was written for.
-const INTERFACE: u32 = 3;
+/// Python side (`connector_common.compiled_core`) uses a core only of the interface it was
+/// written for.
+const INTERFACE: u32 = 4;
 
 #[pymodule]
 fn iggy_spark_core(module: &Bound<'_, PyModule>) -> PyResult<()> {
@@ -35,5 +40,6 @@ fn iggy_spark_core(module: &Bound<'_, PyModule>) -> PyResult<()> {
     module.add_class::<pgoutput::Block>()?;
     module.add_class::<copy::CopyRows>()?;
     module.add_class::<copy::RowsBlock>()?;
+    module.add_function(wrap_pyfunction!(payloads::json_objects, module)?)?;
     Ok(())
 }

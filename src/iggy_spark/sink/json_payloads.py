@@ -4,7 +4,9 @@ The object holds every column that is not a routing column, in column order, byt
 ``orjson.dumps`` of the row as a dict writes it; how each type is written is part of the row
 contract (:mod:`iggy_spark.sink.encoding`). Arrow formats what it can for a whole column at once
 (numbers, dates and times, decimals, strings with nothing to escape, lists of such strings);
-orjson writes the rest one value at a time, after :func:`_converter` made it JSON-ready.
+orjson writes the rest one value at a time, after :func:`_converter` made it JSON-ready. The
+rows' objects are then joined from those texts: by the compiled core where it is installed
+(:mod:`connector_common.compiled_core`), else by Arrow; both write the same bytes.
 """
 
 from __future__ import annotations
@@ -20,6 +22,7 @@ import orjson
 import pyarrow as pa
 import pyarrow.compute as pc
 
+from connector_common import compiled_core
 from iggy_spark.errors import EncodingError
 from iggy_spark.sink.arrow_types import is_binary, is_text
 
@@ -39,24 +42,41 @@ def json_payloads(
     what ``orjson.dumps`` of the row as a dict writes, built column by column.
 
     Each column becomes an Arrow array of its values' JSON texts (Arrow casts numbers and
-    formats dates; strings without anything to escape are quoted as they are; orjson writes the
-    rest one value at a time), and one join per row writes the objects. Per row this costs a
-    fraction of building a dict and dumping it, and the payloads come out as bytes objects of
-    their own size: orjson's own output keeps a block of a few KB per payload, which the writer
-    would hold until its flush (200 MiB for 6 MB of small payloads).
+    formats dates; orjson writes what Arrow cannot, one value at a time) or of strings, and
+    the objects are joined from those: row by row in the compiled core, which writes the
+    strings as orjson does, or with one Arrow join per row (strings without anything to escape
+    quoted as they are, orjson writing the others). Per row this costs a fraction of building a
+    dict and dumping it, and the payloads come out as bytes objects of their own size:
+    orjson's own output keeps a block of a few KB per payload, which the writer would hold
+    until its flush (200 MiB for 6 MB of small payloads).
     """
     fields = [name for name in batch.schema.names if name not in routing]
     if not fields:
         return [b"{}"] * rows
     has_maps = any(_contains_map(batch.schema.field(name).type) for name in fields)
     option = orjson.OPT_NON_STR_KEYS if has_maps else 0
+    columns = [(("{" if number == 0 else ",") + orjson.dumps(name).decode() + ":",
+                *_json_texts(batch.column(name), name, name in json_columns, option))
+               for number, name in enumerate(fields)]
+    core = compiled_core.core()
+    if core is not None:
+        return cast(list[bytes], core.json_objects(
+            [(opening.encode(), strings, *_buffers(texts))
+             for opening, strings, texts in columns],
+            rows))
     parts: list[pa.Array | pa.Scalar] = []
-    for number, name in enumerate(fields):
-        opening = ("{" if number == 0 else ",") + orjson.dumps(name).decode() + ":"
-        parts += [pa.scalar(opening, _JSON), _json_texts(batch.column(name), name,
-                                                          name in json_columns, option)]
+    for opening, strings, texts in columns:
+        parts += [pa.scalar(opening, _JSON), _json(strings, texts)]
     objects = pc.binary_join_element_wise(*parts, _CLOSE, _NOTHING)
     return cast(list[bytes], objects.cast(pa.large_binary()).to_pylist())
+
+
+def _buffers(texts: pa.Array) -> tuple[pa.Buffer | None, pa.Buffer, pa.Buffer | None, int]:
+    """A column of JSON texts as the core takes it: a large_string array's validity, offsets
+    and data buffers, and its offset into them."""
+    large = texts.cast(_JSON)
+    validity, offsets, data = large.buffers()
+    return (validity if large.null_count else None), offsets, data, large.offset
 
 
 _JSON = pa.large_string()  # the JSON texts of a batch can outgrow a 2 GB string array
@@ -66,8 +86,10 @@ _ESCAPED = re.compile(rb'[\x00-\x1f"\\]')
 """What a JSON string must escape, and all that orjson escapes (it writes UTF-8 as is)."""
 
 
-def _json_texts(array: pa.Array, name: str, embedded: bool, option: int) -> pa.Array:
-    """One payload column as the JSON text of each value (``null`` for nulls).
+def _json_texts(array: pa.Array, name: str, embedded: bool, option: int
+                ) -> tuple[bool, pa.Array]:
+    """One payload column as the JSON text of each value, or (``True`` first) as strings, to
+    be written as JSON strings; a null stays null (``null`` in the object).
 
     ``embedded`` (a ``json_columns`` column): its text is JSON already and goes in as is.
     """
@@ -76,23 +98,37 @@ def _json_texts(array: pa.Array, name: str, embedded: bool, option: int) -> pa.A
         if not is_text(t):
             raise EncodingError(name, None, f"is listed in json_columns but is {t}, not a "
                                 "string column of JSON text")
-        return pc.fill_null(array.cast(_JSON), _NULL)
+        return False, array
     if pa.types.is_dictionary(t):
         return _json_texts(array.dictionary_decode(), name, False, option)
-    if _is_plain_text(t) and not _needs_escapes(array):
-        return _quoted(array)
+    if _is_plain_text(t):
+        return True, array
     if pa.types.is_integer(t) or pa.types.is_boolean(t):
-        return pc.fill_null(array.cast(_JSON), _NULL)
+        return False, array.cast(_JSON)
     text = _formatted(array)
     if text is not None:
-        return _quoted(text)
+        return True, text
     if (pa.types.is_list(t) or pa.types.is_large_list(t)) and _is_plain_text(t.value_type):
         items = array.flatten()  # the items of the non-null lists, in order
         if not _needs_escapes(items):
-            return _json_lists(array, _quoted(items))
+            return False, _json_lists(array, _quoted(items))
+    return False, _dumped(_json_values(array, name), option)
+
+
+def _json(strings: bool, texts: pa.Array) -> pa.Array:
+    """A column's JSON texts (what :func:`_json_texts` gave, ``strings`` written as JSON
+    strings), ``null`` for each null: the part of each row's object Arrow joins."""
+    if not strings:
+        return _filled(texts)
+    if not _needs_escapes(texts):
+        return _quoted(texts)
+    return _dumped(texts.to_pylist(), 0)
+
+
+def _dumped(values: list[Any], option: int) -> pa.Array:
+    """JSON-ready values as orjson writes them."""
     dumps = orjson.dumps
-    return pa.array([dumps(value, option=option).decode() for value in _json_values(array, name)],
-                    _JSON)
+    return pa.array([dumps(value, option=option).decode() for value in values], _JSON)
 
 
 def _is_plain_text(t: pa.DataType) -> bool:
@@ -101,8 +137,12 @@ def _is_plain_text(t: pa.DataType) -> bool:
 
 def _quoted(text: pa.Array) -> pa.Array:
     """Strings that need no escapes as JSON strings; nulls as ``null``."""
-    return pc.fill_null(
-        pc.binary_join_element_wise(_QUOTE, text.cast(_JSON), _QUOTE, _NOTHING), _NULL)
+    return _filled(pc.binary_join_element_wise(_QUOTE, text.cast(_JSON), _QUOTE, _NOTHING))
+
+
+def _filled(texts: pa.Array) -> pa.Array:
+    """JSON texts with ``null`` for each null."""
+    return pc.fill_null(texts.cast(_JSON), _NULL)
 
 
 def _json_lists(lists: pa.Array, items: pa.Array) -> pa.Array:

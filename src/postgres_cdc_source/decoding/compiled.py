@@ -9,23 +9,22 @@ casts the Python path's), and stops before any row it cannot take, which the Pyt
 then reads (property tests and a workload after Postgres's own decoding tests hold them equal).
 
 ``IGGY_SPARK_CORE=python`` in the environment keeps the Python path where the core is installed
-(to compare, or to rule the core out). Which path a process uses is logged once
-(:func:`announce`) and shown in the source's progress (:func:`path`).
+(to compare, or to rule the core out; :mod:`connector_common.compiled_core` finds the core).
+Which path a process uses is logged once (:func:`announce`) and shown in the source's progress
+(:func:`path`).
 """
 
 from __future__ import annotations
 
-import importlib
 import logging
-import os
 import struct
 from collections.abc import Iterable, Iterator, Sequence
 from functools import cache
-from importlib import metadata
 from types import ModuleType
 
 import orjson
 
+from connector_common.compiled_core import ENVIRONMENT, core, path, turned_off, version
 from postgres_cdc_source.decoding.blocks import ChangeBlock, Typed
 from postgres_cdc_source.decoding.changes import Event, PeekRow
 from postgres_cdc_source.decoding.pgoutput import (
@@ -44,43 +43,9 @@ __all__ = ["ENVIRONMENT", "CompiledPgOutput", "announce", "core", "core_columns"
 
 log = logging.getLogger(__name__)
 
-ENVIRONMENT = "IGGY_SPARK_CORE"
-"""Set to ``python`` to use the pure-Python path although the core is installed."""
-
-_INTERFACE = 3  # the core's INTERFACE this module is written for
 _FORMS = ("text", "integer", "boolean", "float", "json", "bytea", "timestamp", "timestamptz")
 _TYPED_FORMS = ("text", "integer", "float", "boolean", "bytea", "python")  # TYPED_KINDS
 _u32 = struct.Struct(">I").unpack_from
-
-
-@cache
-def core() -> ModuleType | None:
-    """The compiled core, or ``None``: not installed, of another interface, or turned off by
-    :data:`ENVIRONMENT`."""
-    if os.environ.get(ENVIRONMENT, "").strip().lower() == "python":
-        return None
-    try:
-        module = importlib.import_module("iggy_spark_core")
-    except ImportError:
-        return None
-    if getattr(module, "INTERFACE", None) != _INTERFACE:
-        log.warning("pg_cdc: iggy-spark-core %s has interface %s, this release needs %s: "
-                    "decoding in Python", _version(), getattr(module, "INTERFACE", "?"),
-                    _INTERFACE)
-        return None
-    return module
-
-
-def path() -> str:
-    """``compiled`` or ``python``: which path this process decodes the JSON mode's batches on."""
-    return "python" if core() is None else "compiled"
-
-
-def _version() -> str:
-    try:
-        return metadata.version("iggy-spark-core")
-    except metadata.PackageNotFoundError:
-        return "(unknown version)"
 
 
 @cache
@@ -88,8 +53,8 @@ def announce() -> str:
     """Log, once per process, which path decodes; returns :func:`path`."""
     if core() is not None:
         log.info("pg_cdc: decoding pgoutput with the compiled core (iggy-spark-core %s)",
-                 _version())
-    elif os.environ.get(ENVIRONMENT, "").strip().lower() == "python":
+                 version())
+    elif turned_off():
         log.info("pg_cdc: decoding in Python (%s=python)", ENVIRONMENT)
     else:
         log.warning("pg_cdc: the compiled core (iggy-spark-core) is not installed: decoding in "
