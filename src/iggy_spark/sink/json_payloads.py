@@ -109,6 +109,8 @@ def _json_texts(array: pa.Array, name: str, embedded: bool, option: int
     if text is not None:
         return True, text
     if (pa.types.is_list(t) or pa.types.is_large_list(t)) and _is_plain_text(t.value_type):
+        if array.null_count == len(array):  # pg_cdc's `unchanged`, most of the time
+            return False, pa.nulls(len(array), _JSON)
         items = array.flatten()  # the items of the non-null lists, in order
         if not _needs_escapes(items):
             return False, _json_lists(array, _quoted(items))
