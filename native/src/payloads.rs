@@ -13,7 +13,7 @@ use pyo3::exceptions::PyValueError;
 use pyo3::prelude::*;
 use pyo3::types::{PyBytes, PyList};
 
-use crate::values::json_string;
+use crate::values::json_string_of_utf8;
 
 /// One payload column, as `json_objects` takes it: its opening, whether its texts are strings
 /// (written as JSON strings) rather than JSON,
@@ -46,7 +46,17 @@ impl<'a> Texts<'a> {
         if ends.and_then(|n| n.checked_mul(8)).is_none_or(|n| n > texts.offsets.len())
             || texts.validity.is_some_and(|v| (texts.offset + rows).div_ceil(8) > v.len())
         {
-            return Err(PyValueError::new_err("a column's buffers hold fewer rows than asked"));
+            return Err(texts.refused("its buffers hold fewer rows than asked"));
+        }
+        if texts.strings {
+            // Checked once for the column's rows: each string then only needs to start and
+            // end on a character's boundary to be UTF-8 too.
+            let start = texts.offset_at(texts.offset);
+            let end = texts.offset_at(texts.offset + rows);
+            let valid = texts.span(start, end).is_some_and(|all| std::str::from_utf8(all).is_ok());
+            if !valid {
+                return Err(texts.refused("its strings are not UTF-8"));
+            }
         }
         Ok(texts)
     }
@@ -57,20 +67,36 @@ impl<'a> Texts<'a> {
         if self.validity.is_some_and(|bits| bits[at / 8] & (1 << (at % 8)) == 0) {
             return Ok(None);
         }
-        let start = offset_at(self.offsets, at);
-        let end = offset_at(self.offsets, at + 1);
-        usize::try_from(start)
-            .ok()
-            .zip(usize::try_from(end).ok())
-            .and_then(|(start, end)| self.data.get(start..end))
-            .map(Some)
-            .ok_or_else(|| PyValueError::new_err("a column's offsets point outside its data"))
+        let (start, end) = (self.offset_at(at), self.offset_at(at + 1));
+        match self.span(start, end) {
+            Some(text) if !self.strings || (boundary(self.data, start) && boundary(self.data, end))
+                => Ok(Some(text)),
+            Some(_) => Err(self.refused("its strings are not UTF-8")),
+            None => Err(self.refused("its offsets point outside its data")),
+        }
+    }
+
+    /// The error for a column whose buffers are not what Arrow's are (pyarrow's never are
+    /// such): `ValueError` naming the column by its opening.
+    fn refused(&self, why: &str) -> PyErr {
+        let opening = String::from_utf8_lossy(self.opening);
+        let name = opening.trim_start_matches(['{', ',']).trim_end_matches(':');
+        PyValueError::new_err(format!("the payload column {name}: {why}"))
+    }
+
+    fn offset_at(&self, index: usize) -> i64 {
+        let bytes: [u8; 8] = self.offsets[index * 8..index * 8 + 8].try_into().expect("8 bytes");
+        i64::from_le_bytes(bytes)
+    }
+
+    fn span(&self, start: i64, end: i64) -> Option<&'a [u8]> {
+        self.data.get(usize::try_from(start).ok()?..usize::try_from(end).ok()?)
     }
 }
 
-fn offset_at(offsets: &[u8], index: usize) -> i64 {
-    let bytes: [u8; 8] = offsets[index * 8..index * 8 + 8].try_into().expect("8 bytes");
-    i64::from_le_bytes(bytes)
+/// Whether `at` (within `data` or at its end) is where a UTF-8 character starts.
+fn boundary(data: &[u8], at: i64) -> bool {
+    data.get(at as usize).is_none_or(|&b| !(0x80..0xc0).contains(&b))
 }
 
 /// A buffer's bytes; pyarrow's buffers are contiguous and outlive the call, which holds them.
@@ -85,8 +111,9 @@ fn bytes_of(buffer: &PyBuffer<i8>) -> PyResult<&[u8]> {
 }
 
 /// Every row's JSON object, as `bytes`: for each column its opening and its text (a string
-/// column's as a JSON string), `null` for a null, then `}`. A string that is not UTF-8 is
-/// refused (`ValueError`): Arrow's strings are.
+/// column's as a JSON string), `null` for a null, then `}`. Buffers that are not a
+/// large_string array's (too short, offsets outside the data, strings that are not UTF-8)
+/// are refused with `ValueError`, before anything is written.
 #[pyfunction]
 pub fn json_objects<'py>(py: Python<'py>, columns: Vec<Column>, rows: usize)
                          -> PyResult<Bound<'py, PyList>> {
@@ -99,10 +126,7 @@ pub fn json_objects<'py>(py: Python<'py>, columns: Vec<Column>, rows: usize)
             object.extend_from_slice(column.opening);
             match column.text(row)? {
                 None => object.extend_from_slice(b"null"),
-                Some(text) if column.strings => match std::str::from_utf8(text) {
-                    Ok(text) => json_string(&mut object, text),
-                    Err(_) => return Err(PyValueError::new_err("a string is not UTF-8")),
-                },
+                Some(text) if column.strings => json_string_of_utf8(&mut object, text),
                 Some(text) => object.extend_from_slice(text),
             }
         }

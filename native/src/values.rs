@@ -160,28 +160,41 @@ impl Relation {
 
 /// `text` as a JSON string, escaped as orjson escapes: `"`, `\` and control characters.
 pub fn json_string(out: &mut Vec<u8>, text: &str) {
+    json_string_of_utf8(out, text.as_bytes());
+}
+
+/// The bytes that orjson escapes in a string: `"`, `\` and the control characters.
+const ESCAPED: [bool; 256] = {
+    let mut table = [false; 256];
+    let mut b = 0;
+    while b < 0x20 {
+        table[b] = true;
+        b += 1;
+    }
+    table[b'"' as usize] = true;
+    table[b'\\' as usize] = true;
+    table
+};
+
+/// [`json_string`] of bytes the caller knows are UTF-8: only ASCII bytes are ever escaped.
+pub fn json_string_of_utf8(out: &mut Vec<u8>, bytes: &[u8]) {
     const HEX: &[u8; 16] = b"0123456789abcdef";
     out.push(b'"');
-    let bytes = text.as_bytes();
     let mut run = 0;
-    for (i, &b) in bytes.iter().enumerate() {
-        let escape: &[u8] = match b {
-            b'"' => b"\\\"",
-            b'\\' => b"\\\\",
-            b'\n' => b"\\n",
-            b'\r' => b"\\r",
-            b'\t' => b"\\t",
-            0x08 => b"\\b",
-            0x0c => b"\\f",
-            0x00..=0x1f => b"",
-            _ => continue,
-        };
+    while let Some(found) = bytes[run..].iter().position(|&b| ESCAPED[b as usize]) {
+        let i = run + found;
         out.extend_from_slice(&bytes[run..i]);
-        if escape.is_empty() {
-            out.extend_from_slice(&[b'\\', b'u', b'0', b'0', HEX[(b >> 4) as usize],
-                                    HEX[(b & 15) as usize]]);
-        } else {
-            out.extend_from_slice(escape);
+        let b = bytes[i];
+        match b {
+            b'"' => out.extend_from_slice(b"\\\""),
+            b'\\' => out.extend_from_slice(b"\\\\"),
+            b'\n' => out.extend_from_slice(b"\\n"),
+            b'\r' => out.extend_from_slice(b"\\r"),
+            b'\t' => out.extend_from_slice(b"\\t"),
+            0x08 => out.extend_from_slice(b"\\b"),
+            0x0c => out.extend_from_slice(b"\\f"),
+            _ => out.extend_from_slice(&[b'\\', b'u', b'0', b'0', HEX[(b >> 4) as usize],
+                                         HEX[(b & 15) as usize]]),
         }
         run = i + 1;
     }
