@@ -37,6 +37,7 @@ import pyarrow as pa
 import pyarrow.parquet as pq
 
 from bench import common, handwritten, iggy
+from connector_common import compiled_core
 
 FIELDS = ("n", "name", "amount", "active", "note")
 SCHEMA = ("stream string, topic string, id string, n long, name string, amount double,"
@@ -165,7 +166,9 @@ def main(argv: list[str] | None = None) -> int:
         "config": {"messages": args.messages, "rounds": args.rounds, "files": args.files,
                    "delivery_guarantee": guarantee,
                    "payload_fields": FIELDS, "schema": SCHEMA,
-                   "broker": "LocalIggy(process=True), fresh per round"},
+                   "broker": "LocalIggy(process=True), fresh per round",
+                   # the Python workers inherit this process's IGGY_SPARK_CORE
+                   "payload_join": compiled_core.path()},
         "results": {"by_destinations": results},
         "summary": summary,
     })
