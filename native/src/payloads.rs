@@ -16,9 +16,9 @@ use pyo3::types::{PyBytes, PyList};
 use crate::values::json_string_of_utf8;
 
 /// One payload column, as `json_objects` takes it: its opening, whether its texts are strings
-/// (written as JSON strings) rather than JSON,
-/// and the buffers of a large_string array (validity or `None`, i64 offsets, data or `None`)
-/// with the array's offset into them. pyarrow's buffers say they hold `i8`s (format `b`).
+/// (each written as a JSON string) rather than JSON, and the buffers of a large_string array
+/// (validity or `None`, i64 offsets, data or `None`) with the array's offset into them.
+/// pyarrow's buffers say they hold `i8`s (format `b`).
 type Column = (Vec<u8>, bool, Option<PyBuffer<i8>>, PyBuffer<i8>, Option<PyBuffer<i8>>, usize);
 
 /// A column's buffers, checked to hold `rows` values from `offset`.
@@ -113,7 +113,7 @@ fn bytes_of(buffer: &PyBuffer<i8>) -> PyResult<&[u8]> {
 /// Every row's JSON object, as `bytes`: for each column its opening and its text (a string
 /// column's as a JSON string), `null` for a null, then `}`. Buffers that are not a
 /// large_string array's (too short, offsets outside the data, strings that are not UTF-8)
-/// are refused with `ValueError`, before anything is written.
+/// are refused with `ValueError`, and no payload is returned.
 #[pyfunction]
 pub fn json_objects<'py>(py: Python<'py>, columns: Vec<Column>, rows: usize)
                          -> PyResult<Bound<'py, PyList>> {
