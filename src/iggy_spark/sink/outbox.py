@@ -13,7 +13,7 @@ from __future__ import annotations
 
 import asyncio
 from collections import Counter, defaultdict
-from collections.abc import Callable
+from collections.abc import Callable, Iterator
 from contextlib import AbstractAsyncContextManager, nullcontext, suppress
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any
@@ -41,6 +41,44 @@ Group = tuple[Destination, int | None]
 Headers = dict[str, str | bytes]
 Message = tuple[bytes, Headers | None, int]  # payload, user headers, id (0: none)
 Refused = Callable[[Destination, list[Message]], None]
+
+
+class _Kept:
+    """A group's messages as they were buffered (payload, user headers, id), kept column by
+    column: a stretch of rows is kept by three list extends where a tuple per row cost about
+    as much as making its SDK message. Read back only where needed: the last message of each
+    send (for the origin header) and a tail an open breaker refused."""
+
+    __slots__ = ("headers", "ids", "payloads")
+
+    def __init__(self) -> None:
+        self.payloads: list[bytes] = []
+        self.headers: list[Headers | None] = []
+        self.ids: list[int] = []
+
+    def __len__(self) -> int:
+        return len(self.payloads)
+
+    def __iter__(self) -> Iterator[Message]:
+        return zip(self.payloads, self.headers, self.ids, strict=True)
+
+    def __getitem__(self, index: int) -> Message:
+        return self.payloads[index], self.headers[index], self.ids[index]
+
+    def append(self, payload: bytes, headers: Headers | None, message_id: int) -> None:
+        self.payloads.append(payload)
+        self.headers.append(headers)
+        self.ids.append(message_id)
+
+    def extend(self, payloads: list[bytes], headers: list[Headers | None], ids: list[int]) -> None:
+        self.payloads.extend(payloads)
+        self.headers.extend(headers)
+        self.ids.extend(ids)
+
+    def since(self, start: int) -> list[Message]:
+        """The messages from ``start`` on."""
+        return list(zip(self.payloads[start:], self.headers[start:], self.ids[start:],
+                        strict=True))
 
 
 def backoff(attempt: int) -> float:
@@ -91,7 +129,7 @@ class Outbox:
         # parts stay beside them in case the destination's breaker opens and they must be
         # dead-lettered (an SDK message cannot be read back).
         self.groups: dict[Group, list[apache_iggy.SendMessage]] = defaultdict(list)
-        self.raw: dict[Group, list[Message]] = defaultdict(list)
+        self.raw: dict[Group, _Kept] = defaultdict(_Kept)
         self.buffered = 0
         self._message = apache_iggy.SendMessage
         # Effectively-once delivery: each group numbers the messages it sends; in a replay
@@ -123,7 +161,7 @@ class Outbox:
             if group not in self.groups:
                 self.first_seq[group] = seq
         self.groups[group].append(self._message(self._data(payload), headers, message_id or None))
-        self.raw[group].append((payload, headers, message_id))
+        self.raw[group].append(payload, headers, message_id)
         self.buffered += len(payload)
 
     def add_rows(self, groups: list[Group], payloads: list[bytes],
@@ -143,15 +181,18 @@ class Outbox:
             with suppress(UnicodeDecodeError):
                 data = list(map(bytes.decode, payloads))
         messages = map(self._message, data, headers, [message_id or None for message_id in ids])
-        raw = zip(payloads, headers, ids, strict=True)
         if len(counts) == 1:
             self.groups[groups[0]].extend(messages)
-            self.raw[groups[0]].extend(raw)
+            self.raw[groups[0]].extend(payloads, headers, ids)
         else:
             buffered, kept = self.groups, self.raw
-            for group, message, one in zip(groups, messages, raw, strict=True):
+            for group, message, payload, header, message_id in zip(
+                    groups, messages, payloads, headers, ids, strict=True):
                 buffered[group].append(message)
-                kept[group].append(one)
+                parts = kept[group]  # _Kept.append inlined: a call per row costs more
+                parts.payloads.append(payload)
+                parts.headers.append(header)
+                parts.ids.append(message_id)
         self.buffered += sum(map(len, payloads))
 
     def _data(self, payload: bytes) -> bytes | str:
@@ -211,7 +252,7 @@ class Outbox:
         """
         while self.groups:
             groups, raw, first = self.groups, self.raw, self.first_seq
-            self.groups, self.raw, self.buffered = defaultdict(list), defaultdict(list), 0
+            self.groups, self.raw, self.buffered = defaultdict(list), defaultdict(_Kept), 0
             self.first_seq = {}
             where = {d: self.where(d) for d, _ in groups}  # before the loop: it may look up
             outcomes = self.conn.run(self._send_all(groups, raw, first, where))
@@ -231,7 +272,7 @@ class Outbox:
                 self.refused(destination, messages)
 
     async def _send_all(
-        self, groups: dict[Group, list[apache_iggy.SendMessage]], raw: dict[Group, list[Message]],
+        self, groups: dict[Group, list[apache_iggy.SendMessage]], raw: dict[Group, _Kept],
         first: dict[Group, int], where: dict[Destination, sending.Topic],
     ) -> list[_Outcome]:
         gate = asyncio.Semaphore(self.options.max_concurrent_destinations)
@@ -247,7 +288,7 @@ class Outbox:
 
     async def _send_group(
         self, destination: Destination, topic: sending.Topic, partition: int | None,
-        messages: list[apache_iggy.SendMessage], raw: list[Message],
+        messages: list[apache_iggy.SendMessage], raw: _Kept,
         gate: asyncio.Semaphore, probe: AbstractAsyncContextManager[Any],
         first_seq: int | None = None,
     ) -> _Outcome:
@@ -263,7 +304,7 @@ class Outbox:
         async with probe:
             while outcome.sent < len(messages):
                 if self.board.state(destination) is BreakerState.OPEN:
-                    outcome.refused = raw[outcome.sent:]
+                    outcome.refused = raw.since(outcome.sent)
                     break
                 chunk = messages[outcome.sent:outcome.sent + MESSAGES_PER_SEND]
                 first = (None if self.origin is None or first_seq is None
