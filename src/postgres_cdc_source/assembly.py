@@ -270,8 +270,12 @@ class _Columns:
     def _joined(self) -> list[pa.Array]:
         """The per-change columns of parts some of which are blocks: a struct image column
         cast once the parts' are joined, so that a value its type cannot hold fails at the row
-        and column it fails at on the Python path (which casts the batch's at once)."""
+        and column it fails at on the Python path (which casts the batch's at once). Blocks in
+        a row are joined before their fields are made texts (:meth:`_typed`): once per run of
+        blocks, not per transaction, where Arrow's per-call cost was most of what struct rows
+        cost over JSON."""
         pieces: list[list[pa.Array]] = []
+        blocks: list[list[pa.Array]] = []
         run: list[Change] = []
         taken = 0  # destinations of the parts before ``run``
         for part, mark in zip(self.parts, self.marks, strict=True):
@@ -279,13 +283,18 @@ class _Columns:
                 if run:
                     pieces.append(self._changes(run, self.destinations[taken:mark], False))
                     run = []
-                pieces.append(self._block(part))
+                blocks.append(self._block(part))
                 taken = mark
             else:
+                if blocks:
+                    pieces.append(self._typed(blocks))
+                    blocks = []
                 run.extend(part)  # type: ignore[arg-type]
+        if blocks:
+            pieces.append(self._typed(blocks))
         if run:
             pieces.append(self._changes(run, self.destinations[taken:], False))
-        columns = [pa.concat_arrays(column) for column in zip(*pieces, strict=True)]
+        columns = _concat(pieces)
         lsn, _seq, schema, table = columns[:4]
         for i, name in ((5, "key"), (6, "before"), (7, "after")):
             arrow = self.schema.field(name).type
@@ -300,16 +309,30 @@ class _Columns:
         return columns
 
     def _block(self, block: ChangeBlock) -> list[pa.Array]:
+        """A block's columns, its ``key`` and ``after`` as the core keeps them (``before``
+        null): :meth:`_typed` makes them the batch's."""
         count = len(block)
-        key, after = block.key, block.after
-        image = self.schema.field("before").type
-        if pa.types.is_struct(image):  # row_format=struct: the values still text as text
-            key = fields_texts(key, self.schema.field("key").type)
-            after = fields_texts(after, image)
-            image = after.type
-        return [block.lsn, block.seq, block.schema, block.table, block.op, key,
-                pa.nulls(count, image), after, no_unchanged(count),
+        return [block.lsn, block.seq, block.schema, block.table, block.op, block.key,
+                pa.nulls(count, block.after.type), block.after, no_unchanged(count),
                 *self.router.block_columns(block)]
+
+    def _typed(self, blocks: list[list[pa.Array]]) -> list[pa.Array]:
+        """Consecutive blocks' columns joined, with ``row_format=struct``'s values still text
+        as text (:func:`fields_texts`), as the single changes' are before the batch's cast."""
+        columns = _concat(blocks)
+        image = self.schema.field("before").type
+        if pa.types.is_struct(image):
+            columns[5] = fields_texts(columns[5], self.schema.field("key").type)
+            columns[7] = fields_texts(columns[7], image)
+            columns[6] = pa.nulls(len(columns[7]), columns[7].type)
+        return columns
+
+
+def _concat(pieces: list[list[pa.Array]]) -> list[pa.Array]:
+    """Each column of ``pieces`` (lists of the same columns) joined."""
+    if len(pieces) == 1:
+        return pieces[0]
+    return [pa.concat_arrays(column) for column in zip(*pieces, strict=True)]
 
 
 def image_column(images: Sequence[Any], arrow_type: pa.DataType) -> pa.Array:

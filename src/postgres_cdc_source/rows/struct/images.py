@@ -136,8 +136,9 @@ def fields_texts(fields: pa.StructArray, arrow: pa.StructType) -> pa.StructArray
     :func:`image_texts` gives the images' for ``arrow``: typed, but for the values still text
     that :func:`cast_texts` casts. A float is read through a double, as Python's ``float``
     reads it; the core checked every text it kept."""
+    texts = _texts_type(arrow)
     children = []
-    for field, child in zip(_texts_type(arrow), fields.flatten(), strict=True):
+    for field, child in zip(texts, fields.flatten(), strict=True):
         kind = field.type
         if child.type == kind:  # text, bytes, or values the converter made
             children.append(child)
@@ -147,8 +148,7 @@ def fields_texts(fields: pa.StructArray, arrow: pa.StructType) -> pa.StructArray
             children.append(child.cast(pa.float64()).cast(kind))
         else:
             children.append(child.cast(kind))
-    return pa.StructArray.from_arrays(children, fields=list(_texts_type(arrow)),
-                                      mask=fields.is_null())
+    return pa.StructArray.from_arrays(children, fields=list(texts), mask=fields.is_null())
 
 
 def _cast(texts: pa.Array, field: pa.Field, convert: Callable[[str], Any]) -> pa.Array:
