@@ -24,6 +24,7 @@ from postgres_cdc_source.backfill import cancel_backfill, request_backfill
 from postgres_cdc_source.backfill.requests import Malformed, request_of
 from postgres_cdc_source.errors import BackfillRefused
 from postgres_cdc_source.options import REQUEST_PREFIX
+from postgres_cdc_source.replication import request_table
 from postgres_cdc_source.replication.request_table import MAX_TABLES, RequestRow
 
 PLUGINS = ["pgoutput", "test_decoding"]
@@ -192,3 +193,60 @@ def test_the_requests_table_is_never_captured(
     request_backfill(pg.dsn, name, [name])
     rows = _drain(query)
     assert {(r["op"], r["table"]) for r in rows} == {("read", name)}
+
+
+def test_a_start_searches_the_wal_only_where_the_table_may_hold_a_request(
+    pg: LocalPostgres, name: str, intruder: str, caplog: pytest.LogCaptureFixture,
+) -> None:
+    """A request is a row, so a query starting on a backlog reads the WAL for requests only
+    when the table has a row in the batch's range (or a session writing one): the forged
+    message written while it was down is never read as one (no warning), the insert after it
+    arrives; a ``NOTIFY`` makes the next planning read every message, and name the forged."""
+    caplog.set_level(logging.INFO, logger="postgres_cdc_source.backfill")
+    _table(pg, name, 1)
+    query = DrivenQuery(pg, {"slot": name, "include_tables": rf"public\.{name}"})
+    with psycopg.connect(intruder, autocommit=True) as conn:
+        _emit(conn, json.dumps({"id": "x", "slot": name, "tables": [["public", name]]}))
+    with pg.connect() as conn:
+        conn.execute(f"INSERT INTO {name} VALUES (2, 'new')")
+    rows = _drain(query)
+    assert [json.loads(r["after"])["id"] for r in rows] == [2]
+    assert not _SKIPPED.search(caplog.text)
+    with psycopg.connect(intruder, autocommit=True) as conn:
+        _emit(conn, json.dumps({"id": "y", "slot": name, "tables": [["public", name]]}))
+        conn.execute("NOTIFY pg_cdc_backfill")
+    assert _drain(query) == []
+    assert len(_SKIPPED.findall(caplog.text)) == 1
+    assert query.reader.reportLatestOffset()["skipped_requests"] == 1
+
+
+def test_the_table_may_hold_a_request_while_a_session_writes_one_or_a_row_is_in_range(
+    pg: LocalPostgres, name: str
+) -> None:
+    """:func:`~postgres_cdc_source.replication.request_table.may_hold`: a row in ``(after,
+    upto]``, or any session still inserting (its commit may be flushed before it is
+    visible); nothing else."""
+    _table(pg, name, 1)
+    DrivenQuery(pg, {"slot": name, "include_tables": rf"public\.{name}"})  # slot and table
+    with pg.connect() as conn:
+
+        def flush() -> int:
+            row = conn.execute("SELECT pg_current_wal_flush_lsn() - '0/0'").fetchone()
+            assert row is not None
+            return int(row[0])
+
+        assert not request_table.may_hold(conn, name, 0, flush())
+        with psycopg.connect(pg.dsn) as writer:  # a transaction, left open
+            writer.execute("INSERT INTO public.pg_cdc_requests (slot, tables) "
+                           "VALUES (%s, ARRAY[%s]::regclass[])", (name, name))
+            assert request_table.may_hold(conn, name, 0, flush())
+            writer.rollback()
+        assert not request_table.may_hold(conn, name, 0, flush())
+        before = flush()
+        request_backfill(pg.dsn, name, [name])
+        (lsn,) = conn.execute("SELECT max(lsn) - '0/0' FROM public.pg_cdc_requests").fetchone()
+        assert before < int(lsn) <= flush()
+        assert request_table.may_hold(conn, name, before, flush())
+        assert request_table.may_hold(conn, name, int(lsn) - 1, int(lsn))
+        assert not request_table.may_hold(conn, name, int(lsn), flush())
+        assert not request_table.may_hold(conn, name, 0, before)

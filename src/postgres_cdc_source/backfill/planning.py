@@ -58,7 +58,10 @@ class BackfillPlanner:
     ``NOTIFY`` on :data:`~postgres_cdc_source.options.BACKFILL_CHANNEL` arrives. The slot
     passes a batch's range once the batch commits, so until a search reaches the flush
     position every batch's own range is searched as it is planned: a backlog read in several
-    batches after a start or a notification is decoded twice, steady state not at all. A chunk
+    batches after a notification is decoded twice, steady state not at all. After a start, a
+    batch's range is searched only where the requests table could hold a row for it (rows
+    written while the query was down, or being written): a request is a row, so a start on a
+    backlog without one decodes it once. A chunk
     is planned only when the stream has caught up (the batch ends at the flush position), so a
     backfill never holds the stream back.
     """
@@ -69,6 +72,8 @@ class BackfillPlanner:
         """Where requests are listened for and markers written: the server read, or its
         primary when that is a standby."""
         self._search = True
+        self._told = False
+        """A ``NOTIFY`` arrived since the last search that reached the flush position."""
         self._search_timeout = SEARCH_TIMEOUT
         self._listening: Conn | object | None = None
         self._started: dict[str, float] = {}
@@ -86,7 +91,7 @@ class BackfillPlanner:
         return {**self.__dict__, "_listening": None}
 
     def _notified(self, _notify: psycopg.Notify) -> None:
-        self._search = True
+        self._search = self._told = True
 
     def plan(
         self, conn: Conn, state: Backfills, start: int, caught_up: bool, end: int
@@ -117,10 +122,14 @@ class BackfillPlanner:
         writer.execute("SELECT 1")  # delivers the notifications that arrived meanwhile
         flush = positions.flush_lsn(conn)
         if self._search:  # in a backlog, the batch's own range: the next planning is past it
-            self._search = not caught_up  # before: a NOTIFY during the search sets it again
-            searched = self._requests(conn, state, start, flush if caught_up else end)
+            # before: a NOTIFY during the search sets them again
+            told, self._told = self._told, self._told and not caught_up
+            self._search = not caught_up
+            searched = self._requests(conn, writer, state, start,
+                                      flush if caught_up else end, told)
             if searched is None:  # the slot must not pass WAL a due search has not read
                 self._search = True
+                self._told = self._told or told
                 return state, start
             state = searched
         if not caught_up:  # the backlog first: chunks are planned once it is read
@@ -136,12 +145,20 @@ class BackfillPlanner:
         return state, end
 
     def _requests(
-        self, conn: Conn, state: Backfills, start: int, upto: int
+        self, conn: Conn, writer: Conn, state: Backfills, start: int, upto: int, told: bool
     ) -> Backfills | None:
         """``state`` with the requests and cancels written up to ``upto`` (the flush position
         ends the search; a batch's end, in a backlog, does not). The search reads the WAL from
         ``start``, as the batch will, under a timeout (:data:`SEARCH_TIMEOUT`); ``None`` when
-        it took longer: the batch then waits for the next planning's try."""
+        it took longer: the batch then waits for the next planning's try. Unless ``told`` (a
+        ``NOTIFY`` since the last search that reached the flush position, whose messages are
+        then all read and the forged ones named), the search runs only where the requests
+        table could hold a row of a message it would find
+        (:func:`~postgres_cdc_source.replication.request_table.may_hold`): a start or a
+        backlog is not decoded twice for requests that are not there."""
+        if not (told or writer is not conn
+                or request_table.may_hold(conn, self.options.slot, state.scanned, upto)):
+            return state.requested([], set(), upto)
         pubs = peeking.publications(conn, self.options, start)
         # a new table's first rows are missing from the stream only with the managed pair
         # alone; whoever reads <publication>_all from here on gets them in the stream

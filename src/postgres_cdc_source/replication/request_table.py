@@ -36,7 +36,8 @@ from connector_common.lsn import format_lsn
 from postgres_cdc_source.options import BACKFILL_CHANNEL, REQUEST_PREFIX, REQUESTS_TABLE
 
 __all__ = [
-    "KINDS", "MAX_CONDITION", "MAX_ID", "MAX_TABLES", "TABLE", "RequestRow", "ensure", "rows_at",
+    "KINDS", "MAX_CONDITION", "MAX_ID", "MAX_TABLES", "TABLE", "RequestRow", "ensure",
+    "may_hold", "rows_at",
 ]
 
 log = logging.getLogger(__name__)
@@ -105,6 +106,20 @@ SELECT (q.lsn - '0/0')::int8, q.kind, pg_catalog.left(q.id, {max_id} + 1), q.slo
 FROM {table} AS q WHERE q.lsn = ANY (%s::pg_catalog.pg_lsn[])"""
 
 
+# a session inserting a row holds this lock until its commit is visible (locks are released
+# after the transaction leaves the proc array), and a prepared transaction until it ends
+_WRITING = """
+SELECT EXISTS (SELECT FROM pg_catalog.pg_locks
+               WHERE relation = pg_catalog.to_regclass(%s) AND mode <> 'AccessShareLock'
+                 AND pid IS DISTINCT FROM pg_catalog.pg_backend_pid())"""
+# a transaction the slot sends after its position wrote its changes after its restart point
+_IN_RANGE = """
+SELECT EXISTS (SELECT FROM {table}
+               WHERE lsn > %s::pg_catalog.pg_lsn AND lsn <= %s::pg_catalog.pg_lsn
+                 AND lsn >= COALESCE((SELECT restart_lsn FROM pg_catalog.pg_replication_slots
+                                      WHERE slot_name = %s), '0/0'))"""
+
+
 @dataclass(frozen=True)
 class RequestRow:
     """A row of the table as read (bounded: longer values are cut one past their limit)."""
@@ -165,6 +180,28 @@ def _trusted(conn: Conn) -> tuple[str, bool] | None:
     """``(owner, trusted)`` of the requests table, ``None`` if there is none."""
     row = conn.execute(_TRUST, (".".join(REQUESTS_TABLE),)).fetchone()
     return None if row is None else (str(row[0]), bool(row[1]))
+
+
+def may_hold(conn: Conn, slot: str, after: int, upto: int) -> bool:
+    """Whether a search of ``slot``'s WAL up to ``upto`` (flushed) could find a request
+    message after ``after`` with a row of the table at its LSN, trusted or not: a row in that
+    range visible now, or a session still writing to the table (its commit may be flushed but
+    not yet visible). ``False`` spares the search, a second decode of the range: a message
+    without a row is never a request. ``conn`` must be the primary's (a standby knows no other
+    session's locks) and not inside a transaction: each check sees what is committed as it
+    starts, the locks first, so that a writer is either seen at its lock or its row seen.
+    """
+    with conn.transaction():
+        row = conn.execute(_WRITING, (".".join(REQUESTS_TABLE),)).fetchone()
+    if row is None or row[0]:
+        return True
+    try:
+        with conn.transaction():
+            found = conn.execute(sql.SQL(_IN_RANGE).format(table=TABLE), (
+                format_lsn(after), format_lsn(upto), slot)).fetchone()
+    except psycopg.ProgrammingError:  # no such table, or not of this shape: search
+        return True
+    return found is None or bool(found[0])
 
 
 def rows_at(conn: Conn, lsns: Sequence[int]) -> dict[int, RequestRow]:
