@@ -165,3 +165,63 @@ def test_a_session_ended_mid_read_goes_on_where_it_stopped(
                         caplog.text)
     assert skipped and given[0].num_rows <= int(skipped[1]) < undisturbed.num_rows
     assert _temporary_slots(pg) == []
+
+
+@pytest.mark.parametrize("plugin", ["pgoutput", "test_decoding"])
+def test_a_one_task_batch_read_in_two_halves_gives_the_rows_of_one_peek(
+    pg: LocalPostgres, name: str, plugin: str, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """The second half peeked from a copy while the first is decoded
+    (:mod:`postgres_cdc_source.stream.halves`): a transaction open across the midpoint, one
+    spilled to disk and a column added halfway give exactly the rows (ids included) of one
+    peek, in the same order; closed after its first batch, the read leaves no copy, no
+    connection and no thread behind, and the query's slot does not move."""
+    import threading
+
+    from postgres_cdc_source.stream import halves
+
+    with pg.connect() as conn:
+        conn.execute(f"CREATE TABLE {name} (id int PRIMARY KEY, v text)")
+    reader = _reader(pg, name, plugin, 1)
+    start = parse_lsn(reader.initialOffset()["lsn"])
+    with pg.connect() as conn, psycopg.connect(pg.dsn) as long:
+        for i in range(60):
+            conn.execute(f"INSERT INTO {name} VALUES (%s, 'x')", (i,))
+        conn.execute(f"ALTER TABLE {name} ADD COLUMN w int")
+        long.execute(f"INSERT INTO {name} VALUES (-1, 'began first')")
+        conn.execute(f"INSERT INTO {name} SELECT g, md5(g::text), g "
+                     "FROM generate_series(100, 400) g")
+        long.execute(f"INSERT INTO {name} VALUES (-2, 'committed late')")
+        long.commit()
+        conn.execute(f"UPDATE {name} SET w = 0 WHERE id < 10")
+        end = parse_lsn(conn.execute("SELECT pg_current_wal_flush_lsn()::text").fetchone()[0])  # type: ignore[index]
+
+    monkeypatch.setattr(halves, "SPLIT_BYTES", 1 << 62)
+    count, whole = _read(reader, start, end)
+    assert count == 1 and len(whole) == 60 + 301 + 2 + 12
+    seconds: list[int] = []
+    first_fetch = halves._first_fetch
+
+    def counted(*args: object) -> object:
+        seconds.append(1)
+        return first_fetch(*args)  # type: ignore[arg-type]
+
+    monkeypatch.setattr(halves, "SPLIT_BYTES", 1)
+    monkeypatch.setattr(halves, "_first_fetch", counted)
+    assert _read(reader, start, end)[1] == whole
+    assert seconds == [1]
+    threads = threading.active_count()
+    (part,) = reader.partitions({"lsn": format_lsn(start)}, {"lsn": format_lsn(end)})
+    batches = reader.read(part)
+    next(batches)
+    batches.close()
+    assert threading.active_count() == threads
+    assert _temporary_slots(pg) == []
+    with pg.connect() as conn:
+        position = conn.execute(
+            "SELECT confirmed_flush_lsn::text FROM pg_replication_slots WHERE slot_name = %s",
+            (name,)).fetchone()
+        assert position is not None and parse_lsn(position[0]) == start
+        assert halves._room(conn)
+        monkeypatch.setattr(halves, "SPARE", 100_000)
+        assert not halves._room(conn)

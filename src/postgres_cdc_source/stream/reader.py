@@ -64,7 +64,7 @@ from postgres_cdc_source.replication import diagnostics, peeking, positions
 from postgres_cdc_source.rows import RowFormat
 from postgres_cdc_source.rows.json.format import JSON_ROWS
 from postgres_cdc_source.rows.struct.structs import StructRows
-from postgres_cdc_source.stream import reselect, splitting
+from postgres_cdc_source.stream import halves, reselect, splitting
 from postgres_cdc_source.stream.coordinator import Coordinator
 from postgres_cdc_source.stream.offset import PENDING, StreamOffset
 from postgres_cdc_source.stream.ranges import RangePlanner
@@ -259,8 +259,10 @@ def _peeked(
     conn = connect_with_retry(options, autocommit=False)
     try:
         core = _compiled(options, rows_format)
-        fetched = peeking.fetched_range(conn, options, partition.start, partition.end,
-                                        partition.copy_from)
+        fetched = (halves.fetched_halves(conn, options, partition.start, partition.end)
+                   if partition.copy_from is None and partition.backfill is None
+                   else peeking.fetched_range(conn, options, partition.start, partition.end,
+                                              partition.copy_from))
         columns = None
         if options.include_schema_changes:
             columns = ColumnTracker(partition.columns,
