@@ -111,6 +111,8 @@ FROM {table} AS q WHERE q.lsn = ANY (%s::pg_catalog.pg_lsn[])"""
 _WRITING = """
 SELECT EXISTS (SELECT FROM pg_catalog.pg_locks
                WHERE relation = pg_catalog.to_regclass(%s) AND mode <> 'AccessShareLock'
+                 AND database = (SELECT oid FROM pg_catalog.pg_database
+                                 WHERE datname = pg_catalog.current_database())
                  AND pid IS DISTINCT FROM pg_catalog.pg_backend_pid())"""
 # a transaction the slot sends after its position wrote its changes after its restart point
 _IN_RANGE = """
