@@ -16,7 +16,6 @@ connections free beyond the copy's; otherwise the range is peeked whole.
 
 from __future__ import annotations
 
-import logging
 from collections.abc import Iterator
 from concurrent.futures import ThreadPoolExecutor
 from typing import Any
@@ -30,7 +29,6 @@ from postgres_cdc_source.stream.splitting import sub_ranges
 
 __all__ = ["SPARE", "SPLIT_BYTES", "fetched_halves"]
 
-log = logging.getLogger(__name__)
 Conn = psycopg.Connection[Any]
 Fetch = list[peeking.Row]
 
