@@ -14,6 +14,10 @@ timestamptz, jsonb), read by three contenders, interleaved round by round after 
   round trip), each row to its JSON object with orjson (numeric as exact text, as pg_cdc) and
   its key JSON. Timed from connecting to the last row.
 * ``copy``: ``COPY (SELECT * FROM t) TO STDOUT`` read and thrown away: the physical limit.
+* ``ceiling``: :mod:`bench.memory_source` yielding one batch ``pg_cdc`` read from this table
+  (``batch_rows`` of its rows), over and over, in as many tasks as ``pg_cdc`` has chunks, into
+  the same sink, timed the same way: what Spark's Python data source path alone costs, so no
+  snapshot read through it can be faster.
 
 Then memory: for each of ``--memory-sizes``, a fresh process reads the whole table as one
 snapshot chunk (the executor's code path, :func:`postgres_cdc_source.snapshot.read_chunk`,
@@ -32,14 +36,17 @@ from typing import Any
 
 import orjson
 import psycopg
+import pyarrow as pa
 
-from bench import common
+from bench import common, memory_source
 from iggy_spark_testing.harness import postgres
 
 SPARK_TIMED = ("pg_cdc snapshot=initial -> noop: first micro-batch start to last micro-batch "
                "end (Spark progress); JVM and query start-up excluded")
 HAND_TIMED = "connect, binary server-side cursor, orjson per row (row and key), count; one process"
 COPY_TIMED = "connect, COPY (SELECT * FROM t) TO STDOUT, bytes read and dropped"
+CEILING_TIMED = ("a Python source yielding one of pg_cdc's snapshot batches from memory, "
+                 "over and over -> noop, timed as the pg_cdc run")
 TABLE = "snap"
 
 
@@ -100,6 +107,29 @@ def spark_read(spark: Any, dsn: str, slot: str, chunk_rows: int) -> common.Measu
     return common.run_available_now(start, SPARK_TIMED)
 
 
+def snapshot_batch(dsn: str, path: str) -> None:
+    """Write the first Arrow batch ``pg_cdc`` reads of the table, as one chunk, to ``path``."""
+    from postgres_cdc_source import snapshot
+    from postgres_cdc_source.options import CdcOptions
+
+    options = CdcOptions.from_options({"dsn": dsn, "slot": "unused", "snapshot": "initial"})
+    with psycopg.connect(dsn) as conn:
+        table = snapshot.describe(conn, "public", TABLE)
+        point = conn.execute("SELECT pg_current_wal_lsn() - '0/0'").fetchone()
+    assert table is not None and point is not None
+    batch = next(snapshot.read_chunk(options, snapshot.SnapshotPartition(
+        table, None, None, None, int(point[0]))))
+    with pa.OSFile(path, "wb") as file, pa.ipc.new_stream(file, batch.schema) as stream:
+        stream.write_batch(batch)
+
+
+def ceiling_read(spark: Any, path: str, rows: int, tasks: int) -> common.Measure:
+    return common.read_to_noop(
+        lambda: spark.readStream.format(memory_source.NAME).option("messages", rows)
+        .option("tasks", tasks).option("batch_file", path).load(),
+        CEILING_TIMED, rows, "ceiling")
+
+
 def chunk_peak_rss(dsn: str) -> tuple[int, int]:
     """Rows read and peak RSS (bytes) of this process reading the table as one chunk."""
     import resource
@@ -149,6 +179,9 @@ def main(argv: list[str] | None = None) -> int:
     with postgres() as pg, pg.connect() as conn:
         make_table(conn, args.rows)
         spark = common.spark_session("bench-snapshot")
+        spark.dataSource.register(memory_source.MemorySource)
+        batch_file = tempfile.mkstemp(prefix="bench-snapshot-", suffix=".arrows")[1]
+        snapshot_batch(pg.dsn, batch_file)
         cpu = common.CpuMeter(common.spark_groups(spark))
 
         def spark_run(number: int) -> common.Measure:
@@ -173,17 +206,25 @@ def main(argv: list[str] | None = None) -> int:
                 size = copy_out(pg.dsn)
             return common.Measure(args.rows, elapsed(), COPY_TIMED, {"bytes": size})
 
-        runs = common.paired_rounds({"copy": copy, "handwritten": hand, "spark": spark_run},
+        def ceiling(_: int) -> common.Measure:
+            return ceiling_read(spark, batch_file, args.rows, -(-args.rows // args.chunk_rows))
+
+        runs = common.paired_rounds({"copy": copy, "handwritten": hand, "spark": spark_run,
+                                     "ceiling": ceiling},
                                     args.rounds, "snapshot", warm_up=True, cpu=cpu)
         spark.stop()
         peaks = memory(pg.dsn, conn, sizes)
-    results = common.compared(runs, baselines=("handwritten", "copy"))
+    results = common.compared(runs, baselines=("handwritten", "copy", "ceiling"))
+    results["ceiling_vs_copy"] = common.ratio(runs["ceiling"], runs["copy"])
     results["memory"] = peaks
     summary = (
         f"snapshot, rows/s [{args.rows:,} rows]: pg_cdc {results['spark']['per_second']:,}/s = "
         f"{results['ratio_vs_handwritten']['median']:.2f}x hand-written "
         f"({results['handwritten']['per_second']:,}/s), "
-        f"{results['ratio_vs_copy']['median']:.2f}x COPY ({results['copy']['per_second']:,}/s)"
+        f"{results['ratio_vs_copy']['median']:.2f}x COPY ({results['copy']['per_second']:,}/s), "
+        f"{results['ratio_vs_ceiling']['median']:.2f}x a Python source yielding its batches "
+        f"from memory ({results['ceiling']['per_second']:,}/s = "
+        f"{results['ceiling_vs_copy']['median']:.2f}x COPY)"
         + "".join(f"; one chunk of {p['rows']:,} rows: peak RSS {p['peak_rss_mib']} MiB"
                   for p in peaks)
     )

@@ -24,6 +24,7 @@ from pyspark.sql.datasource import (
 )
 from pyspark.sql.types import StructType
 
+from connector_common.change_rows import SPARK_SCHEMA as CHANGE_SCHEMA
 from iggy_spark.source.schema import ARROW_SCHEMA, SCHEMA
 
 __all__ = ["NAME", "MemorySource"]
@@ -47,11 +48,17 @@ def _batch(rows: int, payload: bytes) -> pa.RecordBatch:
     return pa.RecordBatch.from_pydict(columns, schema=ARROW_SCHEMA)
 
 
+def _read(path: str) -> pa.RecordBatch:
+    with pa.OSFile(path) as file:
+        return pa.ipc.open_stream(file).read_next_batch()
+
+
 class _Reader(DataSourceStreamReader):
     def __init__(self, options: Mapping[str, str]) -> None:
         self.messages = int(options["messages"])
         self.splits = int(options.get("tasks", "1"))
         self.payload = b"x" * int(options.get("payload_bytes", "200"))
+        self.batch_file = options.get("batch_file")
 
     def initialOffset(self) -> dict[str, int]:
         return {"n": 0}
@@ -66,24 +73,27 @@ class _Reader(DataSourceStreamReader):
 
     def read(self, partition: InputPartition) -> Iterator[pa.RecordBatch]:
         assert isinstance(partition, _Range)
-        full = _batch(BATCH, self.payload)  # built once: the ceiling leaves out building rows
-        for low in range(partition.low, partition.high, BATCH):
-            rows = min(BATCH, partition.high - low)
-            yield full if rows == BATCH else full.slice(0, rows)
+        # built once: the ceiling leaves out building rows
+        full = _batch(BATCH, self.payload) if self.batch_file is None else _read(self.batch_file)
+        size = full.num_rows
+        for low in range(partition.low, partition.high, size):
+            rows = min(size, partition.high - low)
+            yield full if rows == size else full.slice(0, rows)
 
     def commit(self, end: dict[str, int]) -> None:
         pass
 
 
 class MemorySource(DataSource):
-    """``spark.readStream.format("bench_memory").option("messages", N)``."""
+    """``spark.readStream.format("bench_memory").option("messages", N)``, in the ``iggy``
+    source's schema, or with ``.option("batch_file", path)`` in ``pg_cdc``'s."""
 
     @classmethod
     def name(cls) -> str:
         return NAME
 
     def schema(self) -> StructType:
-        return SCHEMA
+        return SCHEMA if "batch_file" not in self.options else CHANGE_SCHEMA
 
     def streamReader(self, schema: StructType) -> DataSourceStreamReader:
         return _Reader(self.options)
