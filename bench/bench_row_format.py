@@ -17,6 +17,11 @@ plugin, by two kinds of contender interleaved round by round after a discarded w
   (``PgCdcDataSource.schema`` then ``streamReader``), reading the whole workload as one batch
   on the template slot (``PgCdcStreamReader.read`` outside Spark, which never moves the slot).
   Its ratio is the decoding's share; Spark's share is what the ``spark_`` ratio adds.
+* ``ceiling_json``, ``ceiling_struct`` (pgoutput, unless ``--readers-only``):
+  :mod:`bench.memory_source` yielding one batch of ``BATCH_ROWS`` rows the reader read in that
+  format, over and over, as many rows as the workload, in one task, into the same sink, timed
+  the same way: what Spark alone charges a format (the JVM turning its columns into rows), with
+  no reading at all.
 
 test_decoding's contenders carry the suffix ``_test_decoding``. Each run records the CPU seconds
 of the JVM, Spark's Python workers, Postgres and this process (where the readers run), and the
@@ -43,9 +48,12 @@ from __future__ import annotations
 import argparse
 import os
 import sys
+import tempfile
 from typing import Any
 
-from bench import cdc, common
+import pyarrow as pa
+
+from bench import cdc, common, memory_source
 from connector_common.lsn import parse_lsn
 from iggy_spark_testing.harness import postgres
 from postgres_cdc_source.source import PgCdcDataSource
@@ -53,6 +61,9 @@ from postgres_cdc_source.stream.reader import PgCdcStreamReader
 
 TYPED = ("struct", "variant")
 TARGET = 0.9
+BATCH_ROWS = 10_000  # pg_cdc's batch_rows
+CEILING_TIMED = ("a Python source yielding one batch the reader read, over and over -> noop, "
+                 "timed as the pg_cdc runs")
 SPARK_TIMED = ("pg_cdc -> noop, trigger(availableNow=True): first micro-batch start to last "
                "end (Spark progress); JVM and query start-up excluded")
 
@@ -68,11 +79,34 @@ def suffix(plugin: str) -> str:
     return "" if plugin == "pgoutput" else f"_{plugin}"
 
 
+def batch_file(reader: PgCdcStreamReader, start: int, end: int) -> str:
+    """A file holding the first :data:`BATCH_ROWS` rows ``reader`` reads of ``(start, end]``,
+    as one Arrow batch (an IPC stream)."""
+    from postgres_cdc_source.stream.reader import CdcPartition
+
+    taken: list[pa.RecordBatch] = []
+    for batch in reader.read(CdcPartition(start, end)):  # left early: closed on the way out
+        taken.append(batch)
+        if sum(b.num_rows for b in taken) >= BATCH_ROWS:
+            break
+    batch = pa.Table.from_batches(taken).combine_chunks().to_batches(BATCH_ROWS)[0]
+    path = tempfile.mkstemp(prefix="bench-row-format-", suffix=".arrows")[1]
+    with pa.OSFile(path, "wb") as file, pa.ipc.new_stream(file, batch.schema) as stream:
+        stream.write_batch(batch)
+    return path
+
+
 def contenders(spark: Any, conn: Any, workload: cdc.CdcWorkload, plugin: str, end: int,
                formats: tuple[str, ...]) -> dict[str, common.Contender]:
     """Spark (unless ``spark`` is ``None``) and the reader alone, each in ``json`` and
-    ``formats``, on one plugin's slot."""
+    ``formats``, on one plugin's slot; with Spark on pgoutput, the ceilings."""
     template = workload.template[plugin]
+
+    def source(row_format: str) -> tuple[PgCdcDataSource, PgCdcStreamReader]:
+        made = PgCdcDataSource(options(workload, plugin, template, row_format))
+        reader = made.streamReader(made.schema())
+        assert isinstance(reader, PgCdcStreamReader)
+        return made, reader
 
     def through_spark(row_format: str) -> common.Contender:
         name = f"spark_{row_format}{suffix(plugin)}"
@@ -87,16 +121,26 @@ def contenders(spark: Any, conn: Any, workload: cdc.CdcWorkload, plugin: str, en
 
     def alone(row_format: str) -> common.Contender:
         name = f"reader_{row_format}{suffix(plugin)}"
-        source = PgCdcDataSource(options(workload, plugin, template, row_format))
-        reader = source.streamReader(source.schema())
-        assert isinstance(reader, PgCdcStreamReader)
+        reader = source(row_format)[1]
         start = parse_lsn(reader.initialOffset()["lsn"])
         return lambda _: cdc.read_whole(reader, start, end, workload.changes, name)
+
+    def ceiling(row_format: str) -> common.Contender:
+        made, reader = source(row_format)
+        path = batch_file(reader, parse_lsn(reader.initialOffset()["lsn"]), end)
+        schema = made.schema().json()
+        return lambda _: common.read_to_noop(
+            lambda: spark.readStream.format(memory_source.NAME)
+            .option("messages", workload.changes).option("batch_file", path)
+            .option("schema", schema).load(),
+            CEILING_TIMED, workload.changes, f"ceiling_{row_format}")
 
     every = ("json", *formats)
     return {**({f"spark_{f}{suffix(plugin)}": through_spark(f) for f in every}
                if spark is not None else {}),
-            **{f"reader_{f}{suffix(plugin)}": alone(f) for f in every}}
+            **{f"reader_{f}{suffix(plugin)}": alone(f) for f in every},
+            **({f"ceiling_{f}": ceiling(f) for f in ("json", "struct") if f in every}
+               if spark is not None and plugin == "pgoutput" else {})}
 
 
 def main(argv: list[str] | None = None) -> int:
@@ -117,6 +161,8 @@ def main(argv: list[str] | None = None) -> int:
                               ).fetchone() or (0,)
         common.log(f"workload: {workload.changes:,} changes")
         spark = None if args.readers_only else common.spark_session("bench-row-format")
+        if spark is not None:
+            spark.dataSource.register(memory_source.MemorySource)
         cpu = common.CpuMeter(cdc.with_postgres(
             common.spark_groups(spark) if spark is not None else {}, pg))
         everyone: dict[str, common.Contender] = {}
@@ -148,6 +194,13 @@ def main(argv: list[str] | None = None) -> int:
             f"json {report['contenders'][f'{kind}_json{suffix(plugin)}']['per_second']:,}/s "
             f"= {ratios[f'{kind}{suffix(plugin)}']['median']}x" for kind in kinds)
             for plugin in plugins]
+    if "ceiling_struct" in runs:
+        ceilings = common.ratio(runs["ceiling_struct"], runs["ceiling_json"])
+        report["ratio_ceiling_struct_vs_json"] = ceilings
+        parts.append(f"from memory (Spark alone) struct "
+                     f"{report['contenders']['ceiling_struct']['per_second']:,}/s vs json "
+                     f"{report['contenders']['ceiling_json']['per_second']:,}/s = "
+                     f"{ceilings['median']}x")
     report["summary"] = (f"row_format, changes/s [{workload.changes:,} changes]: "
                          + "; ".join(parts) + f" (target {TARGET}x)")
     name = "row_format" + ("" if formats == TYPED else f"_{formats[0]}")

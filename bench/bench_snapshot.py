@@ -39,6 +39,7 @@ import psycopg
 import pyarrow as pa
 
 from bench import common, memory_source
+from connector_common.change_rows import SPARK_SCHEMA
 from iggy_spark_testing.harness import postgres
 
 SPARK_TIMED = ("pg_cdc snapshot=initial -> noop: first micro-batch start to last micro-batch "
@@ -126,7 +127,8 @@ def snapshot_batch(dsn: str, path: str) -> None:
 def ceiling_read(spark: Any, path: str, rows: int, tasks: int) -> common.Measure:
     return common.read_to_noop(
         lambda: spark.readStream.format(memory_source.NAME).option("messages", rows)
-        .option("tasks", tasks).option("batch_file", path).load(),
+        .option("tasks", tasks).option("batch_file", path)
+        .option("schema", SPARK_SCHEMA.json()).load(),
         CEILING_TIMED, rows, "ceiling")
 
 

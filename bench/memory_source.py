@@ -10,6 +10,7 @@ built on that path can read faster than it does.
 
 from __future__ import annotations
 
+import json
 import random
 from collections.abc import Iterator, Mapping, Sequence
 from datetime import UTC, datetime
@@ -24,7 +25,6 @@ from pyspark.sql.datasource import (
 )
 from pyspark.sql.types import StructType
 
-from connector_common.change_rows import SPARK_SCHEMA as CHANGE_SCHEMA
 from iggy_spark.source.schema import ARROW_SCHEMA, SCHEMA
 
 __all__ = ["NAME", "MemorySource"]
@@ -86,14 +86,16 @@ class _Reader(DataSourceStreamReader):
 
 class MemorySource(DataSource):
     """``spark.readStream.format("bench_memory").option("messages", N)``, in the ``iggy``
-    source's schema, or with ``.option("batch_file", path)`` in ``pg_cdc``'s."""
+    source's schema, or with ``.option("batch_file", path).option("schema", json)`` in that
+    batch's."""
 
     @classmethod
     def name(cls) -> str:
         return NAME
 
     def schema(self) -> StructType:
-        return SCHEMA if "batch_file" not in self.options else CHANGE_SCHEMA
+        given = self.options.get("schema")
+        return SCHEMA if given is None else StructType.fromJson(json.loads(given))
 
     def streamReader(self, schema: StructType) -> DataSourceStreamReader:
         return _Reader(self.options)
