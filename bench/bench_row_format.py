@@ -48,7 +48,6 @@ from __future__ import annotations
 import argparse
 import os
 import sys
-import tempfile
 from typing import Any
 
 import pyarrow as pa
@@ -89,11 +88,9 @@ def batch_file(reader: PgCdcStreamReader, start: int, end: int) -> str:
         taken.append(batch)
         if sum(b.num_rows for b in taken) >= BATCH_ROWS:
             break
-    batch = pa.Table.from_batches(taken).combine_chunks().to_batches(BATCH_ROWS)[0]
-    path = tempfile.mkstemp(prefix="bench-row-format-", suffix=".arrows")[1]
-    with pa.OSFile(path, "wb") as file, pa.ipc.new_stream(file, batch.schema) as stream:
-        stream.write_batch(batch)
-    return path
+    return memory_source.batch_file(
+        pa.Table.from_batches(taken).combine_chunks().to_batches(BATCH_ROWS)[0],
+        "bench-row-format-")
 
 
 def contenders(spark: Any, conn: Any, workload: cdc.CdcWorkload, plugin: str, end: int,

@@ -36,7 +36,6 @@ from typing import Any
 
 import orjson
 import psycopg
-import pyarrow as pa
 
 from bench import common, memory_source
 from connector_common.change_rows import SPARK_SCHEMA
@@ -108,8 +107,8 @@ def spark_read(spark: Any, dsn: str, slot: str, chunk_rows: int) -> common.Measu
     return common.run_available_now(start, SPARK_TIMED)
 
 
-def snapshot_batch(dsn: str, path: str) -> None:
-    """Write the first Arrow batch ``pg_cdc`` reads of the table, as one chunk, to ``path``."""
+def snapshot_batch(dsn: str) -> str:
+    """A file holding the first Arrow batch ``pg_cdc`` reads of the table, as one chunk."""
     from postgres_cdc_source import snapshot
     from postgres_cdc_source.options import CdcOptions
 
@@ -118,10 +117,8 @@ def snapshot_batch(dsn: str, path: str) -> None:
         table = snapshot.describe(conn, "public", TABLE)
         point = conn.execute("SELECT pg_current_wal_lsn() - '0/0'").fetchone()
     assert table is not None and point is not None
-    batch = next(snapshot.read_chunk(options, snapshot.SnapshotPartition(
-        table, None, None, None, int(point[0]))))
-    with pa.OSFile(path, "wb") as file, pa.ipc.new_stream(file, batch.schema) as stream:
-        stream.write_batch(batch)
+    return memory_source.batch_file(next(snapshot.read_chunk(options, snapshot.SnapshotPartition(
+        table, None, None, None, int(point[0])))), "bench-snapshot-")
 
 
 def ceiling_read(spark: Any, path: str, rows: int, tasks: int) -> common.Measure:
@@ -182,8 +179,7 @@ def main(argv: list[str] | None = None) -> int:
         make_table(conn, args.rows)
         spark = common.spark_session("bench-snapshot")
         spark.dataSource.register(memory_source.MemorySource)
-        batch_file = tempfile.mkstemp(prefix="bench-snapshot-", suffix=".arrows")[1]
-        snapshot_batch(pg.dsn, batch_file)
+        batch_file = snapshot_batch(pg.dsn)
         cpu = common.CpuMeter(common.spark_groups(spark))
 
         def spark_run(number: int) -> common.Measure:

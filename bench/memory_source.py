@@ -12,6 +12,7 @@ from __future__ import annotations
 
 import json
 import random
+import tempfile
 from collections.abc import Iterator, Mapping, Sequence
 from datetime import UTC, datetime
 from typing import Any
@@ -27,7 +28,7 @@ from pyspark.sql.types import StructType
 
 from iggy_spark.source.schema import ARROW_SCHEMA, SCHEMA
 
-__all__ = ["NAME", "MemorySource"]
+__all__ = ["NAME", "MemorySource", "batch_file"]
 
 NAME = "bench_memory"
 BATCH = 10_000  # the iggy source's poll of small messages (its poll_messages), one Arrow batch
@@ -46,6 +47,14 @@ def _batch(rows: int, payload: bytes) -> pa.RecordBatch:
         "payload": [payload] * rows,
     }
     return pa.RecordBatch.from_pydict(columns, schema=ARROW_SCHEMA)
+
+
+def batch_file(batch: pa.RecordBatch, prefix: str) -> str:
+    """A new temporary file holding ``batch`` (an Arrow IPC stream), for ``batch_file``."""
+    path = tempfile.mkstemp(prefix=prefix, suffix=".arrows")[1]
+    with pa.OSFile(path, "wb") as file, pa.ipc.new_stream(file, batch.schema) as stream:
+        stream.write_batch(batch)
+    return path
 
 
 def _read(path: str) -> pa.RecordBatch:
