@@ -136,6 +136,28 @@ def test_chunks_hold_snapshot_chunk_rows_in_key_order(pg: LocalPostgres, name: s
     assert sizes == [15] * 6 + [10]
 
 
+@pytest.mark.parametrize(("tables", "batches"), [(1, 2), (2, 4)])
+def test_a_batch_full_at_the_last_tables_end_finishes_the_snapshot(
+    pg: LocalPostgres, name: str, tables: int, batches: int
+) -> None:
+    """90 rows a table, 45 a batch: the batch ending where the last table ends also ends the
+    snapshot, so no empty batch follows it; one ending where an earlier table ends does not."""
+    with psycopg.connect(pg.dsn, autocommit=True) as conn:
+        conn.execute(sql.SQL("CREATE SCHEMA {}").format(sql.Identifier(name)))
+        for t in range(tables):
+            table = sql.Identifier(name, f"t{t}")
+            conn.execute(sql.SQL("CREATE TABLE {} (id int PRIMARY KEY)").format(table))
+            conn.execute(sql.SQL("INSERT INTO {} SELECT generate_series(1, 90)").format(table))
+    query = InProcessQuery(_options(pg, name, "pgoutput"))
+    try:
+        reads = query.run_snapshot()
+    finally:
+        query.close()
+    assert len(reads) == 90 * tables
+    assert [len(b[3]) for b in query.batches] == [45] * batches
+    assert not in_snapshot(query.batches[-1][1])
+
+
 def test_a_replayed_batch_reads_the_chunks_its_offset_pinned(
     pg: LocalPostgres, name: str
 ) -> None:

@@ -172,13 +172,14 @@ def next_bound(
     # 5000th of the keys 1..30000).
     key = [sql.SQL("t.{}").format(Name(c)) for c in table.chunk_key]
     columns = sql.SQL(", ").join(sql.SQL("{}::text").format(k) for k in key)
-    query = sql.SQL("SELECT {} FROM {} AS t{} ORDER BY {} OFFSET %s LIMIT 1").format(
+    # the chunk's last key and the one after it (``limit`` included): without a next row the
+    # rest fits, so a table of a multiple of ``rows`` rows ends without an empty chunk
+    query = sql.SQL("SELECT {} FROM {} AS t{} ORDER BY {} OFFSET %s LIMIT 2").format(
         columns, table.relation(), where, sql.SQL(", ").join(key))
-    row = conn.execute(query, [*params, rows - 1]).fetchone()
-    if row is None:
+    found = conn.execute(query, [*params, rows - 1]).fetchall()
+    if len(found) < 2:
         return None
-    bound = tuple(str(v) for v in row)
-    return None if bound == limit else bound
+    return tuple(str(v) for v in found[0])
 
 
 def _block(bound: Key) -> int:
@@ -213,7 +214,8 @@ def plan(
     full = options.snapshot_max_rows_per_trigger
     chunks: list[Chunk] = []
     count = start.chunks
-    for name in captured_tables(conn, options):
+    names = captured_tables(conn, options)
+    for index, name in enumerate(names):
         if start.table is not None and (
             name < start.table or (name == start.table and start.after is None)
         ):
@@ -236,7 +238,8 @@ def plan(
                 return chunks, Position(name, lo, count)
         if end is not None and name == end.table:
             return chunks, end
-        if bounded and len(chunks) * chunk_rows >= full:
+        # a batch full at the last table's end finishes the snapshot: no empty batch after it
+        if bounded and len(chunks) * chunk_rows >= full and index + 1 < len(names):
             return chunks, Position(name, None, count)
     return chunks, end
 
