@@ -3,10 +3,11 @@ object per row.
 
 The chunk's ``SELECT`` (its columns, then its chunk key's, in the key range, under the same
 snapshot and guards) is sent as ``COPY (...) TO STDOUT``; its text is each value's output text,
-what the Python path's converters read from a cursor, and the core
-(:class:`iggy_spark_core.CopyRows`) writes ``key``, ``after`` and ``id`` from it as the Python
-path does (:func:`postgres_cdc_source.snapshot.reading.read_chunk`'s ``_batches``). A value a
-converter rejects is handed back, and the Python path raises the error naming its column.
+what the Python path's converters read from a cursor. The core reads it from libpq
+(:mod:`.libpq`) and writes ``key``, ``after`` and ``id`` from it
+(:class:`iggy_spark_core.CopyRows`) as the Python path does
+(:func:`postgres_cdc_source.snapshot.reading.read_chunk`'s ``_batches``). A value a converter
+rejects is handed back, and the Python path raises the error naming its column.
 """
 
 from __future__ import annotations
@@ -27,6 +28,7 @@ from postgres_cdc_source.decoding.compiled import core_columns
 from postgres_cdc_source.destination_columns import Router
 from postgres_cdc_source.errors import DecodeError
 from postgres_cdc_source.rows.json.values import converter_for_oid
+from postgres_cdc_source.snapshot.libpq import copy_out
 from postgres_cdc_source.snapshot.planning import SnapshotTable
 
 __all__ = ["copied_columns"]
@@ -35,7 +37,7 @@ _READ = "read"
 
 
 def copied_columns(
-    cur: psycopg.Cursor[Any], select: sql.Composable, params: list[str], table: SnapshotTable,
+    conn: psycopg.Connection[Any], select: sql.Composable, params: list[str], table: SnapshotTable,
     consistent_point: int, router: Router, fetch_rows: int, module: ModuleType,
 ) -> Iterator[tuple[pa.Array, pa.Array, pa.Array, tuple[pa.Array, pa.Array, pa.Array]]]:
     """``(key, after, id, destinations)`` of the rows of ``select`` (the chunk's columns, then
@@ -70,22 +72,7 @@ def copied_columns(
 
     # the parameters merged by psycopg as ``copy()`` merges them, with none too (``select``
     # is written for parameters: its names' ``%`` doubled)
-    statement = psycopg.ClientCursor(cur.connection).mogrify(
+    statement = psycopg.ClientCursor(conn).mogrify(
         sql.SQL("COPY ({}) TO STDOUT").format(select), params)
-    with cur.copy(statement) as copy:
-        pending: list[bytes] = []
-        count = 0
-        rest = b""
-        for data in copy:
-            pending.append(bytes(data))
-            count += 1
-            if count >= fetch_rows:
-                lines = rest + b"".join(pending)
-                end = lines.rfind(b"\n") + 1
-                rest = lines[end:]
-                if end:
-                    yield columns(lines[:end])
-                pending, count = [], 0
-        lines = rest + b"".join(pending)
-        if lines:
-            yield columns(lines)
+    for lines in copy_out(conn, statement, fetch_rows, module):
+        yield columns(lines)

@@ -126,14 +126,13 @@ def read_chunk(
         core = (compiled.core() if rows.retyping is None and not router.by_column else None)
         if core is not None:  # COPY's text, the rows written by the compiled core
             point = part.consistent_point
-            with conn.cursor() as copying:
-                for key, after, ids, places in copied_columns(
-                        copying, select, params, table, point, router, options.fetch_rows, core):
-                    for start in range(0, len(ids), options.batch_rows):
-                        yield _batch(table, point, key.slice(start, options.batch_rows),
-                                     after.slice(start, options.batch_rows),
-                                     ids.slice(start, options.batch_rows),
-                                     tuple(c.slice(start, options.batch_rows) for c in places))
+            for key, after, ids, places in copied_columns(
+                    conn, select, params, table, point, router, options.fetch_rows, core):
+                for start in range(0, len(ids), options.batch_rows):
+                    yield _batch(table, point, key.slice(start, options.batch_rows),
+                                 after.slice(start, options.batch_rows),
+                                 ids.slice(start, options.batch_rows),
+                                 tuple(c.slice(start, options.batch_rows) for c in places))
             conn.rollback()
             return
         in_sql = (_json_columns(table, part.consistent_point)

@@ -1,0 +1,112 @@
+"""COPY out read by the compiled core straight from psycopg's libpq
+(:mod:`postgres_cdc_source.snapshot.libpq`) gives what psycopg's ``Copy`` gives: the same lines,
+the same errors as psycopg's own classes with the connection usable after them, the server's
+notices to the connection's handlers; and a connection the library found cannot vouch for is
+read through psycopg."""
+
+from __future__ import annotations
+
+import importlib
+from collections.abc import Callable, Iterator
+from types import ModuleType, SimpleNamespace
+from typing import Any
+
+import psycopg
+import pytest
+from psycopg import errors
+
+from iggy_spark_testing.harness import LocalPostgres
+from postgres_cdc_source.snapshot import libpq
+
+CORE: ModuleType = importlib.import_module("iggy_spark_core")
+_ROWS = ("COPY (SELECT g, repeat(E'a\\tb\\\\', g % 4), CASE WHEN g % 3 = 0 THEN NULL END "
+         "FROM generate_series(1, 50) g) TO STDOUT")
+
+
+@pytest.fixture
+def conn(pg: LocalPostgres) -> Iterator[psycopg.Connection[Any]]:
+    with psycopg.connect(pg.dsn) as connection:
+        yield connection
+
+
+def _counting() -> tuple[SimpleNamespace, list[int]]:
+    """The core, its ``copy_rows`` calls counted: the core's path was the one taken."""
+    calls: list[int] = []
+
+    def copy_rows(*args: Any) -> Any:
+        calls.append(args[-1])
+        return CORE.copy_rows(*args)
+
+    return SimpleNamespace(copy_rows=copy_rows), calls
+
+
+def _read(conn: psycopg.Connection[Any], statement: str, rows: int, core: Any) -> list[bytes]:
+    return list(libpq.copy_out(conn, statement, rows, core))
+
+
+def test_this_machine_finds_the_libpq_psycopg_loaded() -> None:
+    assert libpq._libpq() is not None  # else the suite never reads COPY through the core
+
+
+@pytest.mark.parametrize("rows", [1, 7, 50, 1000])
+def test_the_core_reads_the_lines_psycopg_reads_in_blocks_of_whole_rows(
+    conn: psycopg.Connection[Any], rows: int
+) -> None:
+    core, calls = _counting()
+    through_core = _read(conn, _ROWS, rows, core)
+    through_psycopg = _read(conn, _ROWS, rows, None)
+    assert calls and through_core == through_psycopg
+    assert [block.count(b"\n") for block in through_core] == (
+        [rows] * (50 // rows) + ([50 % rows] if 50 % rows else []))
+    assert all(block.endswith(b"\n") for block in through_core)
+    assert conn.info.transaction_status == psycopg.pq.TransactionStatus.INTRANS
+    assert conn.execute("SELECT 2").fetchone() == (2,)  # the connection is idle again
+
+
+@pytest.mark.parametrize(("statement", "error"), [
+    ("COPY (SELECT 1 / (g - 30) FROM generate_series(1, 40) g) TO STDOUT",
+     errors.DivisionByZero),  # after rows were sent: at the COPY's end
+    ("COPY (SELECT * FROM no_such_table) TO STDOUT", errors.UndefinedTable),  # at its start
+    ("SELECT 1", psycopg.ProgrammingError),  # not a COPY
+])
+@pytest.mark.parametrize("through_core", [True, False])
+def test_a_failing_copy_raises_psycopgs_error_and_leaves_the_connection_usable(
+    conn: psycopg.Connection[Any], statement: str, error: type[Exception], through_core: bool
+) -> None:
+    core, calls = _counting()
+    with pytest.raises(error):
+        _read(conn, statement, 10, core if through_core else None)
+    assert bool(calls) is (through_core and statement.startswith("COPY (SELECT 1"))
+    conn.rollback()
+    assert conn.execute("SELECT 3").fetchone() == (3,)
+
+
+def test_notices_sent_during_the_copy_reach_the_connections_handlers(
+    conn: psycopg.Connection[Any]
+) -> None:
+    conn.execute("CREATE FUNCTION pg_temp.noisy(g int) RETURNS int LANGUAGE plpgsql AS "
+                 "$$ BEGIN RAISE NOTICE 'row %', g; RETURN g; END $$")
+    statement = "COPY (SELECT pg_temp.noisy(g) FROM generate_series(1, 30) g) TO STDOUT"
+    heard: list[str] = []
+    conn.add_notice_handler(lambda diag: heard.append(str(diag.message_primary)))
+    core, calls = _counting()
+    through_core = _read(conn, statement, 4, core)
+    assert calls and heard == [f"row {g}" for g in range(1, 31)]
+    heard.clear()
+    assert _read(conn, statement, 4, None) == through_core
+    assert heard == [f"row {g}" for g in range(1, 31)]
+
+
+@pytest.mark.parametrize("vouches", [
+    lambda found: None,  # no libpq found, or two
+    lambda found: libpq._Libpq(found.get_copy_data, found.freemem, lambda pointer: -1),
+])
+def test_a_connection_the_found_libpq_cannot_vouch_for_is_read_through_psycopg(
+    conn: psycopg.Connection[Any], monkeypatch: pytest.MonkeyPatch,
+    vouches: Callable[[Any], Any],
+) -> None:
+    found = libpq._libpq()
+    monkeypatch.setattr(libpq, "_libpq", lambda: vouches(found))
+    core, calls = _counting()
+    assert b"".join(_read(conn, _ROWS, 8, core)) == b"".join(_read(conn, _ROWS, 8, None))
+    assert not calls
