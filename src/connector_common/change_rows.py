@@ -209,7 +209,8 @@ def position(commit_lsn: str | None, seq: int | None, op: str | None) -> dict[st
 
 def no_unchanged(count: int) -> pa.Array:
     """The ``unchanged`` column of ``count`` rows that name no column (every row but a change
-    that left a TOAST value out): an empty list each."""
-    return pa.ListArray.from_arrays(pa.array([0] * (count + 1), pa.int32()),
-                                    pa.array([], pa.string()),
+    that left a TOAST value out): an empty list each (its offsets all 0)."""
+    offsets = pa.Array.from_buffers(pa.int32(), count + 1,
+                                    [None, pa.py_buffer(bytes(4 * (count + 1)))])
+    return pa.ListArray.from_arrays(offsets, pa.nulls(0, pa.string()),
                                     type=ARROW_SCHEMA.field("unchanged").type)

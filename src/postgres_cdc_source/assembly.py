@@ -22,6 +22,7 @@ import orjson
 import pyarrow as pa
 import pyarrow.compute as pc
 
+from connector_common.arrow_values import int32s, int64s, string, strings
 from connector_common.change_rows import (
     ARROW_SCHEMA,
     LONE_MESSAGE_SEQ,
@@ -45,6 +46,8 @@ from postgres_cdc_source.rows.struct.images import (
 from postgres_cdc_source.rows.variant.encoding import is_variant, variant_array
 
 __all__ = ["Spill", "image_column", "record_batches", "transactions"]
+
+_COLON, _MESSAGE = string(":"), string("message")  # the ids' texts, as scalars: no pandas
 
 
 def _fragment(value: orjson.Fragment) -> tuple[type[orjson.Fragment], tuple[bytes]]:
@@ -160,8 +163,12 @@ def _lsn_texts(lsns: Sequence[int]) -> list[str]:
 
 def _repeated(ends: list[int], values: pa.Array) -> pa.Array:
     """``values[i]`` repeated up to row ``ends[i]``: a transaction's own values for each of its
-    rows, built by Arrow from one entry per transaction chunk."""
-    return pc.run_end_decode(pa.RunEndEncodedArray.from_arrays(pa.array(ends, pa.int32()), values))
+    rows, built by Arrow from one entry per transaction chunk (from buffers:
+    ``RunEndEncodedArray.from_arrays`` imports pandas, see :mod:`connector_common.arrow_values`)."""
+    runs = pa.run_end_encoded(pa.int32(), values.type)
+    decoded = pa.Array.from_buffers(runs, ends[-1] if ends else 0, [None],
+                                    children=[int32s(ends), values])
+    return pc.run_end_decode(decoded)
 
 
 class _Columns:
@@ -214,15 +221,14 @@ class _Columns:
                 chain.from_iterable(self.parts))  # type: ignore[arg-type]
             columns = self._changes(rows, self.destinations)  # type: ignore[arg-type]
         lsn, seq_array, schema, table, op, key, before, after, names, *destinations = columns
-        string = pa.string()
         ends = self.ends
-        commit_lsn = _repeated(ends, pa.array(self.commit_lsn, string))
+        commit_lsn = _repeated(ends, strings(self.commit_lsn))
         return pa.RecordBatch.from_arrays(
             [
                 lsn,
                 commit_lsn,
-                _repeated(ends, pa.array(self.xid, pa.int64())),
-                _repeated(ends, pa.array(self.micros, pa.int64())).view(_TIMESTAMP),
+                _repeated(ends, int64s(self.xid)),
+                _repeated(ends, int64s(self.micros)).view(_TIMESTAMP),
                 seq_array,
                 schema,
                 table,
@@ -233,7 +239,7 @@ class _Columns:
                 names,
                 _ids(commit_lsn, seq_array),
                 *destinations,
-                _positions(_repeated(ends, pa.array(self.commit_lsn_number, pa.int64())),
+                _positions(_repeated(ends, int64s(self.commit_lsn_number)),
                            seq_array),
             ],
             schema=self.schema,
@@ -361,7 +367,7 @@ def _positions(commit_lsn: pa.Array, seq: pa.Array) -> pa.Array:
     outside a transaction (the only change without one)."""
     seq = seq.cast(pa.int64())
     if seq.null_count:
-        seq = pc.fill_null(seq, LONE_MESSAGE_SEQ)
+        seq = pc.fill_null(seq, int64s([LONE_MESSAGE_SEQ])[0])
     return pa.StructArray.from_arrays([commit_lsn, seq], fields=list(POSITION_TYPE))
 
 
@@ -369,9 +375,9 @@ def _ids(commit_lsn: pa.Array, seq: pa.Array) -> pa.Array:
     """``<commit_lsn>:<seq>``; ``<lsn>:message`` for a message written outside a transaction
     (no ``seq``), which cannot collide with the first change of a transaction whose commit
     ends where the message starts."""
-    ids = pc.binary_join_element_wise(commit_lsn, seq.cast(pa.string()), ":")
+    ids = pc.binary_join_element_wise(commit_lsn, seq.cast(pa.string()), _COLON)
     if seq.null_count:
-        ids = pc.coalesce(ids, pc.binary_join_element_wise(commit_lsn, "message", ":"))
+        ids = pc.coalesce(ids, pc.binary_join_element_wise(commit_lsn, _MESSAGE, _COLON))
     return ids
 
 

@@ -27,6 +27,7 @@ from collections.abc import Callable
 import orjson
 import pyarrow as pa
 
+from connector_common.arrow_values import repeated
 from postgres_cdc_source.decoding import MESSAGE, Change, message_prefix
 from postgres_cdc_source.decoding.blocks import ChangeBlock
 from postgres_cdc_source.options import CdcOptions
@@ -140,4 +141,4 @@ def _filled(column: pa.Array | None, default: str | None, count: int) -> pa.Arra
         return column
     if default is None:
         return pa.nulls(count, pa.string())
-    return pa.repeat(pa.scalar(default, pa.string()), count)
+    return repeated(default, count)

@@ -23,6 +23,7 @@ import pyarrow as pa
 import pyarrow.compute as pc
 
 from connector_common import compiled_core
+from connector_common.arrow_values import encoded_strings, int64s, string
 from iggy_spark.errors import EncodingError
 from iggy_spark.sink.arrow_types import is_binary, is_text
 
@@ -66,7 +67,7 @@ def json_payloads(
             rows))
     parts: list[pa.Array | pa.Scalar] = []
     for opening, strings, texts in columns:
-        parts += [pa.scalar(opening, _JSON), _json(strings, texts)]
+        parts += [string(opening, _JSON), _json(strings, texts)]
     objects = pc.binary_join_element_wise(*parts, _CLOSE, _NOTHING)
     return cast(list[bytes], objects.cast(pa.large_binary()).to_pylist())
 
@@ -81,7 +82,8 @@ def _buffers(texts: pa.Array) -> tuple[pa.Buffer | None, pa.Buffer, pa.Buffer | 
 
 _JSON = pa.large_string()  # the JSON texts of a batch can outgrow a 2 GB string array
 _NULL, _QUOTE, _CLOSE, _NOTHING, _COMMA, _OPEN_LIST, _CLOSE_LIST = (
-    pa.scalar(text, _JSON) for text in ("null", '"', "}", "", ",", "[", "]"))
+    string(text, _JSON) for text in ("null", '"', "}", "", ",", "[", "]"))
+_Z, _EMPTY, _ZERO = string("Z"), string(""), int64s([0])[0]
 _ESCAPED = re.compile(rb'[\x00-\x1f"\\]')
 """What a JSON string must escape, and all that orjson escapes (it writes UTF-8 as is)."""
 
@@ -130,7 +132,7 @@ def _json(strings: bool, texts: pa.Array) -> pa.Array:
 def _dumped(values: list[Any], option: int) -> pa.Array:
     """JSON-ready values as orjson writes them."""
     dumps = orjson.dumps
-    return pa.array([dumps(value, option=option).decode() for value in values], _JSON)
+    return encoded_strings([dumps(value, option=option) for value in values], _JSON)
 
 
 def _is_plain_text(t: pa.DataType) -> bool:
@@ -149,9 +151,8 @@ def _filled(texts: pa.Array) -> pa.Array:
 
 def _json_lists(lists: pa.Array, items: pa.Array) -> pa.Array:
     """A list column as JSON arrays, given its items' JSON texts (``lists.flatten()`` order)."""
-    lengths = pc.fill_null(pc.list_value_length(lists), 0)
-    offsets = pa.concat_arrays([pa.array([0], pa.int64()),
-                                pc.cumulative_sum(lengths).cast(pa.int64())])
+    lengths = pc.fill_null(pc.list_value_length(lists).cast(pa.int64()), _ZERO)
+    offsets = pa.concat_arrays([int64s([0]), pc.cumulative_sum(lengths)])
     joined = pc.binary_join(pa.LargeListArray.from_arrays(offsets, items, mask=lists.is_null()),
                             _COMMA)
     return pc.fill_null(pc.binary_join_element_wise(_OPEN_LIST, joined, _CLOSE_LIST, _NOTHING),
@@ -173,7 +174,7 @@ def _formatted(array: pa.Array) -> pa.Array | None:
     if pa.types.is_timestamp(t):
         naive = array.view(pa.timestamp(t.unit))  # a zoned column stores UTC instants
         text = pc.replace_substring(naive.cast(pa.string()), " ", "T", max_replacements=1)
-        return pc.binary_join_element_wise(text, "Z", "") if t.tz else text
+        return pc.binary_join_element_wise(text, _Z, _EMPTY) if t.tz else text
     if pa.types.is_date(t) or pa.types.is_time(t) or pa.types.is_decimal(t):
         return array.cast(pa.string())
     return None

@@ -28,6 +28,7 @@ from functools import lru_cache
 import pyarrow as pa
 import pyarrow.compute as pc
 
+from connector_common.arrow_values import encoded_strings, int32s, int64s, repeated
 from iggy_spark.identifiers import identifier
 from iggy_spark.sdk import SdkLine
 from iggy_spark.source.schema import ARROW_SCHEMA, HEADERS_TYPE
@@ -47,10 +48,11 @@ _REPLY = struct.Struct("<IQI")
 _BATCH = struct.Struct("<8xQQ8xQ8xI")
 _LENGTHS = struct.Struct("<II")
 _BATCH_HEADER, _MESSAGE_HEADER = 256, 48
-_NO_STARTS = pa.array([], pa.int32())
+_NO_STARTS = int32s([])
 _SIZES_KEPT = 16
 """Poll sizes whose index arrays are kept."""
-_HEADER_BYTES = pa.scalar(_MESSAGE_HEADER, pa.int32())
+_HEADER_BYTES = int32s([_MESSAGE_HEADER])[0]
+_HIGH_ZEROS, _NO_BYTES = (encoded_strings([b], pa.binary())[0] for b in (bytes(16), b""))
 _CONSUMER_KIND = 1
 _BY_OFFSET, _QUORUM = 1, 1
 
@@ -171,20 +173,19 @@ def _evenly(data: pa.Buffer, pos: int, end: int, messages: int) -> pa.Array | No
     body = stride - _MESSAGE_HEADER
     if pc.min_max(sizes).as_py() != {"min": body, "max": body}:
         return None
-    return pc.add(_every(0, stride * messages, stride), pa.scalar(pos, pa.int32()))
+    return pc.add(_every(0, stride * messages, stride), int32s([pos])[0])
 
 
 @lru_cache(maxsize=_SIZES_KEPT)
 def _interleaved(count: int) -> pa.Array:
     """Indices taking ``a[0], b[0], a[1], b[1], ..., end`` from ``a + b + [end]``."""
-    return pa.array([*(k // 2 + (k % 2) * count for k in range(2 * count)), 2 * count],
-                    pa.int32())
+    return int32s([*(k // 2 + (k % 2) * count for k in range(2 * count)), 2 * count])
 
 
 def _spans(data: pa.Buffer, starts: pa.Array, stops: pa.Array, end: int) -> pa.Array:
     """Bytes ``[starts[i], stops[i])`` of ``data`` for each message, without copying them: the
     even elements of one binary array whose odd elements are the bytes in between."""
-    cuts = pa.concat_arrays([starts, stops, pa.array([end], pa.int32())]).take(
+    cuts = pa.concat_arrays([starts, stops, int32s([end])]).take(
         _interleaved(len(starts)))
     return pa.Array.from_buffers(pa.binary(), 2 * len(starts), [None, cuts.buffers()[1], data])
 
@@ -193,7 +194,7 @@ def _spans(data: pa.Buffer, starts: pa.Array, stops: pa.Array, end: int) -> pa.A
 def _every(start: int, stop: int, step: int) -> pa.Array:
     """Indices ``start, start + step, ... < stop``; polls mostly come in a few sizes, so the
     indices of the latest ones are kept (bounded: a long query sees many sizes)."""
-    return pa.array(range(start, stop, step), pa.int32())
+    return int32s(range(start, stop, step))
 
 
 def _field(heads: pa.Array, start: int, width: int, kind: pa.DataType) -> pa.Array:
@@ -203,15 +204,16 @@ def _field(heads: pa.Array, start: int, width: int, kind: pa.DataType) -> pa.Arr
     return values.take(_every(start // width, len(values), _MESSAGE_HEADER // width))
 
 
-def _per_message(values: list[tuple[int, int]], kind: pa.DataType) -> pa.Array:
-    """Each batch's value repeated for its messages: ``values`` holds ``(count, value)``."""
-    parts = [pa.repeat(pa.scalar(value, kind), count) for count, value in values]
+def _per_message(values: list[tuple[int, int]]) -> pa.Array:
+    """Each batch's value (int64) repeated for its messages: ``values`` holds ``(count,
+    value)``."""
+    parts = [pa.repeat(int64s([value])[0], count) for count, value in values]
     return parts[0] if len(parts) == 1 else pa.concat_arrays(parts)
 
 
 def _ids(heads: pa.Array) -> pa.Array:
     """The u128 ids as decimal text: each widened to a 256-bit decimal and formatted by Arrow."""
-    wide = pc.binary_join_element_wise(pc.binary_slice(heads, 8, 24), bytes(16), b"")
+    wide = pc.binary_join_element_wise(pc.binary_slice(heads, 8, 24), _HIGH_ZEROS, _NO_BYTES)
     decimals = pa.Array.from_buffers(pa.decimal256(76, 0), len(heads),
                                      [None, wide.buffers()[2]])
     return decimals.cast(pa.string())
@@ -228,7 +230,8 @@ def record_batch(
     starts, end, batches = _messages(reply, line)
     count = len(starts)
     if not count:
-        return pa.RecordBatch.from_pylist([], schema=ARROW_SCHEMA)
+        return pa.RecordBatch.from_arrays([pa.nulls(0, f.type) for f in ARROW_SCHEMA],
+                                          schema=ARROW_SCHEMA)
     data = pa.py_buffer(reply)
     every_other = _every(0, 2 * count, 2)
     heads = _spans(data, starts, pc.add(starts, _HEADER_BYTES), end).take(every_other)
@@ -244,12 +247,12 @@ def record_batch(
     else:
         headers = pa.nulls(count, HEADERS_TYPE)
     offsets = pc.add(_field(heads, 24, 4, pa.uint32()).cast(pa.int64()),
-                     _per_message([(n, base) for n, base, _ in batches], pa.int64()))
-    timestamps = _per_message([(n, ts) for n, _, ts in batches], pa.int64())
+                     _per_message([(n, base) for n, base, _ in batches]))
+    timestamps = _per_message([(n, ts) for n, _, ts in batches])
     return pa.RecordBatch.from_arrays([
-        pa.repeat(pa.scalar(stream, pa.string()), count),
-        pa.repeat(pa.scalar(topic, pa.string()), count),
-        pa.repeat(pa.scalar(partition, pa.int32()), count),
+        repeated(stream, count),
+        repeated(topic, count),
+        pa.repeat(int32s([partition])[0], count),
         offsets,
         _ids(heads),
         timestamps.cast(pa.timestamp("us", tz="UTC")),

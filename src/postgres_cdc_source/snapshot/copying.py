@@ -21,6 +21,7 @@ import psycopg
 import pyarrow as pa
 from psycopg import sql
 
+from connector_common.arrow_values import repeated
 from connector_common.lsn import format_lsn
 from postgres_cdc_source.decoding import INSERT, RowShape, build_change
 from postgres_cdc_source.decoding.blocks import strings_of
@@ -49,8 +50,6 @@ def copied_columns(
         [table.schema, table.table]).decode()[:-1]
     rows = module.CopyRows(orjson.dumps, table.schema, table.table, names, kinds, converters,
                            list(table.identity), len(table.chunk_key), prefix.encode())
-    schema = pa.scalar(table.schema, pa.string())
-    name = pa.scalar(table.table, pa.string())
 
     def columns(lines: bytes) -> tuple[pa.Array, pa.Array, pa.Array,
                                        tuple[pa.Array, pa.Array, pa.Array]]:
@@ -68,7 +67,8 @@ def copied_columns(
         made = {column: strings_of(count, buffers) for column, buffers in block.buffers()}
         key = made["key"]
         return (key, made["after"], made["id"],
-                router.columns_of(count, pa.repeat(schema, count), pa.repeat(name, count), key))
+                router.columns_of(count, repeated(table.schema, count),
+                                 repeated(table.table, count), key))
 
     # the parameters merged by psycopg as ``copy()`` merges them, with none too (``select``
     # is written for parameters: its names' ``%`` doubled)

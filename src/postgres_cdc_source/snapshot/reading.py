@@ -19,6 +19,7 @@ from psycopg.types.numeric import IntDumper
 from psycopg.types.string import StrDumperUnknown, TextLoader
 from pyspark.sql.datasource import InputPartition
 
+from connector_common.arrow_values import int64s, repeated
 from connector_common.change_rows import (
     ARROW_SCHEMA,
     POSITION_TYPE,
@@ -268,12 +269,11 @@ def _batch(
     """The batch of a chunk's rows: their ``key``, ``after``, ``id`` and destination columns
     (``stream``, ``topic``, ``partition_key``), the rest the chunk's own."""
     n = len(ids)
-    string = pa.string()
     point = format_lsn(consistent_point)
     stream, topic, partition_key = places
 
     def repeat(value: str) -> pa.Array:
-        return pa.repeat(pa.scalar(value, string), n)
+        return repeated(value, n)
 
     return pa.RecordBatch.from_arrays(
         [
@@ -294,8 +294,9 @@ def _batch(
             topic,
             partition_key,
             # a snapshot or backfill row comes after the changes of the commit it was read at
-            pa.repeat(pa.scalar({"commit_lsn": position_lsn(consistent_point),
-                                 "seq": READ_SEQ}, POSITION_TYPE), n),
+            pa.repeat(pa.StructArray.from_arrays(
+                [int64s([position_lsn(consistent_point)]), int64s([READ_SEQ])],
+                fields=list(POSITION_TYPE))[0], n),
         ],
         schema=schema,
     )

@@ -29,6 +29,7 @@ from pyspark.sql.types import (
     StringType,
 )
 
+from connector_common.arrow_values import string
 from postgres_cdc_source.rows.json.values import converter_for_oid
 from postgres_cdc_source.rows.struct.json_text import value_renderer
 from postgres_cdc_source.rows.struct.types import (
@@ -42,6 +43,8 @@ from postgres_cdc_source.rows.struct.types import (
 
 __all__ = ["UnconvertibleValue", "cast_texts", "fields_texts", "image_array", "image_converter",
            "image_form", "image_json", "image_texts"]
+
+_TRUE = string("t")  # a boolean's text: the comparison's scalar made without pandas
 
 _CAST: dict[pa.DataType, Callable[[str], Any]] = {
     pa.date32(): _date,
@@ -143,7 +146,7 @@ def fields_texts(fields: pa.StructArray, arrow: pa.StructType) -> pa.StructArray
         if child.type == kind:  # text, bytes, or values the converter made
             children.append(child)
         elif pa.types.is_boolean(kind):
-            children.append(pc.equal(child, "t"))
+            children.append(pc.equal(child, _TRUE))
         elif pa.types.is_floating(kind):
             children.append(child.cast(pa.float64()).cast(kind))
         else:
