@@ -130,9 +130,10 @@ def ceiling_read(spark: Any, path: str, rows: int, tasks: int) -> common.Measure
 
 
 def chunk_peak_rss(dsn: str) -> tuple[int, int]:
-    """Rows read and peak RSS (bytes) of this process reading the table as one chunk."""
-    import resource
-
+    """Rows read and peak RSS (bytes) of this process reading the table as one chunk: the
+    kernel's high-water mark of this process's own memory (``VmHWM``). ``ru_maxrss`` is kept
+    across ``exec`` on Linux, so in a child of the benchmark's process it can be the parent's
+    size at the fork (it gave 169-196 MiB for any chunk where ``VmHWM`` gives 145)."""
     from postgres_cdc_source import snapshot
     from postgres_cdc_source.options import CdcOptions
 
@@ -142,7 +143,9 @@ def chunk_peak_rss(dsn: str) -> tuple[int, int]:
     assert table is not None
     part = snapshot.SnapshotPartition(table, None, None, None, 0)
     rows = sum(batch.num_rows for batch in snapshot.read_chunk(options, part))
-    return rows, resource.getrusage(resource.RUSAGE_SELF).ru_maxrss * 1024
+    with open("/proc/self/status", encoding="ascii") as status:
+        (peak,) = (line.split()[1] for line in status if line.startswith("VmHWM:"))
+    return rows, int(peak) * 1024
 
 
 def memory(dsn: str, conn: psycopg.Connection[Any], sizes: list[int]) -> list[dict[str, Any]]:
