@@ -90,7 +90,9 @@ def test_snapshot_then_stream_through_spark_and_iggy(
     assert reads and len({m["id"] for m in reads}) == len(reads)
     assert any(m["op"] != "read" for m in messages)
     batches = read_checkpoint(checkpoint)
-    assert sum(1 for b in batches if b.end == batches[0].end) >= 3  # several snapshot batches
+    # more rows than a batch of snapshot_max_rows_per_trigger=60 takes: several snapshot
+    # batches (how many depends on how the chunks fall across the tables' estimated sizes)
+    assert len(reads) > 60 and sum(1 for b in batches if b.end == batches[0].end) >= 2
     model, problems = replay(messages, work.tables, strict=True)
     assert not problems, problems[:5]
     assert model == read_tables(pg.dsn, name, work.tables.values())

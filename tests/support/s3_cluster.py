@@ -26,12 +26,13 @@ import psycopg
 from psycopg import sql
 
 from iggy_local import LocalIggy
-from iggy_spark_testing.chaos import prepare_capture, wait_until
+from iggy_spark_testing.chaos import flush_lsn, prepare_capture, wait_until
 from iggy_spark_testing.job import PipelineJob
 from iggy_spark_testing.oracle import read_back
 from iggy_spark_testing.readback import messages_in
 from iggy_spark_testing.s3 import SeaweedS3
 from iggy_spark_testing.workload import Workload
+from postgres_cdc_source.stream.offset import StreamOffset
 from support.spark_deployments import standalone_cluster
 
 __all__ = ["HELD", "OVER_CAP", "Outcome", "batches", "killed_mid_send"]
@@ -60,6 +61,17 @@ def batches(s3: SeaweedS3, checkpoint: str, log: str) -> set[int]:
     selector = fs.FileSelector(f"{s3.bucket}/{checkpoint}/{log}", allow_not_found=True)
     infos = s3.filesystem().get_file_info(selector)  # type: ignore[attr-defined]
     return {int(i.base_name) for i in infos if i.base_name.isdigit()}
+
+
+def _committed_end(s3: SeaweedS3, checkpoint: str) -> int | None:
+    """The end LSN of the checkpoint's last committed batch, read from S3."""
+    committed = batches(s3, checkpoint, "commits")
+    if not committed:
+        return None
+    with s3.filesystem().open_input_stream(  # type: ignore[attr-defined]
+            f"{s3.bucket}/{checkpoint}/offsets/{max(committed)}") as f:
+        lines = f.read().decode().splitlines()  # v1: version, batch metadata, one per source
+    return StreamOffset.from_json(json.loads(lines[2])).lsn
 
 
 def _caught_up(s3: SeaweedS3, checkpoint: str, url: str, stream: str, changes: int) -> bool:
@@ -123,11 +135,13 @@ def killed_mid_send(
             job.start()
             wait_until(lambda: _caught_up(s3, checkpoint, broker.url, name, work.changes), 300,
                        "the replay", every=2, alive=lambda: job.running)
-            done = max(batches(s3, checkpoint, "commits"))
             with psycopg.connect(dsn, autocommit=True) as conn:
                 conn.execute(sql.SQL("INSERT INTO {} SELECT generate_series(1, %s)").format(
                     extra), (OVER_CAP,))
-            wait_until(lambda: max(batches(s3, checkpoint, "commits")) > done
+            # a batch committed past the insert: one planned before it (the WAL moves without
+            # changes too) can commit after it and must not end the wait
+            target = flush_lsn(dsn)
+            wait_until(lambda: (_committed_end(s3, checkpoint) or 0) >= target
                        and _caught_up(s3, checkpoint, broker.url, name, work.changes), 300,
                        "the batch over the cap", every=2, alive=lambda: job.running)
             assert job.stop() == 0, job.log_tail()
