@@ -26,13 +26,12 @@ import psycopg
 from psycopg import sql
 
 from iggy_local import LocalIggy
-from iggy_spark_testing.chaos import flush_lsn, prepare_capture, wait_until
+from iggy_spark_testing.chaos import flush_lsn, offsets_end, prepare_capture, wait_until
 from iggy_spark_testing.job import PipelineJob
 from iggy_spark_testing.oracle import read_back
 from iggy_spark_testing.readback import messages_in
 from iggy_spark_testing.s3 import SeaweedS3
 from iggy_spark_testing.workload import Workload
-from postgres_cdc_source.stream.offset import StreamOffset
 from support.spark_deployments import standalone_cluster
 
 __all__ = ["HELD", "OVER_CAP", "Outcome", "batches", "killed_mid_send"]
@@ -70,8 +69,7 @@ def _committed_end(s3: SeaweedS3, checkpoint: str) -> int | None:
         return None
     with s3.filesystem().open_input_stream(  # type: ignore[attr-defined]
             f"{s3.bucket}/{checkpoint}/offsets/{max(committed)}") as f:
-        lines = f.read().decode().splitlines()  # v1: version, batch metadata, one per source
-    return StreamOffset.from_json(json.loads(lines[2])).lsn
+        return offsets_end(f.read().decode())
 
 
 def _caught_up(s3: SeaweedS3, checkpoint: str, url: str, stream: str, changes: int) -> bool:

@@ -69,6 +69,7 @@ __all__ = [
     "flush_lsn",
     "in_flight",
     "last_offset_in_snapshot",
+    "offsets_end",
     "prepare_capture",
     "read_checkpoint",
     "slot_exists",
@@ -115,17 +116,22 @@ def read_checkpoint(checkpoint: str | os.PathLike[str]) -> list[Batch]:
     previous: int | None = None
     for batch_id, path in sorted(_numbered(root / "offsets").items()):
         try:
-            lines = path.read_text().splitlines()
+            text = path.read_text()
             planned_at = path.stat().st_mtime
             committed = commits.get(batch_id)
             committed_at = committed.stat().st_mtime if committed is not None else None
         except FileNotFoundError:  # purged by Spark's log cleanup while we looked
             continue
-        # v1 format: version line, batch metadata, then one offset line per source.
-        end = StreamOffset.from_json(json.loads(lines[2])).lsn
+        end = offsets_end(text)
         batches.append(Batch(batch_id, previous, end, planned_at, committed_at))
         previous = end
     return batches
+
+
+def offsets_end(text: str) -> int:
+    """The ``pg_cdc`` end LSN in the text of a checkpoint's ``offsets/`` file (v1 format: the
+    version line, the batch metadata, then one offset line per source)."""
+    return StreamOffset.from_json(json.loads(text.splitlines()[2])).lsn
 
 
 def committed_end(checkpoint: str | os.PathLike[str]) -> int | None:
