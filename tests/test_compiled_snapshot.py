@@ -68,6 +68,23 @@ def test_any_text_in_copy_format_reads_back_as_the_python_path_writes_it(
     assert columns["id"] == ['0/10:read:["s","t","k"]'] * rows
 
 
+@given(st.integers(0, 40), st.integers(0, 40), st.integers(1, 3),
+       st.sampled_from(['"', "\\", "\t", "\n", "\x01", "\x1f", "\x7f", "\u00e9", "\U0001f980"]))
+def test_a_character_to_escape_is_found_wherever_it_falls_in_a_long_text(
+    length: int, at: int, copies: int, special: str,
+) -> None:
+    """The core skips text eight bytes at a time where nothing in them is escaped (COPY's tab
+    and backslash, JSON's quote, backslash and control characters): a character that is, at
+    any place in a word or across two, is still found."""
+    text = ("abcdefgh" * 6)[:length]
+    text = (text[:at] + special * copies + text[at:]) * 2
+    line = b"\t".join([_copy_text(text), _copy_text(text[::-1]), _copy_text("k")]) + b"\n"
+    block, failed = _rows([TEXT, TEXT], [1]).rows(line)
+    assert failed is None
+    assert _columns(block)["after"] == [orjson.dumps({"c0": text, "c1": text[::-1]}).decode()]
+    assert _columns(block)["key"] == [orjson.dumps({"c1": text[::-1]}).decode()]
+
+
 def test_octal_and_hex_escapes_and_a_null_chunk_key() -> None:
     block, failed = _rows([TEXT], []).rows(b"a\\101\\x42\\7z\t\\N\n")
     assert failed is None

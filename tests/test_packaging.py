@@ -177,7 +177,7 @@ def test_a_core_of_another_interface_is_left_unused_naming_both(
         assert compiled.core() is None and compiled.path() == "python"
     finally:
         compiled.core.cache_clear()
-    assert "has interface 99, this release needs 5" in caplog.text
+    assert "has interface 99, this release needs 6" in caplog.text
 
 
 def test_the_package_builds_without_a_rust_toolchain_and_the_core_as_one_abi3_wheel(

@@ -47,7 +47,14 @@ pub type StringBuffers<'py> =
 
 impl Strings {
     pub fn new() -> Self {
-        Strings { offsets: vec![0], ..Default::default() }
+        Self::with_capacity(0, 0)
+    }
+
+    /// Room for `values` values of `bytes` bytes in all, so that filling it copies nothing.
+    pub fn with_capacity(values: usize, bytes: usize) -> Self {
+        let mut offsets = Vec::with_capacity(values + 1);
+        offsets.push(0);
+        Strings { offsets, data: Vec::with_capacity(bytes), validity: Bits::default() }
     }
 
     pub fn push(&mut self, text: &[u8]) {

@@ -9,8 +9,8 @@
 //!   it does not, which the Python decoder then reads; it writes the JSON mode's images, or
 //!   (`row_format=struct`) the fields of typed structs with [`typed::Fields`];
 //! * [`copy::CopyRows`] turns the text of `COPY ... TO STDOUT` into the rows of a snapshot or
-//!   backfill chunk, as `postgres_cdc_source.snapshot.reading` builds them in Python, from
-//!   the rows [`libpq::copy_rows`] reads from psycopg's connection;
+//!   backfill chunk, as `postgres_cdc_source.snapshot.reading` builds them in Python, reading
+//!   them from psycopg's connection with its libpq ([`libpq::CopyOut`]);
 //! * [`payloads::json_objects`] joins the sink's JSON payloads from their columns' JSON texts,
 //!   as `iggy_spark.sink.json_payloads` joins them with Arrow.
 //!
@@ -23,6 +23,7 @@ mod copy;
 mod libpq;
 mod payloads;
 mod pgoutput;
+mod scan;
 mod typed;
 mod values;
 
@@ -31,7 +32,7 @@ use pyo3::prelude::*;
 /// Bumped whenever the interface with `postgres_cdc_source.decoding.compiled` changes; the
 /// Python side (`connector_common.compiled_core`) uses a core only of the interface it was
 /// written for.
-const INTERFACE: u32 = 5;
+const INTERFACE: u32 = 6;
 
 #[pymodule]
 fn iggy_spark_core(module: &Bound<'_, PyModule>) -> PyResult<()> {
@@ -42,7 +43,6 @@ fn iggy_spark_core(module: &Bound<'_, PyModule>) -> PyResult<()> {
     module.add_class::<pgoutput::Block>()?;
     module.add_class::<copy::CopyRows>()?;
     module.add_class::<copy::RowsBlock>()?;
-    module.add_function(wrap_pyfunction!(libpq::copy_rows, module)?)?;
     module.add_function(wrap_pyfunction!(payloads::json_objects, module)?)?;
     Ok(())
 }

@@ -5,50 +5,73 @@
 //! Python that is about as costly as turning the row into its JSON in this core. Here the
 //! connection psycopg opened (its `PGconn *`, psycopg's documented `pgconn_ptr`) is read with
 //! the same libpq's `PQgetCopyData` and `PQfreemem`, whose addresses the Python side
-//! (`postgres_cdc_source.snapshot.libpq`) takes from the libpq psycopg itself loaded, and the
-//! rows are handed back joined, with the GIL released while they arrive. Starting the COPY and
-//! taking its result stay with psycopg, so its errors are psycopg's own.
+//! (`postgres_cdc_source.snapshot.libpq`) takes from the libpq psycopg itself loaded. Starting
+//! the COPY and taking its result stay with psycopg, so its errors are psycopg's own.
 
 use std::ffi::{c_char, c_int, c_void};
-
-use pyo3::prelude::*;
-use pyo3::types::PyBytes;
 
 type GetCopyData = unsafe extern "C" fn(*mut c_void, *mut *mut c_char, c_int) -> c_int;
 type FreeMem = unsafe extern "C" fn(*mut c_void);
 
-/// Up to `max_rows` rows of the COPY out in progress on `conn`, joined: `(data, state)`, where
-/// `state` is 0 when more may follow, -1 when the COPY ended (its result waits for
-/// `PQgetResult`) and -2 when libpq failed (`PQerrorMessage` says why).
-///
-/// `conn` must be a live `PGconn *` in the COPY out state that nothing else uses during the
-/// call, and `get_copy_data` and `freemem` the addresses of `PQgetCopyData` and `PQfreemem` of
-/// the libpq that made it: the Python side checks both before it calls.
-#[pyfunction]
-pub fn copy_rows(py: Python<'_>, conn: usize, get_copy_data: usize, freemem: usize,
-                 max_rows: usize) -> PyResult<(Py<PyBytes>, i32)> {
-    // SAFETY: the caller's contract above: the addresses are libpq's functions of these types
-    let get: GetCopyData = unsafe { std::mem::transmute::<usize, GetCopyData>(get_copy_data) };
-    let free: FreeMem = unsafe { std::mem::transmute::<usize, FreeMem>(freemem) };
-    let (data, state) = py.detach(|| {
-        let mut data: Vec<u8> = Vec::new();
-        let mut rows = 0;
-        while rows < max_rows {
+/// Where the rows come from: a `PGconn *` in the COPY out state and its libpq's
+/// `PQgetCopyData` and `PQfreemem`.
+#[derive(Clone, Copy)]
+pub struct CopyOut {
+    conn: usize,
+    get: GetCopyData,
+    free: FreeMem,
+}
+
+impl CopyOut {
+    /// # Safety
+    /// `conn` must be a live `PGconn *` in the COPY out state that nothing else uses while it
+    /// is read, and `get_copy_data` and `freemem` the addresses of `PQgetCopyData` and
+    /// `PQfreemem` of the libpq that made it: the Python side checks both before it calls.
+    pub unsafe fn new(conn: usize, get_copy_data: usize, freemem: usize) -> CopyOut {
+        // SAFETY: the caller's contract: the addresses are libpq's functions of these types
+        let get = unsafe { std::mem::transmute::<usize, GetCopyData>(get_copy_data) };
+        let free = unsafe { std::mem::transmute::<usize, FreeMem>(freemem) };
+        CopyOut { conn, get, free }
+    }
+
+    /// Up to `max_rows` rows, each as libpq allocated it (freed when the [`Rows`] are dropped),
+    /// and the state after them: 0 when more may follow, -1 when the COPY ended (its result
+    /// waits for `PQgetResult`) and -2 when libpq failed (`PQerrorMessage` says why).
+    pub fn fetch(self, max_rows: usize) -> (Rows, i32) {
+        let mut rows = Rows { rows: Vec::with_capacity(max_rows.min(1 << 16)), free: self.free };
+        while rows.rows.len() < max_rows {
             let mut buffer: *mut c_char = std::ptr::null_mut();
             // blocking (async = 0): the worker has nothing else to do until a row arrives
-            let size = unsafe { get(conn as *mut c_void, &mut buffer, 0) };
+            let size = unsafe { (self.get)(self.conn as *mut c_void, &mut buffer, 0) };
             if size < 0 {
-                return (data, size.max(-2));
+                return (rows, size.max(-2));
             }
-            // SAFETY: libpq returned `size` bytes at `buffer`, to be freed with PQfreemem
-            unsafe {
-                data.extend_from_slice(std::slice::from_raw_parts(buffer as *const u8,
-                                                                  size as usize));
-                free(buffer as *mut c_void);
-            }
-            rows += 1;
+            rows.rows.push((buffer as usize, size as usize));
         }
-        (data, 0)
-    });
-    Ok((PyBytes::new(py, &data).unbind(), state))
+        (rows, 0)
+    }
+}
+
+/// Rows libpq returned, each freed with its `PQfreemem` on drop.
+pub struct Rows {
+    rows: Vec<(usize, usize)>,
+    free: FreeMem,
+}
+
+impl Rows {
+    pub fn iter(&self) -> impl Iterator<Item = &[u8]> {
+        // SAFETY: libpq returned `size` bytes at `buffer`, alive until freed in `drop`
+        self.rows.iter().map(|&(buffer, size)| unsafe {
+            std::slice::from_raw_parts(buffer as *const u8, size)
+        })
+    }
+}
+
+impl Drop for Rows {
+    fn drop(&mut self) {
+        for &(buffer, _) in &self.rows {
+            // SAFETY: each buffer came from PQgetCopyData and is freed once, here
+            unsafe { (self.free)(buffer as *mut c_void) };
+        }
+    }
 }

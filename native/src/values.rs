@@ -10,6 +10,8 @@ use pyo3::exceptions::PyValueError;
 use pyo3::prelude::*;
 use pyo3::types::PyBytes;
 
+use crate::scan;
+
 /// What the Python side passes for each column: how its text becomes JSON.
 const STR: u8 = 0;
 const INT: u8 = 1;
@@ -62,8 +64,10 @@ impl Relation {
 
     /// Write `{"name":value,...}` of `values` (`None`: SQL NULL) to `out`, noting where each
     /// value's JSON lies in `spans`; `false`, with `out` as it was, if a converter rejects one.
-    pub fn write_row(&self, py: Python<'_>, values: &[Option<&str>], out: &mut Vec<u8>,
-                     spans: &mut Vec<(usize, usize)>) -> PyResult<bool> {
+    pub fn write_row<V: std::ops::Deref<Target = str>>(
+        &self, py: Python<'_>, values: &[Option<V>], out: &mut Vec<u8>,
+        spans: &mut Vec<(usize, usize)>,
+    ) -> PyResult<bool> {
         let mark = out.len();
         spans.clear();
         out.push(b'{');
@@ -133,12 +137,12 @@ impl Relation {
                 if text.ends_with(" BC") {
                     json_string(out, text);
                 } else {
-                    json_string(out, &text.replacen(' ', "T", 1));
+                    iso_string(out, text, "");
                 }
                 true
             },
             TIMESTAMPTZ => text.is_ascii() && {
-                json_string(out, &timestamptz(text));
+                timestamptz(out, text);
                 true
             },
             _ => false,
@@ -178,10 +182,16 @@ const ESCAPED: [bool; 256] = {
 
 /// [`json_string`] of bytes the caller knows are UTF-8: only ASCII bytes are ever escaped.
 pub fn json_string_of_utf8(out: &mut Vec<u8>, bytes: &[u8]) {
-    const HEX: &[u8; 16] = b"0123456789abcdef";
     out.push(b'"');
+    json_chars(out, bytes);
+    out.push(b'"');
+}
+
+/// The inside of [`json_string_of_utf8`]: `bytes` escaped as orjson escapes them.
+fn json_chars(out: &mut Vec<u8>, bytes: &[u8]) {
+    const HEX: &[u8; 16] = b"0123456789abcdef";
     let mut run = 0;
-    while let Some(found) = bytes[run..].iter().position(|&b| ESCAPED[b as usize]) {
+    while let Some(found) = first_escaped(&bytes[run..]) {
         let i = run + found;
         out.extend_from_slice(&bytes[run..i]);
         let b = bytes[i];
@@ -199,7 +209,12 @@ pub fn json_string_of_utf8(out: &mut Vec<u8>, bytes: &[u8]) {
         run = i + 1;
     }
     out.extend_from_slice(&bytes[run..]);
-    out.push(b'"');
+}
+
+/// The index of the first byte of `bytes` that [`json_chars`] escapes.
+fn first_escaped(bytes: &[u8]) -> Option<usize> {
+    let at = scan::json_escaped(bytes);
+    bytes[at..].iter().position(|&b| ESCAPED[b as usize]).map(|i| at + i)
 }
 
 /// `0|-?[1-9][0-9]*` of at most 18 digits: the text of an int2/int4/int8/oid, which
@@ -333,24 +348,31 @@ pub fn hex_bytes(text: &str) -> Option<Vec<u8>> {
     hex.chunks_exact(2).map(|pair| Some(nibble(pair[0])? << 4 | nibble(pair[1])?)).collect()
 }
 
-/// The Python converter's ISO form of a timestamptz text (ASCII).
-fn timestamptz(text: &str) -> String {
+/// The Python converter's ISO form of a timestamptz text (ASCII), as a JSON string.
+fn timestamptz(out: &mut Vec<u8>, text: &str) {
     if let Some(stamp) = text.strip_suffix("+00") {
-        return stamp.replacen(' ', "T", 1) + "+00:00";
+        return iso_string(out, stamp, "+00:00");
     }
     if text.ends_with(" BC") || !text.contains(' ') {
-        return text.to_string();
+        return json_string(out, text);
     }
-    let stamp = text.replacen(' ', "T", 1);
-    let sign = match (stamp.rfind('+'), stamp.rfind('-')) {
-        (None, None) => -1,
-        (a, b) => a.max(b).unwrap() as isize,
-    };
-    if stamp.len() as isize - sign == 3 {
-        stamp + ":00"
-    } else {
-        stamp
-    }
+    // the offset's sign: the last '+' or '-' (a date's own '-' come before it)
+    let sign = text.rfind(['+', '-']).map_or(-1, |at| at as isize);
+    iso_string(out, text, if text.len() as isize - sign == 3 { ":00" } else { "" });
 }
 
-
+/// `text` with its first space as `T`, then `suffix`, as a JSON string: the converters'
+/// `text.replace(" ", "T", 1) + suffix`, written without an intermediate string.
+fn iso_string(out: &mut Vec<u8>, text: &str, suffix: &str) {
+    out.push(b'"');
+    match text.split_once(' ') {
+        Some((date, time)) => {
+            json_chars(out, date.as_bytes());
+            out.push(b'T');
+            json_chars(out, time.as_bytes());
+        }
+        None => json_chars(out, text.as_bytes()),
+    }
+    json_chars(out, suffix.as_bytes());
+    out.push(b'"');
+}

@@ -24,7 +24,7 @@ log = logging.getLogger(__name__)
 ENVIRONMENT = "IGGY_SPARK_CORE"
 """Set to ``python`` to use the pure-Python paths although the core is installed."""
 
-INTERFACE = 5
+INTERFACE = 6
 """The core's ``INTERFACE`` this release is written for; a core of another is left unused."""
 
 

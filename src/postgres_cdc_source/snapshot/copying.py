@@ -51,13 +51,8 @@ def copied_columns(
     rows = module.CopyRows(orjson.dumps, table.schema, table.table, names, kinds, converters,
                            list(table.identity), len(table.chunk_key), prefix.encode())
 
-    def columns(lines: bytes) -> tuple[pa.Array, pa.Array, pa.Array,
-                                       tuple[pa.Array, pa.Array, pa.Array]]:
-        try:
-            block, failed = rows.rows(lines)
-        except ValueError as exc:  # a line of another width, text not UTF-8, over 2 GiB
-            raise DecodeError(f"pg_cdc snapshot of {table.schema}.{table.table}: {exc}",
-                              consistent_point) from exc
+    def columns(block: Any, failed: list[str | None] | None
+                ) -> tuple[pa.Array, pa.Array, pa.Array, tuple[pa.Array, pa.Array, pa.Array]]:
         if failed is not None:  # the Python path names the column and the value
             build_change(shape, consistent_point, 0, INSERT, None, failed[:len(table.columns)],
                          old_is_full=False, new_has_unchanged=False)
@@ -74,5 +69,13 @@ def copied_columns(
     # is written for parameters: its names' ``%`` doubled)
     statement = psycopg.ClientCursor(conn).mogrify(
         sql.SQL("COPY ({}) TO STDOUT").format(select), params)
-    for lines in copy_out(conn, statement, fetch_rows, module):
-        yield columns(lines)
+    blocks = copy_out(conn, statement, fetch_rows, rows)
+    while True:
+        try:
+            block, failed = next(blocks)
+        except StopIteration:
+            return
+        except ValueError as exc:  # a line of another width, text not UTF-8, over 2 GiB
+            raise DecodeError(f"pg_cdc snapshot of {table.schema}.{table.table}: {exc}",
+                              consistent_point) from exc
+        yield columns(block, failed)

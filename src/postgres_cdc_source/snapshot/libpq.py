@@ -1,18 +1,20 @@
 """The rows of a ``COPY ... TO STDOUT`` read by the compiled core straight from the libpq that
-psycopg uses, a chunk's worth at a time.
+psycopg uses, a fetch's worth at a time.
 
 libpq hands COPY out one row per ``PQgetCopyData`` call, and psycopg's :class:`~psycopg.Copy`
 makes each a Python object: about as costly per row as the core writing the row's JSON. So
 where the core is installed the COPY is started and finished through psycopg's own low-level
 connection (:class:`psycopg.pq.PGconn`: its results, and its errors raised as psycopg raises
-them), and the rows in between are read by :func:`iggy_spark_core.copy_rows` with that libpq's
-``PQgetCopyData`` on the connection's ``pgconn_ptr``, the GIL released while they arrive.
+them), and the rows in between are read and written by the core's
+:meth:`iggy_spark_core.CopyRows.read` with that libpq's ``PQgetCopyData`` on the connection's
+``pgconn_ptr``: each row where libpq put it, the GIL released while they arrive.
 
 The libpq is found once per process, by its path among the files the process maps (psycopg's
 binary package bundles its own; its C and Python implementations load the system's), and used
 for a connection only when that library's ``PQbackendPID`` of the connection is the
 connection's own backend PID. Anywhere else (no such file, two of them, no ``/proc``) the rows
-are read through :class:`~psycopg.Copy`.
+are read through :class:`~psycopg.Copy` and handed to :meth:`~iggy_spark_core.CopyRows.rows`
+joined.
 """
 
 from __future__ import annotations
@@ -24,13 +26,12 @@ import re
 from collections.abc import Callable, Iterator
 from dataclasses import dataclass
 from functools import cache
-from types import ModuleType
-from typing import Any
+from typing import Any, Protocol
 
 import psycopg
 from psycopg import errors, pq
 
-__all__ = ["copy_out"]
+__all__ = ["CopyReader", "copy_out"]
 
 log = logging.getLogger(__name__)
 
@@ -47,18 +48,35 @@ class _Libpq:
     backend_pid: Callable[[int], int]
 
 
+class CopyReader(Protocol):
+    """What turns COPY's rows into a result (:class:`iggy_spark_core.CopyRows`): from the
+    connection itself, or from whole lines read through psycopg."""
+
+    def read(self, conn: int, get_copy_data: int, freemem: int, max_rows: int
+             ) -> tuple[Any, ...]:
+        """Up to ``max_rows`` rows read from the ``PGconn *`` ``conn`` with its libpq's
+        ``PQgetCopyData`` and ``PQfreemem``: the result's items, then the state after them
+        (0: more may follow, -1: the COPY ended, -2: libpq failed)."""
+        ...
+
+    def rows(self, data: bytes) -> tuple[Any, ...]:
+        """The result's items for ``data``, whole lines."""
+        ...
+
+
 def copy_out(
-    conn: psycopg.Connection[Any], statement: str, rows: int, core: ModuleType | None
-) -> Iterator[bytes]:
-    """The text of ``statement`` (a ``COPY ... TO STDOUT``), whole lines, about ``rows`` rows
-    at a time: through the core when ``core`` is given and this process's libpq is found."""
-    found = _libpq() if core is not None else None
+    conn: psycopg.Connection[Any], statement: str, rows: int, reader: CopyReader
+) -> Iterator[tuple[Any, ...]]:
+    """What ``reader`` makes of the rows of ``statement`` (a ``COPY ... TO STDOUT``), about
+    ``rows`` rows at a time: read from the connection by the core where this process's libpq
+    is found and vouches for it, else through psycopg."""
+    found = _libpq()
     pgconn = conn.pgconn
     # documented on psycopg's PGconn, though not on its protocol (pq.abc)
     pointer: int | None = pgconn.pgconn_ptr  # type: ignore[attr-defined]
-    if (core is None or found is None or pointer is None
-            or found.backend_pid(pointer) != pgconn.backend_pid):
-        yield from _through_psycopg(conn, statement, rows)
+    if found is None or pointer is None or found.backend_pid(pointer) != pgconn.backend_pid:
+        for lines in _through_psycopg(conn, statement, rows):
+            yield reader.rows(lines)
         return
     encoding = conn.info.encoding
     nonblocking = pgconn.nonblocking
@@ -68,9 +86,8 @@ def copy_out(
         _expect(pgconn, pgconn.get_result(), pq.ExecStatus.COPY_OUT, encoding)
         state = 0
         while state == 0:
-            data, state = core.copy_rows(pointer, found.get_copy_data, found.freemem, rows)
-            if data:
-                yield data
+            *result, state = reader.read(pointer, found.get_copy_data, found.freemem, rows)
+            yield tuple(result)
         if state != -1:  # libpq's own failure: the connection, not the statement
             raise psycopg.OperationalError(
                 f"reading COPY failed: {pgconn.get_error_message(encoding)}")
