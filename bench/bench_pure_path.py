@@ -49,7 +49,7 @@ from pathlib import Path
 from typing import Any
 
 from bench import bench_source, cdc, common, decoding_path
-from bench.cpu import descendants, process
+from bench.cpu import process, python_groups
 from bench.spark_peer import PURE_PYTHON, SparkPeer
 
 __all__ = ["BEFORE_CORE", "TARGET", "main", "probe", "runner_path", "spark_read", "worktree"]
@@ -210,7 +210,7 @@ def cpu_groups(peers: Sequence[SparkPeer], pg: object) -> common.CpuMeter:
     drivers = (os.getpid(), *(peer.pid for peer in peers))
     return common.CpuMeter(cdc.with_postgres({
         "jvm": lambda: [p for jvm in jvms for p in process(jvm)],
-        "python_workers": (lambda: [p for jvm in jvms for p in descendants(jvm, "python")], jvms),
+        **python_groups(jvms),
         "bench_process": lambda: [p for pid in drivers for p in process(pid)],
     }, pg))
 

@@ -21,7 +21,7 @@ if TYPE_CHECKING:
     import psutil
     from pyspark.sql import SparkSession
 
-__all__ = ["CpuMeter", "Finder", "descendants", "process", "spark_groups"]
+__all__ = ["CpuMeter", "Finder", "descendants", "process", "python_groups", "spark_groups"]
 
 Finder = Callable[[], Iterable["psutil.Process"]]
 ProcessGroups = Mapping[str, "Finder | tuple[Finder, int | Sequence[int]]"]
@@ -97,15 +97,38 @@ def _pids(reapers: int | Sequence[int]) -> tuple[int, ...]:
     return (reapers,) if isinstance(reapers, int) else tuple(reapers)
 
 
+_WORKERS = "pyspark.daemon"  # the daemons and the workers they fork share its command line
+_RUNNER = "python_streaming_source_runner"
+
+
+def python_groups(jvms: Sequence[int]) -> dict[str, tuple[Finder, tuple[int, ...]]]:
+    """The Python processes of the Spark sessions whose JVMs are ``jvms``, in two groups:
+
+    * ``python_workers``: the executors' Python workers (and the daemons that fork them), which
+      read the partitions and write the batches: the per-change work;
+    * ``python_runner``: the driver's Python source runners, one per streaming query, started
+      with the query and gone when it stops (counted through the JVM that reaps them, as is
+      anything else short-lived the JVM starts): planning and committing offsets, and first
+      of all importing pyspark, which Spark puts first on the runner's path as ``pyspark.zip``
+      (sources compiled at every import: about 1-1.5 s of CPU per query on these machines).
+    """
+    def find(match: str) -> Finder:
+        return lambda: [p for jvm in jvms for p in descendants(jvm, match)]
+
+    return {"python_workers": (find(_WORKERS), ()),
+            "python_runner": (find(_RUNNER), tuple(jvms))}
+
+
 def spark_groups(
     spark: SparkSession, peers: Sequence[tuple[int, int]] = ()
 ) -> dict[str, Finder | tuple[Finder, tuple[int, ...]]]:
-    """Process groups of a local Spark session and this benchmark: the JVM, its Python worker
-    processes, the local brokers (child processes of this one) and this process itself.
+    """Process groups of a local Spark session and this benchmark: the JVM, its Python
+    processes (:func:`python_groups`), the local brokers (child processes of this one) and this
+    process itself.
 
     ``peers``: ``(process pid, JVM pid)`` of other sessions this benchmark runs in child
     processes (:class:`bench.spark_peer.SparkPeer`), counted in the same groups: their JVMs in
-    ``jvm``, their workers in ``python_workers``, their driver processes in ``bench_process``.
+    ``jvm``, their Python processes in theirs, their driver processes in ``bench_process``.
     """
     jvms = (int(spark.sparkContext._gateway.proc.pid),  # type: ignore[union-attr]
             *(jvm for _, jvm in peers))
@@ -113,7 +136,7 @@ def spark_groups(
     drivers = (me, *(pid for pid, _ in peers))
     return {
         "jvm": lambda: [p for jvm in jvms for p in process(jvm)],
-        "python_workers": (lambda: [p for jvm in jvms for p in descendants(jvm, "python")], jvms),
+        **python_groups(jvms),
         "broker": lambda: descendants(me, "iggy_local"),
         "bench_process": lambda: [p for pid in drivers for p in process(pid)],
     }

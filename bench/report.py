@@ -323,8 +323,10 @@ def _cpu_lines(sides: dict[str, Any]) -> list[str]:
         return []
     groups = sorted({g for _, _, cpu in rows for g in cpu})
     lines = ["", "CPU seconds per run (median) by process group, over each side's whole call: for "
-             "Spark that includes query start-up (e.g. the driver-side Python source runner "
-             "importing its modules), which the rates above exclude. `spark_python`'s are its "
+             "Spark that includes query start-up, which the rates above exclude: the driver-side "
+             "Python source runner of each query (`python_runner`: importing pyspark, planning "
+             "and committing offsets) apart from the executors' Python workers "
+             "(`python_workers`: the per-change work). `spark_python`'s are its "
              "own session's (JVM, Python workers, driver process in `bench_process`).", "",
              "| run | " + " | ".join(groups) + " |", "| --- |" + " ---: |" * len(groups)]
     for name, contender, cpu in rows:
