@@ -35,13 +35,14 @@ impl RowsBlock {
     }
 
     /// `(column, (offsets, data, validity or None, null count))` for `key`, `after`, `id`.
-    fn buffers<'py>(&self, py: Python<'py>) -> PyResult<Bound<'py, PyTuple>> {
-        let items = [("key", &self.key), ("after", &self.after), ("id", &self.id)];
+    fn buffers<'py>(slf: &Bound<'py, Self>) -> PyResult<Bound<'py, PyTuple>> {
+        let this = slf.get();
+        let items = [("key", &this.key), ("after", &this.after), ("id", &this.id)];
         let mut out: Vec<Bound<'py, PyAny>> = Vec::with_capacity(3);
         for (name, column) in items {
-            out.push((name, column.buffers(py)).into_pyobject(py)?.into_any());
+            out.push((name, column.buffers(slf.as_any())?).into_pyobject(slf.py())?.into_any());
         }
-        PyTuple::new(py, out)
+        PyTuple::new(slf.py(), out)
     }
 }
 

@@ -16,7 +16,7 @@
 //!
 //! The first two write their rows' JSON with [`values::Relation`], byte for byte what the
 //! Python path's converters and orjson write, into [`arrow::Strings`] columns that pyarrow
-//! wraps without copying.
+//! wraps without copying ([`arrow::View`]).
 
 mod arrow;
 mod copy;
@@ -43,6 +43,7 @@ fn iggy_spark_core(module: &Bound<'_, PyModule>) -> PyResult<()> {
     module.add_class::<pgoutput::Block>()?;
     module.add_class::<copy::CopyRows>()?;
     module.add_class::<copy::RowsBlock>()?;
+    module.add_class::<arrow::View>()?;
     module.add_function(wrap_pyfunction!(payloads::json_objects, module)?)?;
     Ok(())
 }

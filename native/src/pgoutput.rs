@@ -14,7 +14,7 @@ use pyo3::exceptions::PyValueError;
 use pyo3::prelude::*;
 use pyo3::types::{PyBytes, PyList, PyTuple};
 
-use crate::arrow::{as_bytes, Strings};
+use crate::arrow::{as_bytes, Strings, View};
 use crate::typed::{take, Fields, TypedRelation};
 use crate::values::Relation;
 
@@ -42,16 +42,18 @@ impl Block {
     /// `key` and `after` `(offsets, data, validity or None, null count)`, for `seq` its int32
     /// values; with typed structs, `fields` ([`Fields::buffers`]) in place of `key`/`after`'s
     /// (then empty).
-    fn buffers<'py>(&self, py: Python<'py>) -> PyResult<Bound<'py, PyTuple>> {
-        let strings = [("lsn", &self.lsn), ("schema", &self.schema), ("table", &self.table),
-                       ("op", &self.op), ("key", &self.key), ("after", &self.after)];
+    fn buffers<'py>(slf: &Bound<'py, Self>) -> PyResult<Bound<'py, PyTuple>> {
+        let (this, py, owner) = (slf.get(), slf.py(), slf.as_any());
+        let strings = [("lsn", &this.lsn), ("schema", &this.schema), ("table", &this.table),
+                       ("op", &this.op), ("key", &this.key), ("after", &this.after)];
         let mut items: Vec<Bound<'py, PyAny>> = Vec::with_capacity(7);
         for (name, column) in strings {
-            items.push((name, column.buffers(py)).into_pyobject(py)?.into_any());
+            items.push((name, column.buffers(owner)?).into_pyobject(py)?.into_any());
         }
-        items.push(("seq", PyBytes::new(py, as_bytes(&self.seq))).into_pyobject(py)?.into_any());
-        if let Some(fields) = &self.fields {
-            items.push(("fields", fields.buffers(py)?).into_pyobject(py)?.into_any());
+        let seq = View::of(owner, as_bytes(&this.seq))?;
+        items.push(("seq", seq).into_pyobject(py)?.into_any());
+        if let Some(fields) = &this.fields {
+            items.push(("fields", fields.buffers(owner)?).into_pyobject(py)?.into_any());
         }
         PyTuple::new(py, items)
     }

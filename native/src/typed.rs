@@ -95,16 +95,18 @@ impl Fields {
     /// `(fields, keyed)`: each field's buffers, a text column's `(offsets, data, validity or
     /// None, null count)` or a list of Python values (`None`: null); `keyed` the key struct's
     /// `(validity or None, null count)`.
-    pub fn buffers<'py>(&self, py: Python<'py>) -> PyResult<Bound<'py, PyTuple>> {
+    /// Lent by `owner`, the frozen block holding these fields ([`crate::arrow::View::of`]).
+    pub fn buffers<'py>(&self, owner: &Bound<'py, PyAny>) -> PyResult<Bound<'py, PyTuple>> {
+        let py = owner.py();
         let mut fields: Vec<Bound<'py, PyAny>> = Vec::with_capacity(self.columns.len());
         for column in &self.columns {
             fields.push(match column {
-                Column::Texts(texts) => texts.buffers(py).into_pyobject(py)?.into_any(),
+                Column::Texts(texts) => texts.buffers(owner)?.into_pyobject(py)?.into_any(),
                 Column::Objects(objects) => PyList::new(
                     py, objects.iter().map(|o| o.as_ref().map(|o| o.clone_ref(py))))?.into_any(),
             });
         }
-        (PyTuple::new(py, fields)?, self.keyed.buffer(py)).into_pyobject(py)
+        (PyTuple::new(py, fields)?, self.keyed.buffer(owner)?).into_pyobject(py)
     }
 }
 

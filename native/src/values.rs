@@ -277,24 +277,21 @@ pub fn plain_float(text: &str) -> bool {
     pos == bytes.len()
 }
 
-/// A finite double as orjson writes it: its shortest round-trip digits, positional from 1e-5
-/// to below 1e16 (`.0` after a whole number), else `d.ddde+X`/`d.ddde-X`.
+/// A finite double as orjson writes it: its shortest round-trip digits (Ryū's, which of two
+/// as short and as close takes the even one, as orjson and Python's `repr` do, where Rust's own
+/// formatting can take the other: `562949953421312.25` is `...312.2` here, `...312.3` there),
+/// positional from 1e-5 to below 1e16 (`.0` after a whole number), else `d.ddde+X`/`d.ddde-X`.
 fn orjson_float(out: &mut Vec<u8>, value: f64) {
     use std::io::Write;
-    let scientific = format!("{value:e}"); // shortest digits: "-1.2345e-7", "1e16", "0e0"
-    let (mantissa, exponent) = scientific.split_once('e').unwrap();
-    let exponent: i32 = exponent.parse().unwrap();
-    let (sign, mantissa) = match mantissa.strip_prefix('-') {
-        Some(m) => ("-", m),
-        None => ("", mantissa),
-    };
+    let (sign, digits, exponent) = shortest(value);
     out.extend_from_slice(sign.as_bytes());
     if !(-5..16).contains(&exponent) {
         let sign = if exponent < 0 { '-' } else { '+' };
-        write!(out, "{mantissa}e{sign}{}", exponent.abs()).unwrap();
+        let (first, rest) = digits.split_at(1);
+        let point = if rest.is_empty() { "" } else { "." };
+        write!(out, "{first}{point}{rest}e{sign}{}", exponent.abs()).unwrap();
         return;
     }
-    let digits: String = mantissa.chars().filter(|c| *c != '.').collect();
     if exponent < 0 {
         out.extend_from_slice(b"0.");
         out.extend(std::iter::repeat_n(b'0', (-exponent - 1) as usize));
@@ -311,6 +308,30 @@ fn orjson_float(out: &mut Vec<u8>, value: f64) {
         out.push(b'.');
         out.extend_from_slice(&digits.as_bytes()[whole..]);
     }
+}
+
+/// A finite double's sign, shortest round-trip digits (no leading or trailing zeros; `"0"` for
+/// zero) and decimal exponent: `value = 0.digits * 10^(exponent + 1)`, from Ryū's text of it
+/// (`"-1.2345E-7"`, `"1E16"`, `"562949953421312.2"`, `"0.0"`).
+fn shortest(value: f64) -> (&'static str, String, i32) {
+    let mut buffer = ryu::Buffer::new();
+    let text = buffer.format_finite(value);
+    let (sign, text) = match text.strip_prefix('-') {
+        Some(rest) => ("-", rest),
+        None => ("", text),
+    };
+    let (mantissa, power) = match text.split_once(['e', 'E']) {
+        Some((mantissa, power)) => (mantissa, power.parse::<i32>().unwrap()),
+        None => (text, 0),
+    };
+    let (whole, fraction) = mantissa.split_once('.').unwrap_or((mantissa, ""));
+    let all = format!("{whole}{fraction}");
+    let leading = all.bytes().take_while(|&b| b == b'0').count();
+    let digits = all[leading..].trim_end_matches('0');
+    if digits.is_empty() {
+        return (sign, "0".to_string(), 0);
+    }
+    (sign, digits.to_string(), power + whole.len() as i32 - 1 - leading as i32)
 }
 
 /// `\x` + hex as base64 in a JSON string; `false` for any other text.

@@ -27,9 +27,10 @@ Typed = tuple[pa.StructType, pa.StructType, Sequence[str]]
 (:func:`~postgres_cdc_source.rows.struct.images.image_form`), row's then key's."""
 
 
-def strings_of(count: int, buffers: tuple[bytes, bytes, bytes | None, int]) -> pa.Array:
+def strings_of(count: int, buffers: tuple[Any, Any, Any | None, int]) -> pa.Array:
     """The string array of ``count`` values over the core's ``(offsets, data, validity or
-    None, null count)``, without copying them."""
+    None, null count)``, each buffer lent by the core's block (``iggy_spark_core.View``, the
+    buffer protocol), without copying them."""
     offsets, data, validity, nulls = buffers
     return pa.StringArray.from_buffers(
         count, pa.py_buffer(offsets), pa.py_buffer(data),
