@@ -61,6 +61,11 @@ def test_backfill_across_a_driver_kill_rebuilds_every_table(
         job.start()
         wait_until(lambda: slot_exists(pg.dsn, name), 120, "the slot", alive=lambda: job.running)
         run = work.start(stop=stop, rate=30)  # on through the backfill, the kill, the restart
+        # forged while the query listens (after its first planning): a message written before
+        # then is passed unread by the start's search, which decodes the WAL only where the
+        # requests table has a row, and its NOTIFY reached no listener
+        wait_until(lambda: any(b.committed_at for b in read_checkpoint(checkpoint)), 120,
+                   "a first committed batch", alive=lambda: job.running)
         _forge(pg, name, list(work.tables))
         request_backfill(_granted(pg, name), name, [f"{name}.{t}" for t in work.tables])
         wait_until(lambda: ((_backfill_state(checkpoint) or {}).get("queue") or [{}])[0].get(
