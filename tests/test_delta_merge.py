@@ -134,10 +134,25 @@ def _add_column(dsn: str) -> dict[int, dict[str, Any]]:
             conn.execute("ALTER TABLE public.orders ADD COLUMN note text")
             before = _postgres_rows(conn)
         for statement in ADDED:
-            with conn.transaction():  # the workload's writers wait: no deadlock with theirs
-                conn.execute("LOCK TABLE public.orders IN SHARE ROW EXCLUSIVE MODE")
-                conn.execute(statement)
+            _locked(conn, statement)
     return {key: {k: v for k, v in row.items() if k != "note"} for key, row in before.items()}
+
+
+def _locked(conn: psycopg.Connection[Any], statement: str) -> None:
+    """``statement`` with the table locked first, so the workload's writers wait rather than
+    deadlock with it; the lock is asked for a second at a time: a writer may hold a
+    transaction open on one connection while its next statement, on another, queues behind
+    this lock request, a wait Postgres cannot see as a deadlock, which giving up breaks."""
+    while True:
+        try:
+            with conn.transaction():
+                conn.execute("SET LOCAL lock_timeout = '1s'")
+                conn.execute("LOCK TABLE public.orders IN SHARE ROW EXCLUSIVE MODE")
+                conn.execute("SET LOCAL lock_timeout = 0")
+                conn.execute(statement)
+            return
+        except psycopg.errors.LockNotAvailable:
+            continue
 
 
 def _delta_rows(out: Path) -> dict[int, dict[str, Any]]:
